@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Create (idempotently) the Python virtualenv used to generate and check the
+# GGUF / quantization reference fixtures, then print the absolute path of its
+# python interpreter on stdout. All other output goes to stderr.
+#
+# Usage: scripts/python-env.sh            -> prints e.g. /path/to/repo/.venv/bin/python
+#        PY=$(scripts/python-env.sh) && "$PY" scripts/gen_quant_vectors.py
+set -euo pipefail
+
+script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo_root="$(cd "${script_dir}/.." && pwd)"
+venv="${repo_root}/.venv"
+venv_python="${venv}/bin/python"
+stamp="${venv}/.minfer-requirements"
+
+# Exact pins: the fixtures under tests/fixtures/{quant,gguf} were generated with these.
+requirements="gguf==0.19.0
+numpy==2.4.6"
+
+base_python="${PYTHON:-}"
+if [[ -z "${base_python}" ]]; then
+    for candidate in python3 python; do
+        if command -v "${candidate}" >/dev/null 2>&1; then
+            base_python="${candidate}"
+            break
+        fi
+    done
+fi
+
+if [[ -x "${venv_python}" && -f "${stamp}" ]] && [[ "$(cat "${stamp}")" == "${requirements}" ]]; then
+    echo "python-env: ${venv} is up to date" >&2
+    echo "${venv_python}"
+    exit 0
+fi
+
+if [[ ! -x "${venv_python}" ]]; then
+    if [[ -z "${base_python}" ]]; then
+        echo "python-env: no python3 found (set PYTHON=/path/to/python3)" >&2
+        exit 1
+    fi
+    echo "python-env: creating virtualenv at ${venv} with ${base_python}" >&2
+    "${base_python}" -m venv "${venv}" >&2
+fi
+
+echo "python-env: installing requirements into ${venv}" >&2
+# shellcheck disable=SC2086
+"${venv_python}" -m pip install --disable-pip-version-check --quiet ${requirements//$'\n'/ } >&2
+printf '%s' "${requirements}" > "${stamp}"
+echo "python-env: ready" >&2
+echo "${venv_python}"

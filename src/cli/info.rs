@@ -1,0 +1,266 @@
+//! `minfer info`: a summary of a GGUF model in the spirit of llama.cpp's load-time dump —
+//! format, size, file type, hyper-parameters, tokenizer, chat template, tensor types — and
+//! optionally the full tensor table.
+//!
+//! It reads metadata only and must work for any GGUF file, including architectures minfer
+//! cannot run: a missing key prints as `-`, never as an error.
+
+use crate::gguf::{Array, GgufFile, Metadata, Value};
+use crate::quant::GgmlType;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// llama.cpp's `llama_model_ftype_name` for `general.file_type`.
+pub fn file_type_name(ftype: u64) -> &'static str {
+    match ftype {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        32 => "BF16",
+        _ => "unknown",
+    }
+}
+
+/// Count of tensors and bytes per ggml type, most frequent first (ties by type id).
+pub fn tensor_type_counts(file: &GgufFile) -> Vec<(GgmlType, usize, u64)> {
+    let mut by_type: BTreeMap<GgmlType, (usize, u64)> = BTreeMap::new();
+    for t in file.tensors() {
+        let e = by_type.entry(t.ggml_type).or_default();
+        e.0 += 1;
+        e.1 += t.size;
+    }
+    let mut counts: Vec<_> = by_type.into_iter().map(|(t, (n, b))| (t, n, b)).collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    counts
+}
+
+fn show_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::F32(x) => format!("{x}"),
+        Value::F64(x) => format!("{x}"),
+        Value::Bool(b) => b.to_string(),
+        Value::Array(a) => format!("[{} × {}]", a.len(), a.element_type()),
+        other => other.as_i128().map(|i| i.to_string()).unwrap_or_default(),
+    }
+}
+
+fn meta_or_dash(m: &Metadata, key: &str) -> String {
+    m.get(key)
+        .map(show_value)
+        .unwrap_or_else(|| "-".to_string())
+}
+
+fn human_bytes(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2} GiB", n / (1024.0 * 1024.0 * 1024.0))
+    } else {
+        format!("{:.2} MiB", n / (1024.0 * 1024.0))
+    }
+}
+
+fn human_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.2} M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.2} K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
+fn token_text(m: &Metadata, id: u64) -> String {
+    match m.get("tokenizer.ggml.tokens") {
+        Some(Value::Array(Array::String(tokens))) => tokens
+            .get(id as usize)
+            .map(|t| format!("{id} '{}'", t.escape_debug()))
+            .unwrap_or_else(|| format!("{id} (out of range)")),
+        _ => id.to_string(),
+    }
+}
+
+/// Render the summary; with `tensors`, append the tensor table.
+pub fn render(file: &GgufFile, tensors: bool) -> String {
+    let m = file.metadata();
+    let mut out = String::new();
+    let arch = m.get_str("general.architecture").unwrap_or("-").to_string();
+    let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
+    let n_bytes: u64 = file.tensors().iter().map(|t| t.size).sum();
+    let n_parts = file.paths().count();
+
+    let w = &mut out;
+    let _ = writeln!(w, "file format    = GGUF V{}", file.version());
+    let _ = writeln!(
+        w,
+        "file size      = {} ({} bytes{})",
+        human_bytes(file.file_size()),
+        file.file_size(),
+        if n_parts > 1 {
+            format!(", {n_parts} parts")
+        } else {
+            String::new()
+        }
+    );
+    match m.get_uint("general.file_type") {
+        Ok(ft) => {
+            let _ = writeln!(w, "file type      = {} ({ft})", file_type_name(ft));
+        }
+        Err(_) => {
+            let _ = writeln!(w, "file type      = -");
+        }
+    }
+    let bpw = if n_params > 0 {
+        n_bytes as f64 * 8.0 / n_params as f64
+    } else {
+        0.0
+    };
+    let _ = writeln!(
+        w,
+        "model params   = {} ({n_params}, {bpw:.2} bits per weight)",
+        human_count(n_params)
+    );
+    let _ = writeln!(w, "architecture   = {arch}");
+    let _ = writeln!(w, "name           = {}", meta_or_dash(m, "general.name"));
+
+    let _ = writeln!(w, "\nhyper-parameters ({arch}.*)");
+    let key = |suffix: &str| format!("{arch}.{suffix}");
+    let hp = |suffix: &str| meta_or_dash(m, &key(suffix));
+    let n_embd = m.get_uint(&key("embedding_length")).ok();
+    let n_head = m.get_uint(&key("attention.head_count")).ok();
+    let n_head_kv = m.get_uint(&key("attention.head_count_kv")).ok().or(n_head);
+    let head_dim = match (n_embd, n_head) {
+        (Some(e), Some(h)) if h > 0 => Some(e / h),
+        _ => None,
+    };
+    let n_embd_head_k = m.get_uint(&key("attention.key_length")).ok().or(head_dim);
+    let n_embd_head_v = m.get_uint(&key("attention.value_length")).ok().or(head_dim);
+    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    let n_gqa = match (n_head, n_head_kv) {
+        (Some(h), Some(kv)) if kv > 0 => Some(h / kv),
+        _ => None,
+    };
+    let rows: [(&str, String); 11] = [
+        ("n_ctx_train", hp("context_length")),
+        ("n_embd", hp("embedding_length")),
+        ("n_layer", hp("block_count")),
+        ("n_head", hp("attention.head_count")),
+        ("n_head_kv", opt(n_head_kv)),
+        ("n_embd_head_k", opt(n_embd_head_k)),
+        ("n_embd_head_v", opt(n_embd_head_v)),
+        ("n_gqa", opt(n_gqa)),
+        ("n_ff", hp("feed_forward_length")),
+        ("f_norm_rms_eps", hp("attention.layer_norm_rms_epsilon")),
+        ("rope_freq_base", hp("rope.freq_base")),
+    ];
+    for (name, value) in rows {
+        let _ = writeln!(w, "  {name:<15}= {value}");
+    }
+
+    let _ = writeln!(w, "\ntokenizer");
+    let n_vocab = m
+        .get_array("tokenizer.ggml.tokens")
+        .map(|a| a.len().to_string())
+        .unwrap_or_else(|_| "-".into());
+    let n_merges = m
+        .get_array("tokenizer.ggml.merges")
+        .map(|a| a.len().to_string())
+        .unwrap_or_else(|_| "-".into());
+    let _ = writeln!(
+        w,
+        "  {:<15}= {} (pre = {})",
+        "model",
+        meta_or_dash(m, "tokenizer.ggml.model"),
+        meta_or_dash(m, "tokenizer.ggml.pre")
+    );
+    let _ = writeln!(w, "  {:<15}= {n_vocab}", "n_vocab");
+    let _ = writeln!(w, "  {:<15}= {n_merges}", "n_merges");
+    for (label, k) in [
+        ("BOS token", "tokenizer.ggml.bos_token_id"),
+        ("EOS token", "tokenizer.ggml.eos_token_id"),
+        ("EOT token", "tokenizer.ggml.eot_token_id"),
+        ("PAD token", "tokenizer.ggml.padding_token_id"),
+    ] {
+        if let Ok(id) = m.get_uint(k) {
+            let _ = writeln!(w, "  {label:<15}= {}", token_text(m, id));
+        }
+    }
+    let _ = writeln!(
+        w,
+        "  {:<15}= {}",
+        "add_bos_token",
+        meta_or_dash(m, "tokenizer.ggml.add_bos_token")
+    );
+    let template = match m.get_str("tokenizer.chat_template") {
+        Ok(t) => format!("present ({} bytes)", t.len()),
+        Err(_) => "absent (ChatML will be used)".to_string(),
+    };
+    let _ = writeln!(w, "  {:<15}= {template}", "chat template");
+
+    let counts = tensor_type_counts(file);
+    let summary: Vec<String> = counts.iter().map(|(t, n, _)| format!("{t} {n}")).collect();
+    let _ = writeln!(
+        w,
+        "\ntensors: {} ({})",
+        file.tensors().len(),
+        summary.join(", ")
+    );
+    for (t, n, bytes) in &counts {
+        let _ = writeln!(
+            w,
+            "  {:<8} {n:>5} tensors {:>12}",
+            t.name(),
+            human_bytes(*bytes)
+        );
+    }
+
+    if tensors {
+        let name_width = file
+            .tensors()
+            .iter()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let _ = writeln!(
+            w,
+            "\n{:>5}  {:<name_width$}  {:<6}  {:<24}  {:>12}  {:>12}",
+            "#", "name", "type", "shape", "offset", "bytes"
+        );
+        for (i, t) in file.tensors().iter().enumerate() {
+            let shape = format!(
+                "[{}]",
+                t.shape
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let offset = if n_parts > 1 {
+                format!("{}:{}", t.part + 1, t.offset)
+            } else {
+                t.offset.to_string()
+            };
+            let _ = writeln!(
+                w,
+                "{i:>5}  {:<name_width$}  {:<6}  {shape:<24}  {offset:>12}  {:>12}",
+                t.name,
+                t.ggml_type.name(),
+                t.size
+            );
+        }
+    }
+    out
+}

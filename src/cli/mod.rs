@@ -1,0 +1,4 @@
+//! What the command-line surfaces print. The binary parses flags and calls these; nothing here
+//! touches the terminal or exits the process.
+
+pub mod info;

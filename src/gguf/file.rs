@@ -1,0 +1,230 @@
+//! An opened GGUF model: one memory-mapped file, or every part of a split model merged into
+//! one tensor index. Tensor data is borrowed from the maps, never copied.
+
+use super::error::{GgufError, Result};
+use super::reader::{parse_header, Header, TensorInfo};
+use super::split::{
+    parse_split_path, split_path, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT,
+};
+use super::value::Metadata;
+use memmap2::Mmap;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+struct Part {
+    path: PathBuf,
+    map: Mmap,
+    data_offset: u64,
+}
+
+/// A GGUF model opened for reading.
+pub struct GgufFile {
+    parts: Vec<Part>,
+    version: u32,
+    alignment: u64,
+    metadata: Metadata,
+    tensors: Vec<TensorInfo>,
+    by_name: HashMap<String, usize>,
+}
+
+fn map_file(path: &Path) -> Result<Mmap> {
+    let io = |source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    if len < 4 {
+        return Err(GgufError::Truncated {
+            what: "magic".into(),
+            offset: 0,
+            needed: 4,
+            available: len,
+        }
+        .in_file(path));
+    }
+    // SAFETY: the map is read-only. Another process truncating or rewriting the file while we
+    // hold it is outside what any mmap-based reader (llama.cpp included) can defend against.
+    unsafe { Mmap::map(&file) }.map_err(io)
+}
+
+fn open_part(path: &Path) -> Result<(Part, Header)> {
+    let map = map_file(path)?;
+    let header = parse_header(&map).map_err(|e| e.in_file(path))?;
+    Ok((
+        Part {
+            path: path.to_path_buf(),
+            map,
+            data_offset: header.data_offset,
+        },
+        header,
+    ))
+}
+
+fn split_count(metadata: &Metadata, path: &Path) -> Result<u32> {
+    match metadata.get(KEY_SPLIT_COUNT) {
+        None => Ok(1),
+        Some(_) => Ok(metadata
+            .get_u16(KEY_SPLIT_COUNT)
+            .map_err(|e| e.in_file(path))? as u32),
+    }
+}
+
+impl GgufFile {
+    /// Open a GGUF file. If it is one part of a split model (`split.count` > 1), every part is
+    /// opened — whichever part was named — and their tensors are merged into one index; the
+    /// metadata is the first part's, as in llama.cpp.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let (part, header) = open_part(path)?;
+        let count = split_count(&header.metadata, path)?;
+        if count <= 1 {
+            return Ok(Self::assemble(vec![(part, header)]));
+        }
+
+        let split_err = |reason: String| GgufError::Split {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let name = path
+            .to_str()
+            .ok_or_else(|| split_err("the path is not valid UTF-8".into()))?;
+        let (prefix, _, named_count) = parse_split_path(name).ok_or_else(|| {
+            split_err(format!(
+                "{KEY_SPLIT_COUNT} = {count}, but the name does not end in -NNNNN-of-NNNNN.gguf"
+            ))
+        })?;
+        if named_count != count {
+            return Err(split_err(format!(
+                "the name says {named_count} parts, {KEY_SPLIT_COUNT} says {count}"
+            )));
+        }
+
+        let mut parts = Vec::with_capacity(count as usize);
+        for no in 0..count {
+            let part_path = PathBuf::from(split_path(prefix, no, count));
+            let (part, mut header) = if part_path == path {
+                // Reopening is cheap (a map), and keeps this loop uniform.
+                open_part(path)?
+            } else {
+                open_part(&part_path)?
+            };
+            let got_no = header
+                .metadata
+                .get_u16(KEY_SPLIT_NO)
+                .map_err(|e| e.in_file(&part_path))? as u32;
+            let got_count = split_count(&header.metadata, &part_path)?;
+            if got_no != no || got_count != count {
+                return Err(GgufError::Split {
+                    path: part_path,
+                    reason: format!("expected part {} of {count}, the file says {KEY_SPLIT_NO} = {got_no}, {KEY_SPLIT_COUNT} = {got_count}", no),
+                });
+            }
+            for t in &mut header.tensors {
+                t.part = no as usize;
+            }
+            parts.push((part, header));
+        }
+        let file = Self::assemble(parts);
+
+        // Tensor names must be unique across parts, and their total must match the first part's
+        // announcement.
+        let total: usize = file.tensors.len();
+        if file.by_name.len() != total {
+            let mut seen = HashMap::new();
+            for t in &file.tensors {
+                if let Some(first) = seen.insert(t.name.as_str(), t.part) {
+                    return Err(GgufError::DuplicateTensor {
+                        name: t.name.clone(),
+                        location: format!(
+                            " in parts {} and {} of {}",
+                            first + 1,
+                            t.part + 1,
+                            path.display()
+                        ),
+                    });
+                }
+            }
+        }
+        if file.metadata.contains(KEY_SPLIT_TENSORS_COUNT) {
+            let announced = file
+                .metadata
+                .get_i32(KEY_SPLIT_TENSORS_COUNT)
+                .map_err(|e| e.in_file(path))?;
+            if announced as i64 != total as i64 {
+                return Err(split_err(format!(
+                    "{KEY_SPLIT_TENSORS_COUNT} = {announced}, the parts hold {total} tensors"
+                )));
+            }
+        }
+        Ok(file)
+    }
+
+    fn assemble(parts: Vec<(Part, Header)>) -> Self {
+        let version = parts[0].1.version;
+        let alignment = parts[0].1.alignment;
+        let metadata = parts[0].1.metadata.clone();
+        let mut tensors = Vec::new();
+        let mut maps = Vec::with_capacity(parts.len());
+        for (part, header) in parts {
+            tensors.extend(header.tensors);
+            maps.push(part);
+        }
+        let mut by_name = HashMap::with_capacity(tensors.len());
+        for (i, t) in tensors.iter().enumerate() {
+            by_name.entry(t.name.clone()).or_insert(i);
+        }
+        GgufFile {
+            parts: maps,
+            version,
+            alignment,
+            metadata,
+            tensors,
+            by_name,
+        }
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// Every tensor, in file order (part by part).
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    pub fn tensor(&self, name: &str) -> Result<&TensorInfo> {
+        self.by_name
+            .get(name)
+            .map(|&i| &self.tensors[i])
+            .ok_or_else(|| GgufError::MissingTensor {
+                name: name.to_string(),
+            })
+    }
+
+    /// The bytes of a tensor, borrowed from the memory map. The bounds were checked at open.
+    pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+        let part = &self.parts[info.part];
+        let start = (part.data_offset + info.offset) as usize;
+        &part.map[start..start + info.size as usize]
+    }
+
+    /// The paths of the files this model was read from (one per part).
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.parts.iter().map(|p| p.path.as_path())
+    }
+
+    /// Total size of the files on disk.
+    pub fn file_size(&self) -> u64 {
+        self.parts.iter().map(|p| p.map.len() as u64).sum()
+    }
+}

@@ -1,0 +1,362 @@
+//! GGUF metadata values: the thirteen value types, arrays (nested ones included), and the
+//! metadata table with typed getters whose errors name the key and the actual type.
+
+use super::error::{GgufError, Result};
+use std::fmt;
+
+/// A GGUF metadata value type; discriminants are the GGUF ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ValueType {
+    U8 = 0,
+    I8 = 1,
+    U16 = 2,
+    I16 = 3,
+    U32 = 4,
+    I32 = 5,
+    F32 = 6,
+    Bool = 7,
+    String = 8,
+    Array = 9,
+    U64 = 10,
+    I64 = 11,
+    F64 = 12,
+}
+
+impl ValueType {
+    pub fn from_id(id: u32) -> Option<Self> {
+        use ValueType::*;
+        Some(match id {
+            0 => U8,
+            1 => I8,
+            2 => U16,
+            3 => I16,
+            4 => U32,
+            5 => I32,
+            6 => F32,
+            7 => Bool,
+            8 => String,
+            9 => Array,
+            10 => U64,
+            11 => I64,
+            12 => F64,
+            _ => return None,
+        })
+    }
+
+    /// The type's name as gguf-py spells it (`UINT32`, `FLOAT32`, `STRING`, ...).
+    pub fn name(self) -> &'static str {
+        use ValueType::*;
+        match self {
+            U8 => "UINT8",
+            I8 => "INT8",
+            U16 => "UINT16",
+            I16 => "INT16",
+            U32 => "UINT32",
+            I32 => "INT32",
+            F32 => "FLOAT32",
+            Bool => "BOOL",
+            String => "STRING",
+            Array => "ARRAY",
+            U64 => "UINT64",
+            I64 => "INT64",
+            F64 => "FLOAT64",
+        }
+    }
+
+    /// The fewest bytes one value of this type occupies in a file: a bound that keeps a hostile
+    /// element count from making us allocate more than the file could hold.
+    pub fn min_encoded_size(self) -> u64 {
+        use ValueType::*;
+        match self {
+            U8 | I8 | Bool => 1,
+            U16 | I16 => 2,
+            U32 | I32 | F32 => 4,
+            U64 | I64 | F64 => 8,
+            String => 8,
+            Array => 12,
+        }
+    }
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An array value. Stored per element type so that a large array costs what it costs in the
+/// file, not a tagged enum per element.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Array {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    F32(Vec<f32>),
+    Bool(Vec<bool>),
+    String(Vec<String>),
+    Array(Vec<Array>),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F64(Vec<f64>),
+}
+
+impl Array {
+    pub fn element_type(&self) -> ValueType {
+        match self {
+            Array::U8(_) => ValueType::U8,
+            Array::I8(_) => ValueType::I8,
+            Array::U16(_) => ValueType::U16,
+            Array::I16(_) => ValueType::I16,
+            Array::U32(_) => ValueType::U32,
+            Array::I32(_) => ValueType::I32,
+            Array::F32(_) => ValueType::F32,
+            Array::Bool(_) => ValueType::Bool,
+            Array::String(_) => ValueType::String,
+            Array::Array(_) => ValueType::Array,
+            Array::U64(_) => ValueType::U64,
+            Array::I64(_) => ValueType::I64,
+            Array::F64(_) => ValueType::F64,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Array::U8(v) => v.len(),
+            Array::I8(v) => v.len(),
+            Array::U16(v) => v.len(),
+            Array::I16(v) => v.len(),
+            Array::U32(v) => v.len(),
+            Array::I32(v) => v.len(),
+            Array::F32(v) => v.len(),
+            Array::Bool(v) => v.len(),
+            Array::String(v) => v.len(),
+            Array::Array(v) => v.len(),
+            Array::U64(v) => v.len(),
+            Array::I64(v) => v.len(),
+            Array::F64(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    String(String),
+    Array(Array),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl Value {
+    pub fn value_type(&self) -> ValueType {
+        match self {
+            Value::U8(_) => ValueType::U8,
+            Value::I8(_) => ValueType::I8,
+            Value::U16(_) => ValueType::U16,
+            Value::I16(_) => ValueType::I16,
+            Value::U32(_) => ValueType::U32,
+            Value::I32(_) => ValueType::I32,
+            Value::F32(_) => ValueType::F32,
+            Value::Bool(_) => ValueType::Bool,
+            Value::String(_) => ValueType::String,
+            Value::Array(_) => ValueType::Array,
+            Value::U64(_) => ValueType::U64,
+            Value::I64(_) => ValueType::I64,
+            Value::F64(_) => ValueType::F64,
+        }
+    }
+
+    /// The value as a signed integer if it is any integer type that fits.
+    pub fn as_i128(&self) -> Option<i128> {
+        Some(match *self {
+            Value::U8(v) => v as i128,
+            Value::I8(v) => v as i128,
+            Value::U16(v) => v as i128,
+            Value::I16(v) => v as i128,
+            Value::U32(v) => v as i128,
+            Value::I32(v) => v as i128,
+            Value::U64(v) => v as i128,
+            Value::I64(v) => v as i128,
+            _ => return None,
+        })
+    }
+}
+
+/// The metadata table of a GGUF file, in file order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Metadata {
+    entries: Vec<(String, Value)>,
+}
+
+macro_rules! strict_getter {
+    ($(#[$doc:meta])* $fn:ident, $variant:ident, $ty:ty) => {
+        $(#[$doc])*
+        pub fn $fn(&self, key: &str) -> Result<$ty> {
+            match self.require(key)? {
+                Value::$variant(v) => Ok(v.clone()),
+                other => Err(wrong_type(key, ValueType::$variant.name(), other)),
+            }
+        }
+    };
+}
+
+fn wrong_type(key: &str, expected: &'static str, actual: &Value) -> GgufError {
+    GgufError::WrongType {
+        key: key.to_string(),
+        expected,
+        actual: actual.value_type(),
+    }
+}
+
+impl Metadata {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append or replace `key`.
+    pub fn set(&mut self, key: impl Into<String>, value: Value) {
+        let key = key.into();
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((key, value)),
+        }
+    }
+
+    pub(crate) fn push_unchecked(&mut self, key: String, value: Value) {
+        self.entries.push((key, value));
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The value of `key`, or an error naming the missing key.
+    pub fn require(&self, key: &str) -> Result<&Value> {
+        self.get(key).ok_or_else(|| GgufError::MissingKey {
+            key: key.to_string(),
+        })
+    }
+
+    strict_getter!(/// A `UINT8` value.
+        get_u8, U8, u8);
+    strict_getter!(/// A `UINT16` value.
+        get_u16, U16, u16);
+    strict_getter!(/// A `UINT32` value.
+        get_u32, U32, u32);
+    strict_getter!(/// An `INT32` value.
+        get_i32, I32, i32);
+    strict_getter!(/// A `UINT64` value.
+        get_u64, U64, u64);
+    strict_getter!(/// A `FLOAT32` value.
+        get_f32, F32, f32);
+    strict_getter!(/// A `BOOL` value.
+        get_bool, Bool, bool);
+
+    /// A `STRING` value, borrowed.
+    pub fn get_str(&self, key: &str) -> Result<&str> {
+        match self.require(key)? {
+            Value::String(s) => Ok(s),
+            other => Err(wrong_type(key, "STRING", other)),
+        }
+    }
+
+    /// An `ARRAY` value, borrowed.
+    pub fn get_array(&self, key: &str) -> Result<&Array> {
+        match self.require(key)? {
+            Value::Array(a) => Ok(a),
+            other => Err(wrong_type(key, "ARRAY", other)),
+        }
+    }
+
+    /// Any integer type whose value fits a `u64`. Converters disagree on the integer width of
+    /// hyper-parameters (u32, i32, u64), so model loaders read them through this.
+    pub fn get_uint(&self, key: &str) -> Result<u64> {
+        let value = self.require(key)?;
+        let v = value
+            .as_i128()
+            .ok_or_else(|| wrong_type(key, "an unsigned integer", value))?;
+        u64::try_from(v).map_err(|_| GgufError::OutOfRange {
+            key: key.to_string(),
+            value: v.to_string(),
+            expected: "an unsigned integer",
+        })
+    }
+
+    /// A `FLOAT32` or `FLOAT64` value as f32.
+    pub fn get_float(&self, key: &str) -> Result<f32> {
+        match self.require(key)? {
+            Value::F32(v) => Ok(*v),
+            Value::F64(v) => Ok(*v as f32),
+            other => Err(wrong_type(key, "a float", other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_getter_of_the_wrong_type_names_the_key_and_the_actual_type() {
+        let mut m = Metadata::new();
+        m.set("qwen2.block_count", Value::String("24".into()));
+        let err = m.get_u32("qwen2.block_count").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "metadata key 'qwen2.block_count' has type STRING, expected UINT32"
+        );
+        let err = m.get_u32("qwen2.context_length").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "metadata key 'qwen2.context_length' is missing"
+        );
+    }
+
+    #[test]
+    fn get_uint_accepts_any_integer_width_but_not_negative_values() {
+        let mut m = Metadata::new();
+        m.set("a", Value::I32(7));
+        m.set("b", Value::U64(1 << 40));
+        m.set("c", Value::I64(-1));
+        assert_eq!(m.get_uint("a").unwrap(), 7);
+        assert_eq!(m.get_uint("b").unwrap(), 1 << 40);
+        assert!(m
+            .get_uint("c")
+            .unwrap_err()
+            .to_string()
+            .contains("value -1 is out of range"));
+    }
+}

@@ -1,0 +1,17 @@
+//! minfer: a pure-Rust LLM inference engine for GGUF models.
+//!
+//! The crate is cut along the inference pipeline, from the file format up:
+//! - [`gguf`] reads and writes GGUF v3 files (memory-mapped, zero-copy, split models);
+//! - [`quant`] defines every ggml block layout with its scalar reference quantizer and
+//!   dequantizer;
+//! - [`cli`] holds what the command-line surfaces print (the binary only parses flags).
+//!
+//! Dependencies point one way: `cli` → `gguf` → `quant`. `gguf` and `quant` know nothing of
+//! execution. The design of record is the compute-graph and architecture documents.
+
+#[cfg(target_endian = "big")]
+compile_error!("minfer reads GGUF data in place and supports little-endian targets only");
+
+pub mod cli;
+pub mod gguf;
+pub mod quant;

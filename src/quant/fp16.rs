@@ -1,0 +1,121 @@
+//! IEEE half (F16) and bfloat16 (BF16) conversions, bit-exact with ggml's reference ones.
+//!
+//! ggml rounds to nearest-even in both directions that lose precision, turns a NaN into a quiet
+//! NaN, and widens exactly. Quantized blocks store their scales as F16, so these functions decide
+//! byte-identity with llama-quantize's output: they must not be "improved".
+
+/// Widen an F16 bit pattern to f32 exactly (subnormals, infinities and NaN included).
+#[inline]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h as u32) & 0x8000) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let mant = (h & 0x3ff) as u32;
+    let bits = match (exp, mant) {
+        (0, 0) => sign,
+        (0, _) => {
+            // Subnormal: value = mant * 2^-24, exactly representable as a normal f32.
+            let value = mant as f32 * f32::from_bits(0x3380_0000); // 2^-24
+            return if sign != 0 { -value } else { value };
+        }
+        (0x1f, 0) => sign | 0x7f80_0000,
+        (0x1f, _) => sign | 0x7fc0_0000 | (mant << 13),
+        _ => sign | ((exp + 112) << 23) | (mant << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// Narrow an f32 to F16 with round-to-nearest-even, as `ggml_compute_fp32_to_fp16` does:
+/// overflow becomes infinity, NaN becomes the quiet NaN 0x7e00 (with the sign kept).
+#[inline]
+pub fn f32_to_f16(f: f32) -> u16 {
+    // The classic branch-free formulation: scaling by 2^112 then 2^-110 lets the FPU do the
+    // rounding of the mantissa (including into subnormals) in the current rounding mode.
+    let scale_to_inf = f32::from_bits(0x7780_0000); // 2^112
+    let scale_to_zero = f32::from_bits(0x0880_0000); // 2^-110
+    let mut base = (f.abs() * scale_to_inf) * scale_to_zero;
+
+    let w = f.to_bits();
+    let shl1_w = w.wrapping_add(w);
+    let sign = w & 0x8000_0000;
+    let bias = (shl1_w & 0xff00_0000).max(0x7100_0000);
+
+    base += f32::from_bits((bias >> 1) + 0x0780_0000);
+    let bits = base.to_bits();
+    let exp_bits = (bits >> 13) & 0x0000_7c00;
+    let mantissa_bits = bits & 0x0000_0fff;
+    let nonsign = exp_bits + mantissa_bits;
+    ((sign >> 16)
+        | if shl1_w > 0xff00_0000 {
+            0x7e00
+        } else {
+            nonsign
+        }) as u16
+}
+
+/// Widen a BF16 bit pattern to f32 (exact: BF16 is the top half of an f32).
+#[inline]
+pub fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// Narrow an f32 to BF16 with round-to-nearest-even; a NaN stays a NaN and is made quiet, as in
+/// `ggml_compute_fp32_to_bf16`.
+#[inline]
+pub fn f32_to_bf16(f: f32) -> u16 {
+    let u = f.to_bits();
+    if (u & 0x7fff_ffff) > 0x7f80_0000 {
+        return ((u >> 16) | 64) as u16;
+    }
+    (u.wrapping_add(0x7fff + ((u >> 16) & 1)) >> 16) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_finite_f16_survives_a_round_trip_through_f32() {
+        for h in 0..=u16::MAX {
+            let f = f16_to_f32(h);
+            if f.is_nan() {
+                assert!(f32_to_f16(f) & 0x7c00 == 0x7c00 && f32_to_f16(f) & 0x3ff != 0);
+            } else {
+                assert_eq!(f32_to_f16(f), h, "f16 bits {h:#06x} -> {f}");
+            }
+        }
+    }
+
+    #[test]
+    fn f16_narrowing_rounds_halfway_cases_to_even() {
+        // 1 + 2^-11 lies exactly between 1.0 (0x3c00) and the next f16 (0x3c01): ties to even.
+        assert_eq!(f32_to_f16(1.0 + f32::powi(2.0, -11)), 0x3c00);
+        // 1 + 3 * 2^-11 lies between 0x3c01 and 0x3c02: ties to the even 0x3c02.
+        assert_eq!(f32_to_f16(1.0 + 3.0 * f32::powi(2.0, -11)), 0x3c02);
+        assert_eq!(f32_to_f16(65504.0), 0x7bff);
+        assert_eq!(
+            f32_to_f16(65520.0),
+            0x7c00,
+            "halfway past the max rounds to infinity"
+        );
+        assert_eq!(f32_to_f16(1e-8), 0x0000);
+        assert_eq!(f32_to_f16(f32::NAN), 0x7e00);
+        assert_eq!(f32_to_f16(-0.0), 0x8000);
+    }
+
+    #[test]
+    fn bf16_narrowing_rounds_to_nearest_even_and_keeps_nan() {
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        assert_eq!(
+            f32_to_bf16(f32::from_bits(0x3f80_8000)),
+            0x3f80,
+            "tie to even (down)"
+        );
+        assert_eq!(
+            f32_to_bf16(f32::from_bits(0x3f81_8000)),
+            0x3f82,
+            "tie to even (up)"
+        );
+        assert_eq!(f32_to_bf16(f32::from_bits(0x7f80_0001)), 0x7fc0);
+        assert_eq!(bf16_to_f32(0x3f80), 1.0);
+    }
+}

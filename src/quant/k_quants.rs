@@ -1,0 +1,263 @@
+//! Helpers shared by the K-quant reference quantizers (Q4_K, Q5_K, Q6_K, Q8_K).
+//!
+//! These reproduce ggml's `nearest_int`, `make_qx_quants` and `make_qkx2_quants` operation for
+//! operation: llama-quantize's output depends on every rounding step, so the order of the float
+//! operations here is part of the file format, not an implementation detail.
+
+pub const QK_K: usize = 256;
+
+/// Round to nearest (ties to even) through the float-adding trick ggml uses. Valid for
+/// |x| <= 4194303; outside that the result is garbage, as in ggml, but never a panic.
+#[inline]
+pub fn nearest_int(fval: f32) -> i32 {
+    let val = fval + 12582912.0;
+    let i = val.to_bits() as i32;
+    (i & 0x007f_ffff) - 0x0040_0000
+}
+
+/// `make_qx_quants` with `rmse_type = 1` and no importance weights (weights = x²), the only
+/// form the reference quantizers use. Writes `L[i] = l + nmax` and returns the scale.
+pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
+    const GROUP_MAX_EPS: f32 = 1e-15;
+    let mut max = 0.0f32;
+    let mut amax = 0.0f32;
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        levels.iter_mut().for_each(|l| *l = 0);
+        return 0.0;
+    }
+    let quantize = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
+
+    let mut iscale = -(nmax as f32) / max;
+    let mut sumlx = 0.0f32;
+    let mut suml2 = 0.0f32;
+    for (l_out, &v) in levels.iter_mut().zip(x) {
+        let l = quantize(iscale, v);
+        *l_out = (l + nmax) as i8;
+        let w = v * v;
+        sumlx += w * v * l as f32;
+        suml2 += w * l as f32 * l as f32;
+    }
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in -9..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
+        sumlx = 0.0;
+        suml2 = 0.0;
+        for &v in x {
+            let l = quantize(iscale, v);
+            let w = v * v;
+            sumlx += w * v * l as f32;
+            suml2 += w * l as f32 * l as f32;
+        }
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for (l_out, &v) in levels.iter_mut().zip(x) {
+                *l_out = (quantize(iscale, v) + nmax) as i8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// Search parameters of [`make_qkx2_quants`]: candidate inverse scales are
+/// `(rmin + rdelta * is + nmax) / (max - min)` for `is` in `0..=nstep`.
+pub struct Qkx2Search {
+    pub rmin: f32,
+    pub rdelta: f32,
+    pub nstep: i32,
+}
+
+/// `make_qkx2_quants` with squared error (`use_mad = false`): fits `x ≈ scale * L + min` with
+/// `L` in `0..=nmax` and `min <= 0`, minimising the weighted squared error. Returns the scale
+/// and `-min` (the positive offset the K-quant blocks store).
+pub fn make_qkx2_quants(
+    nmax: i32,
+    x: &[f32],
+    weights: &[f32],
+    levels: &mut [u8],
+    levels_aux: &mut [u8],
+    search: &Qkx2Search,
+) -> (f32, f32) {
+    let n = x.len();
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        levels[..n].iter_mut().for_each(|l| *l = 0);
+        return (0.0, -min);
+    }
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0.0f32;
+    for i in 0..n {
+        let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+        levels[i] = l as u8;
+        let diff = scale * l as f32 + min - x[i];
+        best_error += weights[i] * (diff * diff);
+    }
+    if search.nstep < 1 {
+        return (scale, -min);
+    }
+    for is in 0..=search.nstep {
+        iscale = (search.rmin + search.rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for i in 0..n {
+            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            levels_aux[i] = l as u8;
+            let w = weights[i];
+            let lf = l as f32;
+            sum_l += w * lf;
+            sum_l2 += w * lf * lf;
+            sum_xl += w * lf * x[i];
+        }
+        let det = sum_w * sum_l2 - sum_l * sum_l;
+        if det > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0.0f32;
+            for i in 0..n {
+                let diff = this_scale * levels_aux[i] as f32 + this_min - x[i];
+                cur_error += weights[i] * (diff * diff);
+            }
+            if cur_error < best_error {
+                levels[..n].copy_from_slice(&levels_aux[..n]);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// Unpack the 6-bit scale and min of sub-block `j` from the 12-byte `scales` field of Q4_K
+/// and Q5_K (`get_scale_min_k4`).
+#[inline]
+pub fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Pack eight 6-bit (scale, min) pairs into the 12-byte layout [`get_scale_min_k4`] reads.
+pub fn pack_scale_min_k4(ls: &[u8; 8], lm: &[u8; 8]) -> [u8; 12] {
+    let mut q = [0u8; 12];
+    for j in 0..8 {
+        if j < 4 {
+            q[j] = ls[j];
+            q[j + 4] = lm[j];
+        } else {
+            q[j + 4] = (ls[j] & 0x0f) | ((lm[j] & 0x0f) << 4);
+            q[j - 4] |= (ls[j] >> 4) << 6;
+            q[j] |= (lm[j] >> 4) << 6;
+        }
+    }
+    q
+}
+
+/// The per-sub-block (scale, min) search of Q4_K and Q5_K's reference quantizers, then the
+/// 6-bit quantization of those scales and mins. Returns `(d, dmin, scales, levels)` where the
+/// levels are requantized against the stored (rounded) scales, as ggml does.
+pub fn quantize_scale_min_superblock(
+    x: &[f32],
+    nmax: i32,
+    search: &Qkx2Search,
+) -> (u16, u16, [u8; 12], [u8; QK_K]) {
+    use super::fp16::{f16_to_f32, f32_to_f16};
+    let mut levels = [0u8; QK_K];
+    let mut levels_aux = [0u8; 32];
+    let mut weights = [0f32; 32];
+    let mut mins = [0f32; QK_K / 32];
+    let mut scales = [0f32; QK_K / 32];
+    let mut max_scale = 0.0f32;
+    let mut max_min = 0.0f32;
+    for j in 0..QK_K / 32 {
+        let xs = &x[32 * j..32 * j + 32];
+        let sum_x2 = xs.iter().fold(0.0f32, |s, &v| s + v * v);
+        let av_x = (sum_x2 / 32.0).sqrt();
+        for (w, &v) in weights.iter_mut().zip(xs) {
+            *w = av_x + v.abs();
+        }
+        let (scale, min) = make_qkx2_quants(
+            nmax,
+            xs,
+            &weights,
+            &mut levels[32 * j..32 * j + 32],
+            &mut levels_aux,
+            search,
+        );
+        scales[j] = scale;
+        mins[j] = min;
+        if scale > max_scale {
+            max_scale = scale;
+        }
+        if min > max_min {
+            max_min = min;
+        }
+    }
+
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let mut ls = [0u8; 8];
+    let mut lm = [0u8; 8];
+    for j in 0..QK_K / 32 {
+        // `uint8_t ls = nearest_int(...)` wraps modulo 256 before the clamp, as here.
+        ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
+    }
+    let packed = pack_scale_min_k4(&ls, &lm);
+    let d = f32_to_f16(max_scale / 63.0);
+    let dmin = f32_to_f16(max_min / 63.0);
+
+    for j in 0..QK_K / 32 {
+        let (sc, m) = get_scale_min_k4(j, &packed);
+        let d = f16_to_f32(d) * sc as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = f16_to_f32(dmin) * m as f32;
+        for ii in 0..32 {
+            let l = nearest_int((x[32 * j + ii] + dm) / d);
+            levels[32 * j + ii] = l.clamp(0, nmax) as u8;
+        }
+    }
+    (d, dmin, packed, levels)
+}

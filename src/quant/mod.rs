@@ -1,0 +1,380 @@
+//! Quantized weight formats: the ggml type table and, per type, the `#[repr(C)]` block layout
+//! with its scalar reference quantizer and dequantizer.
+//!
+//! This module owns the byte layout of weights and nothing else: it knows no file format and no
+//! execution. The scalar code here is the specification every SIMD kernel is tested against,
+//! and the quantizers reproduce ggml's `quantize_row_*_ref` byte for byte, so a file we write is
+//! the file llama-quantize writes.
+//!
+//! Adding a type touches one block module and one row of [`GgmlType`]'s tables.
+
+pub mod fp16;
+pub mod k_quants;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
+pub mod q6_k;
+pub mod q8_0;
+pub mod q8_k;
+
+use bytemuck::Pod;
+use std::fmt;
+
+pub use k_quants::QK_K;
+
+/// Errors of the quantization routines: a type we cannot convert, or buffers whose sizes do not
+/// describe whole blocks of the type.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum QuantError {
+    #[error("{op} is not implemented for ggml type {ggml_type}")]
+    UnsupportedType {
+        ggml_type: GgmlType,
+        op: &'static str,
+    },
+    #[error("{op} {ggml_type}: {n} values is not a multiple of the block size {block_size}")]
+    PartialBlock {
+        ggml_type: GgmlType,
+        op: &'static str,
+        n: usize,
+        block_size: usize,
+    },
+    #[error("{op} {ggml_type}: {n} values need {expected} bytes, the buffer has {got}")]
+    SizeMismatch {
+        ggml_type: GgmlType,
+        op: &'static str,
+        n: usize,
+        expected: usize,
+        got: usize,
+    },
+}
+
+macro_rules! ggml_types {
+    ($($variant:ident = $id:literal, $name:literal, $block:expr, $size:literal;)*) => {
+        /// A ggml tensor type. Discriminants are the GGUF type ids.
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u32)]
+        pub enum GgmlType { $($variant = $id,)* }
+
+        impl GgmlType {
+            /// Every type a GGUF file may name, in id order.
+            pub const ALL: &'static [GgmlType] = &[$(GgmlType::$variant,)*];
+
+            /// The type with GGUF id `id`, or `None` for ids ggml does not define (or removed).
+            pub fn from_id(id: u32) -> Option<Self> {
+                match id { $($id => Some(GgmlType::$variant),)* _ => None }
+            }
+
+            /// The name ggml prints (`Q4_K`, `BF16`, ...).
+            pub fn name(self) -> &'static str {
+                match self { $(GgmlType::$variant => $name,)* }
+            }
+
+            /// Values per block.
+            pub fn block_size(self) -> usize {
+                match self { $(GgmlType::$variant => $block,)* }
+            }
+
+            /// Bytes per block.
+            pub fn type_size(self) -> usize {
+                match self { $(GgmlType::$variant => $size,)* }
+            }
+        }
+    };
+}
+
+// The byte sizes of the types minfer does not compute with are still needed to lay out the
+// tensor table of any GGUF file, as ggml's `type_traits` does.
+ggml_types! {
+    F32 = 0, "F32", 1, 4;
+    F16 = 1, "F16", 1, 2;
+    Q4_0 = 2, "Q4_0", 32, 18;
+    Q4_1 = 3, "Q4_1", 32, 20;
+    Q5_0 = 6, "Q5_0", 32, 22;
+    Q5_1 = 7, "Q5_1", 32, 24;
+    Q8_0 = 8, "Q8_0", 32, 34;
+    Q8_1 = 9, "Q8_1", 32, 36;
+    Q2_K = 10, "Q2_K", QK_K, 84;
+    Q3_K = 11, "Q3_K", QK_K, 110;
+    Q4_K = 12, "Q4_K", QK_K, 144;
+    Q5_K = 13, "Q5_K", QK_K, 176;
+    Q6_K = 14, "Q6_K", QK_K, 210;
+    Q8_K = 15, "Q8_K", QK_K, 292;
+    IQ2_XXS = 16, "IQ2_XXS", QK_K, 66;
+    IQ2_XS = 17, "IQ2_XS", QK_K, 74;
+    IQ3_XXS = 18, "IQ3_XXS", QK_K, 98;
+    IQ1_S = 19, "IQ1_S", QK_K, 50;
+    IQ4_NL = 20, "IQ4_NL", 32, 18;
+    IQ3_S = 21, "IQ3_S", QK_K, 110;
+    IQ2_S = 22, "IQ2_S", QK_K, 82;
+    IQ4_XS = 23, "IQ4_XS", QK_K, 136;
+    I8 = 24, "I8", 1, 1;
+    I16 = 25, "I16", 1, 2;
+    I32 = 26, "I32", 1, 4;
+    I64 = 27, "I64", 1, 8;
+    F64 = 28, "F64", 1, 8;
+    IQ1_M = 29, "IQ1_M", QK_K, 56;
+    BF16 = 30, "BF16", 1, 2;
+    TQ1_0 = 34, "TQ1_0", QK_K, 54;
+    TQ2_0 = 35, "TQ2_0", QK_K, 66;
+    MXFP4 = 39, "MXFP4", 32, 17;
+}
+
+impl GgmlType {
+    /// The types minfer can dequantize (and so load as weights).
+    pub const SUPPORTED: &'static [GgmlType] = &[
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_K,
+    ];
+
+    /// Whether [`dequantize_row`] and [`quantize_row`] handle this type.
+    pub fn is_supported(self) -> bool {
+        Self::SUPPORTED.contains(&self)
+    }
+
+    /// The type named `name` as ggml spells it, case-insensitively (`q4_k` is `Q4_K`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Bytes of a row of `n` values, or `None` if `n` is not a whole number of blocks or the
+    /// size overflows.
+    pub fn row_size(self, n: u64) -> Option<u64> {
+        let block = self.block_size() as u64;
+        if n % block != 0 {
+            return None;
+        }
+        (n / block).checked_mul(self.type_size() as u64)
+    }
+}
+
+impl fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn check_sizes(ty: GgmlType, op: &'static str, n: usize, bytes: usize) -> Result<(), QuantError> {
+    let block_size = ty.block_size();
+    if n % block_size != 0 {
+        return Err(QuantError::PartialBlock {
+            ggml_type: ty,
+            op,
+            n,
+            block_size,
+        });
+    }
+    let expected = n / block_size * ty.type_size();
+    if bytes != expected {
+        return Err(QuantError::SizeMismatch {
+            ggml_type: ty,
+            op,
+            n,
+            expected,
+            got: bytes,
+        });
+    }
+    Ok(())
+}
+
+/// View `bytes` as blocks; copies only when the bytes are not aligned for the block type
+/// (tensor data in a GGUF file always is; arbitrary slices may not be).
+fn with_blocks<B: Pod, R>(bytes: &[u8], f: impl FnOnce(&[B]) -> R) -> R {
+    match bytemuck::try_cast_slice::<u8, B>(bytes) {
+        Ok(blocks) => f(blocks),
+        Err(_) => {
+            let copied: Vec<B> = bytes
+                .chunks_exact(std::mem::size_of::<B>())
+                .map(bytemuck::pod_read_unaligned)
+                .collect();
+            f(&copied)
+        }
+    }
+}
+
+/// Quantize into a block vector, then copy out: the destination may be unaligned.
+fn into_blocks<B: Pod>(dst: &mut [u8], f: impl FnOnce(&mut [B])) {
+    match bytemuck::try_cast_slice_mut::<u8, B>(dst) {
+        Ok(blocks) => f(blocks),
+        Err(_) => {
+            let mut blocks = vec![B::zeroed(); dst.len() / std::mem::size_of::<B>()];
+            f(&mut blocks);
+            dst.copy_from_slice(bytemuck::cast_slice(&blocks));
+        }
+    }
+}
+
+/// Convert `src` (a whole number of blocks of `ty`) to f32 values in `dst`.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    const OP: &str = "dequantize";
+    check_sizes(ty, OP, dst.len(), src.len())?;
+    match ty {
+        GgmlType::F32 => {
+            for (out, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *out = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        GgmlType::F16 => {
+            for (out, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *out = fp16::f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+            }
+        }
+        GgmlType::BF16 => {
+            for (out, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *out = fp16::bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+            }
+        }
+        GgmlType::Q4_0 => with_blocks(src, |b| q4_0::dequantize_row(b, dst)),
+        GgmlType::Q4_1 => with_blocks(src, |b| q4_1::dequantize_row(b, dst)),
+        GgmlType::Q5_0 => with_blocks(src, |b| q5_0::dequantize_row(b, dst)),
+        GgmlType::Q5_1 => with_blocks(src, |b| q5_1::dequantize_row(b, dst)),
+        GgmlType::Q8_0 => with_blocks(src, |b| q8_0::dequantize_row(b, dst)),
+        GgmlType::Q4_K => with_blocks(src, |b| q4_k::dequantize_row(b, dst)),
+        GgmlType::Q5_K => with_blocks(src, |b| q5_k::dequantize_row(b, dst)),
+        GgmlType::Q6_K => with_blocks(src, |b| q6_k::dequantize_row(b, dst)),
+        GgmlType::Q8_K => with_blocks(src, |b| q8_k::dequantize_row(b, dst)),
+        _ => {
+            return Err(QuantError::UnsupportedType {
+                ggml_type: ty,
+                op: OP,
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Quantize the f32 values `src` (a whole number of blocks of `ty`) into `dst` with ggml's
+/// reference quantizer for the type.
+pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    const OP: &str = "quantize";
+    check_sizes(ty, OP, src.len(), dst.len())?;
+    match ty {
+        GgmlType::F32 => {
+            for (b, v) in dst.chunks_exact_mut(4).zip(src) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        GgmlType::F16 => {
+            for (b, &v) in dst.chunks_exact_mut(2).zip(src) {
+                b.copy_from_slice(&fp16::f32_to_f16(v).to_le_bytes());
+            }
+        }
+        GgmlType::BF16 => {
+            for (b, &v) in dst.chunks_exact_mut(2).zip(src) {
+                b.copy_from_slice(&fp16::f32_to_bf16(v).to_le_bytes());
+            }
+        }
+        GgmlType::Q4_0 => into_blocks(dst, |b| q4_0::quantize_row_ref(src, b)),
+        GgmlType::Q4_1 => into_blocks(dst, |b| q4_1::quantize_row_ref(src, b)),
+        GgmlType::Q5_0 => into_blocks(dst, |b| q5_0::quantize_row_ref(src, b)),
+        GgmlType::Q5_1 => into_blocks(dst, |b| q5_1::quantize_row_ref(src, b)),
+        GgmlType::Q8_0 => into_blocks(dst, |b| q8_0::quantize_row_ref(src, b)),
+        GgmlType::Q4_K => into_blocks(dst, |b| q4_k::quantize_row_ref(src, b)),
+        GgmlType::Q5_K => into_blocks(dst, |b| q5_k::quantize_row_ref(src, b)),
+        GgmlType::Q6_K => into_blocks(dst, |b| q6_k::quantize_row_ref(src, b)),
+        GgmlType::Q8_K => into_blocks(dst, |b| q8_k::quantize_row_ref(src, b)),
+        _ => {
+            return Err(QuantError::UnsupportedType {
+                ggml_type: ty,
+                op: OP,
+            })
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_ids_and_names_round_trip() {
+        for &t in GgmlType::ALL {
+            assert_eq!(GgmlType::from_id(t as u32), Some(t));
+            assert_eq!(GgmlType::from_name(t.name()), Some(t));
+        }
+        assert_eq!(GgmlType::from_id(4), None, "Q4_2 was removed from ggml");
+        assert_eq!(GgmlType::from_name("q4_k"), Some(GgmlType::Q4_K));
+    }
+
+    #[test]
+    fn block_sizes_match_the_repr_c_blocks() {
+        use std::mem::size_of;
+        assert_eq!(GgmlType::Q4_0.type_size(), size_of::<q4_0::BlockQ4_0>());
+        assert_eq!(GgmlType::Q4_1.type_size(), size_of::<q4_1::BlockQ4_1>());
+        assert_eq!(GgmlType::Q5_0.type_size(), size_of::<q5_0::BlockQ5_0>());
+        assert_eq!(GgmlType::Q5_1.type_size(), size_of::<q5_1::BlockQ5_1>());
+        assert_eq!(GgmlType::Q8_0.type_size(), size_of::<q8_0::BlockQ8_0>());
+        assert_eq!(GgmlType::Q4_K.type_size(), size_of::<q4_k::BlockQ4K>());
+        assert_eq!(GgmlType::Q5_K.type_size(), size_of::<q5_k::BlockQ5K>());
+        assert_eq!(GgmlType::Q6_K.type_size(), size_of::<q6_k::BlockQ6K>());
+        assert_eq!(GgmlType::Q8_K.type_size(), size_of::<q8_k::BlockQ8K>());
+    }
+
+    #[test]
+    fn a_partial_block_is_refused_with_the_sizes() {
+        let err = dequantize_row(GgmlType::Q4_0, &[0; 18], &mut [0.0; 31]).unwrap_err();
+        assert_eq!(
+            err,
+            QuantError::PartialBlock {
+                ggml_type: GgmlType::Q4_0,
+                op: "dequantize",
+                n: 31,
+                block_size: 32
+            }
+        );
+        let err = quantize_row(GgmlType::Q8_0, &[0.0; 32], &mut [0; 33]).unwrap_err();
+        assert!(
+            err.to_string().contains("need 34 bytes, the buffer has 33"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unsupported_type_names_itself() {
+        let err = dequantize_row(GgmlType::IQ2_XXS, &[0; 66], &mut [0.0; 256]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "dequantize is not implemented for ggml type IQ2_XXS"
+        );
+    }
+
+    #[test]
+    fn q8_k_quantizes_the_largest_magnitude_to_minus_127_and_sums_groups() {
+        // Analytic check: x = 0.5 * (j - 128); the largest magnitude is x[0] = -64, so
+        // iscale = -127 / -64 and q[j] = round(127 * (j - 128) / 128).
+        let x: Vec<f32> = (0..256).map(|j| 0.5 * (j as f32 - 128.0)).collect();
+        let mut block = [q8_k::BlockQ8K {
+            d: 0.0,
+            qs: [0; 256],
+            bsums: [0; 16],
+        }];
+        q8_k::quantize_row_ref(&x, &mut block);
+        let b = &block[0];
+        assert_eq!(b.d, 1.0 / (127.0 / 64.0));
+        for j in 0..256 {
+            let expected = (127.0f64 * (j as f64 - 128.0) / 128.0).round() as i8;
+            assert_eq!(b.qs[j], expected, "q[{j}]");
+        }
+        for g in 0..16 {
+            let sum: i16 = b.qs[16 * g..16 * g + 16].iter().map(|&q| q as i16).sum();
+            assert_eq!(b.bsums[g], sum);
+        }
+    }
+}

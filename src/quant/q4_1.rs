@@ -1,0 +1,65 @@
+//! Q4_1: 32 weights per block, F16 scale and minimum, 4-bit unsigned values (`block_q4_1`).
+//!
+//! ```text
+//! byte 0..2   d        f16 scale
+//! byte 2..4   m        f16 minimum; weight = d * q + m
+//! byte 4..20  qs[16]   low nibble of qs[j] = q[j], high nibble = q[j + 16]
+//! ```
+
+use super::fp16::{f16_to_f32, f32_to_f16};
+use bytemuck::{Pod, Zeroable};
+
+pub const QK4_1: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ4_1 {
+    pub d: u16,
+    pub m: u16,
+    pub qs: [u8; QK4_1 / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+
+/// `quantize_row_q4_1_ref`: min/max affine quantization to 16 levels.
+pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4_1]) {
+    for (xb, yb) in x.chunks_exact(QK4_1).zip(y.iter_mut()) {
+        let (min, max) = min_max(xb);
+        let d = (max - min) / 15.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        yb.d = f32_to_f16(d);
+        yb.m = f32_to_f16(min);
+        for j in 0..QK4_1 / 2 {
+            let x0 = (xb[j] - min) * id;
+            let x1 = (xb[QK4_1 / 2 + j] - min) * id;
+            let xi0 = ((x0 + 0.5) as i8).min(15) as u8;
+            let xi1 = ((x1 + 0.5) as i8).min(15) as u8;
+            yb.qs[j] = xi0 | (xi1 << 4);
+        }
+    }
+}
+
+pub fn dequantize_row(x: &[BlockQ4_1], y: &mut [f32]) {
+    for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK4_1)) {
+        let d = f16_to_f32(xb.d);
+        let m = f16_to_f32(xb.m);
+        for j in 0..QK4_1 / 2 {
+            yb[j] = (xb.qs[j] & 0x0f) as f32 * d + m;
+            yb[j + QK4_1 / 2] = (xb.qs[j] >> 4) as f32 * d + m;
+        }
+    }
+}
+
+/// Minimum and maximum as the reference quantizers scan them (starting from ±FLT_MAX).
+pub(crate) fn min_max(xs: &[f32]) -> (f32, f32) {
+    let mut min = f32::MAX;
+    let mut max = -f32::MAX;
+    for &v in xs {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}

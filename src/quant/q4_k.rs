@@ -1,0 +1,67 @@
+//! Q4_K: super-blocks of 256 weights in 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit
+//! min, themselves scaled by the F16 `d` and `dmin` (`block_q4_K`).
+//!
+//! ```text
+//! byte 0..2     d          f16 super-scale of the sub-block scales
+//! byte 2..4     dmin       f16 super-scale of the sub-block mins
+//! byte 4..16    scales[12] 8 × (6-bit scale, 6-bit min), see get_scale_min_k4
+//! byte 16..144  qs[128]    4 chunks of 64 weights: qs[32c + l] low nibble = weight 64c + l,
+//!                          high nibble = weight 64c + 32 + l
+//! weight = d * scale_j * q - dmin * min_j
+//! ```
+
+use super::fp16::f16_to_f32;
+use super::k_quants::{get_scale_min_k4, quantize_scale_min_superblock, Qkx2Search, QK_K};
+use bytemuck::{Pod, Zeroable};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ4K {
+    pub d: u16,
+    pub dmin: u16,
+    pub scales: [u8; 12],
+    pub qs: [u8; QK_K / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
+
+/// `quantize_row_q4_K_ref`.
+pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4K]) {
+    let search = Qkx2Search {
+        rmin: -1.0,
+        rdelta: 0.1,
+        nstep: 20,
+    };
+    for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
+        let (d, dmin, scales, levels) = quantize_scale_min_superblock(xb, 15, &search);
+        yb.d = d;
+        yb.dmin = dmin;
+        yb.scales = scales;
+        for (chunk, q) in levels.chunks_exact(64).zip(yb.qs.chunks_exact_mut(32)) {
+            for l in 0..32 {
+                q[l] = chunk[l] | (chunk[l + 32] << 4);
+            }
+        }
+    }
+}
+
+pub fn dequantize_row(x: &[BlockQ4K], y: &mut [f32]) {
+    for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
+        let d = f16_to_f32(xb.d);
+        let min = f16_to_f32(xb.dmin);
+        for (c, (q, out)) in xb
+            .qs
+            .chunks_exact(32)
+            .zip(yb.chunks_exact_mut(64))
+            .enumerate()
+        {
+            let (sc1, m1) = get_scale_min_k4(2 * c, &xb.scales);
+            let (sc2, m2) = get_scale_min_k4(2 * c + 1, &xb.scales);
+            let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
+            let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+            for l in 0..32 {
+                out[l] = d1 * (q[l] & 0x0f) as f32 - m1;
+                out[l + 32] = d2 * (q[l] >> 4) as f32 - m2;
+            }
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Q5_0: 32 weights per block, one F16 scale, 5-bit values offset by 16 (`block_q5_0`).
+//!
+//! ```text
+//! byte 0..2   d        f16 scale; weight = d * (q - 16)
+//! byte 2..6   qh       bit j of the little-endian u32 = bit 4 of q[j]
+//! byte 6..22  qs[16]   low nibble of qs[j] = q[j] & 15, high nibble = q[j + 16] & 15
+//! ```
+
+use super::fp16::{f16_to_f32, f32_to_f16};
+use super::q4_0::signed_absmax;
+use bytemuck::{Pod, Zeroable};
+
+pub const QK5_0: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ5_0 {
+    pub d: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK5_0 / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
+
+/// `quantize_row_q5_0_ref`: the scale maps the value of largest magnitude to -16.
+pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5_0]) {
+    for (xb, yb) in x.chunks_exact(QK5_0).zip(y.iter_mut()) {
+        let (_, max) = signed_absmax(xb);
+        let d = max / -16.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        yb.d = f32_to_f16(d);
+        let mut qh = 0u32;
+        for j in 0..QK5_0 / 2 {
+            let x0 = xb[j] * id;
+            let x1 = xb[QK5_0 / 2 + j] * id;
+            let xi0 = ((x0 + 16.5) as i8).min(31) as u8;
+            let xi1 = ((x1 + 16.5) as i8).min(31) as u8;
+            yb.qs[j] = (xi0 & 0x0f) | ((xi1 & 0x0f) << 4);
+            qh |= (((xi0 & 0x10) >> 4) as u32) << j;
+            qh |= (((xi1 & 0x10) >> 4) as u32) << (j + QK5_0 / 2);
+        }
+        yb.qh = qh.to_le_bytes();
+    }
+}
+
+pub fn dequantize_row(x: &[BlockQ5_0], y: &mut [f32]) {
+    for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK5_0)) {
+        let d = f16_to_f32(xb.d);
+        let qh = u32::from_le_bytes(xb.qh);
+        for j in 0..QK5_0 / 2 {
+            let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+            let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+            let x0 = ((xb.qs[j] & 0x0f) | xh_0) as i32 - 16;
+            let x1 = ((xb.qs[j] >> 4) | xh_1) as i32 - 16;
+            yb[j] = x0 as f32 * d;
+            yb[j + QK5_0 / 2] = x1 as f32 * d;
+        }
+    }
+}

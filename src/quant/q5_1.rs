@@ -1,0 +1,63 @@
+//! Q5_1: 32 weights per block, F16 scale and minimum, 5-bit unsigned values (`block_q5_1`).
+//!
+//! ```text
+//! byte 0..2   d        f16 scale
+//! byte 2..4   m        f16 minimum; weight = d * q + m
+//! byte 4..8   qh       bit j of the little-endian u32 = bit 4 of q[j]
+//! byte 8..24  qs[16]   low nibble of qs[j] = q[j] & 15, high nibble = q[j + 16] & 15
+//! ```
+
+use super::fp16::{f16_to_f32, f32_to_f16};
+use super::q4_1::min_max;
+use bytemuck::{Pod, Zeroable};
+
+pub const QK5_1: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ5_1 {
+    pub d: u16,
+    pub m: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK5_1 / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == 24);
+
+/// `quantize_row_q5_1_ref`: min/max affine quantization to 32 levels. Unlike Q4_1 the
+/// reference does not clamp: it converts straight to `uint8_t`.
+pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5_1]) {
+    for (xb, yb) in x.chunks_exact(QK5_1).zip(y.iter_mut()) {
+        let (min, max) = min_max(xb);
+        let d = (max - min) / 31.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        yb.d = f32_to_f16(d);
+        yb.m = f32_to_f16(min);
+        let mut qh = 0u32;
+        for j in 0..QK5_1 / 2 {
+            let x0 = (xb[j] - min) * id;
+            let x1 = (xb[QK5_1 / 2 + j] - min) * id;
+            let xi0 = (x0 + 0.5) as u8;
+            let xi1 = (x1 + 0.5) as u8;
+            yb.qs[j] = (xi0 & 0x0f) | ((xi1 & 0x0f) << 4);
+            qh |= (((xi0 & 0x10) >> 4) as u32) << j;
+            qh |= (((xi1 & 0x10) >> 4) as u32) << (j + QK5_1 / 2);
+        }
+        yb.qh = qh.to_le_bytes();
+    }
+}
+
+pub fn dequantize_row(x: &[BlockQ5_1], y: &mut [f32]) {
+    for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK5_1)) {
+        let d = f16_to_f32(xb.d);
+        let m = f16_to_f32(xb.m);
+        let qh = u32::from_le_bytes(xb.qh);
+        for j in 0..QK5_1 / 2 {
+            let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+            let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+            let x0 = (xb.qs[j] & 0x0f) | xh_0;
+            let x1 = (xb.qs[j] >> 4) | xh_1;
+            yb[j] = x0 as f32 * d + m;
+            yb[j + QK5_1 / 2] = x1 as f32 * d + m;
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Q5_K: like Q4_K with a fifth bit per weight (`block_q5_K`).
+//!
+//! ```text
+//! byte 0..2     d          f16 super-scale of the sub-block scales
+//! byte 2..4     dmin       f16 super-scale of the sub-block mins
+//! byte 4..16    scales[12] 8 × (6-bit scale, 6-bit min), see get_scale_min_k4
+//! byte 16..48   qh[32]     bit 2c of qh[l] = bit 4 of weight 64c + l,
+//!                          bit 2c+1 = bit 4 of weight 64c + 32 + l
+//! byte 48..176  qs[128]    low 4 bits, laid out as in Q4_K
+//! weight = d * scale_j * q - dmin * min_j
+//! ```
+
+use super::fp16::f16_to_f32;
+use super::k_quants::{get_scale_min_k4, quantize_scale_min_superblock, Qkx2Search, QK_K};
+use bytemuck::{Pod, Zeroable};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ5K {
+    pub d: u16,
+    pub dmin: u16,
+    pub scales: [u8; 12],
+    pub qh: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
+
+/// `quantize_row_q5_K_ref`.
+pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5K]) {
+    let search = Qkx2Search {
+        rmin: -0.5,
+        rdelta: 0.1,
+        nstep: 15,
+    };
+    for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
+        let (d, dmin, scales, levels) = quantize_scale_min_superblock(xb, 31, &search);
+        yb.d = d;
+        yb.dmin = dmin;
+        yb.scales = scales;
+        yb.qh = [0; QK_K / 8];
+        let (mut m1, mut m2) = (1u8, 2u8);
+        for (chunk, ql) in levels.chunks_exact(64).zip(yb.qs.chunks_exact_mut(32)) {
+            for j in 0..32 {
+                let mut l1 = chunk[j];
+                if l1 > 15 {
+                    l1 -= 16;
+                    yb.qh[j] |= m1;
+                }
+                let mut l2 = chunk[j + 32];
+                if l2 > 15 {
+                    l2 -= 16;
+                    yb.qh[j] |= m2;
+                }
+                ql[j] = l1 | (l2 << 4);
+            }
+            m1 <<= 2;
+            m2 <<= 2;
+        }
+    }
+}
+
+pub fn dequantize_row(x: &[BlockQ5K], y: &mut [f32]) {
+    for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
+        let d = f16_to_f32(xb.d);
+        let min = f16_to_f32(xb.dmin);
+        let (mut u1, mut u2) = (1u8, 2u8);
+        for (c, (ql, out)) in xb
+            .qs
+            .chunks_exact(32)
+            .zip(yb.chunks_exact_mut(64))
+            .enumerate()
+        {
+            let (sc1, m1) = get_scale_min_k4(2 * c, &xb.scales);
+            let (sc2, m2) = get_scale_min_k4(2 * c + 1, &xb.scales);
+            let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
+            let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+            for l in 0..32 {
+                let h1 = if xb.qh[l] & u1 != 0 { 16 } else { 0 };
+                let h2 = if xb.qh[l] & u2 != 0 { 16 } else { 0 };
+                out[l] = d1 * ((ql[l] & 0x0f) + h1) as f32 - m1;
+                out[l + 32] = d2 * ((ql[l] >> 4) + h2) as f32 - m2;
+            }
+            u1 <<= 2;
+            u2 <<= 2;
+        }
+    }
+}

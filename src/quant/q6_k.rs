@@ -1,0 +1,111 @@
+//! Q6_K: super-blocks of 256 weights in 16 sub-blocks of 16, each with a signed 8-bit scale,
+//! 6-bit values offset by 32 (`block_q6_K`).
+//!
+//! ```text
+//! byte 0..128    ql[128]    low 4 bits: per 128-weight half h, ql[64h + l] holds weights
+//!                           l (low nibble) and 64 + l (high); ql[64h + 32 + l] weights 32 + l, 96 + l
+//! byte 128..192  qh[64]     high 2 bits: qh[32h + l] bits 0-1, 2-3, 4-5, 6-7 for weights
+//!                           l, 32 + l, 64 + l, 96 + l of half h
+//! byte 192..208  scales[16] int8 sub-block scales
+//! byte 208..210  d          f16 super-scale; weight = d * scale_j * (q - 32)
+//! ```
+
+use super::fp16::{f16_to_f32, f32_to_f16};
+use super::k_quants::{make_qx_quants, nearest_int, QK_K};
+use bytemuck::{Pod, Zeroable};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ6K {
+    pub ql: [u8; QK_K / 2],
+    pub qh: [u8; QK_K / 4],
+    pub scales: [i8; QK_K / 16],
+    pub d: u16,
+}
+const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
+
+/// `quantize_row_q6_K_ref`.
+pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ6K]) {
+    const GROUP_MAX_EPS: f32 = 1e-15;
+    for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
+        let mut levels = [0i8; QK_K];
+        let mut scales = [0f32; QK_K / 16];
+        let mut max_scale = 0.0f32;
+        let mut max_abs_scale = 0.0f32;
+        for ib in 0..QK_K / 16 {
+            let scale = make_qx_quants(
+                32,
+                &xb[16 * ib..16 * ib + 16],
+                &mut levels[16 * ib..16 * ib + 16],
+            );
+            scales[ib] = scale;
+            if scale.abs() > max_abs_scale {
+                max_abs_scale = scale.abs();
+                max_scale = scale;
+            }
+        }
+        if max_abs_scale < GROUP_MAX_EPS {
+            *yb = BlockQ6K::zeroed();
+            continue;
+        }
+
+        let iscale = -128.0 / max_scale;
+        yb.d = f32_to_f16(1.0 / iscale);
+        for (s, &scale) in yb.scales.iter_mut().zip(&scales) {
+            *s = nearest_int(iscale * scale).min(127) as i8;
+        }
+        for j in 0..QK_K / 16 {
+            let d = f16_to_f32(yb.d) * yb.scales[j] as f32;
+            if d == 0.0 {
+                continue;
+            }
+            for ii in 0..16 {
+                let l = nearest_int(xb[16 * j + ii] / d).clamp(-32, 31);
+                levels[16 * j + ii] = (l + 32) as i8;
+            }
+        }
+
+        for h in 0..QK_K / 128 {
+            let lv = &levels[128 * h..128 * h + 128];
+            let ql = &mut yb.ql[64 * h..64 * h + 64];
+            for l in 0..32 {
+                let q1 = lv[l] as u8 & 0x0f;
+                let q2 = lv[l + 32] as u8 & 0x0f;
+                let q3 = lv[l + 64] as u8 & 0x0f;
+                let q4 = lv[l + 96] as u8 & 0x0f;
+                ql[l] = q1 | (q3 << 4);
+                ql[l + 32] = q2 | (q4 << 4);
+            }
+            let qh = &mut yb.qh[32 * h..32 * h + 32];
+            for l in 0..32 {
+                qh[l] = (lv[l] as u8 >> 4)
+                    | ((lv[l + 32] as u8 >> 4) << 2)
+                    | ((lv[l + 64] as u8 >> 4) << 4)
+                    | ((lv[l + 96] as u8 >> 4) << 6);
+            }
+        }
+    }
+}
+
+pub fn dequantize_row(x: &[BlockQ6K], y: &mut [f32]) {
+    for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
+        let d = f16_to_f32(xb.d);
+        for h in 0..QK_K / 128 {
+            let ql = &xb.ql[64 * h..];
+            let qh = &xb.qh[32 * h..];
+            let sc = &xb.scales[8 * h..];
+            let out = &mut yb[128 * h..128 * h + 128];
+            for l in 0..32 {
+                let is = l / 16;
+                let q1 = ((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) as i8 - 32;
+                let q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                out[l] = d * sc[is] as f32 * q1 as f32;
+                out[l + 32] = d * sc[is + 2] as f32 * q2 as f32;
+                out[l + 64] = d * sc[is + 4] as f32 * q3 as f32;
+                out[l + 96] = d * sc[is + 6] as f32 * q4 as f32;
+            }
+        }
+    }
+}

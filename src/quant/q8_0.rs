@@ -1,0 +1,42 @@
+//! Q8_0: 32 weights per block, one F16 scale, signed 8-bit values (`block_q8_0`). Also the
+//! activation type the 32-block weight dot products consume.
+//!
+//! ```text
+//! byte 0..2   d        f16 scale; weight = d * q
+//! byte 2..34  qs[32]   int8 values
+//! ```
+
+use super::fp16::{f16_to_f32, f32_to_f16};
+use bytemuck::{Pod, Zeroable};
+
+pub const QK8_0: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ8_0 {
+    pub d: u16,
+    pub qs: [i8; QK8_0],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+
+/// `quantize_row_q8_0_ref`: symmetric quantization to ±127, rounding half away from zero.
+pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ8_0]) {
+    for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
+        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        yb.d = f32_to_f16(d);
+        for (q, &v) in yb.qs.iter_mut().zip(xb) {
+            *q = (v * id).round() as i8;
+        }
+    }
+}
+
+pub fn dequantize_row(x: &[BlockQ8_0], y: &mut [f32]) {
+    for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK8_0)) {
+        let d = f16_to_f32(xb.d);
+        for (out, &q) in yb.iter_mut().zip(&xb.qs) {
+            *out = q as f32 * d;
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Our reference quantizers against llama-quantize's own output: quantizing the F32 tiny
+//! models' tensors must reproduce the bytes of the files llama.cpp quantized from them
+//! (`--pure`, no importance matrix, so llama.cpp used its `quantize_row_*_ref` functions).
+
+mod common;
+
+use minfer::gguf::GgufFile;
+use minfer::quant::{dequantize_row, quantize_row, GgmlType};
+
+fn assert_quantizer_reproduces_llama_quantize(arch: &str, ty: &str) {
+    let original = GgufFile::open(common::tiny_model(arch, "F32")).unwrap();
+    let quantized = GgufFile::open(common::tiny_model(arch, ty)).unwrap();
+    let ggml_type = GgmlType::from_name(ty).unwrap();
+    let mut checked = 0;
+    for q in quantized.tensors() {
+        if q.ggml_type == GgmlType::F32 {
+            continue;
+        }
+        assert_eq!(
+            q.ggml_type, ggml_type,
+            "{}: --pure leaves every 2-D tensor in {ty}",
+            q.name
+        );
+        let f = original.tensor(&q.name).unwrap();
+        assert_eq!(f.shape, q.shape, "{}", q.name);
+        let mut values = vec![0f32; f.n_elements() as usize];
+        dequantize_row(GgmlType::F32, original.tensor_data(f), &mut values).unwrap();
+
+        let expected = quantized.tensor_data(q);
+        let mut ours = vec![0u8; expected.len()];
+        quantize_row(ggml_type, &values, &mut ours).unwrap();
+
+        let block = ggml_type.type_size();
+        let bad: Vec<usize> = (0..expected.len() / block)
+            .filter(|&b| ours[b * block..(b + 1) * block] != expected[b * block..(b + 1) * block])
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{arch} {ty} {}: {} of {} blocks differ from llama-quantize, first at block {}",
+            q.name,
+            bad.len(),
+            expected.len() / block,
+            bad[0]
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 8,
+        "{arch} {ty}: only {checked} quantized tensors checked"
+    );
+}
+
+macro_rules! llama_quantize_tests {
+    ($($name:ident: $arch:literal, $ty:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                assert_quantizer_reproduces_llama_quantize($arch, $ty);
+            }
+        )*
+    };
+}
+
+llama_quantize_tests! {
+    qwen2_f16_tensors_match_llama_quantize_byte_for_byte: "qwen2", "F16";
+    qwen2_bf16_tensors_match_llama_quantize_byte_for_byte: "qwen2", "BF16";
+    qwen2_q4_0_tensors_match_llama_quantize_byte_for_byte: "qwen2", "Q4_0";
+    qwen2_q4_1_tensors_match_llama_quantize_byte_for_byte: "qwen2", "Q4_1";
+    qwen2_q5_0_tensors_match_llama_quantize_byte_for_byte: "qwen2", "Q5_0";
+    qwen2_q5_1_tensors_match_llama_quantize_byte_for_byte: "qwen2", "Q5_1";
+    qwen2_q8_0_tensors_match_llama_quantize_byte_for_byte: "qwen2", "Q8_0";
+    qwen2_q4_k_tensors_match_llama_quantize_byte_for_byte: "qwen2", "Q4_K";
+    qwen2_q5_k_tensors_match_llama_quantize_byte_for_byte: "qwen2", "Q5_K";
+    qwen2_q6_k_tensors_match_llama_quantize_byte_for_byte: "qwen2", "Q6_K";
+    qwen3_f16_tensors_match_llama_quantize_byte_for_byte: "qwen3", "F16";
+    qwen3_bf16_tensors_match_llama_quantize_byte_for_byte: "qwen3", "BF16";
+    qwen3_q4_0_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q4_0";
+    qwen3_q4_1_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q4_1";
+    qwen3_q5_0_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q5_0";
+    qwen3_q5_1_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q5_1";
+    qwen3_q8_0_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q8_0";
+    qwen3_q4_k_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q4_K";
+    qwen3_q5_k_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q5_K";
+    qwen3_q6_k_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q6_K";
+}
