@@ -38,3 +38,80 @@ pub fn read_f32(path: &std::path::Path) -> Vec<f32> {
         .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
         .collect()
 }
+
+/// The Python interpreter of the project's virtualenv (made by `scripts/python-env.sh`), or
+/// `$MINFER_PYTHON`.
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("MINFER_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing; run scripts/python-env.sh (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+fn array_json(a: &minfer::gguf::Array) -> serde_json::Value {
+    use minfer::gguf::Array;
+    use serde_json::json;
+    let items: Vec<serde_json::Value> = match a {
+        Array::U8(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::I8(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::U16(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::I16(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::U32(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::I32(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::U64(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::I64(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::F32(v) => v.iter().map(|x| json!(*x as f64)).collect(),
+        Array::F64(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::Bool(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::String(v) => v.iter().map(|x| json!(x)).collect(),
+        Array::Array(v) => v.iter().map(array_json).collect(),
+    };
+    json!({"type": a.element_type().name(), "items": items})
+}
+
+fn value_json(v: &minfer::gguf::Value) -> serde_json::Value {
+    use minfer::gguf::Value;
+    use serde_json::json;
+    match v {
+        Value::U8(x) => json!(x),
+        Value::I8(x) => json!(x),
+        Value::U16(x) => json!(x),
+        Value::I16(x) => json!(x),
+        Value::U32(x) => json!(x),
+        Value::I32(x) => json!(x),
+        Value::U64(x) => json!(x),
+        Value::I64(x) => json!(x),
+        Value::F32(x) => json!(*x as f64),
+        Value::F64(x) => json!(x),
+        Value::Bool(x) => json!(x),
+        Value::String(x) => json!(x),
+        Value::Array(a) => array_json(a),
+    }
+}
+
+/// What our reader sees in a file, in the shape `scripts/gguf_dump.py` prints with gguf-py.
+pub fn dump_json(file: &minfer::gguf::GgufFile) -> serde_json::Value {
+    use serde_json::json;
+    use sha2::{Digest, Sha256};
+    let metadata: Vec<_> = file
+        .metadata()
+        .iter()
+        .map(|(k, v)| json!({"key": k, "type": v.value_type().name(), "value": value_json(v)}))
+        .collect();
+    let tensors: Vec<_> = file
+        .tensors()
+        .iter()
+        .map(|t| {
+            let digest = Sha256::digest(file.tensor_data(t));
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            json!({"name": t.name, "type": t.ggml_type.name(), "shape": t.shape, "offset": t.offset, "sha256": hex})
+        })
+        .collect();
+    json!({"version": file.version(), "metadata": metadata, "tensors": tensors})
+}
