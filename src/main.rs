@@ -7,11 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "minfer",
-    version,
-    about = "A pure-Rust LLM inference engine for GGUF models"
-)]
+#[command(name = "minfer", version, about = "A pure-Rust LLM inference engine for GGUF models")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,8 +30,7 @@ enum Command {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Info { model, tensors } => {
-            let file = GgufFile::open(&model)
-                .with_context(|| format!("cannot read model {}", model.display()))?;
+            let file = GgufFile::open(&model).with_context(|| format!("cannot read model {}", model.display()))?;
             print!("{}", minfer::cli::info::render(&file, tensors));
         }
     }

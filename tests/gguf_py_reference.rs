@@ -15,11 +15,7 @@ fn quant_fixture(name: &str) -> PathBuf {
 fn assert_bits_equal(ours: &[f32], reference: &[f32], what: &str) {
     assert_eq!(ours.len(), reference.len(), "{what}: length");
     for (i, (a, b)) in ours.iter().zip(reference).enumerate() {
-        assert_eq!(
-            a.to_bits(),
-            b.to_bits(),
-            "{what}: value {i}: ours {a:e}, gguf-py {b:e}"
-        );
+        assert_eq!(a.to_bits(), b.to_bits(), "{what}: value {i}: ours {a:e}, gguf-py {b:e}");
     }
 }
 
@@ -32,8 +28,8 @@ fn assert_matches_gguf_py(ty: &str, stem: &str) {
     let mut ours = vec![0u8; expected.len()];
     quantize_row(ggml_type, &input, &mut ours).unwrap();
     let block = ggml_type.type_size();
-    if let Some(b) = (0..expected.len() / block)
-        .find(|&b| ours[b * block..(b + 1) * block] != expected[b * block..(b + 1) * block])
+    if let Some(b) =
+        (0..expected.len() / block).find(|&b| ours[b * block..(b + 1) * block] != expected[b * block..(b + 1) * block])
     {
         panic!(
             "{stem}: block {b} differs: ours {:?}, gguf-py {:?}",
@@ -121,8 +117,7 @@ fn a_file_written_by_gguf_py_reads_back_identically() {
     let dir = common::fixtures().join("gguf");
     let file = GgufFile::open(dir.join("pywritten.gguf")).unwrap();
     let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("pywritten.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("pywritten.json")).unwrap()).unwrap();
     assert_eq!(file.alignment(), 64);
     assert_eq!(common::dump_json(&file), expected);
 }
@@ -151,10 +146,7 @@ fn every_feature_writer() -> GgufWriter {
         .set("t.arr_u16", Value::Array(Array::U16(vec![1, 65535])))
         .set("t.arr_u32", Value::Array(Array::U32(vec![])))
         .set("t.arr_i64", Value::Array(Array::I64(vec![-1, i64::MAX])))
-        .set(
-            "t.arr_f32",
-            Value::Array(Array::F32(vec![1.5, -0.0, 3.25e-5])),
-        )
+        .set("t.arr_f32", Value::Array(Array::F32(vec![1.5, -0.0, 3.25e-5])))
         .set("t.arr_bool", Value::Array(Array::Bool(vec![false, true])))
         .set(
             "t.arr_str",
@@ -175,9 +167,7 @@ fn every_feature_writer() -> GgufWriter {
                 Array::String(vec!["y".into(), "z".into()]),
             ])),
         );
-    let values: Vec<f32> = (0..512)
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.031)
-        .collect();
+    let values: Vec<f32> = (0..512).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.031).collect();
     for (name, ty, shape) in [
         ("a.f32", GgmlType::F32, vec![5u64]),
         ("b.f16", GgmlType::F16, vec![16, 2]),

@@ -44,10 +44,7 @@ fn assert_quantizer_reproduces_llama_quantize(arch: &str, ty: &str) {
         );
         checked += 1;
     }
-    assert!(
-        checked >= 8,
-        "{arch} {ty}: only {checked} quantized tensors checked"
-    );
+    assert!(checked >= 8, "{arch} {ty}: only {checked} quantized tensors checked");
 }
 
 macro_rules! llama_quantize_tests {

@@ -59,9 +59,7 @@ fn show_value(v: &Value) -> String {
 }
 
 fn meta_or_dash(m: &Metadata, key: &str) -> String {
-    m.get(key)
-        .map(show_value)
-        .unwrap_or_else(|| "-".to_string())
+    m.get(key).map(show_value).unwrap_or_else(|| "-".to_string())
 }
 
 fn human_bytes(n: u64) -> String {
@@ -211,29 +209,13 @@ pub fn render(file: &GgufFile, tensors: bool) -> String {
 
     let counts = tensor_type_counts(file);
     let summary: Vec<String> = counts.iter().map(|(t, n, _)| format!("{t} {n}")).collect();
-    let _ = writeln!(
-        w,
-        "\ntensors: {} ({})",
-        file.tensors().len(),
-        summary.join(", ")
-    );
+    let _ = writeln!(w, "\ntensors: {} ({})", file.tensors().len(), summary.join(", "));
     for (t, n, bytes) in &counts {
-        let _ = writeln!(
-            w,
-            "  {:<8} {n:>5} tensors {:>12}",
-            t.name(),
-            human_bytes(*bytes)
-        );
+        let _ = writeln!(w, "  {:<8} {n:>5} tensors {:>12}", t.name(), human_bytes(*bytes));
     }
 
     if tensors {
-        let name_width = file
-            .tensors()
-            .iter()
-            .map(|t| t.name.len())
-            .max()
-            .unwrap_or(4)
-            .max(4);
+        let name_width = file.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
         let _ = writeln!(
             w,
             "\n{:>5}  {:<name_width$}  {:<6}  {:<24}  {:>12}  {:>12}",
@@ -242,11 +224,7 @@ pub fn render(file: &GgufFile, tensors: bool) -> String {
         for (i, t) in file.tensors().iter().enumerate() {
             let shape = format!(
                 "[{}]",
-                t.shape
-                    .iter()
-                    .map(|d| d.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
             );
             let offset = if n_parts > 1 {
                 format!("{}:{}", t.part + 1, t.offset)

@@ -8,10 +8,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
     #[error("cannot open {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("not a GGUF file: magic {found:02x?} at offset 0, expected \"GGUF\"")]
     BadMagic { found: [u8; 4] },
     #[error("unsupported GGUF version {version} (minfer reads versions 2 and 3)")]
@@ -33,19 +30,9 @@ pub enum GgufError {
     #[error("invalid UTF-8 in {what} at offset {offset}")]
     InvalidUtf8 { what: String, offset: u64 },
     #[error("unknown metadata value type {type_id} for key '{key}' at offset {offset}")]
-    UnknownValueType {
-        key: String,
-        type_id: u32,
-        offset: u64,
-    },
-    #[error(
-        "metadata key '{key}': arrays nested deeper than {max_depth} levels at offset {offset}"
-    )]
-    NestingTooDeep {
-        key: String,
-        max_depth: usize,
-        offset: u64,
-    },
+    UnknownValueType { key: String, type_id: u32, offset: u64 },
+    #[error("metadata key '{key}': arrays nested deeper than {max_depth} levels at offset {offset}")]
+    NestingTooDeep { key: String, max_depth: usize, offset: u64 },
     #[error("duplicate metadata key '{key}' at offset {offset}")]
     DuplicateKey { key: String, offset: u64 },
     #[error("metadata key '{key}' is missing")]
@@ -72,11 +59,7 @@ pub enum GgufError {
         max: usize,
     },
     #[error("tensor '{name}' at offset {offset}: unknown ggml type id {type_id}")]
-    UnknownTensorType {
-        name: String,
-        offset: u64,
-        type_id: u32,
-    },
+    UnknownTensorType { name: String, offset: u64, type_id: u32 },
     #[error("tensor '{name}': shape {shape:?} overflows the element count")]
     ElementCountOverflow { name: String, shape: Vec<u64> },
     #[error("tensor '{name}': row length {ne0} is not a multiple of the {ggml_type} block size {block_size}")]
@@ -86,9 +69,7 @@ pub enum GgufError {
         ggml_type: GgmlType,
         block_size: usize,
     },
-    #[error(
-        "tensor '{name}': data offset {data_offset} is not a multiple of the alignment {alignment}"
-    )]
+    #[error("tensor '{name}': data offset {data_offset} is not a multiple of the alignment {alignment}")]
     MisalignedTensor {
         name: String,
         data_offset: u64,
@@ -102,11 +83,7 @@ pub enum GgufError {
         data_len: u64,
     },
     #[error("tensor '{name}': {got} bytes of data given, its shape and type need {expected}")]
-    DataSizeMismatch {
-        name: String,
-        expected: u64,
-        got: u64,
-    },
+    DataSizeMismatch { name: String, expected: u64, got: u64 },
     #[error("duplicate tensor name '{name}'{location}")]
     DuplicateTensor { name: String, location: String },
     #[error("tensor '{name}' not found")]
@@ -114,10 +91,7 @@ pub enum GgufError {
     #[error("split model {path}: {reason}")]
     Split { path: PathBuf, reason: String },
     #[error("{path}: {source}")]
-    InFile {
-        path: PathBuf,
-        source: Box<GgufError>,
-    },
+    InFile { path: PathBuf, source: Box<GgufError> },
 }
 
 impl GgufError {

@@ -3,9 +3,7 @@
 
 use super::error::{GgufError, Result};
 use super::reader::{parse_header, Header, TensorInfo};
-use super::split::{
-    parse_split_path, split_path, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT,
-};
+use super::split::{parse_split_path, split_path, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
 use super::value::Metadata;
 use memmap2::Mmap;
 use std::collections::HashMap;
@@ -65,9 +63,7 @@ fn open_part(path: &Path) -> Result<(Part, Header)> {
 fn split_count(metadata: &Metadata, path: &Path) -> Result<u32> {
     match metadata.get(KEY_SPLIT_COUNT) {
         None => Ok(1),
-        Some(_) => Ok(metadata
-            .get_u16(KEY_SPLIT_COUNT)
-            .map_err(|e| e.in_file(path))? as u32),
+        Some(_) => Ok(metadata.get_u16(KEY_SPLIT_COUNT).map_err(|e| e.in_file(path))? as u32),
     }
 }
 
@@ -137,12 +133,7 @@ impl GgufFile {
                 if let Some(first) = seen.insert(t.name.as_str(), t.part) {
                     return Err(GgufError::DuplicateTensor {
                         name: t.name.clone(),
-                        location: format!(
-                            " in parts {} and {} of {}",
-                            first + 1,
-                            t.part + 1,
-                            path.display()
-                        ),
+                        location: format!(" in parts {} and {} of {}", first + 1, t.part + 1, path.display()),
                     });
                 }
             }
@@ -206,9 +197,7 @@ impl GgufFile {
         self.by_name
             .get(name)
             .map(|&i| &self.tensors[i])
-            .ok_or_else(|| GgufError::MissingTensor {
-                name: name.to_string(),
-            })
+            .ok_or_else(|| GgufError::MissingTensor { name: name.to_string() })
     }
 
     /// The bytes of a tensor, borrowed from the memory map. The bounds were checked at open.

@@ -91,10 +91,7 @@ impl<'a> Cursor<'a> {
         let offset = self.pos as u64;
         let len = self.u64(&|| format!("length of {}", what()))?;
         let bytes = self.take(len, what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::InvalidUtf8 {
-            what: what(),
-            offset,
-        })
+        String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::InvalidUtf8 { what: what(), offset })
     }
 
     /// Read an element count and check that `count` elements of at least `min_size` bytes each
@@ -102,10 +99,7 @@ impl<'a> Cursor<'a> {
     fn count(&mut self, min_size: u64, what: &dyn Fn() -> String) -> Result<u64> {
         let offset = self.pos as u64;
         let count = self.u64(what)?;
-        if count
-            .checked_mul(min_size)
-            .is_none_or(|n| n > self.remaining())
-        {
+        if count.checked_mul(min_size).is_none_or(|n| n > self.remaining()) {
             return Err(GgufError::CountTooLarge {
                 what: what(),
                 offset,
@@ -253,14 +247,12 @@ pub(crate) fn tensor_size(name: &str, ggml_type: GgmlType, shape: &[u64]) -> Res
         return Err(overflow());
     }
     let ne0 = shape.first().copied().unwrap_or(1);
-    let row = ggml_type
-        .row_size(ne0)
-        .ok_or_else(|| GgufError::PartialBlock {
-            name: name.to_string(),
-            ne0,
-            ggml_type,
-            block_size: ggml_type.block_size(),
-        })?;
+    let row = ggml_type.row_size(ne0).ok_or_else(|| GgufError::PartialBlock {
+        name: name.to_string(),
+        ne0,
+        ggml_type,
+        block_size: ggml_type.block_size(),
+    })?;
     let rows: u64 = shape.iter().skip(1).product();
     row.checked_mul(rows).ok_or_else(overflow)
 }

@@ -25,10 +25,7 @@ pub fn parse_split_path(path: &str) -> Option<(&str, u32, u32)> {
     let (prefix, tail) = stem.split_at(stem.len() - 15);
     let tail = tail.strip_prefix('-')?;
     let (no, count) = tail.split_once("-of-")?;
-    if no.len() != 5
-        || count.len() != 5
-        || !no.bytes().chain(count.bytes()).all(|b| b.is_ascii_digit())
-    {
+    if no.len() != 5 || count.len() != 5 || !no.bytes().chain(count.bytes()).all(|b| b.is_ascii_digit()) {
         return None;
     }
     let (no, count): (u32, u32) = (no.parse().ok()?, count.parse().ok()?);

@@ -265,9 +265,8 @@ impl Metadata {
 
     /// The value of `key`, or an error naming the missing key.
     pub fn require(&self, key: &str) -> Result<&Value> {
-        self.get(key).ok_or_else(|| GgufError::MissingKey {
-            key: key.to_string(),
-        })
+        self.get(key)
+            .ok_or_else(|| GgufError::MissingKey { key: key.to_string() })
     }
 
     strict_getter!(/// A `UINT8` value.
@@ -339,10 +338,7 @@ mod tests {
             "metadata key 'qwen2.block_count' has type STRING, expected UINT32"
         );
         let err = m.get_u32("qwen2.context_length").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "metadata key 'qwen2.context_length' is missing"
-        );
+        assert_eq!(err.to_string(), "metadata key 'qwen2.context_length' is missing");
     }
 
     #[test]

@@ -47,13 +47,7 @@ impl GgufWriter {
     }
 
     /// Add a tensor; `shape` is in ggml order (ne0 first) and `data` must be exactly its size.
-    pub fn add_tensor(
-        &mut self,
-        name: &str,
-        ggml_type: GgmlType,
-        shape: &[u64],
-        data: Vec<u8>,
-    ) -> Result<&mut Self> {
+    pub fn add_tensor(&mut self, name: &str, ggml_type: GgmlType, shape: &[u64], data: Vec<u8>) -> Result<&mut Self> {
         if shape.len() > MAX_DIMS {
             return Err(GgufError::TooManyDims {
                 name: name.into(),
@@ -189,22 +183,14 @@ fn write_array(out: &mut Vec<u8>, array: &Array) {
         Array::U8(v) => out.extend_from_slice(v),
         Array::I8(v) => each!(v, |o: &mut Vec<u8>, x: &i8| o.push(*x as u8)),
         Array::Bool(v) => each!(v, |o: &mut Vec<u8>, x: &bool| o.push(*x as u8)),
-        Array::U16(v) => each!(v, |o: &mut Vec<u8>, x: &u16| o
-            .extend_from_slice(&x.to_le_bytes())),
-        Array::I16(v) => each!(v, |o: &mut Vec<u8>, x: &i16| o
-            .extend_from_slice(&x.to_le_bytes())),
-        Array::U32(v) => each!(v, |o: &mut Vec<u8>, x: &u32| o
-            .extend_from_slice(&x.to_le_bytes())),
-        Array::I32(v) => each!(v, |o: &mut Vec<u8>, x: &i32| o
-            .extend_from_slice(&x.to_le_bytes())),
-        Array::F32(v) => each!(v, |o: &mut Vec<u8>, x: &f32| o
-            .extend_from_slice(&x.to_le_bytes())),
-        Array::U64(v) => each!(v, |o: &mut Vec<u8>, x: &u64| o
-            .extend_from_slice(&x.to_le_bytes())),
-        Array::I64(v) => each!(v, |o: &mut Vec<u8>, x: &i64| o
-            .extend_from_slice(&x.to_le_bytes())),
-        Array::F64(v) => each!(v, |o: &mut Vec<u8>, x: &f64| o
-            .extend_from_slice(&x.to_le_bytes())),
+        Array::U16(v) => each!(v, |o: &mut Vec<u8>, x: &u16| o.extend_from_slice(&x.to_le_bytes())),
+        Array::I16(v) => each!(v, |o: &mut Vec<u8>, x: &i16| o.extend_from_slice(&x.to_le_bytes())),
+        Array::U32(v) => each!(v, |o: &mut Vec<u8>, x: &u32| o.extend_from_slice(&x.to_le_bytes())),
+        Array::I32(v) => each!(v, |o: &mut Vec<u8>, x: &i32| o.extend_from_slice(&x.to_le_bytes())),
+        Array::F32(v) => each!(v, |o: &mut Vec<u8>, x: &f32| o.extend_from_slice(&x.to_le_bytes())),
+        Array::U64(v) => each!(v, |o: &mut Vec<u8>, x: &u64| o.extend_from_slice(&x.to_le_bytes())),
+        Array::I64(v) => each!(v, |o: &mut Vec<u8>, x: &i64| o.extend_from_slice(&x.to_le_bytes())),
+        Array::F64(v) => each!(v, |o: &mut Vec<u8>, x: &f64| o.extend_from_slice(&x.to_le_bytes())),
         Array::String(v) => each!(v, |o: &mut Vec<u8>, x: &String| write_string(o, x)),
         Array::Array(v) => each!(v, write_array),
     }

@@ -44,12 +44,7 @@ pub fn f32_to_f16(f: f32) -> u16 {
     let exp_bits = (bits >> 13) & 0x0000_7c00;
     let mantissa_bits = bits & 0x0000_0fff;
     let nonsign = exp_bits + mantissa_bits;
-    ((sign >> 16)
-        | if shl1_w > 0xff00_0000 {
-            0x7e00
-        } else {
-            nonsign
-        }) as u16
+    ((sign >> 16) | if shl1_w > 0xff00_0000 { 0x7e00 } else { nonsign }) as u16
 }
 
 /// Widen a BF16 bit pattern to f32 (exact: BF16 is the top half of an f32).
@@ -92,11 +87,7 @@ mod tests {
         // 1 + 3 * 2^-11 lies between 0x3c01 and 0x3c02: ties to the even 0x3c02.
         assert_eq!(f32_to_f16(1.0 + 3.0 * f32::powi(2.0, -11)), 0x3c02);
         assert_eq!(f32_to_f16(65504.0), 0x7bff);
-        assert_eq!(
-            f32_to_f16(65520.0),
-            0x7c00,
-            "halfway past the max rounds to infinity"
-        );
+        assert_eq!(f32_to_f16(65520.0), 0x7c00, "halfway past the max rounds to infinity");
         assert_eq!(f32_to_f16(1e-8), 0x0000);
         assert_eq!(f32_to_f16(f32::NAN), 0x7e00);
         assert_eq!(f32_to_f16(-0.0), 0x8000);
@@ -105,16 +96,8 @@ mod tests {
     #[test]
     fn bf16_narrowing_rounds_to_nearest_even_and_keeps_nan() {
         assert_eq!(f32_to_bf16(1.0), 0x3f80);
-        assert_eq!(
-            f32_to_bf16(f32::from_bits(0x3f80_8000)),
-            0x3f80,
-            "tie to even (down)"
-        );
-        assert_eq!(
-            f32_to_bf16(f32::from_bits(0x3f81_8000)),
-            0x3f82,
-            "tie to even (up)"
-        );
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80, "tie to even (down)");
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82, "tie to even (up)");
         assert_eq!(f32_to_bf16(f32::from_bits(0x7f80_0001)), 0x7fc0);
         assert_eq!(bf16_to_f32(0x3f80), 1.0);
     }

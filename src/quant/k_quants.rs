@@ -192,11 +192,7 @@ pub fn pack_scale_min_k4(ls: &[u8; 8], lm: &[u8; 8]) -> [u8; 12] {
 /// The per-sub-block (scale, min) search of Q4_K and Q5_K's reference quantizers, then the
 /// 6-bit quantization of those scales and mins. Returns `(d, dmin, scales, levels)` where the
 /// levels are requantized against the stored (rounded) scales, as ggml does.
-pub fn quantize_scale_min_superblock(
-    x: &[f32],
-    nmax: i32,
-    search: &Qkx2Search,
-) -> (u16, u16, [u8; 12], [u8; QK_K]) {
+pub fn quantize_scale_min_superblock(x: &[f32], nmax: i32, search: &Qkx2Search) -> (u16, u16, [u8; 12], [u8; QK_K]) {
     use super::fp16::{f16_to_f32, f32_to_f16};
     let mut levels = [0u8; QK_K];
     let mut levels_aux = [0u8; 32];
@@ -230,11 +226,7 @@ pub fn quantize_scale_min_superblock(
         }
     }
 
-    let inv_scale = if max_scale > 0.0 {
-        63.0 / max_scale
-    } else {
-        0.0
-    };
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let mut ls = [0u8; 8];
     let mut lm = [0u8; 8];

@@ -30,10 +30,7 @@ pub use k_quants::QK_K;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum QuantError {
     #[error("{op} is not implemented for ggml type {ggml_type}")]
-    UnsupportedType {
-        ggml_type: GgmlType,
-        op: &'static str,
-    },
+    UnsupportedType { ggml_type: GgmlType, op: &'static str },
     #[error("{op} {ggml_type}: {n} values is not a multiple of the block size {block_size}")]
     PartialBlock {
         ggml_type: GgmlType,
@@ -147,10 +144,7 @@ impl GgmlType {
 
     /// The type named `name` as ggml spells it, case-insensitively (`q4_k` is `Q4_K`).
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|t| t.name().eq_ignore_ascii_case(name))
+        Self::ALL.iter().copied().find(|t| t.name().eq_ignore_ascii_case(name))
     }
 
     /// Bytes of a row of `n` values, or `None` if `n` is not a whole number of blocks or the
@@ -249,12 +243,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
         GgmlType::Q5_K => with_blocks(src, |b| q5_k::dequantize_row(b, dst)),
         GgmlType::Q6_K => with_blocks(src, |b| q6_k::dequantize_row(b, dst)),
         GgmlType::Q8_K => with_blocks(src, |b| q8_k::dequantize_row(b, dst)),
-        _ => {
-            return Err(QuantError::UnsupportedType {
-                ggml_type: ty,
-                op: OP,
-            })
-        }
+        _ => return Err(QuantError::UnsupportedType { ggml_type: ty, op: OP }),
     }
     Ok(())
 }
@@ -289,12 +278,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         GgmlType::Q5_K => into_blocks(dst, |b| q5_k::quantize_row_ref(src, b)),
         GgmlType::Q6_K => into_blocks(dst, |b| q6_k::quantize_row_ref(src, b)),
         GgmlType::Q8_K => into_blocks(dst, |b| q8_k::quantize_row_ref(src, b)),
-        _ => {
-            return Err(QuantError::UnsupportedType {
-                ggml_type: ty,
-                op: OP,
-            })
-        }
+        _ => return Err(QuantError::UnsupportedType { ggml_type: ty, op: OP }),
     }
     Ok(())
 }
@@ -340,19 +324,13 @@ mod tests {
             }
         );
         let err = quantize_row(GgmlType::Q8_0, &[0.0; 32], &mut [0; 33]).unwrap_err();
-        assert!(
-            err.to_string().contains("need 34 bytes, the buffer has 33"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("need 34 bytes, the buffer has 33"), "{err}");
     }
 
     #[test]
     fn an_unsupported_type_names_itself() {
         let err = dequantize_row(GgmlType::IQ2_XXS, &[0; 66], &mut [0.0; 256]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "dequantize is not implemented for ggml type IQ2_XXS"
-        );
+        assert_eq!(err.to_string(), "dequantize is not implemented for ggml type IQ2_XXS");
     }
 
     #[test]

@@ -64,12 +64,7 @@ pub fn dequantize_row(x: &[BlockQ5K], y: &mut [f32]) {
         let d = f16_to_f32(xb.d);
         let min = f16_to_f32(xb.dmin);
         let (mut u1, mut u2) = (1u8, 2u8);
-        for (c, (ql, out)) in xb
-            .qs
-            .chunks_exact(32)
-            .zip(yb.chunks_exact_mut(64))
-            .enumerate()
-        {
+        for (c, (ql, out)) in xb.qs.chunks_exact(32).zip(yb.chunks_exact_mut(64)).enumerate() {
             let (sc1, m1) = get_scale_min_k4(2 * c, &xb.scales);
             let (sc2, m2) = get_scale_min_k4(2 * c + 1, &xb.scales);
             let (d1, m1) = (d * sc1 as f32, min * m1 as f32);

@@ -33,11 +33,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ6K]) {
         let mut max_scale = 0.0f32;
         let mut max_abs_scale = 0.0f32;
         for ib in 0..QK_K / 16 {
-            let scale = make_qx_quants(
-                32,
-                &xb[16 * ib..16 * ib + 16],
-                &mut levels[16 * ib..16 * ib + 16],
-            );
+            let scale = make_qx_quants(32, &xb[16 * ib..16 * ib + 16], &mut levels[16 * ib..16 * ib + 16]);
             scales[ib] = scale;
             if scale.abs() > max_abs_scale {
                 max_abs_scale = scale.abs();

@@ -18,10 +18,7 @@ pub fn tiny_model(arch: &str, ty: &str) -> PathBuf {
 pub fn default_model() -> PathBuf {
     let cache = std::env::var_os("MINFER_MODELS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
-                .join(".cache/minfer/models")
-        });
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/minfer/models"));
     let path = cache.join(DEFAULT_MODEL_FILE);
     assert!(
         path.exists(),
