@@ -4,9 +4,11 @@
 //! - [`gguf`] reads and writes GGUF v3 files (memory-mapped, zero-copy, split models);
 //! - [`quant`] defines every ggml block layout with its scalar reference quantizer and
 //!   dequantizer;
+//! - [`tokenizer`] turns text into token ids and back (byte-level BPE from GGUF metadata);
+//! - [`template`] renders a conversation with the model's own Jinja chat template;
 //! - [`cli`] holds what the command-line surfaces print (the binary only parses flags).
 //!
-//! Dependencies point one way: `cli` → `gguf` → `quant`. `gguf` and `quant` know nothing of
+//! Dependencies point one way: `cli` → `tokenizer`, `template` → `gguf` → `quant`. `gguf` and `quant` know nothing of
 //! execution. The design of record is the compute-graph and architecture documents.
 
 #[cfg(target_endian = "big")]
@@ -15,3 +17,5 @@ compile_error!("minfer reads GGUF data in place and supports little-endian targe
 pub mod cli;
 pub mod gguf;
 pub mod quant;
+pub mod template;
+pub mod tokenizer;
