@@ -1,1 +1,413 @@
-//! Tokenizer (being written).
+//! Text to token ids and back: the byte-level BPE tokenizer (`tokenizer.ggml.model = gpt2`)
+//! built from GGUF metadata, with the model's pre-tokenizer and special tokens.
+//!
+//! Owns the vocabulary, merges, special-token matching and detokenization (one-shot and
+//! streaming). Knows nothing of models or generation. Behaviour follows llama.cpp's
+//! `llama_tokenize` / `llama_token_to_piece`, against which it is tested.
+
+mod bpe;
+mod pretokenize;
+mod stream;
+mod unicode;
+
+pub use pretokenize::PreTokenizer;
+pub use stream::StreamDecoder;
+
+use crate::gguf::{Array, GgufError, Metadata};
+use std::collections::HashMap;
+
+/// A token's type, as `tokenizer.ggml.token_type` stores it (llama.cpp's `llama_token_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenType {
+    Undefined = 0,
+    Normal = 1,
+    Unknown = 2,
+    Control = 3,
+    UserDefined = 4,
+    Unused = 5,
+    Byte = 6,
+}
+
+impl TokenType {
+    fn from_i32(v: i32) -> Option<Self> {
+        Some(match v {
+            0 => TokenType::Undefined,
+            1 => TokenType::Normal,
+            2 => TokenType::Unknown,
+            3 => TokenType::Control,
+            4 => TokenType::UserDefined,
+            5 => TokenType::Unused,
+            6 => TokenType::Byte,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error(transparent)]
+    Metadata(#[from] GgufError),
+    #[error("unsupported tokenizer model '{model}' (tokenizer.ggml.model); minfer supports 'gpt2' (byte-level BPE)")]
+    UnsupportedModel { model: String },
+    #[error("unknown pre-tokenizer '{pre}' (tokenizer.ggml.pre); minfer supports 'qwen2'")]
+    UnknownPreTokenizer { pre: String },
+    #[error("metadata key '{key}' must be an array of {expected}")]
+    BadArray { key: &'static str, expected: &'static str },
+    #[error("tokenizer.ggml.token_type has {types} entries for {tokens} tokens")]
+    TypeCountMismatch { types: usize, tokens: usize },
+    #[error("tokenizer.ggml.token_type[{index}] = {value} is not a token type")]
+    BadTokenType { index: usize, value: i32 },
+    #[error("the vocabulary has no token for byte {byte:#04x} ('{text}'), which byte-level BPE needs")]
+    MissingByteToken { byte: u8, text: char },
+    #[error("merge #{index} '{merge}' is not two tokens separated by a space")]
+    BadMerge { index: usize, merge: String },
+    #[error("{key} = {id} is outside the vocabulary of {n_vocab} tokens")]
+    TokenIdOutOfRange { key: &'static str, id: u64, n_vocab: usize },
+}
+
+pub struct Tokenizer {
+    /// Token texts as stored in the file (byte-mapped for normal tokens).
+    texts: Vec<String>,
+    types: Vec<TokenType>,
+    /// What each token decodes to, without and with control tokens rendered.
+    pieces: Vec<Vec<u8>>,
+    text_to_id: HashMap<String, u32>,
+    merges: bpe::Merges,
+    byte_tokens: [u32; 256],
+    pre: PreTokenizer,
+    /// Control and unknown tokens (matched only when parsing specials) and user-defined tokens
+    /// (always matched), longest text first.
+    specials: Vec<u32>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+    pad: Option<u32>,
+    add_bos: bool,
+}
+
+fn string_array<'a>(m: &'a Metadata, key: &'static str) -> Result<&'a [String], TokenizerError> {
+    match m.get_array(key)? {
+        Array::String(v) => Ok(v),
+        _ => Err(TokenizerError::BadArray {
+            key,
+            expected: "strings",
+        }),
+    }
+}
+
+impl Tokenizer {
+    /// Build the tokenizer from a model's `tokenizer.ggml.*` metadata.
+    pub fn from_metadata(m: &Metadata) -> Result<Self, TokenizerError> {
+        let model = m.get_str("tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(TokenizerError::UnsupportedModel {
+                model: model.to_string(),
+            });
+        }
+        let pre_name = m.get_str("tokenizer.ggml.pre")?;
+        let pre = PreTokenizer::from_name(pre_name).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
+            pre: pre_name.to_string(),
+        })?;
+
+        let texts = string_array(m, "tokenizer.ggml.tokens")?.to_vec();
+        let n_vocab = texts.len();
+        let types: Vec<TokenType> = match m.get("tokenizer.ggml.token_type") {
+            None => vec![TokenType::Normal; n_vocab],
+            Some(_) => {
+                let raw = match m.get_array("tokenizer.ggml.token_type")? {
+                    Array::I32(v) => v,
+                    _ => {
+                        return Err(TokenizerError::BadArray {
+                            key: "tokenizer.ggml.token_type",
+                            expected: "INT32",
+                        })
+                    }
+                };
+                if raw.len() != n_vocab {
+                    return Err(TokenizerError::TypeCountMismatch {
+                        types: raw.len(),
+                        tokens: n_vocab,
+                    });
+                }
+                raw.iter()
+                    .enumerate()
+                    .map(|(index, &value)| {
+                        TokenType::from_i32(value).ok_or(TokenizerError::BadTokenType { index, value })
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        };
+
+        let mut text_to_id = HashMap::with_capacity(n_vocab);
+        for (id, t) in texts.iter().enumerate() {
+            // The first of duplicated texts wins, as in llama.cpp's token_to_id map.
+            text_to_id.entry(t.clone()).or_insert(id as u32);
+        }
+
+        let byte_chars = bpe::byte_to_char_table();
+        let mut byte_tokens = [0u32; 256];
+        for (b, &c) in byte_chars.iter().enumerate() {
+            byte_tokens[b] = *text_to_id
+                .get(c.encode_utf8(&mut [0; 4]) as &str)
+                .ok_or(TokenizerError::MissingByteToken { byte: b as u8, text: c })?;
+        }
+
+        let mut merges = bpe::Merges::default();
+        for (index, merge) in string_array(m, "tokenizer.ggml.merges")?.iter().enumerate() {
+            let (left, right) = merge.split_once(' ').ok_or_else(|| TokenizerError::BadMerge {
+                index,
+                merge: merge.clone(),
+            })?;
+            // A merge whose parts or result are not in the vocabulary can never fire.
+            let (Some(&l), Some(&r), Some(&merged)) = (
+                text_to_id.get(left),
+                text_to_id.get(right),
+                text_to_id.get(&format!("{left}{right}")),
+            ) else {
+                continue;
+            };
+            merges.insert(l, r, index as u32, merged);
+        }
+
+        let mut char_to_byte = HashMap::with_capacity(256);
+        for (b, &c) in byte_chars.iter().enumerate() {
+            char_to_byte.insert(c, b as u8);
+        }
+        let pieces = texts
+            .iter()
+            .zip(&types)
+            .map(|(text, ty)| match ty {
+                TokenType::Normal => {
+                    let mut bytes = Vec::with_capacity(text.len());
+                    for c in text.chars() {
+                        match char_to_byte.get(&c) {
+                            Some(&b) => bytes.push(b),
+                            // Not from the byte map (a hand-added token): keep its UTF-8.
+                            None => bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                        }
+                    }
+                    bytes
+                }
+                TokenType::UserDefined | TokenType::Control | TokenType::Unknown => text.as_bytes().to_vec(),
+                TokenType::Unused | TokenType::Byte | TokenType::Undefined => Vec::new(),
+            })
+            .collect();
+
+        let mut specials: Vec<u32> = (0..n_vocab as u32)
+            .filter(|&id| {
+                matches!(
+                    types[id as usize],
+                    TokenType::Control | TokenType::UserDefined | TokenType::Unknown
+                ) && !texts[id as usize].is_empty()
+            })
+            .collect();
+        specials.sort_by_key(|&id| std::cmp::Reverse(texts[id as usize].len()));
+
+        let token_id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
+            match m.get(key) {
+                None => Ok(None),
+                Some(_) => {
+                    let id = m.get_uint(key)?;
+                    if id as usize >= n_vocab {
+                        return Err(TokenizerError::TokenIdOutOfRange { key, id, n_vocab });
+                    }
+                    Ok(Some(id as u32))
+                }
+            }
+        };
+        let add_bos = match m.get("tokenizer.ggml.add_bos_token") {
+            None => false,
+            Some(_) => m.get_bool("tokenizer.ggml.add_bos_token")?,
+        };
+
+        Ok(Tokenizer {
+            bos: token_id("tokenizer.ggml.bos_token_id")?,
+            eos: token_id("tokenizer.ggml.eos_token_id")?,
+            eot: token_id("tokenizer.ggml.eot_token_id")?,
+            pad: token_id("tokenizer.ggml.padding_token_id")?,
+            texts,
+            types,
+            pieces,
+            text_to_id,
+            merges,
+            byte_tokens,
+            pre,
+            specials,
+            add_bos,
+        })
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.texts.len()
+    }
+
+    pub fn n_merges(&self) -> usize {
+        self.merges.len()
+    }
+
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    pub fn eot(&self) -> Option<u32> {
+        self.eot
+    }
+
+    pub fn pad(&self) -> Option<u32> {
+        self.pad
+    }
+
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// The token's text as stored in the vocabulary (byte-mapped for normal tokens).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.texts.get(id as usize).map(String::as_str)
+    }
+
+    pub fn token_type(&self, id: u32) -> Option<TokenType> {
+        self.types.get(id as usize).copied()
+    }
+
+    /// The id of the token whose vocabulary text is exactly `text`.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.text_to_id.get(text).copied()
+    }
+
+    /// Whether generation stops at this token: EOS, EOT, and the control tokens llama.cpp
+    /// also treats as end of generation (`<|endoftext|>`, `<|im_end|>`, `<|eot_id|>`, ...).
+    pub fn is_eog(&self, id: u32) -> bool {
+        if Some(id) == self.eos || Some(id) == self.eot {
+            return true;
+        }
+        self.types.get(id as usize) == Some(&TokenType::Control)
+            && matches!(
+                self.texts[id as usize].as_str(),
+                "<|endoftext|>" | "<|im_end|>" | "<|eot_id|>" | "<|end_of_text|>" | "<end_of_turn>" | "<|end|>"
+            )
+    }
+
+    /// Tokenize `text`. With `add_special`, a BOS token is prepended when the model asks for
+    /// one (`tokenizer.ggml.add_bos_token`). With `parse_special`, control-token text such as
+    /// `<|im_start|>` becomes its token; without, it is plain text (user-defined tokens such as
+    /// `<tool_call>` are matched either way, as in llama.cpp).
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        self.encode_bytes(text.as_bytes(), add_special, parse_special)
+    }
+
+    /// [`Tokenizer::encode`] for arbitrary bytes: invalid UTF-8 is tokenized byte by byte, so
+    /// `decode(encode_bytes(b)) == b` for every byte string.
+    pub fn encode_bytes(&self, text: &[u8], add_special: bool, parse_special: bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.add_bos {
+            out.extend(self.bos);
+        }
+        let mut words = Vec::new();
+        let mut symbols = Vec::new();
+        for fragment in self.partition_specials(text, parse_special) {
+            match fragment {
+                Fragment::Token(id) => out.push(id),
+                Fragment::Text(range) => {
+                    let fragment = &text[range.clone()];
+                    words.clear();
+                    self.pre.split(fragment, &mut words);
+                    for word in &words {
+                        symbols.clear();
+                        symbols.extend(fragment[word.clone()].iter().map(|&b| self.byte_tokens[b as usize]));
+                        self.merges.apply(&symbols, &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Split `text` into special tokens and the text between them, matching the longest
+    /// special token first (llama.cpp's `tokenizer_st_partition`).
+    fn partition_specials(&self, text: &[u8], parse_special: bool) -> Vec<Fragment> {
+        let mut fragments = vec![Fragment::Text(0..text.len())];
+        for &id in &self.specials {
+            let ty = self.types[id as usize];
+            if !parse_special && ty != TokenType::UserDefined {
+                continue;
+            }
+            let needle = self.texts[id as usize].as_bytes();
+            let mut next = Vec::with_capacity(fragments.len());
+            for fragment in fragments {
+                let Fragment::Text(range) = fragment else {
+                    next.push(fragment);
+                    continue;
+                };
+                let mut start = range.start;
+                while let Some(at) = find(&text[start..range.end], needle) {
+                    if at > 0 {
+                        next.push(Fragment::Text(start..start + at));
+                    }
+                    next.push(Fragment::Token(id));
+                    start += at + needle.len();
+                }
+                if start < range.end {
+                    next.push(Fragment::Text(start..range.end));
+                }
+            }
+            fragments = next;
+        }
+        fragments
+    }
+
+    /// The bytes token `id` decodes to. Control tokens decode to their text only when
+    /// `special` is set; unused tokens and out-of-range ids decode to nothing.
+    pub fn token_to_piece(&self, id: u32, special: bool) -> &[u8] {
+        match self.types.get(id as usize) {
+            Some(TokenType::Control | TokenType::Unknown) if !special => &[],
+            Some(_) => &self.pieces[id as usize],
+            None => &[],
+        }
+    }
+
+    /// Concatenate the pieces of `ids`.
+    pub fn decode(&self, ids: &[u32], special: bool) -> Vec<u8> {
+        ids.iter()
+            .flat_map(|&id| self.token_to_piece(id, special).iter().copied())
+            .collect()
+    }
+
+    /// A decoder that turns tokens into text one at a time, never splitting a character.
+    pub fn stream_decoder(&self, special: bool) -> StreamDecoder<'_> {
+        StreamDecoder::new(self, special)
+    }
+}
+
+enum Fragment {
+    Text(std::ops::Range<usize>),
+    Token(u32),
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || needle.len() > haystack.len() {
+        return None;
+    }
+    let first = needle[0];
+    let mut i = 0;
+    while i + needle.len() <= haystack.len() {
+        match haystack[i..haystack.len() - needle.len() + 1]
+            .iter()
+            .position(|&b| b == first)
+        {
+            None => return None,
+            Some(p) => {
+                i += p;
+                if &haystack[i..i + needle.len()] == needle {
+                    return Some(i);
+                }
+                i += 1;
+            }
+        }
+    }
+    None
+}
