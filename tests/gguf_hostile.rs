@@ -234,6 +234,45 @@ fn tensor_data_past_the_end_of_the_file_is_refused() {
 }
 
 #[test]
+fn an_empty_tensor_in_a_file_cut_before_its_data_section_is_refused() {
+    // Found by the fuzzer (fuzz/regressions/empty_tensor_data_offset_past_eof.gguf): a
+    // zero-element tensor passed the bounds check while the data section began past the end.
+    let mut r = Raw::header(3, 1, 0);
+    r.tensor("e", &[0], 0, 0);
+    assert!(r.0.len() % 32 != 0, "the file must end inside the padding");
+    let err = r.parse();
+    assert!(
+        matches!(err, GgufError::TensorOutOfBounds { ref name, .. } if name == "e"),
+        "{err}"
+    );
+    let bytes = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fuzz/regressions/empty_tensor_data_offset_past_eof.gguf"
+    ))
+    .unwrap();
+    assert!(parse_header(&bytes).is_err());
+}
+
+#[test]
+fn a_zero_length_row_with_overflowing_row_count_is_refused() {
+    // Found by the fuzzer (fuzz/regressions/tensor_size_rows_product_overflow.gguf): with
+    // ne0 = 0 the element count is 0 but the row count overflowed.
+    let mut r = Raw::header(3, 1, 0);
+    r.tensor("z", &[0, 1 << 40, 1 << 40], 0, 0).data(32);
+    let err = r.parse();
+    assert!(
+        matches!(err, GgufError::ElementCountOverflow { ref name, .. } if name == "z"),
+        "{err}"
+    );
+    let bytes = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fuzz/regressions/tensor_size_rows_product_overflow.gguf"
+    ))
+    .unwrap();
+    assert!(parse_header(&bytes).is_err());
+}
+
+#[test]
 fn a_misaligned_tensor_offset_is_refused() {
     let mut r = Raw::header(3, 2, 0);
     r.tensor("a", &[4], 0, 0).tensor("b", &[4], 0, 16).data(64);

@@ -214,7 +214,9 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header> {
     let data_len = (bytes.len() as u64).saturating_sub(data_offset);
     for t in &tensors {
         let end = t.offset.checked_add(t.size);
-        if end.is_none_or(|end| end > data_len) {
+        // The data section itself may start past the end of a file cut short in its padding;
+        // then even an empty tensor has no valid position.
+        if data_offset > bytes.len() as u64 || end.is_none_or(|end| end > data_len) {
             return Err(GgufError::TensorOutOfBounds {
                 name: t.name.clone(),
                 start: t.offset,
@@ -253,7 +255,13 @@ pub(crate) fn tensor_size(name: &str, ggml_type: GgmlType, shape: &[u64]) -> Res
         ggml_type,
         block_size: ggml_type.block_size(),
     })?;
-    let rows: u64 = shape.iter().skip(1).product();
+    // With ne0 = 0 the element count is 0 whatever the other dimensions, so their product is
+    // not bounded by the check above.
+    let rows = shape
+        .iter()
+        .skip(1)
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(overflow)?;
     row.checked_mul(rows).ok_or_else(overflow)
 }
 
