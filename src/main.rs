@@ -3,7 +3,9 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use minfer::gguf::GgufFile;
-use std::path::PathBuf;
+use minfer::tokenizer::Tokenizer;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -25,13 +27,74 @@ enum Command {
         #[arg(long)]
         tensors: bool,
     },
+    /// Tokenize a text with the model's tokenizer and print the tokens.
+    ///
+    /// Examples:
+    ///   minfer tokenize MODEL 'Hello world'
+    ///   minfer tokenize MODEL --ids '<|im_start|>user'
+    ///   minfer tokenize MODEL --file prompt.txt --no-special
+    #[command(verbatim_doc_comment)]
+    Tokenize {
+        /// The GGUF file whose tokenizer to use.
+        model: PathBuf,
+        /// The text to tokenize (or use --file).
+        #[arg(required_unless_present = "file", conflicts_with = "file")]
+        text: Option<String>,
+        /// Read the text from this file ('-' for standard input).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Print only a JSON array of the ids.
+        #[arg(long)]
+        ids: bool,
+        /// Treat special-token text such as <|im_start|> as plain text.
+        #[arg(long)]
+        no_special: bool,
+    },
+}
+
+fn open_model(model: &Path) -> anyhow::Result<GgufFile> {
+    GgufFile::open(model).with_context(|| format!("cannot read model {}", model.display()))
+}
+
+fn read_text_arg(file: &Path) -> anyhow::Result<Vec<u8>> {
+    if file == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .context("cannot read standard input")?;
+        return Ok(bytes);
+    }
+    std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Info { model, tensors } => {
-            let file = GgufFile::open(&model).with_context(|| format!("cannot read model {}", model.display()))?;
+            let file = open_model(&model)?;
             print!("{}", minfer::cli::info::render(&file, tensors));
+        }
+        Command::Tokenize {
+            model,
+            text,
+            file,
+            ids,
+            no_special,
+        } => {
+            let gguf = open_model(&model)?;
+            let tokenizer = Tokenizer::from_metadata(gguf.metadata())
+                .with_context(|| format!("cannot build the tokenizer of {}", model.display()))?;
+            let bytes = match (text, file) {
+                (Some(text), _) => text.into_bytes(),
+                (None, Some(file)) => read_text_arg(&file)?,
+                (None, None) => unreachable!("clap requires TEXT or --file"),
+            };
+            let tokens = tokenizer.encode_bytes(&bytes, false, !no_special);
+            let out = if ids {
+                minfer::cli::tokenize::ids_json(&tokens) + "\n"
+            } else {
+                minfer::cli::tokenize::pieces_table(&tokenizer, &tokens)
+            };
+            std::io::stdout().write_all(out.as_bytes())?;
         }
     }
     Ok(())

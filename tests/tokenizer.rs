@@ -281,3 +281,24 @@ fn the_tiny_models_tokenizer_parses_specials_to_single_ids() {
     let ids = t.encode("The quick brown fox jumps over the lazy dog.", false, true);
     assert_eq!(t.decode(&ids, false), b"The quick brown fox jumps over the lazy dog.");
 }
+
+/// The Qwen2 pre-tokenizer regex, for a backtracking engine that supports its look-ahead.
+pub const QWEN2_PATTERN: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+#[test]
+fn the_hand_written_qwen2_splitter_agrees_with_the_regex_on_random_text() {
+    let re = fancy_regex::Regex::new(QWEN2_PATTERN).unwrap();
+    let mut rng = XorShift(0x1234_5678_9abc_def1);
+    let mut checked = 0;
+    for _ in 0..5000 {
+        let lossy = String::from_utf8_lossy(&random_text(&mut rng)).into_owned();
+        let text = lossy.as_str();
+        let expected: Vec<&str> = re.find_iter(text).map(|m| m.unwrap().as_str()).collect();
+        let mut ranges = Vec::new();
+        minfer::tokenizer::PreTokenizer::Qwen2.split(text.as_bytes(), &mut ranges);
+        let ours: Vec<&str> = ranges.into_iter().map(|r| &text[r]).collect();
+        assert_eq!(ours, expected, "text {text:?}");
+        checked += 1;
+    }
+    assert_eq!(checked, 5000);
+}

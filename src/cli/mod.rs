@@ -2,3 +2,4 @@
 //! touches the terminal or exits the process.
 
 pub mod info;
+pub mod tokenize;
