@@ -14,6 +14,7 @@
 #[cfg(target_endian = "big")]
 compile_error!("minfer reads GGUF data in place and supports little-endian targets only");
 
+pub mod backends;
 pub mod cli;
 pub mod gguf;
 pub mod quant;

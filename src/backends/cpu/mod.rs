@@ -1,0 +1,3 @@
+//! The CPU backend (being written).
+
+pub mod kernels;
