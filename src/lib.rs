@@ -6,6 +6,9 @@
 //!   dequantizer;
 //! - [`tokenizer`] turns text into token ids and back (byte-level BPE from GGUF metadata);
 //! - [`template`] renders a conversation with the model's own Jinja chat template;
+//! - [`graph`] is the compute graph: IR, builder, params and reuse cache, allocator, scheduler,
+//!   fusion pass, backend trait and registry, export;
+//! - [`backends`] execute graph nodes (`backends::cpu`);
 //! - [`cli`] holds what the command-line surfaces print (the binary only parses flags).
 //!
 //! Dependencies point one way: `cli` → `tokenizer`, `template` → `gguf` → `quant`. `gguf` and `quant` know nothing of
@@ -17,6 +20,7 @@ compile_error!("minfer reads GGUF data in place and supports little-endian targe
 pub mod backends;
 pub mod cli;
 pub mod gguf;
+pub mod graph;
 pub mod quant;
 pub mod template;
 pub mod tokenizer;

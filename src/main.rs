@@ -50,6 +50,50 @@ enum Command {
         #[arg(long)]
         no_special: bool,
     },
+    /// Render a conversation with the model's chat template and print the prompt exactly.
+    ///
+    /// MESSAGES is an OpenAI-style JSON array of {"role", "content"} objects (assistant
+    /// messages may carry "tool_calls"); TOOLS a JSON array of tool definitions.
+    ///
+    /// Example: minfer render MODEL --messages chat.json --tools tools.json
+    Render {
+        /// The GGUF file whose template to use (ChatML if it has none).
+        model: PathBuf,
+        /// JSON file with the messages array ('-' for standard input).
+        #[arg(long)]
+        messages: PathBuf,
+        /// JSON file with the tools array.
+        #[arg(long)]
+        tools: Option<PathBuf>,
+        /// Do not append the assistant turn's opening.
+        #[arg(long)]
+        no_generation_prompt: bool,
+    },
+}
+
+fn read_json_array(path: &Path, what: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let bytes = read_text_arg(path)?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is not valid JSON", path.display()))?;
+    match value {
+        serde_json::Value::Array(items) => Ok(items),
+        other => anyhow::bail!(
+            "{} must hold a JSON array of {what}, found {}",
+            path.display(),
+            json_kind(&other)
+        ),
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 fn open_model(model: &Path) -> anyhow::Result<GgufFile> {
@@ -95,6 +139,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 minfer::cli::tokenize::pieces_table(&tokenizer, &tokens)
             };
             std::io::stdout().write_all(out.as_bytes())?;
+        }
+        Command::Render {
+            model,
+            messages,
+            tools,
+            no_generation_prompt,
+        } => {
+            let gguf = open_model(&model)?;
+            let template = minfer::template::ChatTemplate::from_metadata(gguf.metadata())
+                .with_context(|| format!("the chat template of {} cannot be used", model.display()))?;
+            let messages = read_json_array(&messages, "messages")?;
+            let tools = tools.map(|t| read_json_array(&t, "tools")).transpose()?;
+            let prompt = template.render(
+                &messages,
+                tools.as_deref(),
+                !no_generation_prompt,
+                &serde_json::Map::new(),
+            )?;
+            std::io::stdout().write_all(prompt.as_bytes())?;
         }
     }
     Ok(())

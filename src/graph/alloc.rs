@@ -1,0 +1,288 @@
+//! The graph allocator: the single owner of buffers. It holds the backends (and so their
+//! pools), maps every live node to a buffer by liveness in build order, keeps the two
+//! persistent KV regions of each layer across rebuilds, and stages values across backends.
+//!
+//! Rules (Compute Graph Design §3.3): liveness uses build order, never a Kahn order; inputs and
+//! outputs are never freed; Silu and RoPE alias their input's buffer only when that input's
+//! sole consumer is the node and both are on the same backend; dead nodes get no buffer.
+
+use super::backend::{Backend, BackendError, ComputeBackend, KvProvider};
+use super::ops::{NodeMeta, Op};
+use super::{BufRef, ComputeGraph, DType, GraphError, NodeId};
+use std::collections::HashMap;
+
+pub struct GraphAllocator {
+    backends: Vec<Box<dyn ComputeBackend>>,
+    node_to_buf: HashMap<NodeId, BufRef>,
+    /// Split-boundary staging: a value produced on one backend, copied for a consumer on another.
+    cross: HashMap<(NodeId, Backend), BufRef>,
+    /// Per-layer persistent [K, V] regions; they outlive every graph.
+    kv: HashMap<usize, [BufRef; 2]>,
+}
+
+impl GraphAllocator {
+    /// An allocator over `backends` (in priority order; the scheduler assigns in this order).
+    pub fn new(backends: Vec<Box<dyn ComputeBackend>>) -> Self {
+        GraphAllocator {
+            backends,
+            node_to_buf: HashMap::new(),
+            cross: HashMap::new(),
+            kv: HashMap::new(),
+        }
+    }
+
+    pub fn backends(&self) -> impl Iterator<Item = &dyn ComputeBackend> {
+        self.backends.iter().map(|b| b.as_ref())
+    }
+
+    pub fn backend(&self, handle: Backend) -> Result<&dyn ComputeBackend, GraphError> {
+        self.backends
+            .iter()
+            .find(|b| b.handle() == handle)
+            .map(|b| b.as_ref())
+            .ok_or_else(|| GraphError::MissingBackend {
+                name: handle.to_string(),
+            })
+    }
+
+    pub fn backend_mut(&mut self, handle: Backend) -> Result<&mut (dyn ComputeBackend + 'static), GraphError> {
+        self.backends
+            .iter_mut()
+            .find(|b| b.handle() == handle)
+            .map(|b| b.as_mut())
+            .ok_or_else(|| GraphError::MissingBackend {
+                name: handle.to_string(),
+            })
+    }
+
+    /// The first backend (by priority) that can run `op` producing `dtype`.
+    pub fn supports(&self, op: &Op, dtype: DType) -> Option<Backend> {
+        self.backends
+            .iter()
+            .find(|b| b.supports_op(op, dtype))
+            .map(|b| b.handle())
+    }
+
+    pub fn node_buffer(&self, id: NodeId) -> Option<BufRef> {
+        self.node_to_buf.get(&id).copied()
+    }
+
+    pub fn cross_buffer(&self, id: NodeId, backend: Backend) -> Option<BufRef> {
+        self.cross.get(&(id, backend)).copied()
+    }
+
+    /// The layer's KV regions, allocating them on `backend` on first use.
+    fn ensure_kv(&mut self, layer: usize, backend: Backend, len: usize) -> Result<[BufRef; 2], GraphError> {
+        if let Some(pair) = self.kv.get(&layer) {
+            return Ok(*pair);
+        }
+        let b = self.backend_mut(backend)?;
+        let pair = [
+            BufRef {
+                backend,
+                id: b.alloc_fresh(len),
+            },
+            BufRef {
+                backend,
+                id: b.alloc_fresh(len),
+            },
+        ];
+        self.kv.insert(layer, pair);
+        Ok(pair)
+    }
+
+    fn is_kv_buffer(&self, buf: BufRef) -> bool {
+        self.kv.values().any(|pair| pair.contains(&buf))
+    }
+
+    /// Forget the KV regions' contents' validity is the caller's business; this drops them
+    /// (e.g. when the context size changes).
+    pub fn reset_kv(&mut self) -> Result<(), GraphError> {
+        for (_, pair) in std::mem::take(&mut self.kv) {
+            for buf in pair {
+                self.backend_mut(buf.backend)?.free_buffer(buf.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Release the previous graph's buffers (never the KV regions) to their pools.
+    fn release(&mut self) -> Result<(), GraphError> {
+        let mut seen = std::collections::HashSet::new();
+        let bufs: Vec<BufRef> = self
+            .node_to_buf
+            .drain()
+            .map(|(_, b)| b)
+            .chain(self.cross.drain().map(|(_, b)| b))
+            .collect();
+        for buf in bufs {
+            if !self.is_kv_buffer(buf) && seen.insert(buf) {
+                self.backend_mut(buf.backend)?.free_buffer(buf.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Map every live node of `graph` (whose backends are assigned) to a buffer.
+    pub fn alloc_graph(&mut self, graph: &ComputeGraph) -> Result<(), GraphError> {
+        self.release()?;
+        graph.topo_order()?;
+        let n = graph.nodes.len();
+        let live = graph.live_nodes();
+
+        // Liveness in build order: a buffer may be reused once its last reader has run.
+        let mut last_use: Vec<usize> = (0..n).collect();
+        let mut consumers = vec![0usize; n];
+        for node in graph.nodes.iter().filter(|node| live[node.id]) {
+            for &s in &node.src {
+                last_use[s] = last_use[s].max(node.id);
+                consumers[s] += 1;
+            }
+        }
+        for &id in graph.outputs.iter().chain(&graph.inputs) {
+            last_use[id] = usize::MAX;
+        }
+        let mut frees_at: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+        for (id, &last) in last_use.iter().enumerate() {
+            if live[id] && last != usize::MAX {
+                frees_at[last].push(id);
+            }
+        }
+
+        for node in &graph.nodes {
+            if !live[node.id] {
+                continue;
+            }
+            let backend = node.backend.ok_or_else(|| GraphError::Unassignable {
+                node: node.name.clone(),
+                op: node.op.name(),
+            })?;
+            let buf = match &node.op {
+                Op::KvcacheStore { layer } | Op::KvcacheLoad { layer } => {
+                    let len = match &node.meta {
+                        NodeMeta::Kvcache(m) => m.n_kv_embd * m.n_ctx,
+                        _ => node.n_elements(),
+                    };
+                    self.ensure_kv(*layer, backend, len)?[0]
+                }
+                Op::Silu | Op::RoPE { .. } if self.can_alias(graph, node.src[0], backend, &consumers) => {
+                    let src = node.src[0];
+                    // The node takes over its input's buffer: the input must not free it.
+                    frees_at[last_use[src]].retain(|&x| x != src);
+                    self.node_to_buf[&src]
+                }
+                _ => BufRef {
+                    backend,
+                    id: self.backend_mut(backend)?.alloc_buffer(node.n_elements()),
+                },
+            };
+            self.node_to_buf.insert(node.id, buf);
+            for &expired in &frees_at[node.id] {
+                let buf = self.node_to_buf[&expired];
+                if !self.is_kv_buffer(buf) {
+                    self.backend_mut(buf.backend)?.free_buffer(buf.id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn can_alias(&self, graph: &ComputeGraph, src: NodeId, backend: Backend, consumers: &[usize]) -> bool {
+        let s = &graph.nodes[src];
+        consumers[src] == 1
+            && s.backend == Some(backend)
+            && !graph.inputs.contains(&src)
+            && !graph.outputs.contains(&src)
+            && s.op.kv_layer().is_none()
+            && self.node_to_buf.get(&src).is_some_and(|b| b.backend == backend)
+    }
+
+    /// Stage `node`'s value for a consumer on `dst` (a host round trip). The staging buffer is
+    /// created once per graph and rewritten on every execution.
+    pub fn copy_across(&mut self, node: NodeId, dst: Backend) -> Result<BufRef, GraphError> {
+        let src = self
+            .node_to_buf
+            .get(&node)
+            .copied()
+            .ok_or_else(|| GraphError::NoBuffer { node: node.to_string() })?;
+        let data = self
+            .backend(src.backend)?
+            .read_host(src.id)
+            .ok_or_else(|| BackendError::Buffer {
+                backend: src.backend.to_string(),
+                id: src.id,
+                problem: "cannot be read from the host".into(),
+            })?
+            .to_vec();
+        let staging = match self.cross.get(&(node, dst)) {
+            Some(b) => *b,
+            None => {
+                let b = BufRef {
+                    backend: dst,
+                    id: self.backend_mut(dst)?.alloc_fresh(data.len()),
+                };
+                self.cross.insert((node, dst), b);
+                b
+            }
+        };
+        self.backend_mut(dst)?.write_host(staging.id, &data)?;
+        Ok(staging)
+    }
+
+    fn input_buffer(&self, graph: &ComputeGraph, name: &str) -> Result<(BufRef, usize), GraphError> {
+        let node = graph
+            .inputs
+            .iter()
+            .map(|&i| &graph.nodes[i])
+            .find(|n| n.name == name)
+            .ok_or_else(|| GraphError::NoSuchInput { name: name.to_string() })?;
+        let buf = self.node_buffer(node.id).ok_or_else(|| GraphError::NoBuffer {
+            node: node.name.clone(),
+        })?;
+        Ok((buf, node.n_elements()))
+    }
+
+    /// Fill an F32 input.
+    pub fn fill_input(&mut self, graph: &ComputeGraph, name: &str, data: &[f32]) -> Result<(), GraphError> {
+        let (buf, len) = self.input_buffer(graph, name)?;
+        if data.len() != len {
+            return Err(GraphError::InputSize {
+                name: name.to_string(),
+                expected: len,
+                got: data.len(),
+            });
+        }
+        Ok(self.backend_mut(buf.backend)?.write_host(buf.id, data)?)
+    }
+
+    /// Fill an I32 input (stored as f32 bit patterns).
+    pub fn fill_input_i32(&mut self, graph: &ComputeGraph, name: &str, data: &[i32]) -> Result<(), GraphError> {
+        let bits: Vec<f32> = data.iter().map(|&v| f32::from_bits(v as u32)).collect();
+        self.fill_input(graph, name, &bits)
+    }
+
+    /// Read a node's output from the host.
+    pub fn read(&self, node: NodeId) -> Result<&[f32], GraphError> {
+        let buf = self
+            .node_buffer(node)
+            .ok_or_else(|| GraphError::NoBuffer { node: node.to_string() })?;
+        self.backend(buf.backend)?.read_host(buf.id).ok_or_else(|| {
+            GraphError::Backend(BackendError::Buffer {
+                backend: buf.backend.to_string(),
+                id: buf.id,
+                problem: "cannot be read from the host".into(),
+            })
+        })
+    }
+
+    /// Buffers each backend's pool holds (to check that reuse does not grow them).
+    pub fn pool_sizes(&self) -> Vec<(Backend, usize)> {
+        self.backends.iter().map(|b| (b.handle(), b.pool_len())).collect()
+    }
+}
+
+impl KvProvider for GraphAllocator {
+    fn kv_pair(&self, layer: usize) -> Option<(usize, usize)> {
+        self.kv.get(&layer).map(|[k, v]| (k.id, v.id))
+    }
+}

@@ -1,0 +1,208 @@
+//! The graph builder: an append-only, pure factory. It assigns ids, records shapes, dtypes and
+//! metadata, and wires sources; it never computes and never allocates buffers. Sources are
+//! always built before their consumers, so node-id order is a valid execution order.
+//!
+//! Shape mismatches here are bugs in a model definition (its loader validated the file), so
+//! they are assertions, not errors.
+
+use super::ops::*;
+use super::{CNode, ComputeGraph, DType, NodeId};
+
+#[derive(Default)]
+pub struct GraphBuilder {
+    graph: ComputeGraph,
+}
+
+impl GraphBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn shape(&self, id: NodeId) -> [usize; 4] {
+        self.graph.nodes[id].out_shape
+    }
+
+    /// Append a node; the general form every constructor uses.
+    pub fn node(
+        &mut self,
+        name: &str,
+        op: Op,
+        src: &[NodeId],
+        out_shape: [usize; 4],
+        out_dtype: DType,
+        meta: NodeMeta,
+    ) -> NodeId {
+        let id = self.graph.nodes.len();
+        assert!(src.iter().all(|&s| s < id), "node '{name}' reads a node built after it");
+        self.graph.nodes.push(CNode {
+            id,
+            name: name.to_string(),
+            op,
+            src: src.to_vec(),
+            out_shape,
+            out_dtype,
+            backend: None,
+            meta,
+        });
+        id
+    }
+
+    /// A leaf the host fills before every execution.
+    pub fn input(&mut self, name: &str, shape: [usize; 4], dtype: DType) -> NodeId {
+        let id = self.node(name, Op::Input, &[], shape, dtype, NodeMeta::None);
+        self.graph.inputs.push(id);
+        id
+    }
+
+    /// Rows `ids` of an embedding table: `[n_embd, n_ids]`.
+    pub fn embedding(&mut self, name: &str, ids: NodeId, meta: EmbedMeta) -> NodeId {
+        let n = self.shape(ids)[0];
+        self.node(
+            name,
+            Op::GetRows,
+            &[ids],
+            [meta.n_embd, n, 1, 1],
+            DType::F32,
+            NodeMeta::Embed(meta),
+        )
+    }
+
+    /// Rows `ids` of an activation `x`: `[d, n_ids]`.
+    pub fn get_rows(&mut self, name: &str, x: NodeId, ids: NodeId) -> NodeId {
+        let d = self.shape(x)[0];
+        let n = self.shape(ids)[0];
+        self.node(name, Op::GetRows, &[x, ids], [d, n, 1, 1], DType::F32, NodeMeta::None)
+    }
+
+    pub fn rms_norm(&mut self, name: &str, x: NodeId, weight_name: Option<&str>, eps: f32) -> NodeId {
+        let shape = self.shape(x);
+        let meta = NormMeta {
+            weight_name: weight_name.map(str::to_string),
+        };
+        self.node(name, Op::RmsNorm { eps }, &[x], shape, DType::F32, NodeMeta::Norm(meta))
+    }
+
+    pub fn qk_norm(&mut self, name: &str, x: NodeId, weight_name: &str, head_dim: usize, eps: f32) -> NodeId {
+        let shape = self.shape(x);
+        assert_eq!(
+            shape[0] % head_dim,
+            0,
+            "{name}: width {} is not whole heads of {head_dim}",
+            shape[0]
+        );
+        let op = Op::QkNorm {
+            head_dim,
+            n_head: shape[0] / head_dim,
+            eps,
+        };
+        let meta = NormMeta {
+            weight_name: Some(weight_name.to_string()),
+        };
+        self.node(name, op, &[x], shape, DType::F32, NodeMeta::Norm(meta))
+    }
+
+    /// `x @ W^T (+ bias)`: `[in_dim, nt]` → `[out_dim, nt]`.
+    pub fn matmul(&mut self, name: &str, x: NodeId, meta: MatMulMeta) -> NodeId {
+        let shape = self.shape(x);
+        assert_eq!(
+            shape[0], meta.in_dim,
+            "{name}: input width {} vs weight in_dim {}",
+            shape[0], meta.in_dim
+        );
+        let out = [meta.out_dim, shape[1], 1, 1];
+        self.node(name, Op::MatMul, &[x], out, DType::F32, NodeMeta::MatMul(meta))
+    }
+
+    pub fn rope(&mut self, name: &str, x: NodeId, positions: NodeId, style: RopeStyle, meta: RopeMeta) -> NodeId {
+        let shape = self.shape(x);
+        assert_eq!(shape[0], meta.n_head * meta.head_dim, "{name}: width vs heads");
+        self.node(
+            name,
+            Op::RoPE { style },
+            &[x, positions],
+            shape,
+            DType::F32,
+            NodeMeta::Rope(meta),
+        )
+    }
+
+    pub fn silu(&mut self, name: &str, x: NodeId) -> NodeId {
+        let shape = self.shape(x);
+        self.node(name, Op::Silu, &[x], shape, DType::F32, NodeMeta::None)
+    }
+
+    fn binary(&mut self, name: &str, op: Op, a: NodeId, b: NodeId) -> NodeId {
+        let shape = self.shape(a);
+        assert_eq!(shape, self.shape(b), "{name}: operand shapes differ");
+        self.node(name, op, &[a, b], shape, DType::F32, NodeMeta::None)
+    }
+
+    pub fn add(&mut self, name: &str, a: NodeId, b: NodeId) -> NodeId {
+        self.binary(name, Op::Add, a, b)
+    }
+
+    pub fn mul(&mut self, name: &str, a: NodeId, b: NodeId) -> NodeId {
+        self.binary(name, Op::Mul, a, b)
+    }
+
+    pub fn swiglu(&mut self, name: &str, gate: NodeId, up: NodeId) -> NodeId {
+        self.binary(name, Op::SwiGLU, gate, up)
+    }
+
+    /// Write this step's K and V rows into the layer's persistent regions at the cells the
+    /// positions give. Its output is the K region.
+    pub fn kvcache_store(
+        &mut self,
+        name: &str,
+        layer: usize,
+        k: NodeId,
+        v: NodeId,
+        positions: NodeId,
+        meta: KvcacheMeta,
+    ) -> NodeId {
+        assert_eq!(self.shape(k)[0], meta.n_kv_embd, "{name}: K width");
+        assert_eq!(self.shape(v)[0], meta.n_kv_embd, "{name}: V width");
+        let shape = [meta.n_kv_embd, meta.n_ctx, 1, 1];
+        self.node(
+            name,
+            Op::KvcacheStore { layer },
+            &[k, v, positions],
+            shape,
+            DType::F32,
+            NodeMeta::Kvcache(meta),
+        )
+    }
+
+    /// A view of the layer's KV regions. It has no sources: build it after the store, so that
+    /// build order puts the store first.
+    pub fn kvcache_load(&mut self, name: &str, layer: usize, meta: KvcacheMeta) -> NodeId {
+        let shape = [meta.n_kv_embd, meta.n_ctx, 1, 1];
+        self.node(
+            name,
+            Op::KvcacheLoad { layer },
+            &[],
+            shape,
+            DType::F32,
+            NodeMeta::Kvcache(meta),
+        )
+    }
+
+    /// Attention of `q` over the layer's cache; the output width comes from the meta.
+    pub fn attn(&mut self, name: &str, q: NodeId, kv: NodeId, positions: NodeId, meta: AttnMeta) -> NodeId {
+        let nt = self.shape(q)[1];
+        let out = [meta.n_head * meta.head_dim, nt, 1, 1];
+        let op = Op::Attn {
+            mode: AttnMode::Gqa,
+            explicit_span: false,
+        };
+        self.node(name, op, &[q, kv, positions], out, DType::F32, NodeMeta::Attn(meta))
+    }
+
+    pub fn output(&mut self, node: NodeId) {
+        self.graph.outputs.push(node);
+    }
+
+    pub fn build(self) -> ComputeGraph {
+        self.graph
+    }
+}

@@ -1,0 +1,128 @@
+//! Graph reuse: the cache keeps the last graph, its allocator (and so the KV regions) and the
+//! params it was built for. Equal params reuse the graph as is; any difference rebuilds it —
+//! build, assign backends, fuse, allocate — with a fresh uid, keeping the allocator.
+
+use super::alloc::GraphAllocator;
+use super::fusion::FusionPass;
+use super::params::GraphParams;
+use super::scheduler::BackendScheduler;
+use super::{ComputeGraph, GraphError};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static NEXT_GRAPH_UID: AtomicU64 = AtomicU64::new(1);
+
+pub struct GraphCache {
+    graph: Option<ComputeGraph>,
+    alloc: GraphAllocator,
+    prev_params: Option<GraphParams>,
+    rebuilds: usize,
+}
+
+impl GraphCache {
+    pub fn new(alloc: GraphAllocator) -> Self {
+        GraphCache {
+            graph: None,
+            alloc,
+            prev_params: None,
+            rebuilds: 0,
+        }
+    }
+
+    /// Whether the cached graph was built for exactly these params (every field counts,
+    /// including the fusion flags and the backend fence).
+    pub fn try_reuse(&self, params: &GraphParams) -> bool {
+        self.graph.is_some() && self.prev_params.as_ref() == Some(params)
+    }
+
+    /// Make the cached graph the one for `params`, building it with `build` only when the params
+    /// differ from the last ones. Returns whether the graph was reused.
+    pub fn prepare(
+        &mut self,
+        params: &GraphParams,
+        build: impl Fn(&GraphParams) -> ComputeGraph,
+    ) -> Result<bool, GraphError> {
+        if self.try_reuse(params) {
+            // The reuse invariant, checked structurally in debug builds: equal params must
+            // build an identical graph.
+            #[cfg(debug_assertions)]
+            {
+                let fresh = build(params);
+                let cached = self.graph.as_ref().expect("try_reuse saw a graph");
+                debug_assert!(
+                    verify_structural_unfused(&fresh, cached),
+                    "graph builder is not deterministic in its params"
+                );
+            }
+            return Ok(true);
+        }
+        let mut graph = build(params);
+        BackendScheduler::assign_backends(&mut graph, &self.alloc)?;
+        FusionPass::run(&mut graph, &self.alloc);
+        self.alloc.alloc_graph(&graph)?;
+        graph.uid = NEXT_GRAPH_UID.fetch_add(1, Ordering::Relaxed);
+        self.graph = Some(graph);
+        self.prev_params = Some(params.clone());
+        self.rebuilds += 1;
+        Ok(false)
+    }
+
+    pub fn graph(&self) -> Option<&ComputeGraph> {
+        self.graph.as_ref()
+    }
+
+    pub fn alloc(&self) -> &GraphAllocator {
+        &self.alloc
+    }
+
+    pub fn alloc_mut(&mut self) -> &mut GraphAllocator {
+        &mut self.alloc
+    }
+
+    /// The graph and the allocator together, for filling inputs and reading outputs.
+    pub fn parts(&mut self) -> Option<(&ComputeGraph, &mut GraphAllocator)> {
+        self.graph.as_ref().map(|g| (g, &mut self.alloc))
+    }
+
+    /// Execute the cached graph.
+    pub fn execute(&mut self) -> Result<(), GraphError> {
+        let graph = self.graph.as_ref().ok_or_else(|| GraphError::NoBuffer {
+            node: "<no graph>".into(),
+        })?;
+        BackendScheduler::execute(graph, &mut self.alloc)
+    }
+
+    /// How many times a graph was built (the first build included).
+    pub fn rebuild_count(&self) -> usize {
+        self.rebuilds
+    }
+}
+
+/// Whether two graphs have the same nodes: op with full payloads, shape, dtype, sources and
+/// metadata, in the same order, and the same inputs and outputs. Backend assignment is ignored.
+pub fn verify_structural(a: &ComputeGraph, b: &ComputeGraph) -> bool {
+    a.nodes.len() == b.nodes.len()
+        && a.inputs == b.inputs
+        && a.outputs == b.outputs
+        && a.nodes.iter().zip(&b.nodes).all(|(x, y)| {
+            x.name == y.name
+                && x.op == y.op
+                && x.src == y.src
+                && x.out_shape == y.out_shape
+                && x.out_dtype == y.out_dtype
+                && x.meta == y.meta
+        })
+}
+
+/// [`verify_structural`] between a freshly built graph and a cached one that went through the
+/// fusion pass: a fused node is compared with the pattern it replaced.
+#[cfg(debug_assertions)]
+fn verify_structural_unfused(fresh: &ComputeGraph, cached: &ComputeGraph) -> bool {
+    use super::ops::Op;
+    fresh.nodes.len() == cached.nodes.len()
+        && fresh.inputs == cached.inputs
+        && fresh.outputs == cached.outputs
+        && fresh.nodes.iter().zip(&cached.nodes).all(|(x, y)| {
+            let same_op = x.op == y.op && x.src == y.src || (x.op == Op::Mul && y.op == Op::SwiGLU);
+            x.name == y.name && same_op && x.out_shape == y.out_shape && x.meta == y.meta
+        })
+}

@@ -1,0 +1,138 @@
+//! The backend scheduler: assigns each node to the highest-priority backend that supports it,
+//! cuts the graph into splits where the backend changes, and executes split by split in build
+//! order, staging values that cross a split boundary. Dead nodes are skipped; a node whose
+//! buffer lives on another backend than its split is an error, never a silent fallback.
+
+use super::alloc::GraphAllocator;
+use super::backend::{Backend, KvProvider};
+use super::ops::{NodeMeta, Op};
+use super::{BufRef, ComputeGraph, GraphError, NodeId};
+
+/// A contiguous run of nodes on one backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Split {
+    pub backend: Backend,
+    /// `[start, end)` node ids.
+    pub node_range: (usize, usize),
+    /// Nodes produced on another backend that this split reads (copied in).
+    pub inputs: Vec<NodeId>,
+    /// Nodes of this split read by another backend.
+    pub outputs: Vec<NodeId>,
+}
+
+pub struct BackendScheduler;
+
+impl BackendScheduler {
+    /// Give every unassigned node the first backend, in priority order, that supports it.
+    pub fn assign_backends(graph: &mut ComputeGraph, alloc: &GraphAllocator) -> Result<(), GraphError> {
+        for node in &mut graph.nodes {
+            if node.backend.is_none() {
+                let b = alloc
+                    .supports(&node.op, node.out_dtype)
+                    .ok_or_else(|| GraphError::Unassignable {
+                        node: node.name.clone(),
+                        op: node.op.name(),
+                    })?;
+                node.backend = Some(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// Cut the (assigned) graph where the backend changes; dead nodes do not cut.
+    pub fn split_graph(graph: &ComputeGraph) -> Vec<Split> {
+        let live = graph.live_nodes();
+        let mut splits: Vec<Split> = Vec::new();
+        for node in graph.nodes.iter().filter(|n| live[n.id]) {
+            let b = node.backend.expect("assigned before splitting");
+            match splits.last_mut() {
+                Some(s) if s.backend == b => s.node_range.1 = node.id + 1,
+                _ => splits.push(Split {
+                    backend: b,
+                    node_range: (node.id, node.id + 1),
+                    inputs: vec![],
+                    outputs: vec![],
+                }),
+            }
+        }
+        let split_of = |id: NodeId| splits.iter().position(|s| s.node_range.0 <= id && id < s.node_range.1);
+        let mut edges = Vec::new();
+        for (si, s) in splits.iter().enumerate() {
+            for node in &graph.nodes[s.node_range.0..s.node_range.1] {
+                if !live[node.id] {
+                    continue;
+                }
+                for &src in &node.src {
+                    if let Some(pi) = split_of(src) {
+                        if splits[pi].backend != s.backend {
+                            edges.push((pi, si, src));
+                        }
+                    }
+                }
+            }
+        }
+        for (pi, si, src) in edges {
+            if !splits[si].inputs.contains(&src) {
+                splits[si].inputs.push(src);
+            }
+            if !splits[pi].outputs.contains(&src) {
+                splits[pi].outputs.push(src);
+            }
+        }
+        splits
+    }
+
+    /// Run the graph: split by split, node by node in build order.
+    pub fn execute(graph: &ComputeGraph, alloc: &mut GraphAllocator) -> Result<(), GraphError> {
+        let mut previous: Option<Backend> = None;
+        for split in Self::split_graph(graph) {
+            if let Some(prev) = previous.filter(|&p| p != split.backend) {
+                alloc.backend_mut(prev)?.synchronize();
+            }
+            for &src in &split.inputs {
+                alloc.copy_across(src, split.backend)?;
+            }
+            for node in &graph.nodes[split.node_range.0..split.node_range.1] {
+                let Some(out) = alloc.node_buffer(node.id) else {
+                    continue; // dead (e.g. a Silu folded into a SwiGLU)
+                };
+                if matches!(node.op, Op::Input | Op::KvcacheLoad { .. }) {
+                    continue; // host-filled, or a view with nothing to compute
+                }
+                if out.backend != split.backend {
+                    return Err(GraphError::SplitMismatch {
+                        node: node.name.clone(),
+                        expected: split.backend.to_string(),
+                        actual: out.backend.to_string(),
+                    });
+                }
+                let mut in_bufs: Vec<BufRef> = Vec::with_capacity(node.src.len());
+                for &src in &node.src {
+                    let buf = match alloc.node_buffer(src) {
+                        Some(b) if b.backend == split.backend => b,
+                        _ => alloc
+                            .cross_buffer(src, split.backend)
+                            .ok_or_else(|| GraphError::NoBuffer {
+                                node: graph.nodes[src].name.clone(),
+                            })?,
+                    };
+                    in_bufs.push(buf);
+                }
+                let layer = match (&node.op, &node.meta) {
+                    (Op::KvcacheStore { layer }, _) => Some(*layer),
+                    (Op::Attn { .. }, NodeMeta::Attn(m)) => Some(m.layer),
+                    _ => None,
+                };
+                let kv = layer.and_then(|l| alloc.kv_pair(l));
+                alloc
+                    .backend_mut(split.backend)?
+                    .execute_node(node, &in_bufs, out, kv)?;
+            }
+            previous = Some(split.backend);
+        }
+        if let Some(prev) = previous {
+            alloc.backend_mut(prev)?.synchronize();
+        }
+        Ok(())
+    }
+}
