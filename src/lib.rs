@@ -9,6 +9,9 @@
 //! - [`graph`] is the compute graph: IR, builder, params and reuse cache, allocator, scheduler,
 //!   fusion pass, backend trait and registry, export;
 //! - [`backends`] execute graph nodes (`backends::cpu`);
+//! - [`models`] describe architectures (hyper-parameters, tensors, the forward graph);
+//! - [`engine`] runs sessions (KV cache, graph reuse) and the generation loop;
+//! - [`sampling`] maps a logits row and the recent token history to the next token id;
 //! - [`cli`] holds what the command-line surfaces print (the binary only parses flags).
 //!
 //! Dependencies point one way: `cli` → `tokenizer`, `template` → `gguf` → `quant`. `gguf` and `quant` know nothing of
@@ -19,8 +22,11 @@ compile_error!("minfer reads GGUF data in place and supports little-endian targe
 
 pub mod backends;
 pub mod cli;
+pub mod engine;
 pub mod gguf;
 pub mod graph;
+pub mod models;
 pub mod quant;
+pub mod sampling;
 pub mod template;
 pub mod tokenizer;

@@ -9,10 +9,120 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "minfer", version, about = "A pure-Rust LLM inference engine for GGUF models")]
+#[command(
+    name = "minfer",
+    version,
+    about = "A pure-Rust LLM inference engine for GGUF models",
+    args_conflicts_with_subcommands = true,
+    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors"
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Generate text: `minfer MODEL [PROMPT]`.
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The GGUF model file.
+    model: Option<PathBuf>,
+    /// The prompt, sent as one user turn through the model's chat template (standard input if
+    /// absent).
+    prompt: Option<String>,
+    /// Send the prompt as raw text, without the chat template.
+    #[arg(long)]
+    no_template: bool,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
+    n_predict: usize,
+    /// Stop before this text (repeatable; matched across token boundaries).
+    #[arg(long = "stop", value_name = "STR")]
+    stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    #[command(flatten)]
+    load: LoadArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Write the graph the run uses as Graphviz DOT, then exit.
+    #[arg(long, value_name = "FILE")]
+    dump_graph: Option<PathBuf>,
+    /// Write the graph the run uses as JSON (the visualizer's schema), then exit.
+    #[arg(long, value_name = "FILE")]
+    dump_graph_json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
+struct LoadArgs {
+    /// Context size in tokens (clamped to the model's maximum).
+    #[arg(long = "n-ctx", default_value_t = 4096)]
+    n_ctx: usize,
+    /// Threads (default: the number of physical cores).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+    /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
+    #[arg(long, value_name = "NAME")]
+    backend: Option<String>,
+}
+
+impl LoadArgs {
+    fn options(&self) -> minfer::cli::run::LoadOptions {
+        minfer::cli::run::LoadOptions {
+            n_ctx: self.n_ctx,
+            n_threads: self.threads.unwrap_or_else(minfer::backends::cpu::default_threads),
+            backend: self.backend.clone(),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct SamplingArgs {
+    /// Sampling temperature (0 = greedy).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    temperature: f32,
+    /// Keep the K most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    top_k: i32,
+    /// Keep the smallest set of tokens whose probability reaches P.
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Penalise repeating the last --repeat-last-n tokens.
+    #[arg(long, default_value_t = 1.1)]
+    repeat_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    frequency_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    presence_penalty: f32,
+    /// Tokens of history the penalties look at.
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Random seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Always pick the most likely token (same as --temp 0, without penalties).
+    #[arg(long)]
+    greedy: bool,
+}
+
+impl SamplingArgs {
+    fn params(&self) -> minfer::sampling::SamplingParams {
+        if self.greedy {
+            return minfer::sampling::SamplingParams::greedy();
+        }
+        minfer::sampling::SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repeat_penalty: self.repeat_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -69,6 +179,23 @@ enum Command {
         #[arg(long)]
         no_generation_prompt: bool,
     },
+    /// Print the highest logits at the last position of a raw text (specials parsed, no
+    /// template, no BOS unless the model asks for one): how numerics are compared with other
+    /// engines.
+    ///
+    /// Example: minfer eval MODEL 'def fib(n):' --top 5 --out logits.f32
+    Eval {
+        model: PathBuf,
+        text: String,
+        /// How many of the highest logits to print as JSON [[id, logit], ...].
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Also write all last-position logits as little-endian f32.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        load: LoadArgs,
+    },
 }
 
 fn read_json_array(path: &Path, what: &str) -> anyhow::Result<Vec<serde_json::Value>> {
@@ -111,8 +238,56 @@ fn read_text_arg(file: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
 }
 
+fn run_generate(args: RunArgs) -> anyhow::Result<()> {
+    use minfer::cli::run;
+    let model = args
+        .model
+        .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
+    let mut loaded = run::load(&model, &args.load.options())?;
+    if args.dump_graph.is_some() || args.dump_graph_json.is_some() {
+        let tokens = run::prompt_tokens(&loaded, args.prompt.as_deref().unwrap_or("Hello"), args.no_template)?;
+        let arch = loaded.session.model().arch();
+        let graph = loaded
+            .session
+            .prepare_graph(tokens.len(), 1)
+            .map_err(run::RunError::from)?;
+        if let Some(path) = &args.dump_graph {
+            std::fs::write(path, graph.to_dot()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let Some(path) = &args.dump_graph_json {
+            let kind = if tokens.len() == 1 { "decode" } else { "prefill" };
+            let json = serde_json::to_string_pretty(&graph.to_json(arch, kind))?;
+            std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        return Ok(());
+    }
+    let prompt = match args.prompt {
+        Some(p) => p,
+        None => {
+            String::from_utf8(read_text_arg(Path::new("-"))?).context("the prompt on standard input is not UTF-8")?
+        }
+    };
+    let tokens = run::prompt_tokens(&loaded, &prompt, args.no_template)?;
+    let options = minfer::engine::GenerateOptions {
+        max_tokens: args.n_predict,
+        stop: args.stop,
+        ignore_eos: args.ignore_eos,
+        sampling: args.sampling.params(),
+        special: false,
+    };
+    let mut stdout = std::io::stdout().lock();
+    let result = run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?;
+    stdout.write_all(b"\n")?;
+    stdout.flush()?;
+    eprintln!("{}", result.stats.summary());
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+    let Some(command) = cli.command else {
+        return run_generate(cli.run);
+    };
+    match command {
         Command::Info { model, tensors } => {
             let file = open_model(&model)?;
             print!("{}", minfer::cli::info::render(&file, tensors));
@@ -158,6 +333,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &serde_json::Map::new(),
             )?;
             std::io::stdout().write_all(prompt.as_bytes())?;
+        }
+        Command::Eval {
+            model,
+            text,
+            top,
+            out,
+            load,
+        } => {
+            let mut loaded = minfer::cli::run::load(&model, &load.options())?;
+            let logits = minfer::cli::run::eval_last_logits(&mut loaded, &text)?;
+            if let Some(path) = out {
+                let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
+                std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            println!("{}", minfer::cli::run::top_logits_json(&logits, top));
         }
     }
     Ok(())

@@ -2,4 +2,5 @@
 //! touches the terminal or exits the process.
 
 pub mod info;
+pub mod run;
 pub mod tokenize;

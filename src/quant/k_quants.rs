@@ -1,4 +1,4 @@
-//! Helpers shared by the K-quant reference quantizers (Q4_K, Q5_K, Q6_K, Q8_K).
+//! Helpers shared by the K-quant reference quantizers and dot products (Q4_K, Q5_K, Q6_K, Q8_K).
 //!
 //! These reproduce ggml's `nearest_int`, `make_qx_quants` and `make_qkx2_quants` operation for
 //! operation: llama-quantize's output depends on every rounding step, so the order of the float
@@ -170,6 +170,42 @@ pub fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
             (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
             (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
         )
+    }
+}
+
+/// All eight (scale, min) pairs of a Q4_K/Q5_K `scales` field at once, as the dot products'
+/// `utmp` shuffle unpacks them.
+#[inline]
+pub fn unpack_scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let mut scales = [0u8; 8];
+    let mut mins = [0u8; 8];
+    for j in 0..8 {
+        (scales[j], mins[j]) = get_scale_min_k4(j, q);
+    }
+    (scales, mins)
+}
+
+/// The integer core shared by the K-quant dot products (`ggml_vec_dot_q{4,5,6}_K_q8_K_generic`):
+/// `aux32[l] += scale * q8[i] * a[i]` over the 256 values of a super-block, with `l = i % 8`,
+/// then `sums[l] += d * aux32[l]` into the caller's eight float lanes. Keeping the lanes (rather
+/// than one integer total) is what makes the float result ggml's.
+///
+/// `a` holds the unpacked weight levels; `scales` has one entry per `256 / scales.len()`
+/// consecutive values (8 sub-blocks of 32 for Q4_K/Q5_K, 16 of 16 for Q6_K).
+#[inline]
+pub fn accumulate_lanes_k(a: &[i8; QK_K], q8: &[i8; QK_K], scales: &[i32], d: f32, sums: &mut [f32; 8]) {
+    let group = QK_K / scales.len();
+    let mut aux32 = [0i32; 8];
+    for ((ag, qg), &scale) in a.chunks_exact(group).zip(q8.chunks_exact(group)).zip(scales) {
+        for (a8, q8) in ag.chunks_exact(8).zip(qg.chunks_exact(8)) {
+            for ((acc, &av), &qv) in aux32.iter_mut().zip(a8).zip(q8) {
+                // ggml stores the product in an int16_t: every |q8 * a| here is at most 128 * 32.
+                *acc += scale * (qv as i32 * av as i32);
+            }
+        }
+    }
+    for (s, &v) in sums.iter_mut().zip(&aux32) {
+        *s += d * v as f32;
     }
 }
 

@@ -1,10 +1,12 @@
 //! Quantized weight formats: the ggml type table and, per type, the `#[repr(C)]` block layout
-//! with its scalar reference quantizer and dequantizer.
+//! with its scalar reference quantizer, dequantizer and block dot product.
 //!
-//! This module owns the byte layout of weights and nothing else: it knows no file format and no
-//! execution. The scalar code here is the specification every SIMD kernel is tested against,
-//! and the quantizers reproduce ggml's `quantize_row_*_ref` byte for byte, so a file we write is
-//! the file llama-quantize writes.
+//! This module owns the byte layout of weights and the arithmetic on one row of blocks, and
+//! nothing else: it knows no file format, no tensor shapes and no scheduling. The scalar code
+//! here is the specification every SIMD kernel is tested against: the quantizers reproduce
+//! ggml's `quantize_row_*_ref` byte for byte, so a file we write is the file llama-quantize
+//! writes, and the dot products reproduce ggml-cpu's generic `ggml_vec_dot_*` integer sums and
+//! float accumulation order.
 //!
 //! Adding a type touches one block module and one row of [`GgmlType`]'s tables.
 
@@ -18,7 +20,11 @@ pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
+pub mod q8_1;
 pub mod q8_k;
+
+#[cfg(test)]
+mod dot_tests;
 
 use bytemuck::Pod;
 use std::fmt;
@@ -131,6 +137,7 @@ impl GgmlType {
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::Q8_1,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
@@ -145,6 +152,23 @@ impl GgmlType {
     /// The type named `name` as ggml spells it, case-insensitively (`q4_k` is `Q4_K`).
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.iter().copied().find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The type ggml quantizes activations to before dotting them with a weight row of this type
+    /// (ggml-cpu's `vec_dot_type`). `None` for the float types F32, F16 and BF16, whose rows
+    /// [`vec_dot_f32`] dots with f32 activations directly, and for the types that are never
+    /// weights of a dot product (the integer types, F64, and the activation-only Q8_1 and Q8_K).
+    /// Types with a ggml dot product that minfer does not implement still name their activation
+    /// type; [`vec_dot`] refuses them.
+    pub fn vec_dot_type(self) -> Option<GgmlType> {
+        use GgmlType::*;
+        match self {
+            Q4_0 | Q5_0 | Q8_0 | IQ4_NL | MXFP4 => Some(Q8_0),
+            Q4_1 | Q5_1 => Some(Q8_1),
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ2_XXS | IQ2_XS | IQ3_XXS | IQ1_S | IQ3_S | IQ2_S | IQ4_XS | IQ1_M
+            | TQ1_0 | TQ2_0 => Some(Q8_K),
+            F32 | F16 | BF16 | Q8_1 | Q8_K | I8 | I16 | I32 | I64 | F64 => None,
+        }
     }
 
     /// Bytes of a row of `n` values, or `None` if `n` is not a whole number of blocks or the
@@ -239,6 +263,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
         GgmlType::Q5_0 => with_blocks(src, |b| q5_0::dequantize_row(b, dst)),
         GgmlType::Q5_1 => with_blocks(src, |b| q5_1::dequantize_row(b, dst)),
         GgmlType::Q8_0 => with_blocks(src, |b| q8_0::dequantize_row(b, dst)),
+        GgmlType::Q8_1 => with_blocks(src, |b| q8_1::dequantize_row(b, dst)),
         GgmlType::Q4_K => with_blocks(src, |b| q4_k::dequantize_row(b, dst)),
         GgmlType::Q5_K => with_blocks(src, |b| q5_k::dequantize_row(b, dst)),
         GgmlType::Q6_K => with_blocks(src, |b| q6_k::dequantize_row(b, dst)),
@@ -274,6 +299,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         GgmlType::Q5_0 => into_blocks(dst, |b| q5_0::quantize_row_ref(src, b)),
         GgmlType::Q5_1 => into_blocks(dst, |b| q5_1::quantize_row_ref(src, b)),
         GgmlType::Q8_0 => into_blocks(dst, |b| q8_0::quantize_row_ref(src, b)),
+        GgmlType::Q8_1 => into_blocks(dst, |b| q8_1::quantize_row_ref(src, b)),
         GgmlType::Q4_K => into_blocks(dst, |b| q4_k::quantize_row_ref(src, b)),
         GgmlType::Q5_K => into_blocks(dst, |b| q5_k::quantize_row_ref(src, b)),
         GgmlType::Q6_K => into_blocks(dst, |b| q6_k::quantize_row_ref(src, b)),
@@ -281,6 +307,85 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         _ => return Err(QuantError::UnsupportedType { ggml_type: ty, op: OP }),
     }
     Ok(())
+}
+
+/// Dot product of one weight row of `ty` (`w`, `n` values) with one activation row already
+/// quantized to `ty.vec_dot_type()` (`a`, `n` values), with ggml's generic block arithmetic.
+///
+/// Block slices are viewed in place when aligned for their block type (rows of GGUF tensor data
+/// always are) and copied otherwise.
+pub fn vec_dot(ty: GgmlType, w: &[u8], a: &[u8], n: usize) -> Result<f32, QuantError> {
+    const OP: &str = "vec_dot";
+    let unsupported = QuantError::UnsupportedType { ggml_type: ty, op: OP };
+    let Some(aty) = ty.vec_dot_type() else {
+        return Err(unsupported);
+    };
+    check_sizes(ty, "vec_dot weight", n, w.len())?;
+    check_sizes(aty, "vec_dot activation", n, a.len())?;
+    let dot = match ty {
+        GgmlType::Q4_0 => dot_blocks(w, a, q4_0::vec_dot_ref),
+        GgmlType::Q4_1 => dot_blocks(w, a, q4_1::vec_dot_ref),
+        GgmlType::Q5_0 => dot_blocks(w, a, q5_0::vec_dot_ref),
+        GgmlType::Q5_1 => dot_blocks(w, a, q5_1::vec_dot_ref),
+        GgmlType::Q8_0 => dot_blocks(w, a, q8_0::vec_dot_ref),
+        GgmlType::Q4_K => dot_blocks(w, a, q4_k::vec_dot_ref),
+        GgmlType::Q5_K => dot_blocks(w, a, q5_k::vec_dot_ref),
+        GgmlType::Q6_K => dot_blocks(w, a, q6_k::vec_dot_ref),
+        _ => return Err(unsupported),
+    };
+    Ok(dot)
+}
+
+fn dot_blocks<W: Pod, A: Pod>(w: &[u8], a: &[u8], dot: fn(&[W], &[A]) -> f32) -> f32 {
+    with_blocks(w, |x| with_blocks(a, |y| dot(x, y)))
+}
+
+/// Dot product of one weight row of a float type (F32, F16 or BF16; `w`, `x.len()` values,
+/// little-endian) with f32 activations `x`. Each weight is widened to f32 exactly and the
+/// products are accumulated in f32.
+///
+/// The accumulation order is part of the result: eight running sums, lane `l` taking the
+/// products `i` with `i % 8 == l` of the leading multiple of 8; the lanes are then added in order
+/// and the remaining products after them. Eight independent sums are what lets the compiler keep
+/// them in one vector register.
+pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<f32, QuantError> {
+    const OP: &str = "vec_dot_f32";
+    if !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        return Err(QuantError::UnsupportedType { ggml_type: ty, op: OP });
+    }
+    check_sizes(ty, OP, x.len(), w.len())?;
+    Ok(match ty {
+        GgmlType::F32 => dot_widened(w, x, f32::from_le_bytes),
+        GgmlType::F16 => dot_widened(w, x, |b| fp16::f16_to_f32(u16::from_le_bytes(b))),
+        _ => dot_widened(w, x, |b| fp16::bf16_to_f32(u16::from_le_bytes(b))),
+    })
+}
+
+/// The lane accumulation of [`vec_dot_f32`] for weights of `W` bytes each; generic so that the
+/// widening is inlined into the loop.
+fn dot_widened<const W: usize>(w: &[u8], x: &[f32], widen: impl Fn([u8; W]) -> f32) -> f32 {
+    let widen_at = |b: &[u8]| {
+        let mut bytes = [0u8; W];
+        bytes.copy_from_slice(b);
+        widen(bytes)
+    };
+    let mut lanes = [0.0f32; 8];
+    let w_chunks = w.chunks_exact(8 * W);
+    let x_chunks = x.chunks_exact(8);
+    let (w_tail, x_tail) = (w_chunks.remainder(), x_chunks.remainder());
+    for (wc, xc) in w_chunks.zip(x_chunks) {
+        for ((lane, wv), &xv) in lanes.iter_mut().zip(wc.chunks_exact(W)).zip(xc) {
+            *lane += widen_at(wv) * xv;
+        }
+    }
+    let mut sum = 0.0f32;
+    for lane in lanes {
+        sum += lane;
+    }
+    for (wv, &xv) in w_tail.chunks_exact(W).zip(x_tail) {
+        sum += widen_at(wv) * xv;
+    }
+    sum
 }
 
 #[cfg(test)]
@@ -305,6 +410,7 @@ mod tests {
         assert_eq!(GgmlType::Q5_0.type_size(), size_of::<q5_0::BlockQ5_0>());
         assert_eq!(GgmlType::Q5_1.type_size(), size_of::<q5_1::BlockQ5_1>());
         assert_eq!(GgmlType::Q8_0.type_size(), size_of::<q8_0::BlockQ8_0>());
+        assert_eq!(GgmlType::Q8_1.type_size(), size_of::<q8_1::BlockQ8_1>());
         assert_eq!(GgmlType::Q4_K.type_size(), size_of::<q4_k::BlockQ4K>());
         assert_eq!(GgmlType::Q5_K.type_size(), size_of::<q5_k::BlockQ5K>());
         assert_eq!(GgmlType::Q6_K.type_size(), size_of::<q6_k::BlockQ6K>());

@@ -6,6 +6,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
+use super::q8_0::BlockQ8_0;
 use bytemuck::{Pod, Zeroable};
 
 pub const QK4_0: usize = 32;
@@ -47,6 +48,24 @@ pub fn dequantize_row(x: &[BlockQ4_0], y: &mut [f32]) {
             yb[j + QK4_0 / 2] = x1 as f32 * d;
         }
     }
+}
+
+/// `ggml_vec_dot_q4_0_q8_0_generic`: exact integer sums per block, then
+/// `sumf += sumi * d_x * d_y` in f32, block by block.
+pub fn vec_dot_ref(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let (lo, hi) = yb.qs.split_at(QK4_0 / 2);
+        let mut sumi0 = 0i32;
+        let mut sumi1 = 0i32;
+        for ((&q, &y0), &y1) in xb.qs.iter().zip(lo).zip(hi) {
+            sumi0 += ((q & 0x0f) as i32 - 8) * y0 as i32;
+            sumi1 += ((q >> 4) as i32 - 8) * y1 as i32;
+        }
+        let sumi = sumi0 + sumi1;
+        sumf += sumi as f32 * f16_to_f32(xb.d) * f16_to_f32(yb.d);
+    }
+    sumf
 }
 
 /// The largest magnitude in `xs` and the signed value that has it (the first one on ties),

@@ -7,6 +7,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
+use super::q8_1::BlockQ8_1;
 use bytemuck::{Pod, Zeroable};
 
 pub const QK4_1: usize = 32;
@@ -47,6 +48,24 @@ pub fn dequantize_row(x: &[BlockQ4_1], y: &mut [f32]) {
             yb[j + QK4_1 / 2] = (xb.qs[j] >> 4) as f32 * d + m;
         }
     }
+}
+
+/// `ggml_vec_dot_q4_1_q8_1_generic`: the minimum enters through the activation block's stored
+/// scaled sum, `sumf += (d_x * d_y) * sumi + m_x * s_y`.
+pub fn vec_dot_ref(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let (lo, hi) = yb.qs.split_at(QK4_1 / 2);
+        let mut sumi0 = 0i32;
+        let mut sumi1 = 0i32;
+        for ((&q, &y0), &y1) in xb.qs.iter().zip(lo).zip(hi) {
+            sumi0 += (q & 0x0f) as i32 * y0 as i32;
+            sumi1 += (q >> 4) as i32 * y1 as i32;
+        }
+        let sumi = sumi0 + sumi1;
+        sumf += (f16_to_f32(xb.d) * f16_to_f32(yb.d)) * sumi as f32 + f16_to_f32(xb.m) * f16_to_f32(yb.s);
+    }
+    sumf
 }
 
 /// Minimum and maximum as the reference quantizers scan them (starting from ±FLT_MAX).

@@ -11,7 +11,10 @@
 //! ```
 
 use super::fp16::f16_to_f32;
-use super::k_quants::{get_scale_min_k4, quantize_scale_min_superblock, Qkx2Search, QK_K};
+use super::k_quants::{
+    accumulate_lanes_k, get_scale_min_k4, quantize_scale_min_superblock, unpack_scales_mins_k4, Qkx2Search, QK_K,
+};
+use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
 
 #[repr(C)]
@@ -59,4 +62,37 @@ pub fn dequantize_row(x: &[BlockQ4K], y: &mut [f32]) {
             }
         }
     }
+}
+
+/// `ggml_vec_dot_q4_K_q8_K_generic`: the scaled levels go through eight integer lanes into eight
+/// float lanes; the mins are applied from the activation's group sums as
+/// `sumf -= dmin * sum(bsums[j] * min[j / 2])`, and the lanes are added to `sumf` at the end.
+pub fn vec_dot_ref(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    let mut sums = [0.0f32; 8];
+    let mut sumf = 0.0f32;
+    let mut aux8 = [0i8; QK_K];
+    for (xb, yb) in x.iter().zip(y) {
+        for (q4, a) in xb.qs.chunks_exact(32).zip(aux8.chunks_exact_mut(64)) {
+            let (lo, hi) = a.split_at_mut(32);
+            for ((&q, l), h) in q4.iter().zip(lo).zip(hi) {
+                *l = (q & 0x0f) as i8;
+                *h = (q >> 4) as i8;
+            }
+        }
+        let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
+        let sumi: i32 = yb
+            .bsums
+            .iter()
+            .enumerate()
+            .map(|(j, &b)| b as i32 * mins[j / 2] as i32)
+            .sum();
+        let scales = scales.map(|s| s as i32);
+        accumulate_lanes_k(&aux8, &yb.qs, &scales, f16_to_f32(xb.d) * yb.d, &mut sums);
+        let dmin = f16_to_f32(xb.dmin) * yb.d;
+        sumf -= dmin * sumi as f32;
+    }
+    for s in sums {
+        sumf += s;
+    }
+    sumf
 }

@@ -9,6 +9,7 @@
 
 use super::fp16::{f16_to_f32, f32_to_f16};
 use super::q4_1::min_max;
+use super::q8_1::BlockQ8_1;
 use bytemuck::{Pod, Zeroable};
 
 pub const QK5_1: usize = 32;
@@ -60,4 +61,26 @@ pub fn dequantize_row(x: &[BlockQ5_1], y: &mut [f32]) {
             yb[j + QK5_1 / 2] = x1 as f32 * d + m;
         }
     }
+}
+
+/// `ggml_vec_dot_q5_1_q8_1_generic`: `sumf += (d_x * d_y) * sumi + m_x * s_y` per block.
+pub fn vec_dot_ref(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let qh = u32::from_le_bytes(xb.qh);
+        let (lo, hi) = yb.qs.split_at(QK5_1 / 2);
+        let mut sumi0 = 0i32;
+        let mut sumi1 = 0i32;
+        for (j, ((&q, &y0), &y1)) in xb.qs.iter().zip(lo).zip(hi).enumerate() {
+            let xh_0 = ((qh >> j) << 4) & 0x10;
+            let xh_1 = (qh >> (j + 12)) & 0x10;
+            let x0 = ((q & 0x0f) as u32 | xh_0) as i32;
+            let x1 = ((q >> 4) as u32 | xh_1) as i32;
+            sumi0 += x0 * y0 as i32;
+            sumi1 += x1 * y1 as i32;
+        }
+        let sumi = sumi0 + sumi1;
+        sumf += (f16_to_f32(xb.d) * f16_to_f32(yb.d)) * sumi as f32 + f16_to_f32(xb.m) * f16_to_f32(yb.s);
+    }
+    sumf
 }

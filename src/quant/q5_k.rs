@@ -11,7 +11,10 @@
 //! ```
 
 use super::fp16::f16_to_f32;
-use super::k_quants::{get_scale_min_k4, quantize_scale_min_superblock, Qkx2Search, QK_K};
+use super::k_quants::{
+    accumulate_lanes_k, get_scale_min_k4, quantize_scale_min_superblock, unpack_scales_mins_k4, Qkx2Search, QK_K,
+};
+use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
 
 #[repr(C)]
@@ -79,4 +82,38 @@ pub fn dequantize_row(x: &[BlockQ5K], y: &mut [f32]) {
             u2 <<= 2;
         }
     }
+}
+
+/// `ggml_vec_dot_q5_K_q8_K_generic`: as Q4_K's, with the fifth bit added to each level first.
+pub fn vec_dot_ref(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    let mut sums = [0.0f32; 8];
+    let mut sumf = 0.0f32;
+    let mut aux8 = [0i8; QK_K];
+    for (xb, yb) in x.iter().zip(y) {
+        let (mut m1, mut m2) = (1u8, 2u8);
+        for (q4, a) in xb.qs.chunks_exact(32).zip(aux8.chunks_exact_mut(64)) {
+            let (lo, hi) = a.split_at_mut(32);
+            for (((&q, &h), l), hv) in q4.iter().zip(&xb.qh).zip(lo).zip(hi) {
+                *l = ((q & 0x0f) + if h & m1 != 0 { 16 } else { 0 }) as i8;
+                *hv = ((q >> 4) + if h & m2 != 0 { 16 } else { 0 }) as i8;
+            }
+            m1 <<= 2;
+            m2 <<= 2;
+        }
+        let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
+        let sumi: i32 = yb
+            .bsums
+            .iter()
+            .enumerate()
+            .map(|(j, &b)| b as i32 * mins[j / 2] as i32)
+            .sum();
+        let scales = scales.map(|s| s as i32);
+        accumulate_lanes_k(&aux8, &yb.qs, &scales, f16_to_f32(xb.d) * yb.d, &mut sums);
+        let dmin = f16_to_f32(xb.dmin) * yb.d;
+        sumf -= dmin * sumi as f32;
+    }
+    for s in sums {
+        sumf += s;
+    }
+    sumf
 }

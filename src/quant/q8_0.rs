@@ -40,3 +40,16 @@ pub fn dequantize_row(x: &[BlockQ8_0], y: &mut [f32]) {
         }
     }
 }
+
+/// `ggml_vec_dot_q8_0_q8_0_generic`: `sumf += sumi * (d_x * d_y)` per block.
+pub fn vec_dot_ref(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let mut sumi = 0i32;
+        for (&a, &b) in xb.qs.iter().zip(&yb.qs) {
+            sumi += a as i32 * b as i32;
+        }
+        sumf += sumi as f32 * (f16_to_f32(xb.d) * f16_to_f32(yb.d));
+    }
+    sumf
+}

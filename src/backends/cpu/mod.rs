@@ -1,3 +1,449 @@
-//! The CPU backend (being written).
+//! The CPU backend: executes graph nodes with the kernels in [`kernels`] on f32 buffers in its
+//! own pool. Weights are resolved by name from the model file at execution time (zero-copy).
+//!
+//! It must not decide anything the allocator owns (which node uses which buffer, aliasing) and
+//! never falls back: a node it cannot run is an error naming the node. Matmuls split their
+//! output rows over `n_threads` threads; every row is computed by exactly the same code
+//! whatever the split, so results are bit-identical for any thread count.
 
 pub mod kernels;
+
+use crate::graph::{
+    Backend, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op, RopeStyle, TensorSource,
+};
+use kernels::{Activations, KernelError};
+use std::sync::Arc;
+
+pub struct CpuBackend {
+    buffers: Vec<Vec<f32>>,
+    free: Vec<usize>,
+    weights: Arc<dyn TensorSource>,
+    n_threads: usize,
+    /// Quantized activations of the current matmul, reused across calls.
+    scratch: Vec<u8>,
+    /// Per-thread output blocks of the current matmul.
+    blocks: Vec<Vec<f32>>,
+}
+
+impl CpuBackend {
+    pub fn new(weights: Arc<dyn TensorSource>, n_threads: usize) -> Self {
+        CpuBackend {
+            buffers: Vec::new(),
+            free: Vec::new(),
+            weights,
+            n_threads: n_threads.max(1),
+            scratch: Vec::new(),
+            blocks: Vec::new(),
+        }
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.n_threads
+    }
+}
+
+/// The physical cores of this machine (what `-t` defaults to), falling back to the logical count.
+pub fn default_threads() -> usize {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    physical_cores().unwrap_or(logical).clamp(1, logical)
+}
+
+fn physical_cores() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let mut cores = std::collections::HashSet::new();
+    let (mut phys, mut core) = (None, None);
+    for line in info.lines() {
+        let value = || line.split(':').nth(1).map(|v| v.trim().to_string());
+        if line.starts_with("physical id") {
+            phys = value();
+        } else if line.starts_with("core id") {
+            core = value();
+        } else if line.trim().is_empty() {
+            if let (Some(p), Some(c)) = (phys.take(), core.take()) {
+                cores.insert((p, c));
+            }
+        }
+    }
+    (!cores.is_empty()).then_some(cores.len())
+}
+
+fn ids_of(bits: &[f32]) -> Vec<i32> {
+    bits.iter().map(|v| v.to_bits() as i32).collect()
+}
+
+impl CpuBackend {
+    fn err(&self, node: &CNode, message: impl std::fmt::Display) -> BackendError {
+        BackendError::Node {
+            backend: "cpu".into(),
+            node: node.name.clone(),
+            message: message.to_string(),
+        }
+    }
+
+    fn weight(&self, node: &CNode, name: &str) -> Result<crate::graph::Weight<'_>, BackendError> {
+        self.weights.weight(name).ok_or_else(|| BackendError::MissingWeight {
+            backend: "cpu".into(),
+            node: node.name.clone(),
+            weight: name.to_string(),
+        })
+    }
+
+    fn f32_weight(&self, node: &CNode, name: &str) -> Result<&[f32], BackendError> {
+        let w = self.weight(node, name)?;
+        if w.ggml_type != crate::quant::GgmlType::F32 {
+            return Err(self.err(
+                node,
+                format!("weight '{name}' is {}, an F32 vector is needed", w.ggml_type),
+            ));
+        }
+        bytemuck::try_cast_slice(w.data).map_err(|e| self.err(node, format!("weight '{name}': {e}")))
+    }
+
+    fn buffer(&self, node: &CNode, buf: BufRef) -> Result<&[f32], BackendError> {
+        self.buffers
+            .get(buf.id)
+            .map(|b| b.as_slice())
+            .ok_or_else(|| self.err(node, format!("no buffer {}", buf.id)))
+    }
+
+    /// `y = x @ W^T` over all threads; y is token-major `[n_out, n_tokens]`.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &mut self,
+        node: &CNode,
+        w: &[u8],
+        wtype: crate::quant::GgmlType,
+        n_in: usize,
+        n_out: usize,
+        x: &[f32],
+        n_tokens: usize,
+        y: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let kerr = |e: KernelError| BackendError::Node {
+            backend: "cpu".into(),
+            node: node.name.clone(),
+            message: e.to_string(),
+        };
+        let act: Activations<'_> =
+            kernels::quantize_activations(wtype, n_in, x, n_tokens, &mut self.scratch).map_err(kerr)?;
+        let n_threads = self.n_threads.min(n_out).max(1);
+        // Row chunks are a function of n_out and the thread count only; each row's dot products
+        // do not depend on which chunk holds it, so any split gives the same bits.
+        let chunk = n_out.div_ceil(n_threads);
+        let ranges: Vec<std::ops::Range<usize>> = (0..n_out)
+            .step_by(chunk)
+            .map(|start| start..(start + chunk).min(n_out))
+            .collect();
+        self.blocks.resize_with(ranges.len(), Vec::new);
+        for (block, r) in self.blocks.iter_mut().zip(&ranges) {
+            block.resize(r.len() * n_tokens, 0.0);
+        }
+        let blocks = &mut self.blocks[..ranges.len()];
+        if ranges.len() == 1 {
+            kernels::matmul_rows(w, wtype, n_in, n_out, act, n_tokens, ranges[0].clone(), &mut blocks[0])
+                .map_err(kerr)?;
+        } else {
+            let results: Vec<Result<(), KernelError>> = std::thread::scope(|s| {
+                let handles: Vec<_> = blocks
+                    .iter_mut()
+                    .zip(&ranges)
+                    .map(|(block, r)| {
+                        let r = r.clone();
+                        s.spawn(move || kernels::matmul_rows(w, wtype, n_in, n_out, act, n_tokens, r, block))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("matmul worker panicked"))
+                    .collect()
+            });
+            for r in results {
+                r.map_err(kerr)?;
+            }
+        }
+        // Scatter the row blocks into the token-major output.
+        for (block, r) in blocks.iter().zip(&ranges) {
+            let nr = r.len();
+            for t in 0..n_tokens {
+                y[t * n_out + r.start..t * n_out + r.end].copy_from_slice(&block[t * nr..(t + 1) * nr]);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ComputeBackend for CpuBackend {
+    fn handle(&self) -> Backend {
+        Backend::CPU
+    }
+
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn supports_op(&self, op: &Op, dtype: DType) -> bool {
+        match op {
+            Op::Input => true,
+            _ => dtype == DType::F32,
+        }
+    }
+
+    fn supports_fused(&self, fused: FusedOp) -> bool {
+        matches!(fused, FusedOp::SwiGLU)
+    }
+
+    fn alloc_buffer(&mut self, len: usize) -> usize {
+        if let Some(pos) = self.free.iter().position(|&id| self.buffers[id].len() == len) {
+            return self.free.swap_remove(pos);
+        }
+        self.alloc_fresh(len)
+    }
+
+    fn free_buffer(&mut self, id: usize) {
+        if id < self.buffers.len() && !self.free.contains(&id) {
+            self.free.push(id);
+        }
+    }
+
+    fn alloc_fresh(&mut self, len: usize) -> usize {
+        self.buffers.push(vec![0.0; len]);
+        self.buffers.len() - 1
+    }
+
+    fn pool_len(&self) -> usize {
+        self.buffers.len()
+    }
+
+    fn execute_node(
+        &mut self,
+        node: &CNode,
+        in_bufs: &[BufRef],
+        out_buf: BufRef,
+        kv_pair: Option<(usize, usize)>,
+    ) -> Result<(), BackendError> {
+        if out_buf.id >= self.buffers.len() {
+            return Err(self.err(node, format!("output buffer {} does not exist", out_buf.id)));
+        }
+        // Take the output out of the pool so inputs can be borrowed beside it. An input that is
+        // the output itself (the allocator aliased it) is read from `out` directly.
+        let mut out = std::mem::take(&mut self.buffers[out_buf.id]);
+        let result = self.run(node, in_bufs, out_buf, &mut out, kv_pair);
+        self.buffers[out_buf.id] = out;
+        result
+    }
+
+    fn read_host(&self, id: usize) -> Option<&[f32]> {
+        self.buffers.get(id).map(|b| b.as_slice())
+    }
+
+    fn write_host(&mut self, id: usize, data: &[f32]) -> Result<(), BackendError> {
+        let buf = self.buffers.get_mut(id).ok_or_else(|| BackendError::Buffer {
+            backend: "cpu".into(),
+            id,
+            problem: "does not exist".into(),
+        })?;
+        if buf.len() != data.len() {
+            return Err(BackendError::Buffer {
+                backend: "cpu".into(),
+                id,
+                problem: format!("holds {} values, {} written", buf.len(), data.len()),
+            });
+        }
+        buf.copy_from_slice(data);
+        Ok(())
+    }
+
+    fn write_host_window(&mut self, id: usize, offset: usize, data: &[f32]) -> Result<(), BackendError> {
+        let buf = self.buffers.get_mut(id).ok_or_else(|| BackendError::Buffer {
+            backend: "cpu".into(),
+            id,
+            problem: "does not exist".into(),
+        })?;
+        let end = offset
+            .checked_add(data.len())
+            .filter(|&e| e <= buf.len())
+            .ok_or_else(|| BackendError::Buffer {
+                backend: "cpu".into(),
+                id,
+                problem: format!("window {offset}+{} exceeds its {} values", data.len(), buf.len()),
+            })?;
+        buf[offset..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn synchronize(&mut self) {}
+}
+
+impl CpuBackend {
+    fn run(
+        &mut self,
+        node: &CNode,
+        in_bufs: &[BufRef],
+        out_buf: BufRef,
+        out: &mut [f32],
+        kv_pair: Option<(usize, usize)>,
+    ) -> Result<(), BackendError> {
+        let kerr = |e: KernelError| BackendError::Node {
+            backend: "cpu".into(),
+            node: node.name.clone(),
+            message: e.to_string(),
+        };
+        let aliased = |i: usize| in_bufs.get(i).is_some_and(|b| *b == out_buf);
+        let [d, nt, ..] = node.out_shape;
+        match (&node.op, &node.meta) {
+            (Op::Input | Op::KvcacheLoad { .. }, _) => Ok(()),
+            (Op::GetRows, NodeMeta::Embed(m)) => {
+                let ids = ids_of(self.buffer(node, in_bufs[0])?);
+                let w = self.weight(node, &m.weight_name)?;
+                kernels::get_rows(w.data, w.ggml_type, m.n_embd, m.n_rows, &ids, out).map_err(kerr)
+            }
+            (Op::GetRows, _) => {
+                let x = self.buffer(node, in_bufs[0])?;
+                let ids = ids_of(self.buffer(node, in_bufs[1])?);
+                let n_rows = x.len() / d.max(1);
+                for (i, &id) in ids.iter().enumerate() {
+                    let r = usize::try_from(id)
+                        .ok()
+                        .filter(|&r| r < n_rows)
+                        .ok_or_else(|| self.err(node, format!("row id {id} is not a row of its {n_rows}-row input")))?;
+                    out[i * d..(i + 1) * d].copy_from_slice(&x[r * d..(r + 1) * d]);
+                }
+                Ok(())
+            }
+            (Op::RmsNorm { eps }, NodeMeta::Norm(m)) => {
+                let x = self.buffer(node, in_bufs[0])?;
+                match &m.weight_name {
+                    Some(w) => kernels::rms_norm_mul(x, self.f32_weight(node, w)?, d, *eps, out),
+                    None => kernels::rms_norm(x, d, *eps, out),
+                }
+                .map_err(kerr)
+            }
+            (Op::QkNorm { head_dim, eps, .. }, NodeMeta::Norm(m)) => {
+                let x = self.buffer(node, in_bufs[0])?;
+                let name = m
+                    .weight_name
+                    .as_deref()
+                    .ok_or_else(|| self.err(node, "QkNorm needs a weight"))?;
+                kernels::rms_norm_mul(x, self.f32_weight(node, name)?, *head_dim, *eps, out).map_err(kerr)
+            }
+            (Op::MatMul, NodeMeta::MatMul(m)) => {
+                let weights = Arc::clone(&self.weights);
+                let w = weights
+                    .weight(&m.weight_name)
+                    .ok_or_else(|| BackendError::MissingWeight {
+                        backend: "cpu".into(),
+                        node: node.name.clone(),
+                        weight: m.weight_name.clone(),
+                    })?;
+                let x = std::mem::take(&mut self.buffers[in_bufs[0].id]);
+                let result = self.matmul(node, w.data, w.ggml_type, m.in_dim, m.out_dim, &x, nt, out);
+                self.buffers[in_bufs[0].id] = x;
+                result?;
+                if let Some(bias) = &m.bias_name {
+                    kernels::add_row_broadcast_inplace(out, self.f32_weight(node, bias)?).map_err(kerr)?;
+                }
+                Ok(())
+            }
+            (Op::RoPE { style }, NodeMeta::Rope(m)) => {
+                if !aliased(0) {
+                    out.copy_from_slice(self.buffer(node, in_bufs[0])?);
+                }
+                let positions = ids_of(self.buffer(node, in_bufs[1])?);
+                let style = match style {
+                    RopeStyle::Neox => kernels::RopeStyle::Neox,
+                    RopeStyle::Normal => kernels::RopeStyle::Normal,
+                };
+                kernels::rope(out, &positions, nt, m.n_head, m.head_dim, m.n_rot, m.freq_base, style).map_err(kerr)
+            }
+            (Op::Silu, _) => {
+                if aliased(0) {
+                    kernels::silu_inplace(out);
+                    Ok(())
+                } else {
+                    kernels::silu(self.buffer(node, in_bufs[0])?, out).map_err(kerr)
+                }
+            }
+            (Op::Add | Op::Mul | Op::SwiGLU, _) => {
+                let a = self.buffer(node, in_bufs[0])?;
+                let b = self.buffer(node, in_bufs[1])?;
+                match node.op {
+                    Op::Add => kernels::add(a, b, out),
+                    Op::Mul => kernels::mul(a, b, out),
+                    _ => kernels::swiglu(a, b, out),
+                }
+                .map_err(kerr)
+            }
+            (Op::KvcacheStore { .. }, NodeMeta::Kvcache(m)) => {
+                let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
+                if k_id != out_buf.id {
+                    return Err(self.err(node, "the store's output must be the layer's K region"));
+                }
+                let positions = ids_of(self.buffer(node, in_bufs[2])?);
+                let mut v_region = std::mem::take(&mut self.buffers[v_id]);
+                let result = (|| {
+                    let k = self.buffer(node, in_bufs[0])?;
+                    let v = self.buffer(node, in_bufs[1])?;
+                    let w = m.n_kv_embd;
+                    for (t, &p) in positions.iter().enumerate() {
+                        let cell = usize::try_from(p).ok().filter(|&c| c < m.n_ctx).ok_or_else(|| {
+                            self.err(
+                                node,
+                                format!("position {p} is outside the {} cells of the KV cache", m.n_ctx),
+                            )
+                        })?;
+                        out[cell * w..(cell + 1) * w].copy_from_slice(&k[t * w..(t + 1) * w]);
+                        v_region[cell * w..(cell + 1) * w].copy_from_slice(&v[t * w..(t + 1) * w]);
+                    }
+                    Ok(())
+                })();
+                self.buffers[v_id] = v_region;
+                result
+            }
+            (
+                Op::Attn {
+                    explicit_span: false, ..
+                },
+                NodeMeta::Attn(m),
+            ) => {
+                let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
+                let q = self.buffer(node, in_bufs[0])?;
+                let positions = ids_of(self.buffer(node, in_bufs[2])?);
+                let k = self.buffer(
+                    node,
+                    BufRef {
+                        backend: Backend::CPU,
+                        id: k_id,
+                    },
+                )?;
+                let v = self.buffer(
+                    node,
+                    BufRef {
+                        backend: Backend::CPU,
+                        id: v_id,
+                    },
+                )?;
+                let stride = m.n_head_kv * m.head_dim;
+                let n_kv = k.len() / stride.max(1);
+                kernels::attention(
+                    q,
+                    k,
+                    v,
+                    &positions,
+                    nt,
+                    m.n_head,
+                    m.n_head_kv,
+                    m.head_dim,
+                    stride,
+                    n_kv,
+                    out,
+                )
+                .map_err(kerr)
+            }
+            (op, _) => Err(BackendError::Unsupported {
+                backend: "cpu".into(),
+                node: node.name.clone(),
+                op: op.name(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! Causal multi-head attention with grouped KV heads over an f32 KV cache, computed with an
+//! online (flash-style) softmax: one running maximum, one running sum and a `head_dim`
+//! accumulator per (token, head), so no score matrix is ever materialised. Owns the score,
+//! softmax and value accumulation; must not know how the cache is filled or laid out beyond the
+//! row stride it is given.
+//!
+//! The update per cell follows ggml-cpu's `flash_attn_ext` f32 path: scale the score, and when a
+//! new maximum arrives rescale the accumulator and sum by `exp(old_max - new_max)` instead of
+//! exponentiating the new score.
+
+use super::{check_len, check_nonzero, size, KernelError};
+
+/// `out[t, h] = softmax_c(q[t, h] · k[c, h / g] / sqrt(head_dim)) · v[c, h / g]` over the cells
+/// `c` in `0..=positions[t]`, with `g = n_head / n_head_kv`.
+///
+/// `q` and `out` are `[head_dim * n_head, n_tokens]`. `k` and `v` are KV cache regions of `n_kv`
+/// cells; cell `c` starts at `c * kv_stride` and holds its `n_head_kv` heads of `head_dim` values
+/// one after the other. A position outside `0..n_kv` is an error.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    positions: &[i32],
+    n_tokens: usize,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    kv_stride: usize,
+    n_kv: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    const K: &str = "attention";
+    check_nonzero(K, "head_dim", head_dim)?;
+    check_nonzero(K, "n_head_kv", n_head_kv)?;
+    if n_head % n_head_kv != 0 {
+        return Err(KernelError::HeadGroups {
+            kernel: K,
+            n_head,
+            n_head_kv,
+        });
+    }
+    let n_embd_q = size(K, "q", head_dim, n_head)?;
+    let n_embd_kv = size(K, "k", head_dim, n_head_kv)?;
+    check_len(K, "q", q.len(), size(K, "q", n_embd_q, n_tokens)?)?;
+    check_len(K, "out", out.len(), q.len())?;
+    check_len(K, "positions", positions.len(), n_tokens)?;
+    if kv_stride < n_embd_kv {
+        return Err(KernelError::TooSmall {
+            kernel: K,
+            operand: "kv_stride",
+            needed: n_embd_kv,
+            got: kv_stride,
+        });
+    }
+    let kv_needed = match n_kv {
+        0 => 0,
+        n => size(K, "k", n - 1, kv_stride)?
+            .checked_add(n_embd_kv)
+            .ok_or(KernelError::Overflow {
+                kernel: K,
+                operand: "k",
+            })?,
+    };
+    for (operand, got) in [("k length", k.len()), ("v length", v.len())] {
+        if got < kv_needed {
+            return Err(KernelError::TooSmall {
+                kernel: K,
+                operand,
+                needed: kv_needed,
+                got,
+            });
+        }
+    }
+    if let Some((token, &pos)) = positions
+        .iter()
+        .enumerate()
+        .find(|&(_, &p)| usize::try_from(p).map_or(true, |p| p >= n_kv))
+    {
+        return Err(KernelError::PositionOutOfRange {
+            kernel: K,
+            token,
+            pos,
+            n_kv,
+        });
+    }
+
+    let group = n_head / n_head_kv;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    for ((qt, ot), &pos) in q
+        .chunks_exact(n_embd_q)
+        .zip(out.chunks_exact_mut(n_embd_q))
+        .zip(positions)
+    {
+        let n_cells = pos as usize + 1;
+        for (h, (qh, acc)) in qt.chunks_exact(head_dim).zip(ot.chunks_exact_mut(head_dim)).enumerate() {
+            let kv_off = (h / group) * head_dim;
+            acc.fill(0.0);
+            let mut max = f32::NEG_INFINITY;
+            let mut sum = 0.0f32;
+            for c in 0..n_cells {
+                let kc = &k[c * kv_stride + kv_off..][..head_dim];
+                let vc = &v[c * kv_stride + kv_off..][..head_dim];
+                let s = dot(qh, kc) * scale;
+                let mut ms = 1.0f32;
+                let mut vs = 1.0f32;
+                if s > max {
+                    let old = max;
+                    max = s;
+                    ms = (old - max).exp();
+                    for a in acc.iter_mut() {
+                        *a *= ms;
+                    }
+                } else {
+                    vs = (s - max).exp();
+                }
+                for (a, &x) in acc.iter_mut().zip(vc) {
+                    *a += x * vs;
+                }
+                sum = sum * ms + vs;
+            }
+            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            for a in acc.iter_mut() {
+                *a *= inv;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// f32 dot product in eight lanes (the order `crate::quant::vec_dot_f32` documents), so the
+/// compiler can keep the lanes in a vector register.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (at, bt) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for ((l, &p), &q) in lanes.iter_mut().zip(x).zip(y) {
+            *l += p * q;
+        }
+    }
+    let mut sum = 0.0f32;
+    for l in lanes {
+        sum += l;
+    }
+    for (&p, &q) in at.iter().zip(bt) {
+        sum += p * q;
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::XorShift;
+    use super::*;
+
+    struct Case {
+        n_head: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        kv_stride: usize,
+        n_kv: usize,
+        positions: Vec<i32>,
+    }
+
+    /// Scores materialised, softmax and weighted sum, all in f64.
+    fn naive(c: &Case, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
+        let (hd, nh) = (c.head_dim, c.n_head);
+        let group = c.n_head / c.n_head_kv;
+        let mut out = vec![0.0f64; q.len()];
+        for (t, &pos) in c.positions.iter().enumerate() {
+            for h in 0..nh {
+                let qh = &q[t * nh * hd + h * hd..][..hd];
+                let kv = (h / group) * hd;
+                let scores: Vec<f64> = (0..=pos as usize)
+                    .map(|cell| {
+                        let kc = &k[cell * c.kv_stride + kv..][..hd];
+                        qh.iter().zip(kc).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                for (cell, w) in weights.iter().enumerate() {
+                    let vc = &v[cell * c.kv_stride + kv..][..hd];
+                    for i in 0..hd {
+                        out[t * nh * hd + h * hd + i] += w / total * vc[i] as f64;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn run(c: &Case, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
+        let mut out = vec![f32::NAN; q.len()];
+        let n_tokens = c.positions.len();
+        attention(
+            q,
+            k,
+            v,
+            &c.positions,
+            n_tokens,
+            c.n_head,
+            c.n_head_kv,
+            c.head_dim,
+            c.kv_stride,
+            c.n_kv,
+            &mut out,
+        )
+        .unwrap();
+        out
+    }
+
+    fn inputs(r: &mut XorShift, c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let q = r.vec(c.positions.len() * c.n_head * c.head_dim, 2.0);
+        let k = r.vec(c.n_kv * c.kv_stride, 2.0);
+        let v = r.vec(c.n_kv * c.kv_stride, 1.0);
+        (q, k, v)
+    }
+
+    #[test]
+    fn online_softmax_matches_a_materialised_f64_reference_with_grouped_heads() {
+        let mut r = XorShift(61);
+        let cases = [
+            Case {
+                n_head: 4,
+                n_head_kv: 2,
+                head_dim: 16,
+                kv_stride: 32,
+                n_kv: 9,
+                positions: vec![0, 3, 4, 5, 8],
+            },
+            Case {
+                n_head: 14,
+                n_head_kv: 2,
+                head_dim: 64,
+                kv_stride: 136, // padded rows: the stride is not the row width
+                n_kv: 40,
+                positions: vec![30, 31, 32, 39],
+            },
+            Case {
+                n_head: 14,
+                n_head_kv: 2,
+                head_dim: 64,
+                kv_stride: 128,
+                n_kv: 7,
+                positions: vec![6],
+            },
+        ];
+        for (i, c) in cases.iter().enumerate() {
+            let (q, k, v) = inputs(&mut r, c);
+            let got = run(c, &q, &k, &v);
+            let want = naive(c, &q, &k, &v);
+            for (j, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g as f64 - w).abs() <= 1e-5 * w.abs().max(1.0),
+                    "case {i} [{j}]: {g} vs {w}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn cells_after_a_tokens_position_do_not_reach_it() {
+        let mut r = XorShift(62);
+        let c = Case {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 8,
+            kv_stride: 16,
+            n_kv: 6,
+            positions: vec![2, 5],
+        };
+        let (q, mut k, mut v) = inputs(&mut r, &c);
+        let before = run(&c, &q, &k, &v);
+        // Change cell 4: beyond token 0 (position 2), within token 1 (position 5).
+        for x in &mut v[4 * 16..5 * 16] {
+            *x += 100.0;
+        }
+        for x in &mut k[4 * 16..5 * 16] {
+            *x = -*x;
+        }
+        let after = run(&c, &q, &k, &v);
+        let row = c.n_head * c.head_dim;
+        assert_eq!(before[..row], after[..row], "token at position 2 saw cell 4");
+        assert_ne!(before[row..], after[row..], "token at position 5 ignored cell 4");
+    }
+
+    #[test]
+    fn a_position_outside_the_cache_is_refused() {
+        let c = Case {
+            n_head: 2,
+            n_head_kv: 1,
+            head_dim: 4,
+            kv_stride: 4,
+            n_kv: 3,
+            positions: vec![1, 3],
+        };
+        let (q, k, v) = (vec![0.0; 16], vec![0.0; 12], vec![0.0; 12]);
+        let mut out = vec![0.0; 16];
+        let err = attention(&q, &k, &v, &c.positions, 2, 2, 1, 4, 4, 3, &mut out).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "attention: token 1 has position 3, outside the 3 cells of the KV cache"
+        );
+        let err = attention(&q, &k, &v, &[-1, 0], 2, 2, 1, 4, 4, 3, &mut out).unwrap_err();
+        assert!(matches!(err, KernelError::PositionOutOfRange { token: 0, pos: -1, .. }));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_naming_the_kernel_and_the_sizes() {
+        let (q, k, v) = (vec![0.0; 48], vec![0.0; 8], vec![0.0; 8]);
+        let mut out = vec![0.0; 48];
+        let err = attention(&q, &k, &v, &[0], 1, 12, 5, 4, 20, 1, &mut out).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "attention: n_head = 12 is not a multiple of n_head_kv = 5"
+        );
+        let err = attention(&q, &k, &v, &[0], 1, 12, 2, 4, 8, 2, &mut out).unwrap_err();
+        assert_eq!(err.to_string(), "attention: k length = 8 is below the 16 needed");
+        let err = attention(&q, &k, &v, &[0], 1, 12, 2, 4, 6, 1, &mut out).unwrap_err();
+        assert_eq!(err.to_string(), "attention: kv_stride = 6 is below the 8 needed");
+        let err = attention(&q, &k, &v, &[0], 1, 12, 2, 4, 8, 1, &mut out[..47]).unwrap_err();
+        assert_eq!(err.to_string(), "attention: out has length 47, expected 48");
+        let err = attention(&q, &k, &v, &[0, 0], 1, 12, 2, 4, 8, 1, &mut out).unwrap_err();
+        assert_eq!(err.to_string(), "attention: positions has length 2, expected 1");
+    }
+}

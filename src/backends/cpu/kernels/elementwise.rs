@@ -1,0 +1,244 @@
+//! Element-wise f32 operations: sums and products (plain and broadcast over token rows) and the
+//! SiLU-family activations, with ggml's per-element formulas. Owns nothing but those formulas;
+//! must not reorder or fuse arithmetic in a way that changes a result bit (the fused `swiglu`
+//! is bit-identical to `silu` then `mul` by construction).
+
+use super::{check_len, KernelError};
+
+/// `out = a + b`.
+pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    zip_with("add", a, b, out, |x, y| x + y)
+}
+
+/// `out = a * b`.
+pub fn mul(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    zip_with("mul", a, b, out, |x, y| x * y)
+}
+
+/// `a += b` (the residual connection).
+pub fn add_inplace(a: &mut [f32], b: &[f32]) -> Result<(), KernelError> {
+    update_with("add_inplace", a, b, |x, y| x + y)
+}
+
+/// `a *= b`.
+pub fn mul_inplace(a: &mut [f32], b: &[f32]) -> Result<(), KernelError> {
+    update_with("mul_inplace", a, b, |x, y| x * y)
+}
+
+/// `out = a + b` with `b` (length `d`, a bias) added to every row of `a` (`[d, n]`).
+pub fn add_row_broadcast(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    broadcast_with("add_row_broadcast", a, b, out, |x, y| x + y)
+}
+
+/// `out = a * b` with `b` (length `d`, a norm weight) multiplied into every row of `a` (`[d, n]`).
+pub fn mul_row_broadcast(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    broadcast_with("mul_row_broadcast", a, b, out, |x, y| x * y)
+}
+
+/// [`add_row_broadcast`] in place.
+pub fn add_row_broadcast_inplace(a: &mut [f32], b: &[f32]) -> Result<(), KernelError> {
+    broadcast_update_with("add_row_broadcast_inplace", a, b, |x, y| x + y)
+}
+
+/// [`mul_row_broadcast`] in place.
+pub fn mul_row_broadcast_inplace(a: &mut [f32], b: &[f32]) -> Result<(), KernelError> {
+    broadcast_update_with("mul_row_broadcast_inplace", a, b, |x, y| x * y)
+}
+
+/// `out = silu(x) = x / (1 + exp(-x))`, in f32 (`ggml_silu_f32`).
+pub fn silu(x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    check_len("silu", "out", out.len(), x.len())?;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = silu_f32(v);
+    }
+    Ok(())
+}
+
+/// [`silu`] in place.
+pub fn silu_inplace(x: &mut [f32]) {
+    for v in x {
+        *v = silu_f32(*v);
+    }
+}
+
+/// `out = silu(gate) * up`, element by element (`ggml_vec_swiglu_f32`).
+pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    zip_with("swiglu", gate, up, out, |g, u| silu_f32(g) * u)
+}
+
+/// [`swiglu`] in place over `gate`.
+pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) -> Result<(), KernelError> {
+    update_with("swiglu_inplace", gate, up, |g, u| silu_f32(g) * u)
+}
+
+/// The one SiLU formula every entry point shares, so fused and unfused forms agree bit for bit.
+#[inline]
+fn silu_f32(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+fn zip_with(
+    kernel: &'static str,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    f: impl Fn(f32, f32) -> f32,
+) -> Result<(), KernelError> {
+    check_len(kernel, "b", b.len(), a.len())?;
+    check_len(kernel, "out", out.len(), a.len())?;
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = f(x, y);
+    }
+    Ok(())
+}
+
+fn update_with(kernel: &'static str, a: &mut [f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> Result<(), KernelError> {
+    check_len(kernel, "b", b.len(), a.len())?;
+    for (x, &y) in a.iter_mut().zip(b) {
+        *x = f(*x, y);
+    }
+    Ok(())
+}
+
+fn check_broadcast(kernel: &'static str, a: usize, d: usize) -> Result<(), KernelError> {
+    // An empty `b` broadcasts only over an empty `a`.
+    if (d == 0 && a != 0) || (d != 0 && a % d != 0) {
+        return Err(KernelError::NotMultiple {
+            kernel,
+            operand: "a",
+            got: a,
+            multiple_of: d,
+        });
+    }
+    Ok(())
+}
+
+fn broadcast_with(
+    kernel: &'static str,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    f: impl Fn(f32, f32) -> f32,
+) -> Result<(), KernelError> {
+    check_broadcast(kernel, a.len(), b.len())?;
+    check_len(kernel, "out", out.len(), a.len())?;
+    if b.is_empty() {
+        return Ok(());
+    }
+    for (or, ar) in out.chunks_exact_mut(b.len()).zip(a.chunks_exact(b.len())) {
+        for ((o, &x), &y) in or.iter_mut().zip(ar).zip(b) {
+            *o = f(x, y);
+        }
+    }
+    Ok(())
+}
+
+fn broadcast_update_with(
+    kernel: &'static str,
+    a: &mut [f32],
+    b: &[f32],
+    f: impl Fn(f32, f32) -> f32,
+) -> Result<(), KernelError> {
+    check_broadcast(kernel, a.len(), b.len())?;
+    if b.is_empty() {
+        return Ok(());
+    }
+    for ar in a.chunks_exact_mut(b.len()) {
+        for (x, &y) in ar.iter_mut().zip(b) {
+            *x = f(*x, y);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::XorShift;
+    use super::*;
+
+    #[test]
+    fn fused_swiglu_is_bit_identical_to_silu_then_mul() {
+        let mut r = XorShift(41);
+        let mut gate = r.vec(1000, 12.0);
+        gate.extend([0.0, -0.0, 88.0, -88.0, 100.0, -100.0, f32::MIN_POSITIVE, -1e-30]);
+        let up = r.vec(gate.len(), 3.0);
+        let mut fused = vec![0.0; gate.len()];
+        swiglu(&gate, &up, &mut fused).unwrap();
+        let mut unfused = vec![0.0; gate.len()];
+        silu(&gate, &mut unfused).unwrap();
+        mul_inplace(&mut unfused, &up).unwrap();
+        let mut in_place = gate.clone();
+        swiglu_inplace(&mut in_place, &up).unwrap();
+        for i in 0..gate.len() {
+            assert_eq!(fused[i].to_bits(), unfused[i].to_bits(), "gate {}", gate[i]);
+            assert_eq!(in_place[i].to_bits(), fused[i].to_bits());
+        }
+    }
+
+    #[test]
+    fn silu_follows_its_definition() {
+        let mut r = XorShift(42);
+        let x = r.vec(500, 20.0);
+        let mut y = vec![0.0; x.len()];
+        silu(&x, &mut y).unwrap();
+        for (&v, &s) in x.iter().zip(&y) {
+            let expected = v as f64 / (1.0 + (-(v as f64)).exp());
+            assert!(
+                (s as f64 - expected).abs() <= 1e-6 * expected.abs() + 1e-12,
+                "silu({v}) = {s}"
+            );
+        }
+        let mut z = x.clone();
+        silu_inplace(&mut z);
+        assert_eq!(y, z);
+        assert_eq!(silu_f32(-100.0), -0.0, "exp overflow gives x / inf, not NaN");
+    }
+
+    #[test]
+    fn row_broadcasts_apply_the_vector_to_every_row() {
+        let a: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let b = [10.0, 20.0, 30.0];
+        let mut sum = vec![0.0; 12];
+        add_row_broadcast(&a, &b, &mut sum).unwrap();
+        let mut prod = vec![0.0; 12];
+        mul_row_broadcast(&a, &b, &mut prod).unwrap();
+        for i in 0..12 {
+            assert_eq!(sum[i], a[i] + b[i % 3]);
+            assert_eq!(prod[i], a[i] * b[i % 3]);
+        }
+        let mut s = a.clone();
+        add_row_broadcast_inplace(&mut s, &b).unwrap();
+        assert_eq!(s, sum);
+        let mut p = a.clone();
+        mul_row_broadcast_inplace(&mut p, &b).unwrap();
+        assert_eq!(p, prod);
+
+        let mut out = vec![0.0; 12];
+        add(&a, &sum, &mut out).unwrap();
+        assert_eq!(out[5], 5.0 + 35.0);
+        mul(&a, &sum, &mut out).unwrap();
+        assert_eq!(out[5], 5.0 * 35.0);
+        let mut acc = a.clone();
+        add_inplace(&mut acc, &a).unwrap();
+        assert_eq!(acc[11], 22.0);
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_naming_the_kernel_and_the_sizes() {
+        let err = add(&[0.0; 4], &[0.0; 3], &mut [0.0; 4]).unwrap_err();
+        assert_eq!(err.to_string(), "add: b has length 3, expected 4");
+        let err = swiglu(&[0.0; 4], &[0.0; 4], &mut [0.0; 5]).unwrap_err();
+        assert_eq!(err.to_string(), "swiglu: out has length 5, expected 4");
+        let err = add_row_broadcast(&[0.0; 10], &[0.0; 4], &mut [0.0; 10]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "add_row_broadcast: a has length 10, not a multiple of 4"
+        );
+        let err = mul_row_broadcast_inplace(&mut [0.0; 3], &[]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "mul_row_broadcast_inplace: a has length 3, not a multiple of 0"
+        );
+        assert_eq!(mul_row_broadcast_inplace(&mut [], &[]), Ok(()));
+    }
+}

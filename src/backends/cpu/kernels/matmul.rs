@@ -1,0 +1,372 @@
+//! Matrix multiplication of a weight (any dot-capable ggml type) by token-major f32 activations,
+//! as ggml's `mul_mat`: each activation row is quantized once to the weight type's
+//! `vec_dot_type`, then every output is one block dot product of `crate::quant`.
+//!
+//! This file owns the loop over rows and tokens and the activation quantization; the arithmetic
+//! of a dot product belongs to `crate::quant` and must not be re-implemented here. Splitting the
+//! rows across threads is the caller's business: [`matmul_rows`] computes any subset of output
+//! rows with bit-identical results, because each output is a single, complete dot product.
+
+use super::{check_len, check_nonzero, row_bytes, size, KernelError};
+use crate::quant::{self, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, GgmlType};
+use bytemuck::Pod;
+use std::ops::Range;
+
+/// One batch of activation rows (`n_tokens` rows of `n_in` values) in the form the weight
+/// type's dot product consumes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activations<'a> {
+    /// Plain f32 rows, for F32, F16 and BF16 weights.
+    F32(&'a [f32]),
+    /// Rows quantized to the weight type's `vec_dot_type`, `row_size(n_in)` bytes each.
+    Quantized { ty: GgmlType, data: &'a [u8] },
+}
+
+impl Activations<'_> {
+    fn ty(&self) -> Option<GgmlType> {
+        match self {
+            Activations::F32(_) => None,
+            Activations::Quantized { ty, .. } => Some(*ty),
+        }
+    }
+}
+
+/// Quantized activation rows start at this alignment inside the scratch buffer, which covers
+/// every activation block type, so the dot products view them in place instead of copying.
+const SCRATCH_ALIGN: usize = 16;
+
+/// Prepare `x` (`[n_in, n_tokens]`) for a matmul with `wtype` weights: quantize each row once into
+/// `scratch` with the reference quantizer of `wtype.vec_dot_type()`, or pass f32 rows through
+/// for float weights. `scratch` grows as needed and is reused across calls.
+pub fn quantize_activations<'a>(
+    wtype: GgmlType,
+    n_in: usize,
+    x: &'a [f32],
+    n_tokens: usize,
+    scratch: &'a mut Vec<u8>,
+) -> Result<Activations<'a>, KernelError> {
+    const K: &str = "quantize_activations";
+    check_nonzero(K, "n_in", n_in)?;
+    check_len(K, "x", x.len(), size(K, "x", n_in, n_tokens)?)?;
+    let Some(aty) = wtype.vec_dot_type() else {
+        return Ok(Activations::F32(x));
+    };
+    let row = row_bytes(K, aty, n_in)?;
+    let total = size(K, "scratch", row, n_tokens)?;
+    let needed = total.checked_add(SCRATCH_ALIGN).ok_or(KernelError::Overflow {
+        kernel: K,
+        operand: "scratch",
+    })?;
+    if scratch.len() < needed {
+        scratch.resize(needed, 0);
+    }
+    let offset = scratch.as_ptr().align_offset(SCRATCH_ALIGN);
+    let data = &mut scratch[offset..offset + total];
+    for (xr, dr) in x.chunks_exact(n_in).zip(data.chunks_exact_mut(row)) {
+        quant::quantize_row(aty, xr, dr).map_err(|source| KernelError::Quant { kernel: K, source })?;
+    }
+    Ok(Activations::Quantized { ty: aty, data })
+}
+
+/// `y[t * n_out + o] = dot(weight row o, x row t)` for a weight `w` of `n_out` rows of `n_in`
+/// values of `wtype` and activations `x` of `n_tokens` rows of `n_in`. `scratch` holds the
+/// quantized activations (see [`quantize_activations`]); it is the only memory this allocates.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    w: &[u8],
+    wtype: GgmlType,
+    n_in: usize,
+    n_out: usize,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    scratch: &mut Vec<u8>,
+) -> Result<(), KernelError> {
+    const K: &str = "matmul";
+    check_nonzero(K, "n_in", n_in)?;
+    check_weight(K, w, wtype, n_in, n_out)?;
+    check_len(K, "x", x.len(), size(K, "x", n_in, n_tokens)?)?;
+    check_len(K, "y", y.len(), size(K, "y", n_out, n_tokens)?)?;
+    let act = quantize_activations(wtype, n_in, x, n_tokens, scratch)?;
+    matmul_rows(w, wtype, n_in, n_out, act, n_tokens, 0..n_out, y)
+}
+
+/// The output rows `rows` of [`matmul`] for all tokens, from activations already prepared by
+/// [`quantize_activations`]. `y` holds `rows.len() * n_tokens` values, token-major over the
+/// selected rows: `y[t * rows.len() + (o - rows.start)]`. With `rows = 0..n_out` that is
+/// `matmul`'s output; with one token it is the slice `y_full[rows]`.
+///
+/// Each weight row is read once per call: the token loop is inside the row loop.
+///
+/// Weight and activation bytes are viewed as blocks in place when aligned for them (GGUF tensor
+/// data and [`quantize_activations`]' output always are); otherwise each dot product copies its
+/// operands, which is correct but slow.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_rows(
+    w: &[u8],
+    wtype: GgmlType,
+    n_in: usize,
+    n_out: usize,
+    act: Activations<'_>,
+    n_tokens: usize,
+    rows: Range<usize>,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    const K: &str = "matmul_rows";
+    check_nonzero(K, "n_in", n_in)?;
+    let w_row = check_weight(K, w, wtype, n_in, n_out)?;
+    if rows.start > rows.end || rows.end > n_out {
+        return Err(KernelError::RowRange {
+            kernel: K,
+            start: rows.start,
+            end: rows.end,
+            n_out,
+        });
+    }
+    check_len(K, "y", y.len(), size(K, "y", rows.len(), n_tokens)?)?;
+    if act.ty() != wtype.vec_dot_type() {
+        return Err(KernelError::ActivationType {
+            kernel: K,
+            wtype,
+            expected: wtype.vec_dot_type(),
+            got: act.ty(),
+        });
+    }
+    let quant_err = |source| KernelError::Quant { kernel: K, source };
+    // Ask the dot products themselves, on an empty row, whether they handle `wtype`: refused
+    // even when there is nothing to compute, and the list of types stays in `crate::quant`.
+    match act.ty() {
+        None => quant::vec_dot_f32(wtype, &[], &[]).map(drop),
+        Some(_) => quant::vec_dot(wtype, &[], &[], 0).map(drop),
+    }
+    .map_err(quant_err)?;
+    match act {
+        Activations::F32(x) => {
+            check_len(K, "x", x.len(), size(K, "x", n_in, n_tokens)?)?;
+            let nr = rows.len();
+            for (i, wr) in w[rows.start * w_row..rows.end * w_row].chunks_exact(w_row).enumerate() {
+                for (t, xr) in x.chunks_exact(n_in).enumerate() {
+                    y[t * nr + i] = quant::vec_dot_f32(wtype, wr, xr).map_err(quant_err)?;
+                }
+            }
+        }
+        Activations::Quantized { ty, data } => {
+            let a_row = row_bytes(K, ty, n_in)?;
+            check_len(K, "activations", data.len(), size(K, "activations", a_row, n_tokens)?)?;
+            let shape = Shape {
+                nb: n_in / wtype.block_size(),
+                rows: rows.clone(),
+            };
+            let done = match wtype {
+                GgmlType::Q4_0 => rows_in_place(w, data, &shape, y, q4_0::vec_dot_ref),
+                GgmlType::Q4_1 => rows_in_place(w, data, &shape, y, q4_1::vec_dot_ref),
+                GgmlType::Q5_0 => rows_in_place(w, data, &shape, y, q5_0::vec_dot_ref),
+                GgmlType::Q5_1 => rows_in_place(w, data, &shape, y, q5_1::vec_dot_ref),
+                GgmlType::Q8_0 => rows_in_place(w, data, &shape, y, q8_0::vec_dot_ref),
+                GgmlType::Q4_K => rows_in_place(w, data, &shape, y, q4_k::vec_dot_ref),
+                GgmlType::Q5_K => rows_in_place(w, data, &shape, y, q5_k::vec_dot_ref),
+                GgmlType::Q6_K => rows_in_place(w, data, &shape, y, q6_k::vec_dot_ref),
+                _ => false,
+            };
+            if !done {
+                let nr = rows.len();
+                for (i, wr) in w[rows.start * w_row..rows.end * w_row].chunks_exact(w_row).enumerate() {
+                    for (t, ar) in data.chunks_exact(a_row).enumerate() {
+                        y[t * nr + i] = quant::vec_dot(wtype, wr, ar, n_in).map_err(quant_err)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Bytes per weight row, after checking that `w` holds exactly `n_out` of them.
+fn check_weight(
+    kernel: &'static str,
+    w: &[u8],
+    wtype: GgmlType,
+    n_in: usize,
+    n_out: usize,
+) -> Result<usize, KernelError> {
+    let w_row = row_bytes(kernel, wtype, n_in)?;
+    check_len(kernel, "w", w.len(), size(kernel, "w", w_row, n_out)?)?;
+    Ok(w_row)
+}
+
+struct Shape {
+    /// Blocks per row, the same count on both sides of every supported pair.
+    nb: usize,
+    rows: Range<usize>,
+}
+
+/// The quantized row loop on block slices viewed in place. Returns `false`, having written
+/// nothing, when either side is not aligned for its block type.
+fn rows_in_place<W: Pod, A: Pod>(w: &[u8], a: &[u8], shape: &Shape, y: &mut [f32], dot: fn(&[W], &[A]) -> f32) -> bool {
+    let (Ok(wb), Ok(ab)) = (
+        bytemuck::try_cast_slice::<u8, W>(w),
+        bytemuck::try_cast_slice::<u8, A>(a),
+    ) else {
+        return false;
+    };
+    let Shape { nb, ref rows } = *shape;
+    let nr = rows.len();
+    for (i, wr) in wb[rows.start * nb..rows.end * nb].chunks_exact(nb).enumerate() {
+        for (t, ar) in ab.chunks_exact(nb).enumerate() {
+            y[t * nr + i] = dot(wr, ar);
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::XorShift;
+    use super::*;
+
+    fn quantized_weight(ty: GgmlType, values: &[f32]) -> Vec<u8> {
+        let mut w = vec![0u8; ty.row_size(values.len() as u64).unwrap() as usize];
+        quant::quantize_row(ty, values, &mut w).unwrap();
+        w
+    }
+
+    const WEIGHT_TYPES: &[GgmlType] = &[
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    #[test]
+    fn every_output_is_the_dot_product_of_a_weight_row_with_a_quantized_token_row() {
+        let mut r = XorShift(11);
+        let (n_in, n_out, n_tokens) = (512, 5, 3);
+        for &ty in WEIGHT_TYPES {
+            let w = quantized_weight(ty, &r.vec(n_in * n_out, 1.0));
+            let x = r.vec(n_in * n_tokens, 2.0);
+            let mut y = vec![0.0; n_out * n_tokens];
+            let mut scratch = Vec::new();
+            matmul(&w, ty, n_in, n_out, &x, n_tokens, &mut y, &mut scratch).unwrap();
+
+            let w_row = w.len() / n_out;
+            for t in 0..n_tokens {
+                let xt = &x[t * n_in..][..n_in];
+                for o in 0..n_out {
+                    let wr = &w[o * w_row..][..w_row];
+                    let expected = match ty.vec_dot_type() {
+                        None => quant::vec_dot_f32(ty, wr, xt).unwrap(),
+                        Some(aty) => {
+                            let mut a = vec![0u8; aty.row_size(n_in as u64).unwrap() as usize];
+                            quant::quantize_row(aty, xt, &mut a).unwrap();
+                            quant::vec_dot(ty, wr, &a, n_in).unwrap()
+                        }
+                    };
+                    assert_eq!(y[t * n_out + o].to_bits(), expected.to_bits(), "{ty} t={t} o={o}");
+
+                    // And the whole thing approximates the f32 product of the dequantized rows.
+                    let mut wf = vec![0.0f32; n_in];
+                    quant::dequantize_row(ty, wr, &mut wf).unwrap();
+                    let exact: f64 = wf.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    let scale: f64 = wf.iter().zip(xt).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                    let got = y[t * n_out + o] as f64;
+                    assert!((got - exact).abs() <= 0.02 * scale + 1e-6, "{ty}: {got} vs {exact}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn row_ranges_reproduce_the_full_product_bit_for_bit() {
+        let mut r = XorShift(12);
+        let (n_in, n_out, n_tokens) = (256, 7, 4);
+        for &ty in WEIGHT_TYPES {
+            let w = quantized_weight(ty, &r.vec(n_in * n_out, 1.0));
+            let x = r.vec(n_in * n_tokens, 1.0);
+            let mut full = vec![0.0; n_out * n_tokens];
+            let mut scratch = Vec::new();
+            matmul(&w, ty, n_in, n_out, &x, n_tokens, &mut full, &mut scratch).unwrap();
+
+            let act = quantize_activations(ty, n_in, &x, n_tokens, &mut scratch).unwrap();
+            for rows in [0..3, 3..7, 2..2, 6..7] {
+                let mut part = vec![f32::NAN; rows.len() * n_tokens];
+                matmul_rows(&w, ty, n_in, n_out, act, n_tokens, rows.clone(), &mut part).unwrap();
+                for t in 0..n_tokens {
+                    for (i, o) in rows.clone().enumerate() {
+                        assert_eq!(
+                            part[t * rows.len() + i].to_bits(),
+                            full[t * n_out + o].to_bits(),
+                            "{ty}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unaligned_weights_give_the_same_result() {
+        let mut r = XorShift(13);
+        let (n_in, n_out) = (256, 3);
+        for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32] {
+            let w = quantized_weight(ty, &r.vec(n_in * n_out, 1.0));
+            let mut shifted = vec![0u8; w.len() + 1];
+            shifted[1..].copy_from_slice(&w);
+            let x = r.vec(n_in, 1.0);
+            let (mut a, mut b) = (vec![0.0; n_out], vec![0.0; n_out]);
+            let mut scratch = Vec::new();
+            matmul(&w, ty, n_in, n_out, &x, 1, &mut a, &mut scratch).unwrap();
+            matmul(&shifted[1..], ty, n_in, n_out, &x, 1, &mut b, &mut scratch).unwrap();
+            assert_eq!(a, b, "{ty}");
+        }
+    }
+
+    #[test]
+    fn a_reused_scratch_does_not_leak_into_the_next_product() {
+        let mut r = XorShift(14);
+        let (n_in, n_out) = (64, 2);
+        let w = quantized_weight(GgmlType::Q8_0, &r.vec(n_in * n_out, 1.0));
+        let mut scratch = vec![0xAB; 10_000];
+        let x = r.vec(n_in, 1.0);
+        let mut y1 = vec![0.0; n_out];
+        matmul(&w, GgmlType::Q8_0, n_in, n_out, &x, 1, &mut y1, &mut scratch).unwrap();
+        let mut y2 = vec![0.0; n_out];
+        matmul(&w, GgmlType::Q8_0, n_in, n_out, &x, 1, &mut y2, &mut Vec::new()).unwrap();
+        assert_eq!(y1, y2);
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_naming_the_kernel_and_the_sizes() {
+        let w = vec![0u8; 2 * 34];
+        let mut scratch = Vec::new();
+        let err = matmul(&w, GgmlType::Q8_0, 32, 2, &[0.0; 32], 1, &mut [0.0; 3], &mut scratch).unwrap_err();
+        assert_eq!(err.to_string(), "matmul: y has length 3, expected 2");
+        let err = matmul(&w, GgmlType::Q8_0, 32, 3, &[0.0; 32], 1, &mut [0.0; 3], &mut scratch).unwrap_err();
+        assert_eq!(err.to_string(), "matmul: w has length 68, expected 102");
+        let err = matmul(&w, GgmlType::Q8_0, 34, 2, &[0.0; 34], 1, &mut [0.0; 2], &mut scratch).unwrap_err();
+        assert!(matches!(err, KernelError::Quant { kernel: "matmul", .. }), "{err}");
+        let (q2k, x256) = ([0u8; 84], [0.0f32; 256]);
+        let err = matmul(&q2k, GgmlType::Q2_K, 256, 1, &x256, 1, &mut [0.0], &mut scratch).unwrap_err();
+        let expected = "matmul_rows: vec_dot is not implemented for ggml type Q2_K";
+        assert_eq!(err.to_string(), expected);
+        let err = matmul(&[], GgmlType::I32, 4, 0, &[], 0, &mut [], &mut scratch).unwrap_err();
+        let expected = "matmul_rows: vec_dot_f32 is not implemented for ggml type I32";
+        assert_eq!(err.to_string(), expected);
+
+        let x = [0.0f32; 32];
+        let act = Activations::F32(&x);
+        let err = matmul_rows(&w, GgmlType::Q8_0, 32, 2, act, 1, 0..2, &mut [0.0; 2]).unwrap_err();
+        let expected = "matmul_rows: Q8_0 weights take Q8_0 activations, got f32";
+        assert_eq!(err.to_string(), expected);
+        let act = quantize_activations(GgmlType::Q8_0, 32, &x, 1, &mut scratch).unwrap();
+        let err = matmul_rows(&w, GgmlType::Q8_0, 32, 2, act, 1, 1..3, &mut [0.0; 2]).unwrap_err();
+        let expected = "matmul_rows: rows 1..3 are not within the 2 output rows";
+        assert_eq!(err.to_string(), expected);
+    }
+}

@@ -1,0 +1,164 @@
+//! Rotary position embedding, in place, as ggml's `rope` with no frequency scaling or YaRN
+//! extension (`freq_scale = 1`, `ext_factor = 0`, `attn_factor = 1`). Owns the rotation angles
+//! and the pairing of dimensions; must not know which model wants which style.
+
+use super::{check_len, size, KernelError};
+
+/// Which dimensions of a head rotate together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Interleaved pairs `(2i, 2i + 1)` (`GGML_ROPE_TYPE_NORMAL`, llama).
+    Normal,
+    /// Halves: pairs `(i, i + n_rot / 2)` (`GGML_ROPE_TYPE_NEOX`, Qwen).
+    Neox,
+}
+
+/// Rotate the first `n_rot` dimensions of every head of `x` (`[head_dim * n_head, n_tokens]`)
+/// by the angles of token `t`'s position `positions[t]`; dimensions from `n_rot` on are left
+/// unchanged.
+///
+/// Pair `i` turns by `theta_i = p * freq_base^(-2i / n_rot)`, computed as ggml's rope cache does:
+/// `theta_scale = powf(freq_base, -2 / n_rot)`, `theta_0 = p` and `theta_{i+1} = theta_i *
+/// theta_scale`, all in f32, so the angles carry ggml's rounding rather than the exact powers.
+#[allow(clippy::too_many_arguments)]
+pub fn rope(
+    x: &mut [f32],
+    positions: &[i32],
+    n_tokens: usize,
+    n_head: usize,
+    head_dim: usize,
+    n_rot: usize,
+    freq_base: f32,
+    style: RopeStyle,
+) -> Result<(), KernelError> {
+    const K: &str = "rope";
+    if n_rot % 2 != 0 || n_rot > head_dim {
+        return Err(KernelError::RotaryDims {
+            kernel: K,
+            n_rot,
+            head_dim,
+        });
+    }
+    let row = size(K, "x", head_dim, n_head)?;
+    check_len(K, "x", x.len(), size(K, "x", row, n_tokens)?)?;
+    check_len(K, "positions", positions.len(), n_tokens)?;
+    if row == 0 || n_rot == 0 {
+        return Ok(());
+    }
+    let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
+    let (stride, offset) = match style {
+        RopeStyle::Normal => (2, 1),
+        RopeStyle::Neox => (1, n_rot / 2),
+    };
+    for (xt, &p) in x.chunks_exact_mut(row).zip(positions) {
+        // One angle at a time across all heads: the cos/sin are shared by every head, as ggml's
+        // per-token cache is, without a buffer to hold them.
+        let mut theta = p as f32;
+        for i in 0..n_rot / 2 {
+            let (sin_theta, cos_theta) = (theta.sin(), theta.cos());
+            let i0 = i * stride;
+            for head in xt.chunks_exact_mut(head_dim) {
+                let x0 = head[i0];
+                let x1 = head[i0 + offset];
+                head[i0] = x0 * cos_theta - x1 * sin_theta;
+                head[i0 + offset] = x0 * sin_theta + x1 * cos_theta;
+            }
+            theta *= theta_scale;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::XorShift;
+    use super::*;
+
+    /// The pairs of dimensions `style` rotates together, pair `i` first.
+    fn pairs(style: RopeStyle, n_rot: usize) -> Vec<(usize, usize)> {
+        (0..n_rot / 2)
+            .map(|i| match style {
+                RopeStyle::Normal => (2 * i, 2 * i + 1),
+                RopeStyle::Neox => (i, i + n_rot / 2),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn heads_turn_by_the_analytic_angles_in_both_styles() {
+        let mut r = XorShift(31);
+        let (n_head, head_dim, n_rot, base) = (3, 64, 48, 1_000_000.0f32);
+        let positions = [0, 1, 7, 100, 4000];
+        let n_tokens = positions.len();
+        for style in [RopeStyle::Normal, RopeStyle::Neox] {
+            let x = r.vec(n_head * head_dim * n_tokens, 1.0);
+            let mut y = x.clone();
+            rope(&mut y, &positions, n_tokens, n_head, head_dim, n_rot, base, style).unwrap();
+            for (t, &p) in positions.iter().enumerate() {
+                for h in 0..n_head {
+                    let at = |i: usize| t * n_head * head_dim + h * head_dim + i;
+                    for (i, (a, b)) in pairs(style, n_rot).into_iter().enumerate() {
+                        let theta = p as f64 * (base as f64).powf(-2.0 * i as f64 / n_rot as f64);
+                        let (x0, x1) = (x[at(a)] as f64, x[at(b)] as f64);
+                        let e0 = x0 * theta.cos() - x1 * theta.sin();
+                        let e1 = x0 * theta.sin() + x1 * theta.cos();
+                        // The f32 angle is p times i + 1 rounded factors: its error grows with
+                        // the angle itself (ggml's rope cache has the same error).
+                        let angle_err = theta * (2 * i + 2) as f64 * f32::EPSILON as f64;
+                        let tol = (1e-5 + angle_err) * x0.hypot(x1) + 1e-6;
+                        assert!((y[at(a)] as f64 - e0).abs() <= tol, "{style:?} p={p} pair {i}");
+                        assert!((y[at(b)] as f64 - e1).abs() <= tol, "{style:?} p={p} pair {i}");
+                    }
+                    for i in n_rot..head_dim {
+                        assert_eq!(y[at(i)].to_bits(), x[at(i)].to_bits(), "dimension {i} is not rotated");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn angles_follow_ggmls_iterated_f32_theta() {
+        // Rotating the unit vector of each pair exposes (cos theta, sin theta) as computed.
+        let (head_dim, n_rot, base, p) = (16, 16, 10_000.0f32, 37);
+        let mut x = vec![0.0f32; head_dim];
+        for (a, _) in pairs(RopeStyle::Neox, n_rot) {
+            x[a] = 1.0;
+        }
+        rope(&mut x, &[p], 1, 1, head_dim, n_rot, base, RopeStyle::Neox).unwrap();
+        let theta_scale = base.powf(-2.0 / n_rot as f32);
+        let mut theta = p as f32;
+        for (a, b) in pairs(RopeStyle::Neox, n_rot) {
+            assert_eq!(x[a].to_bits(), (theta.cos() - 0.0 * theta.sin()).to_bits());
+            assert_eq!(x[b].to_bits(), (theta.sin() + 0.0 * theta.cos()).to_bits());
+            theta *= theta_scale;
+        }
+    }
+
+    #[test]
+    fn position_zero_is_the_identity() {
+        let mut r = XorShift(32);
+        for style in [RopeStyle::Normal, RopeStyle::Neox] {
+            let x = r.vec(2 * 32, 5.0);
+            let mut y = x.clone();
+            rope(&mut y, &[0], 1, 2, 32, 32, 10_000.0, style).unwrap();
+            assert_eq!(x, y, "{style:?}");
+        }
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_naming_the_kernel_and_the_sizes() {
+        let mut x = vec![0.0; 64];
+        let err = rope(&mut x, &[0], 1, 2, 32, 33, 1e4, RopeStyle::Neox).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rope: n_rot = 33 must be even and at most head_dim = 32"
+        );
+        let err = rope(&mut x, &[0], 1, 2, 32, 34, 1e4, RopeStyle::Neox).unwrap_err();
+        assert!(matches!(err, KernelError::RotaryDims { n_rot: 34, .. }));
+        let err = rope(&mut x, &[0, 1], 2, 2, 32, 32, 1e4, RopeStyle::Normal).unwrap_err();
+        assert_eq!(err.to_string(), "rope: x has length 64, expected 128");
+        let err = rope(&mut x, &[0, 1], 1, 2, 32, 32, 1e4, RopeStyle::Normal).unwrap_err();
+        assert_eq!(err.to_string(), "rope: positions has length 2, expected 1");
+    }
+}

@@ -1,0 +1,118 @@
+//! A session: one model, one graph cache (and so one KV cache), and the position reached.
+
+use super::EngineError;
+use crate::graph::{Backend, CParams, ComputeBackend, ComputeGraph, GraphAllocator, GraphCache, GraphParams};
+use crate::models::ModelDef;
+
+pub struct Session {
+    model: Box<dyn ModelDef>,
+    cache: GraphCache,
+    cparams: CParams,
+    n_past: usize,
+    logits: Vec<f32>,
+}
+
+impl Session {
+    /// A session over `backends` (in priority order) with a context of `n_ctx` tokens.
+    pub fn new(model: Box<dyn ModelDef>, backends: Vec<Box<dyn ComputeBackend>>, n_ctx: usize) -> Self {
+        let fence: Vec<u16> = backends.iter().map(|b| b.handle().0).collect();
+        let cparams = CParams::new(n_ctx, fence);
+        Session {
+            model,
+            cache: GraphCache::new(GraphAllocator::new(backends)),
+            cparams,
+            n_past: 0,
+            logits: Vec::new(),
+        }
+    }
+
+    pub fn model(&self) -> &dyn ModelDef {
+        self.model.as_ref()
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.cparams.n_ctx
+    }
+
+    /// Tokens already in the KV cache.
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    /// Forget the context (the KV contents become unreachable; positions restart at 0).
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+    }
+
+    /// Keep only the first `n` tokens of the context (for reusing a shared prefix).
+    pub fn truncate(&mut self, n: usize) {
+        self.n_past = self.n_past.min(n);
+    }
+
+    /// How many graphs were built so far (a reused graph is not rebuilt).
+    pub fn graph_rebuilds(&self) -> usize {
+        self.cache.rebuild_count()
+    }
+
+    /// The graph of the last evaluation.
+    pub fn graph(&self) -> Option<&ComputeGraph> {
+        self.cache.graph()
+    }
+
+    /// The backends taking part, in priority order.
+    pub fn backends(&self) -> Vec<Backend> {
+        self.cache.alloc().backends().map(|b| b.handle()).collect()
+    }
+
+    /// The graph `tokens` would run on, with backends assigned and fusion applied, without
+    /// executing it (for `--dump-graph`).
+    pub fn prepare_graph(&mut self, n_tokens: usize, n_out: usize) -> Result<&ComputeGraph, EngineError> {
+        let params = GraphParams::new(n_tokens, n_out, self.cparams.clone());
+        let model = &self.model;
+        self.cache.prepare(&params, |p| model.build_graph(p))?;
+        Ok(self.cache.graph().expect("prepared"))
+    }
+
+    /// Append `tokens` to the context and return the logits of the last `n_out` of them,
+    /// `n_out` rows of n_vocab values.
+    pub fn eval(&mut self, tokens: &[u32], n_out: usize) -> Result<&[f32], EngineError> {
+        let nt = tokens.len();
+        if nt == 0 {
+            return Err(EngineError::EmptyBatch);
+        }
+        let n_ctx = self.cparams.n_ctx;
+        if self.n_past + nt > n_ctx {
+            return Err(EngineError::ContextFull {
+                n_past: self.n_past,
+                n_tokens: nt,
+                needed: self.n_past + nt,
+                n_ctx,
+            });
+        }
+        let n_vocab = self.model.hparams().n_vocab;
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(EngineError::TokenOutOfRange { id, n_vocab });
+        }
+        let n_out = n_out.clamp(1, nt);
+        self.prepare_graph(nt, n_out)?;
+
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let positions: Vec<i32> = (self.n_past..self.n_past + nt).map(|p| p as i32).collect();
+        let (graph, alloc) = self.cache.parts().expect("prepared");
+        alloc.fill_input_i32(graph, "token_ids", &ids)?;
+        alloc.fill_input_i32(graph, "positions", &positions)?;
+        if n_out < nt {
+            let tail: Vec<i32> = ((nt - n_out)..nt).map(|i| i as i32).collect();
+            alloc.fill_input_i32(graph, "tail_ids", &tail)?;
+        }
+        self.cache.execute()?;
+        self.n_past += nt;
+
+        let graph = self.cache.graph().expect("prepared");
+        let out = graph.outputs[0];
+        let logits = self.cache.alloc().read(out)?;
+        self.logits.clear();
+        self.logits.extend_from_slice(logits);
+        Ok(&self.logits)
+    }
+}

@@ -1,0 +1,116 @@
+//! Hyper-parameters read from `{arch}.*` metadata keys, falling back to `llama.*` as converters
+//! of LLaMA-like models sometimes write them.
+
+use super::ModelError;
+use crate::gguf::{GgufFile, Metadata};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HParams {
+    pub n_vocab: usize,
+    pub n_ctx_train: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Per-head dimension of Q and K (`attention.key_length`, else n_embd / n_head).
+    pub head_dim: usize,
+    pub n_ff: usize,
+    /// Dimensions RoPE rotates (`rope.dimension_count`, else head_dim).
+    pub n_rot: usize,
+    pub rms_eps: f32,
+    pub rope_freq_base: f32,
+}
+
+impl HParams {
+    /// Values per KV cell: n_head_kv * head_dim.
+    pub fn n_kv_embd(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+
+    pub fn load(file: &GgufFile, arch: &str) -> Result<Self, ModelError> {
+        let m = file.metadata();
+        let n_embd = uint(m, arch, "embedding_length")?;
+        let n_head = uint(m, arch, "attention.head_count")?;
+        let positive = |name: &'static str, v: usize| {
+            if v == 0 {
+                Err(ModelError::BadHParam {
+                    name,
+                    value: 0,
+                    reason: "must be positive".into(),
+                })
+            } else {
+                Ok(v)
+            }
+        };
+        positive("n_embd", n_embd)?;
+        positive("n_head", n_head)?;
+        let n_head_kv = opt_uint(m, arch, "attention.head_count_kv")?.unwrap_or(n_head);
+        positive("n_head_kv", n_head_kv)?;
+        if n_head % n_head_kv != 0 {
+            return Err(ModelError::BadHParam {
+                name: "n_head_kv",
+                value: n_head_kv as u64,
+                reason: format!("does not divide n_head = {n_head}"),
+            });
+        }
+        let head_dim = opt_uint(m, arch, "attention.key_length")?.unwrap_or(n_embd / n_head);
+        positive("head_dim", head_dim)?;
+        let n_vocab = file
+            .tensor("token_embd.weight")
+            .map_err(|_| ModelError::MissingTensor {
+                name: "token_embd.weight".into(),
+            })?
+            .shape
+            .get(1)
+            .copied()
+            .unwrap_or(0) as usize;
+        positive("n_vocab", n_vocab)?;
+        Ok(HParams {
+            n_vocab,
+            n_ctx_train: uint(m, arch, "context_length")?,
+            n_embd,
+            n_layer: positive("n_layer", uint(m, arch, "block_count")?)?,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_ff: uint(m, arch, "feed_forward_length")?,
+            n_rot: opt_uint(m, arch, "rope.dimension_count")?.unwrap_or(head_dim),
+            rms_eps: float(m, arch, "attention.layer_norm_rms_epsilon")?,
+            rope_freq_base: opt_float(m, arch, "rope.freq_base")?.unwrap_or(10000.0),
+        })
+    }
+}
+
+fn key_for(m: &Metadata, arch: &str, suffix: &str) -> String {
+    let own = format!("{arch}.{suffix}");
+    let llama = format!("llama.{suffix}");
+    if !m.contains(&own) && m.contains(&llama) {
+        llama
+    } else {
+        own
+    }
+}
+
+fn uint(m: &Metadata, arch: &str, suffix: &str) -> Result<usize, ModelError> {
+    Ok(m.get_uint(&key_for(m, arch, suffix))? as usize)
+}
+
+fn opt_uint(m: &Metadata, arch: &str, suffix: &str) -> Result<Option<usize>, ModelError> {
+    let key = key_for(m, arch, suffix);
+    if !m.contains(&key) {
+        return Ok(None);
+    }
+    Ok(Some(m.get_uint(&key)? as usize))
+}
+
+fn float(m: &Metadata, arch: &str, suffix: &str) -> Result<f32, ModelError> {
+    Ok(m.get_float(&key_for(m, arch, suffix))?)
+}
+
+fn opt_float(m: &Metadata, arch: &str, suffix: &str) -> Result<Option<f32>, ModelError> {
+    let key = key_for(m, arch, suffix);
+    if !m.contains(&key) {
+        return Ok(None);
+    }
+    Ok(Some(m.get_float(&key)?))
+}

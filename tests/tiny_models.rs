@@ -1,0 +1,145 @@
+//! End to end on the tiny synthetic models: our logits at every prompt position against
+//! llama.cpp's, and greedy continuations, within the bounds the fixtures README (§6) derives
+//! from how far llama.cpp itself sits from exact arithmetic.
+
+mod common;
+
+use minfer::engine::{generate, GenerateOptions, Session};
+use minfer::gguf::GgufFile;
+use minfer::graph::Backend;
+use minfer::models::{load_model, GgufWeights};
+use minfer::sampling::SamplingParams;
+use minfer::tokenizer::Tokenizer;
+use std::sync::Arc;
+
+struct Bounds {
+    max_abs: f32,
+    min_cos: f64,
+    greedy_gap: f64,
+}
+
+fn bounds(ty: &str) -> Bounds {
+    match ty {
+        "F32" | "F16" => Bounds {
+            max_abs: 0.5,
+            min_cos: 0.999,
+            greedy_gap: 0.3,
+        },
+        "BF16" => Bounds {
+            max_abs: 1.5,
+            min_cos: 0.999,
+            greedy_gap: 0.3,
+        },
+        _ => Bounds {
+            max_abs: 3.0,
+            min_cos: 0.995,
+            greedy_gap: 2.0,
+        },
+    }
+}
+
+fn session(path: &std::path::Path, threads: usize) -> (Session, Tokenizer) {
+    let file = Arc::new(GgufFile::open(path).unwrap());
+    let tokenizer = Tokenizer::from_metadata(file.metadata()).unwrap();
+    let model = load_model(&file).unwrap();
+    let backends = minfer::backends::create(&[Backend::CPU], Arc::new(GgufWeights(file)), threads);
+    (Session::new(model, backends, 512), tokenizer)
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        ab += x as f64 * y as f64;
+        aa += x as f64 * x as f64;
+        bb += y as f64 * y as f64;
+    }
+    ab / (aa.sqrt() * bb.sqrt())
+}
+
+fn check_model(arch: &str, ty: &str) {
+    let b = bounds(ty);
+    let stem = format!("tiny-{arch}-{ty}");
+    let dir = common::fixtures().join("tiny-reference").join(&stem);
+    let (mut session, tokenizer) = session(&common::tiny_model(arch, ty), 2);
+    let n_vocab = session.model().hparams().n_vocab;
+    let mut positions_checked = 0;
+    for line in std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap().lines() {
+        let case: serde_json::Value = serde_json::from_str(line).unwrap();
+        let index = case["index"].as_u64().unwrap();
+        let prompt = case["prompt"].as_str().unwrap();
+        let tokens: Vec<u32> = case["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(
+            tokenizer.encode(prompt, false, true),
+            tokens,
+            "{stem} prompt {index} tokenization"
+        );
+
+        session.reset();
+        let ours = session.eval(&tokens, tokens.len()).unwrap().to_vec();
+        assert_eq!(ours.len(), tokens.len() * n_vocab);
+        if let Some(file) = case["logits_file"].as_str() {
+            let reference = common::read_f32(&dir.join(file));
+            for (pos, (o, r)) in ours.chunks(n_vocab).zip(reference.chunks(n_vocab)).enumerate() {
+                let max_abs = o.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                let cos = cosine(o, r);
+                assert!(
+                    max_abs <= b.max_abs && cos >= b.min_cos,
+                    "{stem} prompt {index} position {pos}: max |dlogit| {max_abs}, cosine {cos}"
+                );
+                positions_checked += 1;
+            }
+        }
+
+        // Greedy continuation, identical up to the first near-tie in the reference.
+        let expected: Vec<u32> = case["greedy"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect();
+        let gaps: Vec<f64> = case["greedy_top2_gap"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_f64().unwrap())
+            .collect();
+        session.reset();
+        let options = GenerateOptions {
+            max_tokens: expected.len(),
+            ignore_eos: true,
+            sampling: SamplingParams::greedy(),
+            ..Default::default()
+        };
+        let result = generate(&mut session, &tokenizer, &tokens, &options, |_| Ok(())).unwrap();
+        let comparable = gaps.iter().position(|&g| g < b.greedy_gap).unwrap_or(expected.len());
+        assert_eq!(
+            &result.tokens[..comparable],
+            &expected[..comparable],
+            "{stem} prompt {index}: greedy differs before the first near-tie (step {comparable})"
+        );
+    }
+    assert!(
+        positions_checked > 20,
+        "{stem}: only {positions_checked} positions had reference logits"
+    );
+}
+
+#[test]
+fn tiny_qwen2_f32_matches_llama_cpp() {
+    check_model("qwen2", "F32");
+}
+
+#[test]
+fn tiny_qwen2_q8_0_matches_llama_cpp() {
+    check_model("qwen2", "Q8_0");
+}
+
+#[test]
+fn tiny_qwen2_q4_k_matches_llama_cpp() {
+    check_model("qwen2", "Q4_K");
+}
