@@ -1,0 +1,253 @@
+//! The command line's main job on the tiny model, and its refusals: unknown architecture,
+//! missing tensor, wrong shape, a prompt beyond the context, and the backend fence — each a
+//! clear error with a non-zero exit, never a panic.
+
+mod common;
+
+use minfer::gguf::{GgufFile, GgufWriter, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn minfer(args: &[&str], model: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg(model)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A copy of the tiny qwen2 model with `edit` applied to its metadata and tensors.
+fn edited_model(dir: &Path, edit: impl Fn(&str, &mut Vec<u64>) -> bool, meta: impl Fn(&mut GgufWriter)) -> PathBuf {
+    let src = GgufFile::open(common::tiny_model("qwen2", "F32")).unwrap();
+    let mut w = GgufWriter::new();
+    w.set_all(src.metadata());
+    meta(&mut w);
+    for t in src.tensors() {
+        let mut shape = t.shape.clone();
+        if !edit(&t.name, &mut shape) {
+            continue;
+        }
+        let n: u64 = shape.iter().product();
+        let data = if n == t.n_elements() {
+            src.tensor_data(t).to_vec()
+        } else {
+            vec![0u8; n as usize * 4]
+        };
+        w.add_tensor(&t.name, t.ggml_type, &shape, data).unwrap();
+    }
+    let path = dir.join("edited.gguf");
+    w.write_file(&path).unwrap();
+    path
+}
+
+#[test]
+fn the_tiny_model_generates_greedily_and_prints_the_timing_line() {
+    let out = minfer(
+        &["Hello world", "--no-template", "--greedy", "-n", "8", "--ignore-eos"],
+        &common::tiny_model("qwen2", "F32"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // llama.cpp's greedy continuation of "Hello world" on this model (tests/fixtures/tiny-reference).
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        " develop styleKEPage asourceformweb\n"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("Prefill: 4 tokens") && err.contains("Generated: 8 tokens") && err.contains("Total:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_stop_string_ends_generation_and_is_not_printed() {
+    let out = minfer(
+        &["Hello world", "--no-template", "--greedy", "-n", "16", "--stop", "Page"],
+        &common::tiny_model("qwen2", "F32"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), " develop styleKE\n");
+}
+
+#[test]
+fn the_prompt_is_read_from_standard_input_when_absent() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg(common::tiny_model("qwen2", "F32"))
+        .args(["--no-template", "--greedy", "-n", "3", "--ignore-eos"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"Hello world").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), " develop styleKE\n");
+}
+
+#[test]
+fn an_unknown_architecture_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_model(
+        dir.path(),
+        |_, _| true,
+        |w| {
+            w.set("general.architecture", Value::String("mamba".into()));
+        },
+    );
+    let out = minfer(&["hi"], &path);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unsupported architecture 'mamba'"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_missing_tensor_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_model(dir.path(), |name, _| name != "blk.1.ffn_up.weight", |_| {});
+    let out = minfer(&["hi"], &path);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("tensor 'blk.1.ffn_up.weight' is missing"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_tensor_of_the_wrong_shape_is_refused_with_both_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_model(
+        dir.path(),
+        |name, shape| {
+            if name == "blk.0.attn_k.weight" {
+                *shape = vec![256, 64];
+            }
+            true
+        },
+        |_| {},
+    );
+    let out = minfer(&["hi"], &path);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("tensor 'blk.0.attn_k.weight' has shape [256, 64], expected [256, 128]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_prompt_beyond_the_context_is_refused_with_both_numbers() {
+    let out = minfer(
+        &["one two three four five six seven", "--no-template", "--n-ctx", "4"],
+        &common::tiny_model("qwen2", "F32"),
+    );
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("the prompt has 10 tokens, more than the context of 4"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn the_backend_fence_refuses_unknown_and_absent_backends_distinctly() {
+    let model = common::tiny_model("qwen2", "F32");
+    let out = minfer(&["hi", "--backend", "tpu"], &model);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("unknown backend 'tpu'"), "{}", stderr(&out));
+    let out = minfer(&["hi", "--backend", "cuda"], &model);
+    assert!(
+        stderr(&out).contains("backend 'cuda' is not part of this build"),
+        "{}",
+        stderr(&out)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg(&model)
+        .args(["hi", "-n", "1"])
+        .env("MINFER_BACKENDS", "metal")
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&out).contains("backend 'metal' is not part of this build"),
+        "{}",
+        stderr(&out)
+    );
+    let out = minfer(
+        &[
+            "Hello world",
+            "--no-template",
+            "--greedy",
+            "-n",
+            "2",
+            "--backend",
+            "cpu",
+        ],
+        &model,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn dump_graph_writes_the_graph_the_run_uses_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let dot = dir.path().join("g.dot");
+    let json = dir.path().join("g.json");
+    let out = minfer(
+        &[
+            "Hello world",
+            "--no-template",
+            "--dump-graph",
+            dot.to_str().unwrap(),
+            "--dump-graph-json",
+            json.to_str().unwrap(),
+        ],
+        &common::tiny_model("qwen2", "F32"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout.is_empty(), "no generation after a dump");
+    let dot = std::fs::read_to_string(dot).unwrap();
+    assert!(
+        dot.starts_with("digraph minfer {") && dot.contains("attn_norm-1") && dot.contains("fillcolor=lightyellow")
+    );
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(json["format"], "minfer-graph");
+    assert_eq!(json["kind"], "prefill");
+    let nodes = json["nodes"].as_array().unwrap();
+    // The fusion the run applies is in the export: every FFN is a SwiGLU, and all nodes are on the CPU.
+    assert_eq!(nodes.iter().filter(|n| n["op"] == "SwiGLU").count(), 2);
+    assert!(nodes.iter().all(|n| n["backend"] == "cpu"));
+    assert!(
+        nodes.iter().any(|n| n["name"] == "attn_out_tail"),
+        "the tail-row reduction of a 4-token prompt"
+    );
+}
+
+#[test]
+fn eval_prints_the_top_logits_and_writes_all_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("logits.f32");
+    let out = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .args(["eval"])
+        .arg(common::tiny_model("qwen2", "F32"))
+        .args(["Hello world", "--top", "3", "--out", out_file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let top: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // llama.cpp's top-1 at the last position of "Hello world" is token 2225 (logit 51.10).
+    assert_eq!(top[0][0], 2225);
+    assert!((top[0][1].as_f64().unwrap() - 51.0977707).abs() < 0.5, "{top}");
+    let all = common::read_f32(&out_file);
+    assert_eq!(all.len(), 4003);
+    assert_eq!(all[2225], top[0][1].as_f64().unwrap() as f32);
+}
