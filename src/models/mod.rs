@@ -2,6 +2,7 @@
 //! load) and the graph of one forward pass. A model describes; it never executes and knows no
 //! generation loop. Adding an architecture costs one folder and one match arm in [`load_model`].
 
+pub mod blocks;
 pub mod hparams;
 pub mod qwen2;
 pub mod weights;
@@ -78,4 +79,43 @@ pub(crate) fn check_tensor(file: &GgufFile, name: &str, shape: &[u64]) -> Result
         });
     }
     Ok(t.ggml_type)
+}
+
+/// Layer `il`'s weight `blk.{il}.{suffix}`, checked to have GGUF shape `shape`.
+pub(crate) fn layer_weight(
+    file: &GgufFile,
+    il: usize,
+    suffix: &str,
+    shape: &[u64],
+) -> Result<blocks::WeightRef, ModelError> {
+    let name = format!("blk.{il}.{suffix}");
+    let ty = check_tensor(file, &name, shape)?;
+    Ok((name, ty))
+}
+
+/// Layer `il`'s F32 vector `blk.{il}.{suffix}` (norm weights, biases) of length `len`.
+pub(crate) fn layer_f32(file: &GgufFile, il: usize, suffix: &str, len: u64) -> Result<String, ModelError> {
+    let (name, ty) = layer_weight(file, il, suffix, &[len])?;
+    if ty != GgmlType::F32 {
+        return Err(ModelError::UnsupportedType { name, ggml_type: ty });
+    }
+    Ok(name)
+}
+
+/// The output head: `output.weight`, or — when the file ties the head to the embedding and
+/// has no `output.weight` — the token embedding itself.
+pub(crate) fn output_weight(
+    file: &GgufFile,
+    hp: &HParams,
+    token_embd: GgmlType,
+) -> Result<blocks::WeightRef, ModelError> {
+    let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
+    if file.tensor("output.weight").is_ok() {
+        Ok((
+            "output.weight".to_string(),
+            check_tensor(file, "output.weight", &[e, v])?,
+        ))
+    } else {
+        Ok(("token_embd.weight".to_string(), token_embd))
+    }
 }

@@ -3,31 +3,32 @@
 
 use crate::gguf::GgufFile;
 use crate::graph::{ComputeGraph, GraphParams};
-use crate::models::{check_tensor, HParams, ModelDef, ModelError};
+use crate::models::blocks::WeightRef;
+use crate::models::{check_tensor, layer_f32, layer_weight, output_weight, HParams, ModelDef, ModelError};
 use crate::quant::GgmlType;
 
 /// Names and types of one layer's weights.
 #[derive(Clone, Debug)]
 pub struct LayerWeights {
     pub attn_norm: String,
-    pub q: (String, GgmlType),
-    pub k: (String, GgmlType),
-    pub v: (String, GgmlType),
+    pub q: WeightRef,
+    pub k: WeightRef,
+    pub v: WeightRef,
     pub q_bias: String,
     pub k_bias: String,
     pub v_bias: String,
-    pub wo: (String, GgmlType),
+    pub wo: WeightRef,
     pub ffn_norm: String,
-    pub gate: (String, GgmlType),
-    pub up: (String, GgmlType),
-    pub down: (String, GgmlType),
+    pub gate: WeightRef,
+    pub up: WeightRef,
+    pub down: WeightRef,
 }
 
 pub struct Qwen2 {
     pub(super) hparams: HParams,
     pub(super) token_embd: GgmlType,
     /// `output.weight`, or `token_embd.weight` when the file ties the head to the embedding.
-    pub(super) output: (String, GgmlType),
+    pub(super) output: WeightRef,
     pub(super) layers: Vec<LayerWeights>,
 }
 
@@ -41,47 +42,25 @@ impl Qwen2 {
 
         let token_embd = check_tensor(file, "token_embd.weight", &[e, v])?;
         check_tensor(file, "output_norm.weight", &[e])?;
-        // A missing output head means tied embeddings: the logits reuse the embedding table.
-        let output = if file.tensor("output.weight").is_ok() {
-            (
-                "output.weight".to_string(),
-                check_tensor(file, "output.weight", &[e, v])?,
-            )
-        } else {
-            ("token_embd.weight".to_string(), token_embd)
-        };
-
-        let mut layers = Vec::with_capacity(hp.n_layer);
-        for il in 0..hp.n_layer {
-            let name = |t: &str| format!("blk.{il}.{t}");
-            let weight = |t: &str, shape: &[u64]| -> Result<(String, GgmlType), ModelError> {
-                let n = name(t);
-                let ty = check_tensor(file, &n, shape)?;
-                Ok((n, ty))
-            };
-            let f32_vec = |t: &str, len: u64| -> Result<String, ModelError> {
-                let n = name(t);
-                let ty = check_tensor(file, &n, &[len])?;
-                if ty != GgmlType::F32 {
-                    return Err(ModelError::UnsupportedType { name: n, ggml_type: ty });
-                }
-                Ok(n)
-            };
-            layers.push(LayerWeights {
-                attn_norm: f32_vec("attn_norm.weight", e)?,
-                q: weight("attn_q.weight", &[e, q_out])?,
-                k: weight("attn_k.weight", &[e, kv_out])?,
-                v: weight("attn_v.weight", &[e, kv_out])?,
-                q_bias: f32_vec("attn_q.bias", q_out)?,
-                k_bias: f32_vec("attn_k.bias", kv_out)?,
-                v_bias: f32_vec("attn_v.bias", kv_out)?,
-                wo: weight("attn_output.weight", &[q_out, e])?,
-                ffn_norm: f32_vec("ffn_norm.weight", e)?,
-                gate: weight("ffn_gate.weight", &[e, ff])?,
-                up: weight("ffn_up.weight", &[e, ff])?,
-                down: weight("ffn_down.weight", &[ff, e])?,
-            });
-        }
+        let output = output_weight(file, &hp, token_embd)?;
+        let layers = (0..hp.n_layer)
+            .map(|il| {
+                Ok(LayerWeights {
+                    attn_norm: layer_f32(file, il, "attn_norm.weight", e)?,
+                    q: layer_weight(file, il, "attn_q.weight", &[e, q_out])?,
+                    k: layer_weight(file, il, "attn_k.weight", &[e, kv_out])?,
+                    v: layer_weight(file, il, "attn_v.weight", &[e, kv_out])?,
+                    q_bias: layer_f32(file, il, "attn_q.bias", q_out)?,
+                    k_bias: layer_f32(file, il, "attn_k.bias", kv_out)?,
+                    v_bias: layer_f32(file, il, "attn_v.bias", kv_out)?,
+                    wo: layer_weight(file, il, "attn_output.weight", &[q_out, e])?,
+                    ffn_norm: layer_f32(file, il, "ffn_norm.weight", e)?,
+                    gate: layer_weight(file, il, "ffn_gate.weight", &[e, ff])?,
+                    up: layer_weight(file, il, "ffn_up.weight", &[e, ff])?,
+                    down: layer_weight(file, il, "ffn_down.weight", &[ff, e])?,
+                })
+            })
+            .collect::<Result<_, ModelError>>()?;
         Ok(Qwen2 {
             hparams: hp,
             token_embd,

@@ -1,0 +1,160 @@
+//! Building blocks the architectures share, in llama.cpp's `llm_graph_context` spirit: the
+//! inputs and embedding, the attention tail (RoPE, KV store, attention, output projection),
+//! the tail-row reduction, the SwiGLU FFN and the output head. A model file composes these
+//! and adds only what makes it different.
+
+use super::HParams;
+use crate::graph::*;
+use crate::quant::GgmlType;
+
+/// A weight by name and type.
+pub type WeightRef = (String, GgmlType);
+
+/// The graph's inputs: token ids, positions and (when fewer logits rows than tokens are
+/// wanted) the tail ids, declared at the head of the graph so they never cut a device run.
+pub struct Inputs {
+    pub token_ids: NodeId,        // I32 [n_tokens]
+    pub positions: NodeId,        // I32 [n_tokens]
+    pub tail_ids: Option<NodeId>, // I32 [n_out]
+}
+
+pub fn inputs(b: &mut GraphBuilder, params: &GraphParams) -> Inputs {
+    let nt = params.n_tokens;
+    let n_out = params.n_out.min(nt);
+    let token_ids = b.input("token_ids", [nt, 1, 1, 1], DType::I32);
+    let positions = b.input("positions", [nt, 1, 1, 1], DType::I32);
+    let tail_ids = (n_out < nt).then(|| b.input("tail_ids", [n_out, 1, 1, 1], DType::I32));
+    Inputs {
+        token_ids,
+        positions,
+        tail_ids,
+    }
+}
+
+/// `F32 [n_embd, n_tokens]` rows of the token embedding.
+pub fn embedding(b: &mut GraphBuilder, hp: &HParams, ids: NodeId, table_type: GgmlType) -> NodeId {
+    let meta = EmbedMeta {
+        weight_name: "token_embd.weight".into(),
+        weight_type: table_type,
+        n_embd: hp.n_embd,
+        n_rows: hp.n_vocab,
+    };
+    b.embedding("token_embd", ids, meta)
+}
+
+pub fn matmul_meta((name, ty): &WeightRef, bias: Option<&String>, in_dim: usize, out_dim: usize) -> MatMulMeta {
+    MatMulMeta {
+        weight_name: name.clone(),
+        weight_type: *ty,
+        bias_name: bias.cloned(),
+        in_dim,
+        out_dim,
+    }
+}
+
+/// From projected Q, K, V to the attention output projection: NeoX RoPE on Q and K, the KV
+/// store at the positions, attention over the layer's cache, and `wo`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    b: &mut GraphBuilder,
+    hp: &HParams,
+    params: &GraphParams,
+    il: usize,
+    positions: NodeId,
+    (q, k, v): (NodeId, NodeId, NodeId),
+    wo: &WeightRef,
+) -> NodeId {
+    let rope = |n_head| RopeMeta {
+        n_head,
+        head_dim: hp.head_dim,
+        n_rot: hp.n_rot,
+        freq_base: hp.rope_freq_base,
+    };
+    let kv_meta = KvcacheMeta {
+        n_kv_embd: hp.n_kv_embd(),
+        n_ctx: params.cparams.n_ctx,
+    };
+    let q = b.rope(&format!("q_rope-{il}"), q, positions, RopeStyle::Neox, rope(hp.n_head));
+    let k = b.rope(
+        &format!("k_rope-{il}"),
+        k,
+        positions,
+        RopeStyle::Neox,
+        rope(hp.n_head_kv),
+    );
+    b.kvcache_store(&format!("kv_store-{il}"), il, k, v, positions, kv_meta.clone());
+    // Built after the store, so build order runs the store first.
+    let kv = b.kvcache_load(&format!("kv_load-{il}"), il, kv_meta);
+    let meta = AttnMeta {
+        layer: il,
+        n_head: hp.n_head,
+        n_head_kv: hp.n_head_kv,
+        head_dim: hp.head_dim,
+    };
+    let attn = b.attn(&format!("attn-{il}"), q, kv, positions, meta);
+    b.matmul(
+        &format!("attn_out-{il}"),
+        attn,
+        matmul_meta(wo, None, hp.n_head * hp.head_dim, hp.n_embd),
+    )
+}
+
+/// The residual add after attention. On the last layer, with tail ids, only the rows whose
+/// logits are wanted go on (llama.cpp's `inp_out_ids`), so the last FFN and the head run on
+/// n_out rows.
+pub fn attention_residual(
+    b: &mut GraphBuilder,
+    il: usize,
+    last: bool,
+    tail_ids: Option<NodeId>,
+    h: NodeId,
+    wo: NodeId,
+) -> NodeId {
+    let (mut residual, mut wo) = (h, wo);
+    if let (true, Some(tail)) = (last, tail_ids) {
+        wo = b.get_rows("attn_out_tail", wo, tail);
+        residual = b.get_rows("residual_tail", residual, tail);
+    }
+    b.add(&format!("attn_residual-{il}"), residual, wo)
+}
+
+/// `h + down(silu(gate(norm(h))) * up(norm(h)))`; the fusion pass folds silu·mul into SwiGLU.
+#[allow(clippy::too_many_arguments)]
+pub fn ffn_swiglu(
+    b: &mut GraphBuilder,
+    hp: &HParams,
+    il: usize,
+    h: NodeId,
+    ffn_norm: &str,
+    gate: &WeightRef,
+    up: &WeightRef,
+    down: &WeightRef,
+) -> NodeId {
+    let normed = b.rms_norm(&format!("ffn_norm-{il}"), h, Some(ffn_norm), hp.rms_eps);
+    let g = b.matmul(
+        &format!("ffn_gate-{il}"),
+        normed,
+        matmul_meta(gate, None, hp.n_embd, hp.n_ff),
+    );
+    let u = b.matmul(
+        &format!("ffn_up-{il}"),
+        normed,
+        matmul_meta(up, None, hp.n_embd, hp.n_ff),
+    );
+    let act = b.silu(&format!("ffn_silu-{il}"), g);
+    let act = b.mul(&format!("ffn_swiglu-{il}"), act, u);
+    let d = b.matmul(
+        &format!("ffn_down-{il}"),
+        act,
+        matmul_meta(down, None, hp.n_ff, hp.n_embd),
+    );
+    b.add(&format!("ffn_residual-{il}"), h, d)
+}
+
+/// Final norm and the output head: `F32 [n_vocab, n_out]`, marked as the graph's output.
+pub fn output_head(b: &mut GraphBuilder, hp: &HParams, h: NodeId, output: &WeightRef) -> NodeId {
+    let normed = b.rms_norm("output_norm", h, Some("output_norm.weight"), hp.rms_eps);
+    let logits = b.matmul("output", normed, matmul_meta(output, None, hp.n_embd, hp.n_vocab));
+    b.output(logits);
+    logits
+}
