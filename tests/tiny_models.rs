@@ -63,6 +63,7 @@ fn check_model(arch: &str, ty: &str) {
     let (mut session, tokenizer) = session(&common::tiny_model(arch, ty), 2);
     let n_vocab = session.model().hparams().n_vocab;
     let mut positions_checked = 0;
+    let (mut worst_abs, mut worst_cos) = (0f32, 1f64);
     for line in std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap().lines() {
         let case: serde_json::Value = serde_json::from_str(line).unwrap();
         let index = case["index"].as_u64().unwrap();
@@ -92,6 +93,8 @@ fn check_model(arch: &str, ty: &str) {
                     "{stem} prompt {index} position {pos}: max |dlogit| {max_abs}, cosine {cos}"
                 );
                 positions_checked += 1;
+                worst_abs = worst_abs.max(max_abs);
+                worst_cos = worst_cos.min(cos);
             }
         }
 
@@ -127,19 +130,41 @@ fn check_model(arch: &str, ty: &str) {
         positions_checked > 20,
         "{stem}: only {positions_checked} positions had reference logits"
     );
+    eprintln!("{stem}: {positions_checked} positions, worst max |dlogit| {worst_abs:.4}, worst cosine {worst_cos:.6}");
 }
 
-#[test]
-fn tiny_qwen2_f32_matches_llama_cpp() {
-    check_model("qwen2", "F32");
+macro_rules! tiny_model_tests {
+    ($($name:ident: $arch:literal, $ty:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                check_model($arch, $ty);
+            }
+        )*
+    };
 }
 
-#[test]
-fn tiny_qwen2_q8_0_matches_llama_cpp() {
-    check_model("qwen2", "Q8_0");
-}
-
-#[test]
-fn tiny_qwen2_q4_k_matches_llama_cpp() {
-    check_model("qwen2", "Q4_K");
+tiny_model_tests! {
+    tiny_qwen2_f32_matches_llama_cpp: "qwen2", "F32";
+    tiny_qwen2_f16_matches_llama_cpp: "qwen2", "F16";
+    tiny_qwen2_bf16_matches_llama_cpp: "qwen2", "BF16";
+    tiny_qwen2_q4_0_matches_llama_cpp: "qwen2", "Q4_0";
+    tiny_qwen2_q4_1_matches_llama_cpp: "qwen2", "Q4_1";
+    tiny_qwen2_q5_0_matches_llama_cpp: "qwen2", "Q5_0";
+    tiny_qwen2_q5_1_matches_llama_cpp: "qwen2", "Q5_1";
+    tiny_qwen2_q8_0_matches_llama_cpp: "qwen2", "Q8_0";
+    tiny_qwen2_q4_k_matches_llama_cpp: "qwen2", "Q4_K";
+    tiny_qwen2_q5_k_matches_llama_cpp: "qwen2", "Q5_K";
+    tiny_qwen2_q6_k_matches_llama_cpp: "qwen2", "Q6_K";
+    tiny_qwen3_f32_matches_llama_cpp: "qwen3", "F32";
+    tiny_qwen3_f16_matches_llama_cpp: "qwen3", "F16";
+    tiny_qwen3_bf16_matches_llama_cpp: "qwen3", "BF16";
+    tiny_qwen3_q4_0_matches_llama_cpp: "qwen3", "Q4_0";
+    tiny_qwen3_q4_1_matches_llama_cpp: "qwen3", "Q4_1";
+    tiny_qwen3_q5_0_matches_llama_cpp: "qwen3", "Q5_0";
+    tiny_qwen3_q5_1_matches_llama_cpp: "qwen3", "Q5_1";
+    tiny_qwen3_q8_0_matches_llama_cpp: "qwen3", "Q8_0";
+    tiny_qwen3_q4_k_matches_llama_cpp: "qwen3", "Q4_K";
+    tiny_qwen3_q5_k_matches_llama_cpp: "qwen3", "Q5_K";
+    tiny_qwen3_q6_k_matches_llama_cpp: "qwen3", "Q6_K";
 }

@@ -5,6 +5,7 @@
 pub mod blocks;
 pub mod hparams;
 pub mod qwen2;
+pub mod qwen3;
 pub mod weights;
 
 use crate::gguf::{GgufError, GgufFile};
@@ -45,7 +46,7 @@ pub trait ModelDef: Send + Sync {
     fn build_graph(&self, params: &GraphParams) -> ComputeGraph;
 }
 
-pub const SUPPORTED_ARCHITECTURES: &str = "qwen2";
+pub const SUPPORTED_ARCHITECTURES: &str = "qwen2, qwen3";
 
 /// The model for `file`'s `general.architecture`, its tensors checked against its
 /// hyper-parameters.
@@ -53,6 +54,7 @@ pub fn load_model(file: &GgufFile) -> Result<Box<dyn ModelDef>, ModelError> {
     let arch = file.metadata().get_str("general.architecture")?;
     match arch {
         "qwen2" => Ok(Box::new(qwen2::Qwen2::load(file)?)),
+        "qwen3" => Ok(Box::new(qwen3::Qwen3::load(file)?)),
         other => Err(ModelError::UnknownArchitecture {
             arch: other.to_string(),
             supported: SUPPORTED_ARCHITECTURES,

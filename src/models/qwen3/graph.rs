@@ -1,0 +1,31 @@
+//! Qwen3's forward pass as a graph (Compute Graph Design §4.4): Qwen2's skeleton, bias-less
+//! projections, and `QkNorm` on Q and K before RoPE.
+
+use super::loader::Qwen3;
+use crate::graph::{ComputeGraph, GraphBuilder, GraphParams};
+use crate::models::blocks::{self, matmul_meta};
+
+impl Qwen3 {
+    pub(super) fn graph(&self, params: &GraphParams) -> ComputeGraph {
+        let hp = &self.hparams;
+        let mut b = GraphBuilder::new();
+        let inp = blocks::inputs(&mut b, params);
+        let mut h = blocks::embedding(&mut b, hp, inp.token_ids, self.token_embd); // F32 [n_embd, nt]
+        let (q_out, kv_out) = (hp.n_head * hp.head_dim, hp.n_kv_embd());
+
+        for (il, w) in self.layers.iter().enumerate() {
+            let normed = b.rms_norm(&format!("attn_norm-{il}"), h, Some(&w.attn_norm), hp.rms_eps);
+            let q = b.matmul(&format!("q-{il}"), normed, matmul_meta(&w.q, None, hp.n_embd, q_out)); // F32 [hd * n_head, nt]
+            let k = b.matmul(&format!("k-{il}"), normed, matmul_meta(&w.k, None, hp.n_embd, kv_out)); // F32 [hd * n_head_kv, nt]
+            let v = b.matmul(&format!("v-{il}"), normed, matmul_meta(&w.v, None, hp.n_embd, kv_out));
+            let q = b.qk_norm(&format!("q_norm-{il}"), q, &w.q_norm, hp.head_dim, hp.rms_eps);
+            let k = b.qk_norm(&format!("k_norm-{il}"), k, &w.k_norm, hp.head_dim, hp.rms_eps);
+            let wo = blocks::attention(&mut b, hp, params, il, inp.positions, (q, k, v), &w.wo);
+            let last = il + 1 == self.layers.len();
+            h = blocks::attention_residual(&mut b, il, last, inp.tail_ids, h, wo);
+            h = blocks::ffn_swiglu(&mut b, hp, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);
+        }
+        blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]
+        b.build()
+    }
+}

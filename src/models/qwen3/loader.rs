@@ -1,0 +1,92 @@
+//! Qwen3's hyper-parameters and tensors, checked against each other at load.
+
+use crate::gguf::GgufFile;
+use crate::graph::{ComputeGraph, GraphParams};
+use crate::models::blocks::WeightRef;
+use crate::models::{check_tensor, layer_f32, layer_weight, output_weight, HParams, ModelDef, ModelError};
+use crate::quant::GgmlType;
+
+#[derive(Clone, Debug)]
+pub struct LayerWeights {
+    pub attn_norm: String,
+    pub q: WeightRef,
+    pub k: WeightRef,
+    pub v: WeightRef,
+    /// Per-head norms, F32 [head_dim].
+    pub q_norm: String,
+    pub k_norm: String,
+    pub wo: WeightRef,
+    pub ffn_norm: String,
+    pub gate: WeightRef,
+    pub up: WeightRef,
+    pub down: WeightRef,
+}
+
+pub struct Qwen3 {
+    pub(super) hparams: HParams,
+    pub(super) token_embd: GgmlType,
+    pub(super) output: WeightRef,
+    pub(super) layers: Vec<LayerWeights>,
+}
+
+impl Qwen3 {
+    pub fn load(file: &GgufFile) -> Result<Self, ModelError> {
+        let hp = HParams::load(file, "qwen3")?;
+        // The V head width drives the attention output and the KV row stride like K's; minfer's
+        // cache stores both with one stride, so they must agree.
+        if let Ok(value_length) = file.metadata().get_uint("qwen3.attention.value_length") {
+            if value_length as usize != hp.head_dim {
+                return Err(ModelError::BadHParam {
+                    name: "qwen3.attention.value_length",
+                    value: value_length,
+                    reason: format!("differs from key_length = {}", hp.head_dim),
+                });
+            }
+        }
+        let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
+        let q_out = (hp.n_head * hp.head_dim) as u64;
+        let kv_out = hp.n_kv_embd() as u64;
+        let (hd, ff) = (hp.head_dim as u64, hp.n_ff as u64);
+
+        let token_embd = check_tensor(file, "token_embd.weight", &[e, v])?;
+        check_tensor(file, "output_norm.weight", &[e])?;
+        let output = output_weight(file, &hp, token_embd)?;
+        let layers = (0..hp.n_layer)
+            .map(|il| {
+                Ok(LayerWeights {
+                    attn_norm: layer_f32(file, il, "attn_norm.weight", e)?,
+                    q: layer_weight(file, il, "attn_q.weight", &[e, q_out])?,
+                    k: layer_weight(file, il, "attn_k.weight", &[e, kv_out])?,
+                    v: layer_weight(file, il, "attn_v.weight", &[e, kv_out])?,
+                    q_norm: layer_f32(file, il, "attn_q_norm.weight", hd)?,
+                    k_norm: layer_f32(file, il, "attn_k_norm.weight", hd)?,
+                    wo: layer_weight(file, il, "attn_output.weight", &[q_out, e])?,
+                    ffn_norm: layer_f32(file, il, "ffn_norm.weight", e)?,
+                    gate: layer_weight(file, il, "ffn_gate.weight", &[e, ff])?,
+                    up: layer_weight(file, il, "ffn_up.weight", &[e, ff])?,
+                    down: layer_weight(file, il, "ffn_down.weight", &[ff, e])?,
+                })
+            })
+            .collect::<Result<_, ModelError>>()?;
+        Ok(Qwen3 {
+            hparams: hp,
+            token_embd,
+            output,
+            layers,
+        })
+    }
+}
+
+impl ModelDef for Qwen3 {
+    fn arch(&self) -> &'static str {
+        "qwen3"
+    }
+
+    fn hparams(&self) -> &HParams {
+        &self.hparams
+    }
+
+    fn build_graph(&self, params: &GraphParams) -> ComputeGraph {
+        self.graph(params)
+    }
+}
