@@ -149,8 +149,24 @@ impl GraphAllocator {
             }
         }
 
+        // The host fills every input before any node runs, so an input's live range starts at 0
+        // whatever its build position: its buffer is taken before the walk, where no buffer a
+        // node frees can be handed to it (an input built late would otherwise be overwritten).
+        for &id in &graph.inputs {
+            let node = &graph.nodes[id];
+            let backend = node.backend.ok_or_else(|| GraphError::Unassignable {
+                node: node.name.clone(),
+                op: node.op.name(),
+            })?;
+            let buf = BufRef {
+                backend,
+                id: self.backend_mut(backend)?.alloc_buffer(node.n_elements()),
+            };
+            self.node_to_buf.insert(id, buf);
+        }
+
         for node in &graph.nodes {
-            if !live[node.id] {
+            if !live[node.id] || graph.inputs.contains(&node.id) {
                 continue;
             }
             let backend = node.backend.ok_or_else(|| GraphError::Unassignable {
