@@ -14,7 +14,7 @@ use std::process::ExitCode;
     version,
     about = "A pure-Rust LLM inference engine for GGUF models",
     args_conflicts_with_subcommands = true,
-    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors"
+    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -196,6 +196,46 @@ enum Command {
         #[command(flatten)]
         load: LoadArgs,
     },
+    /// Measure prompt processing and generation speed, as llama-bench does.
+    ///
+    /// Each -p size is a test (pp512: a batch of 512 random tokens from an empty context, in one
+    /// evaluation) and each -n length another (tg128: 128 tokens generated one at a time from an
+    /// empty context), repeated -r times after one warm-up run, for every -t thread count.
+    /// Comma-separated lists give one row per combination. A size of 0 skips that kind of test.
+    ///
+    /// Examples:
+    ///   minfer bench MODEL
+    ///   minfer bench MODEL -p 128,512 -n 64 -t 1,2 -r 3
+    ///   minfer bench MODEL -p 0 -n 128 -o json > tg.json
+    #[command(verbatim_doc_comment)]
+    Bench {
+        /// The GGUF model file.
+        model: PathBuf,
+        /// Prompt sizes in tokens (comma-separated).
+        #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
+        n_prompt: Vec<usize>,
+        /// Generation lengths in tokens (comma-separated).
+        #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
+        n_gen: Vec<usize>,
+        /// Thread counts (comma-separated; default: the number of physical cores).
+        #[arg(short = 't', long = "threads", value_delimiter = ',')]
+        threads: Vec<usize>,
+        /// Timed repetitions of each test, after one warm-up run.
+        #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+        repetitions: usize,
+        /// Output format: a markdown table, or llama-bench's JSON array.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = BenchFormat::Md)]
+        output: BenchFormat,
+        /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
+        #[arg(long, value_name = "NAME")]
+        backend: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BenchFormat {
+    Md,
+    Json,
 }
 
 fn read_json_array(path: &Path, what: &str) -> anyhow::Result<Vec<serde_json::Value>> {
@@ -283,6 +323,51 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
+fn run_bench(
+    model: &Path,
+    n_prompt: Vec<usize>,
+    n_gen: Vec<usize>,
+    threads: Vec<usize>,
+    repetitions: usize,
+    output: BenchFormat,
+    backend: Option<String>,
+) -> anyhow::Result<()> {
+    use minfer::cli::bench;
+    let options = bench::BenchOptions {
+        n_prompt,
+        n_gen,
+        n_threads: if threads.is_empty() {
+            vec![minfer::backends::cpu::default_threads()]
+        } else {
+            threads
+        },
+        repetitions,
+        backend,
+        ..Default::default()
+    };
+    let mut stdout = std::io::stdout().lock();
+    match output {
+        BenchFormat::Md => {
+            let mut header = Some(bench::markdown_header());
+            let results = bench::run_bench(model, &options, |r| {
+                if let Some(h) = header.take() {
+                    stdout.write_all(h.as_bytes())?;
+                }
+                stdout.write_all(bench::markdown_row(r).as_bytes())?;
+                stdout.flush()
+            })?;
+            stdout.write_all(bench::markdown_footer(&results).as_bytes())?;
+        }
+        BenchFormat::Json => {
+            let results = bench::run_bench(model, &options, |_| Ok(()))?;
+            stdout.write_all(bench::to_json(&results).as_bytes())?;
+        }
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let Some(command) = cli.command else {
         return run_generate(cli.run);
@@ -349,6 +434,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             println!("{}", minfer::cli::run::top_logits_json(&logits, top));
         }
+        Command::Bench {
+            model,
+            n_prompt,
+            n_gen,
+            threads,
+            repetitions,
+            output,
+            backend,
+        } => run_bench(&model, n_prompt, n_gen, threads, repetitions, output, backend)?,
     }
     Ok(())
 }

@@ -168,3 +168,44 @@ tiny_model_tests! {
     tiny_qwen3_q5_k_matches_llama_cpp: "qwen3", "Q5_K";
     tiny_qwen3_q6_k_matches_llama_cpp: "qwen3", "Q6_K";
 }
+
+/// Decode logits with the build-time fusions (FusedQKV / FusedQkvNorm, FusedFFN) and without.
+fn decode_logits(arch: &str, ty: &str, fused: bool) -> (Vec<Vec<f32>>, Vec<String>) {
+    let (mut session, tokenizer) = session(&common::tiny_model(arch, ty), 2);
+    session.set_fusion(fused, fused);
+    let prompt = tokenizer.encode("The quick brown fox", false, true);
+    session.eval(&prompt, 1).unwrap();
+    let mut steps = Vec::new();
+    for token in [39u32, 301, 385, 1879] {
+        steps.push(session.eval(&[token], 1).unwrap().to_vec());
+    }
+    let ops = session
+        .graph()
+        .unwrap()
+        .nodes
+        .iter()
+        .map(|n| n.op.name().to_string())
+        .collect();
+    (steps, ops)
+}
+
+#[test]
+fn fused_and_unfused_decode_steps_give_bit_identical_logits_on_both_architectures() {
+    for (arch, ty) in [("qwen2", "Q4_K"), ("qwen2", "F32"), ("qwen3", "Q8_0"), ("qwen3", "F16")] {
+        let (fused, fused_ops) = decode_logits(arch, ty, true);
+        let (unfused, unfused_ops) = decode_logits(arch, ty, false);
+        let expected_qkv = if arch == "qwen2" { "FusedQKV" } else { "FusedQkvNorm" };
+        assert!(
+            fused_ops.iter().any(|o| o == expected_qkv) && fused_ops.iter().any(|o| o == "FusedFFN"),
+            "{arch}"
+        );
+        assert!(!unfused_ops.iter().any(|o| o.starts_with("Fused")), "{arch}");
+        for (step, (a, b)) in fused.iter().zip(&unfused).enumerate() {
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "{arch} {ty}: decode step {step} differs between fused and unfused graphs"
+            );
+        }
+    }
+}

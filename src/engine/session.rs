@@ -49,6 +49,14 @@ impl Session {
         self.n_past = self.n_past.min(n);
     }
 
+    /// Turn the decode fusions on or off (the default comes from `MINFER_NO_FUSE_QKV` /
+    /// `MINFER_NO_FUSE_FFN`). The flags are part of the graph's identity, so the next step
+    /// rebuilds.
+    pub fn set_fusion(&mut self, fuse_qkv: bool, fuse_ffn: bool) {
+        self.cparams.fuse_qkv = fuse_qkv;
+        self.cparams.fuse_ffn = fuse_ffn;
+    }
+
     /// How many graphs were built so far (a reused graph is not rebuilt).
     pub fn graph_rebuilds(&self) -> usize {
         self.cache.rebuild_count()

@@ -187,10 +187,19 @@ impl GraphAllocator {
                     frees_at[last_use[src]].retain(|&x| x != src);
                     self.node_to_buf[&src]
                 }
-                _ => BufRef {
-                    backend,
-                    id: self.backend_mut(backend)?.alloc_buffer(node.n_elements()),
-                },
+                _ => {
+                    // Fused Q/K/V nodes store into the layer's regions, but their output (the
+                    // roped Q) is an ordinary buffer.
+                    if let (Op::FusedQKV { layer } | Op::FusedQkvNorm { layer }, NodeMeta::FusedQkv(m)) =
+                        (&node.op, &node.meta)
+                    {
+                        self.ensure_kv(*layer, backend, m.kv.n_kv_embd * m.kv.n_ctx)?;
+                    }
+                    BufRef {
+                        backend,
+                        id: self.backend_mut(backend)?.alloc_buffer(node.n_elements()),
+                    }
+                }
             };
             self.node_to_buf.insert(node.id, buf);
             for &expired in &frees_at[node.id] {

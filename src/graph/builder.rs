@@ -198,6 +198,27 @@ impl GraphBuilder {
         self.node(name, op, &[q, kv, positions], out, DType::F32, NodeMeta::Attn(meta))
     }
 
+    /// The decode Q/K/V block in one node (see [`Op::FusedQKV`]): output `[n_head*head_dim, nt]`.
+    pub fn fused_qkv(&mut self, name: &str, layer: usize, x: NodeId, positions: NodeId, meta: FusedQkvMeta) -> NodeId {
+        let shape = self.shape(x);
+        assert_eq!(shape[0], meta.q.in_dim, "{name}: input width");
+        let op = if meta.qk_norm.is_some() {
+            Op::FusedQkvNorm { layer }
+        } else {
+            Op::FusedQKV { layer }
+        };
+        let out = [meta.q.out_dim, shape[1], 1, 1];
+        self.node(name, op, &[x, positions], out, DType::F32, NodeMeta::FusedQkv(meta))
+    }
+
+    /// `silu(gate(x)) * up(x)` in one node: output `[n_ff, nt]`.
+    pub fn fused_ffn(&mut self, name: &str, x: NodeId, meta: FusedFfnMeta) -> NodeId {
+        let shape = self.shape(x);
+        assert_eq!(shape[0], meta.gate.in_dim, "{name}: input width");
+        let out = [meta.gate.out_dim, shape[1], 1, 1];
+        self.node(name, Op::FusedFFN, &[x], out, DType::F32, NodeMeta::FusedFfn(meta))
+    }
+
     pub fn output(&mut self, node: NodeId) {
         self.graph.outputs.push(node);
     }

@@ -24,7 +24,10 @@ pub fn op_detail(op: &Op) -> String {
         Op::QkNorm { head_dim, n_head, eps } => format!("head_dim={head_dim} n_head={n_head} eps={eps:e}"),
         Op::RoPE { style } => format!("{style:?}"),
         Op::Attn { mode, explicit_span } => format!("{mode:?} explicit_span={explicit_span}"),
-        Op::KvcacheStore { layer } | Op::KvcacheLoad { layer } => format!("layer={layer}"),
+        Op::KvcacheStore { layer }
+        | Op::KvcacheLoad { layer }
+        | Op::FusedQKV { layer }
+        | Op::FusedQkvNorm { layer } => format!("layer={layer}"),
         _ => String::new(),
     }
 }
@@ -44,6 +47,13 @@ fn meta_json(meta: &NodeMeta) -> Value {
             "layer": m.layer, "n_head": m.n_head, "n_head_kv": m.n_head_kv, "head_dim": m.head_dim,
         }),
         NodeMeta::Kvcache(m) => json!({ "n_kv_embd": m.n_kv_embd, "n_ctx": m.n_ctx }),
+        NodeMeta::FusedQkv(m) => json!({
+            "q": m.q.weight_name, "k": m.k.weight_name, "v": m.v.weight_name,
+            "biases": [m.q.bias_name, m.k.bias_name, m.v.bias_name],
+            "qk_norm": m.qk_norm.as_ref().map(|(q, k, eps)| json!([q, k, eps])),
+            "n_head": m.rope.n_head, "n_head_kv": m.n_head_kv, "head_dim": m.rope.head_dim,
+        }),
+        NodeMeta::FusedFfn(m) => json!({ "gate": m.gate.weight_name, "up": m.up.weight_name, "n_ff": m.gate.out_dim }),
         NodeMeta::Embed(m) => json!({
             "weight": m.weight_name, "type": m.weight_type.name(), "n_embd": m.n_embd, "n_rows": m.n_rows,
         }),

@@ -27,7 +27,8 @@ pub use backend::{Backend, BackendError, ComputeBackend, KvProvider};
 pub use builder::GraphBuilder;
 pub use cache::GraphCache;
 pub use ops::{
-    AttnMeta, AttnMode, EmbedMeta, FusedOp, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta, Op, RopeMeta, RopeStyle,
+    AttnMeta, AttnMode, EmbedMeta, FusedFfnMeta, FusedOp, FusedQkvMeta, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta,
+    Op, RopeMeta, RopeStyle,
 };
 pub use params::{CParams, GraphParams, GraphType};
 pub use weights::{TensorSource, Weight};

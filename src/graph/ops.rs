@@ -70,6 +70,19 @@ pub enum Op {
     KvcacheLoad {
         layer: usize,
     },
+    /// Decode-time Q/K/V block of Qwen2, built by the model when `CParams::fuse_qkv` is on:
+    /// the three projections from one activation, their biases, RoPE on Q and K, and the K/V
+    /// store at the positions. `src = [x, positions]`; the output is the roped Q.
+    FusedQKV {
+        layer: usize,
+    },
+    /// Qwen3's form of [`Op::FusedQKV`]: no biases, per-head RMSNorm on Q and K before RoPE.
+    FusedQkvNorm {
+        layer: usize,
+    },
+    /// Decode-time FFN activation: `silu(gate(x)) * up(x)` from one activation, built when
+    /// `CParams::fuse_ffn` is on. `src = [x]`; the output is `[n_ff, n_tokens]`.
+    FusedFFN,
 }
 
 impl Op {
@@ -89,18 +102,27 @@ impl Op {
             Op::Attn { .. } => "Attn",
             Op::KvcacheStore { .. } => "KvcacheStore",
             Op::KvcacheLoad { .. } => "KvcacheLoad",
+            Op::FusedQKV { .. } => "FusedQKV",
+            Op::FusedQkvNorm { .. } => "FusedQkvNorm",
+            Op::FusedFFN => "FusedFFN",
         }
     }
 
     /// Whether executing the node has an effect beyond its output buffer (so it is never dead).
     pub fn has_side_effect(&self) -> bool {
-        matches!(self, Op::KvcacheStore { .. })
+        matches!(
+            self,
+            Op::KvcacheStore { .. } | Op::FusedQKV { .. } | Op::FusedQkvNorm { .. }
+        )
     }
 
     /// The layer whose KV regions the node touches.
     pub fn kv_layer(&self) -> Option<usize> {
         match self {
-            Op::KvcacheStore { layer } | Op::KvcacheLoad { layer } => Some(*layer),
+            Op::KvcacheStore { layer }
+            | Op::KvcacheLoad { layer }
+            | Op::FusedQKV { layer }
+            | Op::FusedQkvNorm { layer } => Some(*layer),
             _ => None,
         }
     }
@@ -155,6 +177,26 @@ pub struct EmbedMeta {
     pub n_rows: usize,
 }
 
+/// What a fused Q/K/V node needs: the three projections (with Qwen2's biases or Qwen3's
+/// per-head norm weights), the RoPE parameters and the KV geometry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedQkvMeta {
+    pub q: MatMulMeta,
+    pub k: MatMulMeta,
+    pub v: MatMulMeta,
+    /// Per-head RMSNorm weights `[head_dim]` for Q and K (Qwen3), with their epsilon.
+    pub qk_norm: Option<(String, String, f32)>,
+    pub rope: RopeMeta,
+    pub n_head_kv: usize,
+    pub kv: KvcacheMeta,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedFfnMeta {
+    pub gate: MatMulMeta,
+    pub up: MatMulMeta,
+}
+
 /// Per-node metadata, a concrete enum so the structural check can compare it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeMeta {
@@ -165,4 +207,6 @@ pub enum NodeMeta {
     Attn(AttnMeta),
     Kvcache(KvcacheMeta),
     Embed(EmbedMeta),
+    FusedQkv(FusedQkvMeta),
+    FusedFfn(FusedFfnMeta),
 }

@@ -119,7 +119,9 @@ impl BackendScheduler {
                     in_bufs.push(buf);
                 }
                 let layer = match (&node.op, &node.meta) {
-                    (Op::KvcacheStore { layer }, _) => Some(*layer),
+                    (Op::KvcacheStore { layer } | Op::FusedQKV { layer } | Op::FusedQkvNorm { layer }, _) => {
+                        Some(*layer)
+                    }
                     (Op::Attn { .. }, NodeMeta::Attn(m)) => Some(m.layer),
                     _ => None,
                 };

@@ -64,27 +64,38 @@ pub fn attention(
     (q, k, v): (NodeId, NodeId, NodeId),
     wo: &WeightRef,
 ) -> NodeId {
-    let rope = |n_head| RopeMeta {
-        n_head,
-        head_dim: hp.head_dim,
-        n_rot: hp.n_rot,
-        freq_base: hp.rope_freq_base,
-    };
-    let kv_meta = KvcacheMeta {
-        n_kv_embd: hp.n_kv_embd(),
-        n_ctx: params.cparams.n_ctx,
-    };
-    let q = b.rope(&format!("q_rope-{il}"), q, positions, RopeStyle::Neox, rope(hp.n_head));
+    let kv_meta = kv_meta(hp, params);
+    let q = b.rope(
+        &format!("q_rope-{il}"),
+        q,
+        positions,
+        RopeStyle::Neox,
+        rope_meta(hp, hp.n_head),
+    );
     let k = b.rope(
         &format!("k_rope-{il}"),
         k,
         positions,
         RopeStyle::Neox,
-        rope(hp.n_head_kv),
+        rope_meta(hp, hp.n_head_kv),
     );
-    b.kvcache_store(&format!("kv_store-{il}"), il, k, v, positions, kv_meta.clone());
+    b.kvcache_store(&format!("kv_store-{il}"), il, k, v, positions, kv_meta);
+    attend(b, hp, params, il, positions, q, wo)
+}
+
+/// Attention of an already roped Q over the layer's cache (whose K/V this step were stored
+/// before), then `wo`.
+pub fn attend(
+    b: &mut GraphBuilder,
+    hp: &HParams,
+    params: &GraphParams,
+    il: usize,
+    positions: NodeId,
+    q: NodeId,
+    wo: &WeightRef,
+) -> NodeId {
     // Built after the store, so build order runs the store first.
-    let kv = b.kvcache_load(&format!("kv_load-{il}"), il, kv_meta);
+    let kv = b.kvcache_load(&format!("kv_load-{il}"), il, kv_meta(hp, params));
     let meta = AttnMeta {
         layer: il,
         n_head: hp.n_head,
@@ -97,6 +108,59 @@ pub fn attention(
         attn,
         matmul_meta(wo, None, hp.n_head * hp.head_dim, hp.n_embd),
     )
+}
+
+pub fn rope_meta(hp: &HParams, n_head: usize) -> RopeMeta {
+    RopeMeta {
+        n_head,
+        head_dim: hp.head_dim,
+        n_rot: hp.n_rot,
+        freq_base: hp.rope_freq_base,
+    }
+}
+
+pub fn kv_meta(hp: &HParams, params: &GraphParams) -> KvcacheMeta {
+    KvcacheMeta {
+        n_kv_embd: hp.n_kv_embd(),
+        n_ctx: params.cparams.n_ctx,
+    }
+}
+
+/// Whether this graph uses the decode fusions: one token, and the flag on (the flags are part
+/// of the reuse identity, so a graph never mixes).
+pub fn fuse_qkv(params: &GraphParams) -> bool {
+    params.gtype == GraphType::Decode && params.cparams.fuse_qkv
+}
+
+pub fn fuse_ffn(params: &GraphParams) -> bool {
+    params.gtype == GraphType::Decode && params.cparams.fuse_ffn
+}
+
+/// The decode Q/K/V block as one fused node (projections, optional biases or per-head norms,
+/// RoPE, KV store), followed by attention. `qkv` are the projections' metas.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_attention(
+    b: &mut GraphBuilder,
+    hp: &HParams,
+    params: &GraphParams,
+    il: usize,
+    positions: NodeId,
+    normed: NodeId,
+    (q, k, v): (MatMulMeta, MatMulMeta, MatMulMeta),
+    qk_norm: Option<(String, String, f32)>,
+    wo: &WeightRef,
+) -> NodeId {
+    let meta = FusedQkvMeta {
+        q,
+        k,
+        v,
+        qk_norm,
+        rope: rope_meta(hp, hp.n_head),
+        n_head_kv: hp.n_head_kv,
+        kv: kv_meta(hp, params),
+    };
+    let q = b.fused_qkv(&format!("qkv-{il}"), il, normed, positions, meta);
+    attend(b, hp, params, il, positions, q, wo)
 }
 
 /// The residual add after attention. On the last layer, with tail ids, only the rows whose
@@ -118,11 +182,13 @@ pub fn attention_residual(
     b.add(&format!("attn_residual-{il}"), residual, wo)
 }
 
-/// `h + down(silu(gate(norm(h))) * up(norm(h)))`; the fusion pass folds silu·mul into SwiGLU.
+/// `h + down(silu(gate(norm(h))) * up(norm(h)))`. Unfused, the fusion pass folds silu·mul into
+/// SwiGLU; with the decode FFN fusion, gate, up and SwiGLU are one node.
 #[allow(clippy::too_many_arguments)]
 pub fn ffn_swiglu(
     b: &mut GraphBuilder,
     hp: &HParams,
+    params: &GraphParams,
     il: usize,
     h: NodeId,
     ffn_norm: &str,
@@ -131,18 +197,16 @@ pub fn ffn_swiglu(
     down: &WeightRef,
 ) -> NodeId {
     let normed = b.rms_norm(&format!("ffn_norm-{il}"), h, Some(ffn_norm), hp.rms_eps);
-    let g = b.matmul(
-        &format!("ffn_gate-{il}"),
-        normed,
-        matmul_meta(gate, None, hp.n_embd, hp.n_ff),
-    );
-    let u = b.matmul(
-        &format!("ffn_up-{il}"),
-        normed,
-        matmul_meta(up, None, hp.n_embd, hp.n_ff),
-    );
-    let act = b.silu(&format!("ffn_silu-{il}"), g);
-    let act = b.mul(&format!("ffn_swiglu-{il}"), act, u);
+    let gate = matmul_meta(gate, None, hp.n_embd, hp.n_ff);
+    let up = matmul_meta(up, None, hp.n_embd, hp.n_ff);
+    let act = if fuse_ffn(params) {
+        b.fused_ffn(&format!("ffn_gate_up-{il}"), normed, FusedFfnMeta { gate, up })
+    } else {
+        let g = b.matmul(&format!("ffn_gate-{il}"), normed, gate);
+        let u = b.matmul(&format!("ffn_up-{il}"), normed, up);
+        let act = b.silu(&format!("ffn_silu-{il}"), g);
+        b.mul(&format!("ffn_swiglu-{il}"), act, u)
+    };
     let d = b.matmul(
         &format!("ffn_down-{il}"),
         act,

@@ -8,6 +8,9 @@
 //! writes, and the dot products reproduce ggml-cpu's generic `ggml_vec_dot_*` integer sums and
 //! float accumulation order.
 //!
+//! [`simd`] holds the SIMD forms of the dot products, chosen at run time for the CPU and
+//! bit-identical to the scalar ones.
+//!
 //! Adding a type touches one block module and one row of [`GgmlType`]'s tables.
 
 pub mod fp16;
@@ -22,6 +25,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
+pub mod simd;
 
 #[cfg(test)]
 mod dot_tests;
@@ -30,6 +34,7 @@ use bytemuck::Pod;
 use std::fmt;
 
 pub use k_quants::QK_K;
+pub use simd::simd_level;
 
 /// Errors of the quantization routines: a type we cannot convert, or buffers whose sizes do not
 /// describe whole blocks of the type.
@@ -310,7 +315,8 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
 }
 
 /// Dot product of one weight row of `ty` (`w`, `n` values) with one activation row already
-/// quantized to `ty.vec_dot_type()` (`a`, `n` values), with ggml's generic block arithmetic.
+/// quantized to `ty.vec_dot_type()` (`a`, `n` values), with ggml's generic block arithmetic,
+/// computed by the kernels of [`simd::kernels`] (bit-identical to the scalar references).
 ///
 /// Block slices are viewed in place when aligned for their block type (rows of GGUF tensor data
 /// always are) and copied otherwise.
@@ -322,21 +328,22 @@ pub fn vec_dot(ty: GgmlType, w: &[u8], a: &[u8], n: usize) -> Result<f32, QuantE
     };
     check_sizes(ty, "vec_dot weight", n, w.len())?;
     check_sizes(aty, "vec_dot activation", n, a.len())?;
+    let k = simd::kernels();
     let dot = match ty {
-        GgmlType::Q4_0 => dot_blocks(w, a, q4_0::vec_dot_ref),
-        GgmlType::Q4_1 => dot_blocks(w, a, q4_1::vec_dot_ref),
-        GgmlType::Q5_0 => dot_blocks(w, a, q5_0::vec_dot_ref),
-        GgmlType::Q5_1 => dot_blocks(w, a, q5_1::vec_dot_ref),
-        GgmlType::Q8_0 => dot_blocks(w, a, q8_0::vec_dot_ref),
-        GgmlType::Q4_K => dot_blocks(w, a, q4_k::vec_dot_ref),
-        GgmlType::Q5_K => dot_blocks(w, a, q5_k::vec_dot_ref),
-        GgmlType::Q6_K => dot_blocks(w, a, q6_k::vec_dot_ref),
+        GgmlType::Q4_0 => dot_blocks(w, a, |x, y| k.q4_0(x, y)),
+        GgmlType::Q4_1 => dot_blocks(w, a, |x, y| k.q4_1(x, y)),
+        GgmlType::Q5_0 => dot_blocks(w, a, |x, y| k.q5_0(x, y)),
+        GgmlType::Q5_1 => dot_blocks(w, a, |x, y| k.q5_1(x, y)),
+        GgmlType::Q8_0 => dot_blocks(w, a, |x, y| k.q8_0(x, y)),
+        GgmlType::Q4_K => dot_blocks(w, a, |x, y| k.q4_k(x, y)),
+        GgmlType::Q5_K => dot_blocks(w, a, |x, y| k.q5_k(x, y)),
+        GgmlType::Q6_K => dot_blocks(w, a, |x, y| k.q6_k(x, y)),
         _ => return Err(unsupported),
     };
     Ok(dot)
 }
 
-fn dot_blocks<W: Pod, A: Pod>(w: &[u8], a: &[u8], dot: fn(&[W], &[A]) -> f32) -> f32 {
+fn dot_blocks<W: Pod, A: Pod>(w: &[u8], a: &[u8], dot: impl FnOnce(&[W], &[A]) -> f32) -> f32 {
     with_blocks(w, |x| with_blocks(a, |y| dot(x, y)))
 }
 
@@ -347,18 +354,34 @@ fn dot_blocks<W: Pod, A: Pod>(w: &[u8], a: &[u8], dot: fn(&[W], &[A]) -> f32) ->
 /// The accumulation order is part of the result: eight running sums, lane `l` taking the
 /// products `i` with `i % 8 == l` of the leading multiple of 8; the lanes are then added in order
 /// and the remaining products after them. Eight independent sums are what lets the compiler keep
-/// them in one vector register.
+/// them in one vector register. Computed by the kernels of [`simd::kernels`].
 pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<f32, QuantError> {
     const OP: &str = "vec_dot_f32";
     if !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
         return Err(QuantError::UnsupportedType { ggml_type: ty, op: OP });
     }
     check_sizes(ty, OP, x.len(), w.len())?;
+    let k = simd::kernels();
     Ok(match ty {
-        GgmlType::F32 => dot_widened(w, x, f32::from_le_bytes),
-        GgmlType::F16 => dot_widened(w, x, |b| fp16::f16_to_f32(u16::from_le_bytes(b))),
-        _ => dot_widened(w, x, |b| fp16::bf16_to_f32(u16::from_le_bytes(b))),
+        GgmlType::F32 => k.f32(w, x),
+        GgmlType::F16 => k.f16(w, x),
+        _ => k.bf16(w, x),
     })
+}
+
+/// The scalar reference of [`vec_dot_f32`] for F32 weights (`w` holds `4 * x.len()` bytes).
+pub fn vec_dot_f32_ref(w: &[u8], x: &[f32]) -> f32 {
+    dot_widened(w, x, f32::from_le_bytes)
+}
+
+/// The scalar reference of [`vec_dot_f32`] for F16 weights (`w` holds `2 * x.len()` bytes).
+pub fn vec_dot_f16_ref(w: &[u8], x: &[f32]) -> f32 {
+    dot_widened(w, x, |b| fp16::f16_to_f32(u16::from_le_bytes(b)))
+}
+
+/// The scalar reference of [`vec_dot_f32`] for BF16 weights (`w` holds `2 * x.len()` bytes).
+pub fn vec_dot_bf16_ref(w: &[u8], x: &[f32]) -> f32 {
+    dot_widened(w, x, |b| fp16::bf16_to_f32(u16::from_le_bytes(b)))
 }
 
 /// The lane accumulation of [`vec_dot_f32`] for weights of `W` bytes each; generic so that the

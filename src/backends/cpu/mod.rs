@@ -1,28 +1,79 @@
 //! The CPU backend: executes graph nodes with the kernels in [`kernels`] on f32 buffers in its
-//! own pool. Weights are resolved by name from the model file at execution time (zero-copy).
+//! own buffer pool. Weights are resolved by name from the model file at execution time
+//! (zero-copy).
 //!
 //! It must not decide anything the allocator owns (which node uses which buffer, aliasing) and
-//! never falls back: a node it cannot run is an error naming the node. Matmuls split their
-//! output rows over `n_threads` threads; every row is computed by exactly the same code
-//! whatever the split, so results are bit-identical for any thread count.
+//! never falls back: a node it cannot run is an error naming the node.
+//!
+//! Threads: the backend owns a persistent [`pool::ThreadPool`] of `n_threads` threads. Matmuls
+//! cut their output rows, and attention its (token, head) rows, into chunks that the pool's
+//! threads claim one at a time; the chunk size depends on the sizes and the thread count only,
+//! and every row is computed by exactly the same code whatever chunk holds it, so results are
+//! bit-identical for any thread count. The other nodes are cheap next to these and run on the
+//! calling thread. The parallel paths allocate nothing per call: the row blocks and the
+//! quantized activations live in buffers reused across calls, and one-token matmuls write their
+//! chunks straight into the output.
 
+mod fused;
 pub mod kernels;
+pub mod pool;
 
 use crate::graph::{
     Backend, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op, RopeStyle, TensorSource,
 };
 use kernels::{Activations, KernelError};
-use std::sync::Arc;
+use pool::{Claim, ThreadPool};
+use std::sync::{Arc, Mutex, PoisonError};
 
 pub struct CpuBackend {
     buffers: Vec<Vec<f32>>,
     free: Vec<usize>,
     weights: Arc<dyn TensorSource>,
-    n_threads: usize,
+    pool: ThreadPool,
     /// Quantized activations of the current matmul, reused across calls.
     scratch: Vec<u8>,
-    /// Per-thread output blocks of the current matmul.
-    blocks: Vec<Vec<f32>>,
+    /// The row blocks of the current matmul when it has several tokens, one after another
+    /// (chunk `i` holds rows `i * rows_per_chunk..` for every token); reused across calls.
+    blocks: Vec<f32>,
+    /// K and V (or the up projection) of a fused node, reused across steps.
+    fused_k: Vec<f32>,
+    fused_v: Vec<f32>,
+}
+
+/// Chunks per thread a parallel node is cut into: enough that a thread slowed down by another
+/// process on a shared machine costs little, few enough that claiming a chunk stays cheap.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// Items per chunk when `n` items are shared by `n_threads` threads (at least 1).
+fn chunk_len(n: usize, n_threads: usize) -> usize {
+    if n_threads <= 1 {
+        n.max(1)
+    } else {
+        n.div_ceil(n_threads * CHUNKS_PER_THREAD).max(1)
+    }
+}
+
+/// The first kernel error of a parallel job (each chunk reports its own; they all check the
+/// same sizes, so the first is as good as any).
+struct FirstError(Mutex<Option<KernelError>>);
+
+impl FirstError {
+    fn new() -> Self {
+        FirstError(Mutex::new(None))
+    }
+
+    fn record(&self, result: Result<(), KernelError>) {
+        if let Err(e) = result {
+            self.0.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(e);
+        }
+    }
+
+    fn into_result(self) -> Result<(), KernelError> {
+        match self.0.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 impl CpuBackend {
@@ -31,14 +82,17 @@ impl CpuBackend {
             buffers: Vec::new(),
             free: Vec::new(),
             weights,
-            n_threads: n_threads.max(1),
+            pool: ThreadPool::new(n_threads.max(1)),
             scratch: Vec::new(),
             blocks: Vec::new(),
+            fused_k: Vec::new(),
+            fused_v: Vec::new(),
         }
     }
 
+    /// The threads nodes run on (fewer than asked only if the system refused a thread).
     pub fn n_threads(&self) -> usize {
-        self.n_threads
+        self.pool.n_threads()
     }
 }
 
@@ -124,50 +178,59 @@ impl CpuBackend {
             node: node.name.clone(),
             message: e.to_string(),
         };
+        if y.len() != n_out * n_tokens {
+            return Err(self.err(
+                node,
+                format!("the output holds {} values, {n_out} x {n_tokens} expected", y.len()),
+            ));
+        }
         let act: Activations<'_> =
             kernels::quantize_activations(wtype, n_in, x, n_tokens, &mut self.scratch).map_err(kerr)?;
-        let n_threads = self.n_threads.min(n_out).max(1);
-        // Row chunks are a function of n_out and the thread count only; each row's dot products
-        // do not depend on which chunk holds it, so any split gives the same bits.
-        let chunk = n_out.div_ceil(n_threads);
-        let ranges: Vec<std::ops::Range<usize>> = (0..n_out)
-            .step_by(chunk)
-            .map(|start| start..(start + chunk).min(n_out))
-            .collect();
-        self.blocks.resize_with(ranges.len(), Vec::new);
-        for (block, r) in self.blocks.iter_mut().zip(&ranges) {
-            block.resize(r.len() * n_tokens, 0.0);
-        }
-        let blocks = &mut self.blocks[..ranges.len()];
-        if ranges.len() == 1 {
-            kernels::matmul_rows(w, wtype, n_in, n_out, act, n_tokens, ranges[0].clone(), &mut blocks[0])
-                .map_err(kerr)?;
-        } else {
-            let results: Vec<Result<(), KernelError>> = std::thread::scope(|s| {
-                let handles: Vec<_> = blocks
-                    .iter_mut()
-                    .zip(&ranges)
-                    .map(|(block, r)| {
-                        let r = r.clone();
-                        s.spawn(move || kernels::matmul_rows(w, wtype, n_in, n_out, act, n_tokens, r, block))
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("matmul worker panicked"))
-                    .collect()
+        let n_threads = self.pool.n_threads();
+        // Each output row is one complete dot product whatever chunk holds it, so any split
+        // gives the same bits.
+        let rows_per_chunk = chunk_len(n_out, n_threads);
+        let failed = FirstError::new();
+        if n_tokens == 1 {
+            // One token: a chunk's row block is the slice of `y` it covers; write it in place.
+            let chunks = Claim::new(y.chunks_mut(rows_per_chunk).enumerate());
+            self.pool.run(|_, _| {
+                while let Some((i, block)) = chunks.next() {
+                    let rows = i * rows_per_chunk..i * rows_per_chunk + block.len();
+                    failed.record(kernels::matmul_rows(w, wtype, n_in, n_out, act, 1, rows, block));
+                }
             });
-            for r in results {
-                r.map_err(kerr)?;
-            }
+            return failed.into_result().map_err(kerr);
         }
-        // Scatter the row blocks into the token-major output.
-        for (block, r) in blocks.iter().zip(&ranges) {
-            let nr = r.len();
-            for t in 0..n_tokens {
-                y[t * n_out + r.start..t * n_out + r.end].copy_from_slice(&block[t * nr..(t + 1) * nr]);
-            }
+        let len = n_out * n_tokens;
+        if self.blocks.len() < len {
+            self.blocks.resize(len, 0.0);
         }
+        let block_len = rows_per_chunk * n_tokens;
+        let chunks = Claim::new(self.blocks[..len].chunks_mut(block_len).enumerate());
+        self.pool.run(|_, _| {
+            while let Some((i, block)) = chunks.next() {
+                let rows = i * rows_per_chunk..i * rows_per_chunk + block.len() / n_tokens;
+                failed.record(kernels::matmul_rows(w, wtype, n_in, n_out, act, n_tokens, rows, block));
+            }
+        });
+        failed.into_result().map_err(kerr)?;
+        // Scatter the row blocks into the token-major output, the threads taking token chunks.
+        let blocks = &self.blocks[..len];
+        let tokens_per_chunk = chunk_len(n_tokens, n_threads);
+        let outs = Claim::new(y.chunks_mut(n_out * tokens_per_chunk).enumerate());
+        self.pool.run(|_, _| {
+            while let Some((i, ys)) = outs.next() {
+                for (dt, yt) in ys.chunks_exact_mut(n_out).enumerate() {
+                    let t = i * tokens_per_chunk + dt;
+                    for (c, block) in blocks.chunks(block_len).enumerate() {
+                        let nr = block.len() / n_tokens;
+                        let start = c * rows_per_chunk;
+                        yt[start..start + nr].copy_from_slice(&block[t * nr..(t + 1) * nr]);
+                    }
+                }
+            }
+        });
         Ok(())
     }
 }
@@ -424,26 +487,102 @@ impl CpuBackend {
                 )?;
                 let stride = m.n_head_kv * m.head_dim;
                 let n_kv = k.len() / stride.max(1);
-                kernels::attention(
-                    q,
-                    k,
-                    v,
-                    &positions,
-                    nt,
-                    m.n_head,
-                    m.n_head_kv,
-                    m.head_dim,
-                    stride,
-                    n_kv,
-                    out,
-                )
-                .map_err(kerr)
+                let (hd, n_rows) = (m.head_dim, nt * m.n_head);
+                let n_threads = self.pool.n_threads();
+                if n_threads == 1 || n_rows <= 1 || hd == 0 || out.len() != n_rows * hd {
+                    // One thread, nothing to split, or sizes the kernel will refuse.
+                    return kernels::attention(q, k, v, &positions, nt, m.n_head, m.n_head_kv, hd, stride, n_kv, out)
+                        .map_err(kerr);
+                }
+                // Later tokens attend to more cells: hand out the chunks last first, so the
+                // heaviest are not the ones left over at the end.
+                let rows_per_chunk = chunk_len(n_rows, n_threads);
+                let chunks = Claim::new(out.chunks_mut(rows_per_chunk * hd).enumerate().rev());
+                let failed = FirstError::new();
+                self.pool.run(|_, _| {
+                    while let Some((i, o)) = chunks.next() {
+                        let rows = i * rows_per_chunk..i * rows_per_chunk + o.len() / hd;
+                        failed.record(kernels::attention_heads(
+                            q,
+                            k,
+                            v,
+                            &positions,
+                            nt,
+                            m.n_head,
+                            m.n_head_kv,
+                            hd,
+                            stride,
+                            n_kv,
+                            rows,
+                            o,
+                        ));
+                    }
+                });
+                failed.into_result().map_err(kerr)
             }
+            (Op::FusedQKV { .. } | Op::FusedQkvNorm { .. }, NodeMeta::FusedQkv(m)) => {
+                self.fused_qkv(node, m, in_bufs, out, kv_pair)
+            }
+            (Op::FusedFFN, NodeMeta::FusedFfn(m)) => self.fused_ffn(node, m, in_bufs, out),
             (op, _) => Err(BackendError::Unsupported {
                 backend: "cpu".into(),
                 node: node.name.clone(),
                 op: op.name(),
             }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::run::{load, LoadOptions};
+    use std::path::PathBuf;
+
+    /// Prefill logits at every position, then greedy decode steps' logits, for one thread count.
+    fn logits(model: &str, n_threads: usize) -> Vec<f32> {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/models")
+            .join(model);
+        let options = LoadOptions {
+            n_ctx: 128,
+            n_threads,
+            backend: None,
+        };
+        let mut loaded = load(&path, &options).unwrap();
+        let session = &mut loaded.session;
+        let n_vocab = session.model().hparams().n_vocab as u64;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let prompt: Vec<u32> = (0..37)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed % n_vocab) as u32
+            })
+            .collect();
+        let mut all = session.eval(&prompt, prompt.len()).unwrap().to_vec();
+        for _ in 0..6 {
+            let last = &all[all.len() - n_vocab as usize..];
+            let next = (0..last.len()).max_by(|&a, &b| last[a].total_cmp(&last[b])).unwrap() as u32;
+            all.extend_from_slice(session.eval(&[next], 1).unwrap());
+        }
+        all
+    }
+
+    #[test]
+    fn logits_are_bit_identical_for_one_two_and_three_threads() {
+        for model in ["tiny-qwen2-Q4_K.gguf", "tiny-qwen3-Q8_0.gguf"] {
+            let one = logits(model, 1);
+            assert!(one.iter().all(|x| x.is_finite()), "{model}: non-finite logits");
+            for n_threads in [2, 3] {
+                let many = logits(model, n_threads);
+                assert_eq!(one.len(), many.len());
+                let first = one.iter().zip(&many).position(|(a, b)| a.to_bits() != b.to_bits());
+                assert_eq!(
+                    first, None,
+                    "{model}: {n_threads} threads differ from 1 at logit {first:?}"
+                );
+            }
         }
     }
 }

@@ -16,25 +16,20 @@ impl Qwen2 {
         for (il, w) in self.layers.iter().enumerate() {
             let normed = b.rms_norm(&format!("attn_norm-{il}"), h, Some(&w.attn_norm), hp.rms_eps);
             // Qwen2 projects with biases.
-            let q = b.matmul(
-                &format!("q-{il}"),
-                normed,
-                matmul_meta(&w.q, Some(&w.q_bias), hp.n_embd, q_out),
-            );
-            let k = b.matmul(
-                &format!("k-{il}"),
-                normed,
-                matmul_meta(&w.k, Some(&w.k_bias), hp.n_embd, kv_out),
-            );
-            let v = b.matmul(
-                &format!("v-{il}"),
-                normed,
-                matmul_meta(&w.v, Some(&w.v_bias), hp.n_embd, kv_out),
-            );
-            let wo = blocks::attention(&mut b, hp, params, il, inp.positions, (q, k, v), &w.wo);
+            let q = matmul_meta(&w.q, Some(&w.q_bias), hp.n_embd, q_out);
+            let k = matmul_meta(&w.k, Some(&w.k_bias), hp.n_embd, kv_out);
+            let v = matmul_meta(&w.v, Some(&w.v_bias), hp.n_embd, kv_out);
+            let wo = if blocks::fuse_qkv(params) {
+                blocks::fused_attention(&mut b, hp, params, il, inp.positions, normed, (q, k, v), None, &w.wo)
+            } else {
+                let q = b.matmul(&format!("q-{il}"), normed, q);
+                let k = b.matmul(&format!("k-{il}"), normed, k);
+                let v = b.matmul(&format!("v-{il}"), normed, v);
+                blocks::attention(&mut b, hp, params, il, inp.positions, (q, k, v), &w.wo)
+            };
             let last = il + 1 == self.layers.len();
             h = blocks::attention_residual(&mut b, il, last, inp.tail_ids, h, wo);
-            h = blocks::ffn_swiglu(&mut b, hp, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);
+            h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);
         }
         blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]
         b.build()

@@ -9,6 +9,7 @@
 //! exponentiating the new score.
 
 use super::{check_len, check_nonzero, size, KernelError};
+use std::ops::Range;
 
 /// `out[t, h] = softmax_c(q[t, h] · k[c, h / g] / sqrt(head_dim)) · v[c, h / g]` over the cells
 /// `c` in `0..=positions[t]`, with `g = n_head / n_head_kv`.
@@ -31,23 +32,94 @@ pub fn attention(
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     const K: &str = "attention";
-    check_nonzero(K, "head_dim", head_dim)?;
-    check_nonzero(K, "n_head_kv", n_head_kv)?;
+    check(
+        K, q, k, v, positions, n_tokens, n_head, n_head_kv, head_dim, kv_stride, n_kv,
+    )?;
+    check_len(K, "out", out.len(), q.len())?;
+    attend(
+        q,
+        k,
+        v,
+        positions,
+        n_head,
+        n_head_kv,
+        head_dim,
+        kv_stride,
+        0..n_tokens * n_head,
+        out,
+    );
+    Ok(())
+}
+
+/// The head rows `heads` of [`attention`]'s output, for splitting it across threads. A head row
+/// is one (token, head) pair, `head_dim` values; they are numbered token-major, row
+/// `t * n_head + h`, so `out` (`heads.len() * head_dim` values) is the slice
+/// `out_full[heads.start * head_dim..heads.end * head_dim]`. Each row is computed exactly as
+/// [`attention`] computes it, so any split gives the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_heads(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    positions: &[i32],
+    n_tokens: usize,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    kv_stride: usize,
+    n_kv: usize,
+    heads: Range<usize>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    const K: &str = "attention_heads";
+    check(
+        K, q, k, v, positions, n_tokens, n_head, n_head_kv, head_dim, kv_stride, n_kv,
+    )?;
+    let n_rows = size(K, "out", n_tokens, n_head)?;
+    if heads.start > heads.end || heads.end > n_rows {
+        return Err(KernelError::RowRange {
+            kernel: K,
+            start: heads.start,
+            end: heads.end,
+            n_out: n_rows,
+        });
+    }
+    check_len(K, "out", out.len(), heads.len() * head_dim)?;
+    attend(q, k, v, positions, n_head, n_head_kv, head_dim, kv_stride, heads, out);
+    Ok(())
+}
+
+/// The size checks shared by both entry points.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    kernel: &'static str,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    positions: &[i32],
+    n_tokens: usize,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    kv_stride: usize,
+    n_kv: usize,
+) -> Result<(), KernelError> {
+    check_nonzero(kernel, "head_dim", head_dim)?;
+    check_nonzero(kernel, "n_head_kv", n_head_kv)?;
     if n_head % n_head_kv != 0 {
         return Err(KernelError::HeadGroups {
-            kernel: K,
+            kernel,
             n_head,
             n_head_kv,
         });
     }
-    let n_embd_q = size(K, "q", head_dim, n_head)?;
-    let n_embd_kv = size(K, "k", head_dim, n_head_kv)?;
-    check_len(K, "q", q.len(), size(K, "q", n_embd_q, n_tokens)?)?;
-    check_len(K, "out", out.len(), q.len())?;
-    check_len(K, "positions", positions.len(), n_tokens)?;
+    let n_embd_q = size(kernel, "q", head_dim, n_head)?;
+    let n_embd_kv = size(kernel, "k", head_dim, n_head_kv)?;
+    check_len(kernel, "q", q.len(), size(kernel, "q", n_embd_q, n_tokens)?)?;
+    check_len(kernel, "positions", positions.len(), n_tokens)?;
     if kv_stride < n_embd_kv {
         return Err(KernelError::TooSmall {
-            kernel: K,
+            kernel,
             operand: "kv_stride",
             needed: n_embd_kv,
             got: kv_stride,
@@ -55,17 +127,14 @@ pub fn attention(
     }
     let kv_needed = match n_kv {
         0 => 0,
-        n => size(K, "k", n - 1, kv_stride)?
+        n => size(kernel, "k", n - 1, kv_stride)?
             .checked_add(n_embd_kv)
-            .ok_or(KernelError::Overflow {
-                kernel: K,
-                operand: "k",
-            })?,
+            .ok_or(KernelError::Overflow { kernel, operand: "k" })?,
     };
     for (operand, got) in [("k length", k.len()), ("v length", v.len())] {
         if got < kv_needed {
             return Err(KernelError::TooSmall {
-                kernel: K,
+                kernel,
                 operand,
                 needed: kv_needed,
                 got,
@@ -78,54 +147,65 @@ pub fn attention(
         .find(|&(_, &p)| usize::try_from(p).map_or(true, |p| p >= n_kv))
     {
         return Err(KernelError::PositionOutOfRange {
-            kernel: K,
+            kernel,
             token,
             pos,
             n_kv,
         });
     }
+    Ok(())
+}
 
+/// Head rows `heads` (token-major (token, head) pairs) into `out`, sizes already checked.
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    positions: &[i32],
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    kv_stride: usize,
+    heads: Range<usize>,
+    out: &mut [f32],
+) {
     let group = n_head / n_head_kv;
     let scale = 1.0 / (head_dim as f32).sqrt();
-    for ((qt, ot), &pos) in q
-        .chunks_exact(n_embd_q)
-        .zip(out.chunks_exact_mut(n_embd_q))
-        .zip(positions)
-    {
-        let n_cells = pos as usize + 1;
-        for (h, (qh, acc)) in qt.chunks_exact(head_dim).zip(ot.chunks_exact_mut(head_dim)).enumerate() {
-            let kv_off = (h / group) * head_dim;
-            acc.fill(0.0);
-            let mut max = f32::NEG_INFINITY;
-            let mut sum = 0.0f32;
-            for c in 0..n_cells {
-                let kc = &k[c * kv_stride + kv_off..][..head_dim];
-                let vc = &v[c * kv_stride + kv_off..][..head_dim];
-                let s = dot(qh, kc) * scale;
-                let mut ms = 1.0f32;
-                let mut vs = 1.0f32;
-                if s > max {
-                    let old = max;
-                    max = s;
-                    ms = (old - max).exp();
-                    for a in acc.iter_mut() {
-                        *a *= ms;
-                    }
-                } else {
-                    vs = (s - max).exp();
+    for (row, acc) in heads.zip(out.chunks_exact_mut(head_dim)) {
+        let (t, h) = (row / n_head, row % n_head);
+        let qh = &q[row * head_dim..][..head_dim];
+        let n_cells = positions[t] as usize + 1;
+        let kv_off = (h / group) * head_dim;
+        acc.fill(0.0);
+        let mut max = f32::NEG_INFINITY;
+        let mut sum = 0.0f32;
+        for c in 0..n_cells {
+            let kc = &k[c * kv_stride + kv_off..][..head_dim];
+            let vc = &v[c * kv_stride + kv_off..][..head_dim];
+            let s = dot(qh, kc) * scale;
+            let mut ms = 1.0f32;
+            let mut vs = 1.0f32;
+            if s > max {
+                let old = max;
+                max = s;
+                ms = (old - max).exp();
+                for a in acc.iter_mut() {
+                    *a *= ms;
                 }
-                for (a, &x) in acc.iter_mut().zip(vc) {
-                    *a += x * vs;
-                }
-                sum = sum * ms + vs;
+            } else {
+                vs = (s - max).exp();
             }
-            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-            for a in acc.iter_mut() {
-                *a *= inv;
+            for (a, &x) in acc.iter_mut().zip(vc) {
+                *a += x * vs;
             }
+            sum = sum * ms + vs;
+        }
+        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+        for a in acc.iter_mut() {
+            *a *= inv;
         }
     }
-    Ok(())
 }
 
 /// f32 dot product in eight lanes (the order `crate::quant::vec_dot_f32` documents), so the
@@ -306,6 +386,60 @@ mod tests {
         );
         let err = attention(&q, &k, &v, &[-1, 0], 2, 2, 1, 4, 4, 3, &mut out).unwrap_err();
         assert!(matches!(err, KernelError::PositionOutOfRange { token: 0, pos: -1, .. }));
+    }
+
+    #[test]
+    fn any_split_of_the_head_rows_gives_the_same_bits_as_the_whole() {
+        let mut r = XorShift(63);
+        let c = Case {
+            n_head: 6,
+            n_head_kv: 2,
+            head_dim: 12,
+            kv_stride: 28,
+            n_kv: 11,
+            positions: vec![3, 4, 5, 6, 10],
+        };
+        let (q, k, v) = inputs(&mut r, &c);
+        let whole = run(&c, &q, &k, &v);
+        let n_rows = c.positions.len() * c.n_head;
+        for chunk in [1, 2, 5, 7, n_rows] {
+            let mut out = vec![f32::NAN; q.len()];
+            for (i, o) in out.chunks_mut(chunk * c.head_dim).enumerate().rev() {
+                let rows = i * chunk..i * chunk + o.len() / c.head_dim;
+                attention_heads(
+                    &q,
+                    &k,
+                    &v,
+                    &c.positions,
+                    c.positions.len(),
+                    c.n_head,
+                    c.n_head_kv,
+                    c.head_dim,
+                    c.kv_stride,
+                    c.n_kv,
+                    rows,
+                    o,
+                )
+                .unwrap();
+            }
+            let same = out.iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "chunks of {chunk} head rows differ from the whole");
+        }
+    }
+
+    #[test]
+    fn head_rows_outside_the_output_are_refused() {
+        let (q, k, v) = (vec![0.0; 16], vec![0.0; 12], vec![0.0; 12]);
+        let mut out = vec![0.0; 8];
+        // 2 tokens x 2 heads = 4 head rows of 4 values.
+        let err = attention_heads(&q, &k, &v, &[0, 1], 2, 2, 1, 4, 4, 3, 3..5, &mut out).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "attention_heads: rows 3..5 are not within the 4 output rows"
+        );
+        let err = attention_heads(&q, &k, &v, &[0, 1], 2, 2, 1, 4, 4, 3, 1..4, &mut out).unwrap_err();
+        assert_eq!(err.to_string(), "attention_heads: out has length 8, expected 12");
+        attention_heads(&q, &k, &v, &[0, 1], 2, 2, 1, 4, 4, 3, 2..4, &mut out).unwrap();
     }
 
     #[test]

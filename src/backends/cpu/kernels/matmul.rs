@@ -3,12 +3,14 @@
 //! `vec_dot_type`, then every output is one block dot product of `crate::quant`.
 //!
 //! This file owns the loop over rows and tokens and the activation quantization; the arithmetic
-//! of a dot product belongs to `crate::quant` and must not be re-implemented here. Splitting the
-//! rows across threads is the caller's business: [`matmul_rows`] computes any subset of output
-//! rows with bit-identical results, because each output is a single, complete dot product.
+//! of a dot product belongs to `crate::quant` and must not be re-implemented here. The dot
+//! products are the kernels `crate::quant::simd::kernels` chose for this CPU, bit-identical to
+//! the scalar references whatever the instruction set. Splitting the rows across threads is the
+//! caller's business: [`matmul_rows`] computes any subset of output rows with bit-identical
+//! results, because each output is a single, complete dot product.
 
 use super::{check_len, check_nonzero, row_bytes, size, KernelError};
-use crate::quant::{self, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, GgmlType};
+use crate::quant::{self, simd, GgmlType};
 use bytemuck::Pod;
 use std::ops::Range;
 
@@ -140,13 +142,19 @@ pub fn matmul_rows(
         Some(_) => quant::vec_dot(wtype, &[], &[], 0).map(drop),
     }
     .map_err(quant_err)?;
+    let k = simd::kernels();
     match act {
         Activations::F32(x) => {
             check_len(K, "x", x.len(), size(K, "x", n_in, n_tokens)?)?;
+            let dot = match wtype {
+                GgmlType::F32 => simd::DotKernels::f32,
+                GgmlType::F16 => simd::DotKernels::f16,
+                _ => simd::DotKernels::bf16,
+            };
             let nr = rows.len();
             for (i, wr) in w[rows.start * w_row..rows.end * w_row].chunks_exact(w_row).enumerate() {
                 for (t, xr) in x.chunks_exact(n_in).enumerate() {
-                    y[t * nr + i] = quant::vec_dot_f32(wtype, wr, xr).map_err(quant_err)?;
+                    y[t * nr + i] = dot(k, wr, xr);
                 }
             }
         }
@@ -157,15 +165,29 @@ pub fn matmul_rows(
                 nb: n_in / wtype.block_size(),
                 rows: rows.clone(),
             };
+            // Each weight row against the tokens two at a time (the kernels unpack a weight block
+            // once for both), then the odd one.
+            macro_rules! in_place {
+                ($one:ident, $two:ident) => {
+                    rows_in_place(
+                        w,
+                        data,
+                        &shape,
+                        y,
+                        |x, a| k.$one(x, a),
+                        |x, a, b| k.$two(x, a, b),
+                    )
+                };
+            }
             let done = match wtype {
-                GgmlType::Q4_0 => rows_in_place(w, data, &shape, y, q4_0::vec_dot_ref),
-                GgmlType::Q4_1 => rows_in_place(w, data, &shape, y, q4_1::vec_dot_ref),
-                GgmlType::Q5_0 => rows_in_place(w, data, &shape, y, q5_0::vec_dot_ref),
-                GgmlType::Q5_1 => rows_in_place(w, data, &shape, y, q5_1::vec_dot_ref),
-                GgmlType::Q8_0 => rows_in_place(w, data, &shape, y, q8_0::vec_dot_ref),
-                GgmlType::Q4_K => rows_in_place(w, data, &shape, y, q4_k::vec_dot_ref),
-                GgmlType::Q5_K => rows_in_place(w, data, &shape, y, q5_k::vec_dot_ref),
-                GgmlType::Q6_K => rows_in_place(w, data, &shape, y, q6_k::vec_dot_ref),
+                GgmlType::Q4_0 => in_place!(q4_0, q4_0_x2),
+                GgmlType::Q4_1 => in_place!(q4_1, q4_1_x2),
+                GgmlType::Q5_0 => in_place!(q5_0, q5_0_x2),
+                GgmlType::Q5_1 => in_place!(q5_1, q5_1_x2),
+                GgmlType::Q8_0 => in_place!(q8_0, q8_0_x2),
+                GgmlType::Q4_K => in_place!(q4_k, q4_k_x2),
+                GgmlType::Q5_K => in_place!(q5_k, q5_k_x2),
+                GgmlType::Q6_K => in_place!(q6_k, q6_k_x2),
                 _ => false,
             };
             if !done {
@@ -200,9 +222,17 @@ struct Shape {
     rows: Range<usize>,
 }
 
-/// The quantized row loop on block slices viewed in place. Returns `false`, having written
-/// nothing, when either side is not aligned for its block type.
-fn rows_in_place<W: Pod, A: Pod>(w: &[u8], a: &[u8], shape: &Shape, y: &mut [f32], dot: fn(&[W], &[A]) -> f32) -> bool {
+/// The quantized row loop on block slices viewed in place: each weight row is dotted with the
+/// tokens in pairs (`dot_x2`, bit-identical to two `dot`s) and the last odd token alone. Returns
+/// `false`, having written nothing, when either side is not aligned for its block type.
+fn rows_in_place<W: Pod, A: Pod>(
+    w: &[u8],
+    a: &[u8],
+    shape: &Shape,
+    y: &mut [f32],
+    dot: impl Fn(&[W], &[A]) -> f32,
+    dot_x2: impl Fn(&[W], &[A], &[A]) -> [f32; 2],
+) -> bool {
     let (Ok(wb), Ok(ab)) = (
         bytemuck::try_cast_slice::<u8, W>(w),
         bytemuck::try_cast_slice::<u8, A>(a),
@@ -212,8 +242,16 @@ fn rows_in_place<W: Pod, A: Pod>(w: &[u8], a: &[u8], shape: &Shape, y: &mut [f32
     let Shape { nb, ref rows } = *shape;
     let nr = rows.len();
     for (i, wr) in wb[rows.start * nb..rows.end * nb].chunks_exact(nb).enumerate() {
-        for (t, ar) in ab.chunks_exact(nb).enumerate() {
-            y[t * nr + i] = dot(wr, ar);
+        let mut pairs = ab.chunks_exact(2 * nb);
+        for (p, ar) in (&mut pairs).enumerate() {
+            let (a0, a1) = ar.split_at(nb);
+            let [d0, d1] = dot_x2(wr, a0, a1);
+            y[2 * p * nr + i] = d0;
+            y[(2 * p + 1) * nr + i] = d1;
+        }
+        let last = pairs.remainder();
+        if !last.is_empty() {
+            y[(ab.len() / nb - 1) * nr + i] = dot(wr, last);
         }
     }
     true

@@ -21,7 +21,7 @@ mod matmul;
 mod norm;
 mod rope;
 
-pub use attention::attention;
+pub use attention::{attention, attention_heads};
 pub use elementwise::{
     add, add_inplace, add_row_broadcast, add_row_broadcast_inplace, mul, mul_inplace, mul_row_broadcast,
     mul_row_broadcast_inplace, silu, silu_inplace, swiglu, swiglu_inplace,

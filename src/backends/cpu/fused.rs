@@ -1,0 +1,143 @@
+//! The CPU's execution of the build-time fused nodes (`FusedQKV`, `FusedQkvNorm`, `FusedFFN`).
+//!
+//! Each runs exactly the kernels of the unfused chain it replaces, in the same order on the same
+//! values, so fused and unfused graphs give bit-identical results; what the fusion removes is
+//! graph overhead (nodes, intermediate buffers, scheduler steps), not arithmetic.
+
+use super::{ids_of, kernels, CpuBackend};
+use crate::graph::{BackendError, BufRef, CNode, FusedFfnMeta, FusedQkvMeta, MatMulMeta};
+
+impl CpuBackend {
+    /// `y = x @ W^T (+ bias)` for one projection of a fused node.
+    fn projection(
+        &mut self,
+        node: &CNode,
+        m: &MatMulMeta,
+        x: &[f32],
+        nt: usize,
+        y: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let weights = std::sync::Arc::clone(&self.weights);
+        let w = weights
+            .weight(&m.weight_name)
+            .ok_or_else(|| BackendError::MissingWeight {
+                backend: "cpu".into(),
+                node: node.name.clone(),
+                weight: m.weight_name.clone(),
+            })?;
+        self.matmul(node, w.data, w.ggml_type, m.in_dim, m.out_dim, x, nt, y)?;
+        if let Some(bias) = &m.bias_name {
+            kernels::add_row_broadcast_inplace(y, self.f32_weight(node, bias)?).map_err(|e| self.err(node, e))?;
+        }
+        Ok(())
+    }
+
+    /// Q, K, V from one activation; biases or per-head norms; RoPE on Q and K; K and V stored at
+    /// the positions; the roped Q written to `out`.
+    pub(super) fn fused_qkv(
+        &mut self,
+        node: &CNode,
+        m: &FusedQkvMeta,
+        in_bufs: &[BufRef],
+        out: &mut [f32],
+        kv_pair: Option<(usize, usize)>,
+    ) -> Result<(), BackendError> {
+        let nt = node.out_shape[1];
+        let x = std::mem::take(&mut self.buffers[in_bufs[0].id]);
+        let positions = ids_of(self.buffer(node, in_bufs[1])?);
+        let mut k = std::mem::take(&mut self.fused_k);
+        let mut v = std::mem::take(&mut self.fused_v);
+        k.resize(m.k.out_dim * nt, 0.0);
+        v.resize(m.v.out_dim * nt, 0.0);
+        let result = (|| {
+            self.projection(node, &m.q, &x, nt, out)?;
+            self.projection(node, &m.k, &x, nt, &mut k)?;
+            self.projection(node, &m.v, &x, nt, &mut v)?;
+            let kerr = |e| self.err(node, e);
+            if let Some((q_norm, k_norm, eps)) = &m.qk_norm {
+                let hd = m.rope.head_dim;
+                let q_in = out.to_vec();
+                kernels::rms_norm_mul(&q_in, self.f32_weight(node, q_norm)?, hd, *eps, out).map_err(kerr)?;
+                let k_in = k.clone();
+                kernels::rms_norm_mul(&k_in, self.f32_weight(node, k_norm)?, hd, *eps, &mut k).map_err(kerr)?;
+            }
+            let r = &m.rope;
+            kernels::rope(
+                out,
+                &positions,
+                nt,
+                r.n_head,
+                r.head_dim,
+                r.n_rot,
+                r.freq_base,
+                kernels::RopeStyle::Neox,
+            )
+            .map_err(kerr)?;
+            kernels::rope(
+                &mut k,
+                &positions,
+                nt,
+                m.n_head_kv,
+                r.head_dim,
+                r.n_rot,
+                r.freq_base,
+                kernels::RopeStyle::Neox,
+            )
+            .map_err(kerr)?;
+            let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
+            self.store_kv(node, (k_id, v_id), &positions, &k, &v, m.kv.n_kv_embd, m.kv.n_ctx)
+        })();
+        self.buffers[in_bufs[0].id] = x;
+        self.fused_k = k;
+        self.fused_v = v;
+        result
+    }
+
+    /// `silu(gate(x)) * up(x)` into `out`.
+    pub(super) fn fused_ffn(
+        &mut self,
+        node: &CNode,
+        m: &FusedFfnMeta,
+        in_bufs: &[BufRef],
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let nt = node.out_shape[1];
+        let x = std::mem::take(&mut self.buffers[in_bufs[0].id]);
+        let mut up = std::mem::take(&mut self.fused_k);
+        up.resize(m.up.out_dim * nt, 0.0);
+        let result = (|| {
+            self.projection(node, &m.gate, &x, nt, out)?;
+            self.projection(node, &m.up, &x, nt, &mut up)?;
+            kernels::swiglu_inplace(out, &up).map_err(|e| self.err(node, e))
+        })();
+        self.buffers[in_bufs[0].id] = x;
+        self.fused_k = up;
+        result
+    }
+
+    /// Write K and V rows at the cells the positions give.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn store_kv(
+        &mut self,
+        node: &CNode,
+        (k_id, v_id): (usize, usize),
+        positions: &[i32],
+        k: &[f32],
+        v: &[f32],
+        width: usize,
+        n_ctx: usize,
+    ) -> Result<(), BackendError> {
+        for (t, &p) in positions.iter().enumerate() {
+            let cell = usize::try_from(p).ok().filter(|&c| c < n_ctx).ok_or_else(|| {
+                self.err(
+                    node,
+                    format!("position {p} is outside the {n_ctx} cells of the KV cache"),
+                )
+            })?;
+            let (kr, vr) = (&k[t * width..(t + 1) * width], &v[t * width..(t + 1) * width]);
+            self.buffers[k_id][cell * width..(cell + 1) * width].copy_from_slice(kr);
+            self.buffers[v_id][cell * width..(cell + 1) * width].copy_from_slice(vr);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,559 @@
+//! `minfer bench`: prompt-processing and generation throughput in llama-bench's terms, so the
+//! two engines can be compared row by row and llama-bench's scripts read our JSON.
+//!
+//! A `pp<N>` test evaluates a batch of N random tokens from an empty context in one call; a
+//! `tg<N>` test starts from an empty context and generates N tokens one at a time (each the
+//! next random token, so no sampling is timed). Each test runs once to warm up (the whole prompt
+//! for pp, one token for tg, as llama-bench does) and then `repetitions` timed times. Thread
+//! counts are the outer loop, as in llama-bench: for each, the pp tests, then the tg tests.
+//!
+//! This module measures and formats; it prints nothing itself.
+
+use super::run::{load, LoadOptions, RunError};
+use crate::engine::{EngineError, Session};
+use crate::gguf::GgufFile;
+use std::path::Path;
+use std::time::Instant;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("nothing to measure: every prompt size (-p) and generation length (-n) is 0")]
+    NoTests,
+    #[error("the thread count must be at least 1")]
+    ZeroThreads,
+    #[error("the repetition count (-r) must be at least 1")]
+    ZeroRepetitions,
+    #[error("a test needs {needed} tokens of context, more than the model's {n_ctx_train}")]
+    ContextTooLarge { needed: usize, n_ctx_train: usize },
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("cannot write the results: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+/// What to measure. Sizes of 0 are skipped, as in llama-bench.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Prompt sizes (`-p`): one `pp` test each.
+    pub n_prompt: Vec<usize>,
+    /// Generation lengths (`-n`): one `tg` test each.
+    pub n_gen: Vec<usize>,
+    /// Thread counts (`-t`).
+    pub n_threads: Vec<usize>,
+    /// Timed runs per test, after one warm-up run.
+    pub repetitions: usize,
+    /// `--backend`, as for `minfer MODEL`.
+    pub backend: Option<String>,
+    /// Seed of the random token ids.
+    pub seed: u64,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            n_prompt: vec![512],
+            n_gen: vec![128],
+            n_threads: vec![crate::backends::cpu::default_threads()],
+            repetitions: 5,
+            backend: None,
+            seed: 1,
+        }
+    }
+}
+
+/// One row: one test at one thread count. Field names are llama-bench's JSON fields (plus
+/// `peak_rss_bytes`), in its order.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchResult {
+    pub build_commit: String,
+    pub cpu_info: String,
+    pub backends: String,
+    pub model_filename: String,
+    /// `{architecture} {size label} {file type}`, as llama.cpp describes a model.
+    pub model_type: String,
+    /// Bytes of all tensors.
+    pub model_size: u64,
+    /// Elements of all tensors.
+    pub model_n_params: u64,
+    pub n_threads: usize,
+    pub type_k: String,
+    pub type_v: String,
+    pub use_mmap: bool,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub n_depth: usize,
+    /// When the test started, ISO 8601 UTC.
+    pub test_time: String,
+    pub avg_ns: u64,
+    pub stddev_ns: u64,
+    pub avg_ts: f64,
+    pub stddev_ts: f64,
+    pub samples_ns: Vec<u64>,
+    pub samples_ts: Vec<f64>,
+    /// The process's peak resident memory when the test ended (`VmHWM`), if the system says.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl BenchResult {
+    /// `pp512`, `tg128`, or `pp512+tg128`, as llama-bench names tests.
+    pub fn test_name(&self) -> String {
+        match (self.n_prompt, self.n_gen) {
+            (p, 0) => format!("pp{p}"),
+            (0, n) => format!("tg{n}"),
+            (p, n) => format!("pp{p}+tg{n}"),
+        }
+    }
+
+    fn new(model: &ModelInfo, n_threads: usize, n_prompt: usize, n_gen: usize, test_time: String) -> Self {
+        BenchResult {
+            build_commit: format!("minfer {}", env!("CARGO_PKG_VERSION")),
+            cpu_info: model.cpu_info.clone(),
+            backends: model.backends.clone(),
+            model_filename: model.filename.clone(),
+            model_type: model.model_type.clone(),
+            model_size: model.size,
+            model_n_params: model.n_params,
+            n_threads,
+            type_k: "f32".into(),
+            type_v: "f32".into(),
+            use_mmap: true,
+            n_prompt,
+            n_gen,
+            n_depth: 0,
+            test_time,
+            avg_ns: 0,
+            stddev_ns: 0,
+            avg_ts: 0.0,
+            stddev_ts: 0.0,
+            samples_ns: Vec::new(),
+            samples_ts: Vec::new(),
+            peak_rss_bytes: None,
+        }
+    }
+
+    /// Fill the statistics from the timed runs, as llama-bench computes them: tokens per second
+    /// per run, then the mean and sample standard deviation of those.
+    fn set_samples(&mut self, samples_ns: Vec<u64>) {
+        let n_tokens = (self.n_prompt + self.n_gen) as f64;
+        self.samples_ts = samples_ns.iter().map(|&ns| 1e9 * n_tokens / ns.max(1) as f64).collect();
+        let ns: Vec<f64> = samples_ns.iter().map(|&ns| ns as f64).collect();
+        self.avg_ns = mean(&ns) as u64;
+        self.stddev_ns = stddev(&ns) as u64;
+        self.avg_ts = mean(&self.samples_ts);
+        self.stddev_ts = stddev(&self.samples_ts);
+        self.samples_ns = samples_ns;
+    }
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// The sample standard deviation (n - 1), 0 for fewer than two values; llama-bench's formula.
+fn stddev(v: &[f64]) -> f64 {
+    if v.len() <= 1 {
+        return 0.0;
+    }
+    let n = v.len() as f64;
+    let m = mean(v);
+    let sq: f64 = v.iter().map(|x| x * x).sum();
+    (sq / (n - 1.0) - m * m * n / (n - 1.0)).max(0.0).sqrt()
+}
+
+/// What every row says about the model and the machine.
+struct ModelInfo {
+    filename: String,
+    model_type: String,
+    size: u64,
+    n_params: u64,
+    cpu_info: String,
+    backends: String,
+}
+
+impl ModelInfo {
+    fn new(path: &Path, file: &GgufFile, session: &Session) -> Self {
+        let m = file.metadata();
+        let arch = m.get_str("general.architecture").unwrap_or("unknown");
+        let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
+        let size_label = m
+            .get_str("general.size_label")
+            .map(str::to_string)
+            .unwrap_or_else(|_| params_label(n_params));
+        let ftype = m
+            .get_uint("general.file_type")
+            .map_or("unknown", super::info::file_type_name);
+        let backends: Vec<String> = session
+            .backends()
+            .iter()
+            .map(|b| b.to_string().to_uppercase())
+            .collect();
+        ModelInfo {
+            filename: path.display().to_string(),
+            model_type: format!("{arch} {size_label} {ftype}"),
+            size: file.tensors().iter().map(|t| t.size).sum(),
+            n_params,
+            cpu_info: cpu_name().unwrap_or_default(),
+            backends: backends.join(","),
+        }
+    }
+}
+
+/// `0.5B`, `1.8B`, `135M`: a size label for a model whose metadata has none.
+fn params_label(n: u64) -> String {
+    if n >= 1_000_000_000 {
+        format!("{:.1}B", n as f64 / 1e9)
+    } else {
+        format!("{}M", (n as f64 / 1e6).round())
+    }
+}
+
+fn cpu_name() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|v| v.trim().to_string())
+}
+
+/// The process's peak resident set size (`VmHWM` in /proc/self/status), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    parse_vm_hwm(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+fn parse_vm_hwm(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let mut parts = line["VmHWM:".len()..].split_whitespace();
+    let value: u64 = parts.next()?.parse().ok()?;
+    match parts.next() {
+        Some("kB") => value.checked_mul(1024),
+        _ => None,
+    }
+}
+
+/// Seeded xorshift64 for the token ids (llama-bench draws them with `std::rand`).
+struct TokenRng(u64);
+
+impl TokenRng {
+    fn token(&mut self, n_vocab: usize) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n_vocab as u64) as u32
+    }
+}
+
+/// The first token of a sequence: BOS if the model wants one, else a random id.
+fn first_token(bos: Option<u32>, rng: &mut TokenRng, n_vocab: usize) -> u32 {
+    bos.unwrap_or_else(|| rng.token(n_vocab))
+}
+
+/// Run every test of `options` on the model at `path`, calling `on_result` with each row as it
+/// completes, and return all rows.
+pub fn run_bench(
+    path: &Path,
+    options: &BenchOptions,
+    mut on_result: impl FnMut(&BenchResult) -> std::io::Result<()>,
+) -> Result<Vec<BenchResult>, BenchError> {
+    let prompts: Vec<usize> = options.n_prompt.iter().copied().filter(|&p| p > 0).collect();
+    let gens: Vec<usize> = options.n_gen.iter().copied().filter(|&n| n > 0).collect();
+    if prompts.is_empty() && gens.is_empty() {
+        return Err(BenchError::NoTests);
+    }
+    if options.n_threads.contains(&0) {
+        return Err(BenchError::ZeroThreads);
+    }
+    if options.repetitions == 0 {
+        return Err(BenchError::ZeroRepetitions);
+    }
+    let needed = prompts.iter().chain(&gens).copied().max().unwrap_or(1);
+    let mut rng = TokenRng(options.seed.max(1));
+    let mut results = Vec::new();
+    for &n_threads in &options.n_threads {
+        let load_options = LoadOptions {
+            n_ctx: needed,
+            n_threads,
+            backend: options.backend.clone(),
+        };
+        let mut loaded = load(path, &load_options)?;
+        let n_ctx_train = loaded.session.model().hparams().n_ctx_train;
+        if loaded.session.n_ctx() < needed {
+            return Err(BenchError::ContextTooLarge { needed, n_ctx_train });
+        }
+        let info = ModelInfo::new(path, &loaded.file, &loaded.session);
+        let n_vocab = loaded.session.model().hparams().n_vocab;
+        let bos = loaded.tokenizer.add_bos().then(|| loaded.tokenizer.bos()).flatten();
+        let session = &mut loaded.session;
+
+        let tests = prompts.iter().map(|&p| (p, 0)).chain(gens.iter().map(|&n| (0, n)));
+        for (n_prompt, n_gen) in tests {
+            let mut result = BenchResult::new(&info, n_threads, n_prompt, n_gen, utc_now());
+            let mut samples = Vec::with_capacity(options.repetitions);
+            for rep in 0..=options.repetitions {
+                let warm_up = rep == 0;
+                let ns = if n_prompt > 0 {
+                    let mut tokens = vec![first_token(bos, &mut rng, n_vocab)];
+                    tokens.extend((1..n_prompt).map(|_| rng.token(n_vocab)));
+                    time_prompt(session, &tokens)?
+                } else {
+                    time_gen(session, if warm_up { 1 } else { n_gen }, bos, &mut rng, n_vocab)?
+                };
+                if !warm_up {
+                    samples.push(ns);
+                }
+            }
+            result.set_samples(samples);
+            result.peak_rss_bytes = peak_rss_bytes();
+            on_result(&result)?;
+            results.push(result);
+        }
+    }
+    Ok(results)
+}
+
+/// Nanoseconds to evaluate `tokens` in one batch from an empty context.
+fn time_prompt(session: &mut Session, tokens: &[u32]) -> Result<u64, EngineError> {
+    session.reset();
+    let start = Instant::now();
+    session.eval(tokens, 1)?;
+    Ok(start.elapsed().as_nanos() as u64)
+}
+
+/// Nanoseconds to generate `n_gen` tokens one at a time from an empty context.
+fn time_gen(
+    session: &mut Session,
+    n_gen: usize,
+    bos: Option<u32>,
+    rng: &mut TokenRng,
+    n_vocab: usize,
+) -> Result<u64, EngineError> {
+    session.reset();
+    let start = Instant::now();
+    let mut token = first_token(bos, rng, n_vocab);
+    for _ in 0..n_gen {
+        session.eval(&[token], 1)?;
+        token = rng.token(n_vocab);
+    }
+    Ok(start.elapsed().as_nanos() as u64)
+}
+
+/// The current time as ISO 8601 UTC (`2025-01-31T12:00:00Z`).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    iso8601(secs)
+}
+
+fn iso8601(unix_secs: u64) -> String {
+    let (days, rem) = (unix_secs / 86_400, unix_secs % 86_400);
+    // Howard Hinnant's days-to-civil, for days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// llama-bench's column widths: negative is left-aligned.
+const COLUMNS: [(&str, i32); 7] = [
+    ("model", -30),
+    ("size", 10),
+    ("params", 10),
+    ("backend", -10),
+    ("threads", 7),
+    ("test", 15),
+    ("t/s", 20),
+];
+
+fn table_row(cells: &[String]) -> String {
+    let mut line = String::from("|");
+    for ((_, width), cell) in COLUMNS.iter().zip(cells) {
+        let w = width.unsigned_abs() as usize;
+        if *width < 0 {
+            line += &format!(" {cell:<w$} |");
+        } else {
+            line += &format!(" {cell:>w$} |");
+        }
+    }
+    line + "\n"
+}
+
+/// The markdown table's header and alignment lines.
+pub fn markdown_header() -> String {
+    let names: Vec<String> = COLUMNS.iter().map(|(name, _)| name.to_string()).collect();
+    let mut out = table_row(&names);
+    out += "|";
+    for (_, width) in COLUMNS {
+        let w = width.unsigned_abs() as usize;
+        if width < 0 {
+            out += &format!(" {} |", "-".repeat(w));
+        } else {
+            out += &format!(" {}: |", "-".repeat(w - 1));
+        }
+    }
+    out + "\n"
+}
+
+/// One markdown table row.
+pub fn markdown_row(r: &BenchResult) -> String {
+    table_row(&[
+        r.model_type.clone(),
+        human_size(r.model_size),
+        human_params(r.model_n_params),
+        r.backends.clone(),
+        r.n_threads.to_string(),
+        r.test_name(),
+        format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
+    ])
+}
+
+/// The line under the table: the build, and the peak resident memory of the whole run.
+pub fn markdown_footer(results: &[BenchResult]) -> String {
+    let rss = results
+        .iter()
+        .filter_map(|r| r.peak_rss_bytes)
+        .max()
+        .map_or_else(|| "unknown".to_string(), |b| format!("{:.2} MiB", b as f64 / MIB));
+    format!("\nbuild: minfer {} | peak RSS: {rss}\n", env!("CARGO_PKG_VERSION"))
+}
+
+/// The rows as a JSON array of llama-bench-shaped objects.
+pub fn to_json(results: &[BenchResult]) -> String {
+    serde_json::to_string_pretty(results).expect("bench results always serialize") + "\n"
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn human_size(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b < 1024.0 * MIB {
+        format!("{:.2} MiB", b / MIB)
+    } else {
+        format!("{:.2} GiB", b / (1024.0 * MIB))
+    }
+}
+
+fn human_params(n: u64) -> String {
+    if n < 1_000_000_000 {
+        format!("{:.2} M", n as f64 / 1e6)
+    } else {
+        format!("{:.2} B", n as f64 / 1e9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -> BenchResult {
+        let info = ModelInfo {
+            filename: "m.gguf".into(),
+            model_type: "qwen2 0.5B Q4_K - Medium".into(),
+            size: 391_868_160,
+            n_params: 494_032_768,
+            cpu_info: String::new(),
+            backends: "CPU".into(),
+        };
+        let mut r = BenchResult::new(&info, 2, n_prompt, n_gen, iso8601(0));
+        r.set_samples(samples_ns);
+        r
+    }
+
+    #[test]
+    fn statistics_are_llama_benchs_per_run_rates_with_the_sample_deviation() {
+        // 64 tokens in 0.5 s, 0.25 s and 0.25 s: 128, 256 and 256 t/s.
+        let r = row(0, 64, vec![500_000_000, 250_000_000, 250_000_000]);
+        assert_eq!(r.samples_ts, vec![128.0, 256.0, 256.0]);
+        assert!((r.avg_ts - 640.0 / 3.0).abs() < 1e-9);
+        // Sample variance of {128, 256, 256}: mean 213.33, squares of deviations sum to 10922.67.
+        assert!((r.stddev_ts - (10_922.666_666_666_666_f64 / 2.0).sqrt()).abs() < 1e-6);
+        assert_eq!(r.avg_ns, 333_333_333);
+        assert_eq!(r.stddev_ns, 144_337_567);
+        assert_eq!(row(512, 0, vec![1_000_000_000]).stddev_ts, 0.0);
+    }
+
+    #[test]
+    fn tests_are_named_as_llama_bench_names_them() {
+        assert_eq!(row(512, 0, vec![1]).test_name(), "pp512");
+        assert_eq!(row(0, 128, vec![1]).test_name(), "tg128");
+        assert_eq!(row(16, 4, vec![1]).test_name(), "pp16+tg4");
+    }
+
+    #[test]
+    fn the_markdown_table_has_llama_benchs_columns_and_alignment() {
+        let header = markdown_header();
+        let lines: Vec<&str> = header.lines().collect();
+        assert_eq!(
+            lines[0],
+            "| model                          |       size |     params | backend    | threads |            test |                  t/s |"
+        );
+        assert_eq!(
+            lines[1],
+            "| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |"
+        );
+        let r = row(512, 0, vec![4_000_000_000, 4_000_000_000]);
+        assert_eq!(
+            markdown_row(&r),
+            "| qwen2 0.5B Q4_K - Medium       | 373.71 MiB |   494.03 M | CPU        |       2 |           pp512 |        128.00 ± 0.00 |\n"
+        );
+    }
+
+    #[test]
+    fn json_rows_carry_llama_benchs_field_names() {
+        let r = row(0, 128, vec![2_000_000_000, 1_000_000_000]);
+        let v: serde_json::Value = serde_json::from_str(&to_json(&[r])).unwrap();
+        let o = &v[0];
+        for key in [
+            "model_filename",
+            "model_type",
+            "model_size",
+            "model_n_params",
+            "n_threads",
+            "n_prompt",
+            "n_gen",
+            "avg_ts",
+            "stddev_ts",
+            "samples_ts",
+            "avg_ns",
+            "stddev_ns",
+            "samples_ns",
+            "test_time",
+            "peak_rss_bytes",
+        ] {
+            assert!(o.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(o["n_gen"], 128);
+        assert_eq!(o["samples_ts"], serde_json::json!([64.0, 128.0]));
+        assert_eq!(o["test_time"], "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn peak_rss_is_read_from_vm_hwm_in_kilobytes() {
+        let status = "Name:\tminfer\nVmPeak:\t  900000 kB\nVmHWM:\t  596344 kB\nVmRSS:\t  1 kB\n";
+        assert_eq!(parse_vm_hwm(status), Some(596_344 * 1024));
+        assert_eq!(parse_vm_hwm("VmRSS:\t 12 kB\n"), None);
+        assert!(peak_rss_bytes().is_some_and(|b| b > 0));
+    }
+
+    #[test]
+    fn timestamps_are_iso_8601_utc() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso8601(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(iso8601(1_735_689_599), "2024-12-31T23:59:59Z");
+    }
+}

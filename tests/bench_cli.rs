@@ -1,0 +1,122 @@
+//! `minfer bench` on the tiny model: llama-bench's rows and fields, in JSON and markdown, and
+//! its refusals. No test looks at a speed beyond its being positive.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg("bench")
+        .arg(common::tiny_model("qwen2", "Q4_K"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "minfer bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn json_output_has_one_llama_bench_row_per_test_and_thread_count() {
+    let out = stdout(&bench(&["-p", "16", "-n", "4", "-r", "2", "-t", "1,2", "-o", "json"]));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let shape: Vec<(u64, u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["n_threads"].as_u64().unwrap(),
+                r["n_prompt"].as_u64().unwrap(),
+                r["n_gen"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shape, [(1, 16, 0), (1, 0, 4), (2, 16, 0), (2, 0, 4)]);
+
+    let file = std::fs::metadata(common::tiny_model("qwen2", "Q4_K")).unwrap().len();
+    for r in &rows {
+        assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["stddev_ts"].as_f64().unwrap() >= 0.0, "{r}");
+        assert!(r["avg_ns"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["stddev_ns"].is_u64(), "{r}");
+        let ts = r["samples_ts"].as_array().unwrap();
+        let ns = r["samples_ns"].as_array().unwrap();
+        assert_eq!((ts.len(), ns.len()), (2, 2), "{r}");
+        // Each rate is the run's tokens over its time.
+        let n_tokens = r["n_prompt"].as_f64().unwrap() + r["n_gen"].as_f64().unwrap();
+        for (t, n) in ts.iter().zip(ns) {
+            let want = n_tokens * 1e9 / n.as_f64().unwrap();
+            assert!((t.as_f64().unwrap() - want).abs() <= 1e-9 * want, "{r}");
+        }
+        assert!(r["model_filename"].as_str().unwrap().ends_with("tiny-qwen2-Q4_K.gguf"));
+        assert!(r["model_type"].as_str().unwrap().starts_with("qwen2 "), "{r}");
+        // Tensor bytes: most of the file, never more.
+        let size = r["model_size"].as_u64().unwrap();
+        assert!(
+            size > file / 2 && size < file,
+            "model_size {size} for a {file}-byte file"
+        );
+        assert!(r["model_n_params"].as_u64().unwrap() > 1_000_000, "{r}");
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 1_000_000, "{r}");
+    }
+}
+
+#[test]
+fn markdown_output_is_llama_benchs_table() {
+    let out = stdout(&bench(&["-p", "16", "-n", "4", "-r", "2", "-t", "1,2"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("| model ") && lines[0].contains("| threads |") && lines[0].ends_with("t/s |"),
+        "{out}"
+    );
+    assert!(lines[1].starts_with("| ---") && lines[1].ends_with("-: |"), "{out}");
+    let rows: Vec<Vec<&str>> = lines[2..6]
+        .iter()
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect();
+    let tests: Vec<(&str, &str)> = rows.iter().map(|r| (r[4], r[5])).collect();
+    assert_eq!(
+        tests,
+        [("1", "pp16"), ("1", "tg4"), ("2", "pp16"), ("2", "tg4")],
+        "{out}"
+    );
+    for r in &rows {
+        assert_eq!(r[3], "CPU");
+        assert!(r[1].ends_with(" MiB") && r[2].ends_with(" M"), "{r:?}");
+        let (mean, sd) = r[6].split_once(" ± ").expect("mean ± stddev");
+        assert!(mean.parse::<f64>().unwrap() > 0.0 && sd.parse::<f64>().unwrap() >= 0.0);
+    }
+    assert!(out.contains("peak RSS:"), "{out}");
+}
+
+#[test]
+fn zero_sizes_skip_tests_and_nothing_to_run_is_an_error() {
+    let out = stdout(&bench(&["-p", "0", "-n", "3", "-r", "1", "-t", "1", "-o", "json"]));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0]["n_prompt"].as_u64(), rows[0]["n_gen"].as_u64()),
+        (Some(0), Some(3))
+    );
+
+    let out = bench(&["-p", "0", "-n", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to measure"));
+    let out = bench(&["-p", "4", "-n", "0", "-t", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("thread count"));
+}
+
+#[test]
+fn a_test_longer_than_the_models_context_is_refused() {
+    let out = bench(&["-p", "100000", "-n", "0", "-r", "1", "-t", "1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs 100000 tokens of context"), "{err}");
+}
