@@ -422,14 +422,19 @@ pub fn markdown_row(r: &BenchResult) -> String {
     ])
 }
 
-/// The line under the table: the build, and the peak resident memory of the whole run.
+/// The line under the table: the build, the instruction set the kernels chose, and the peak
+/// resident memory of the whole run.
 pub fn markdown_footer(results: &[BenchResult]) -> String {
     let rss = results
         .iter()
         .filter_map(|r| r.peak_rss_bytes)
         .max()
         .map_or_else(|| "unknown".to_string(), |b| format!("{:.2} MiB", b as f64 / MIB));
-    format!("\nbuild: minfer {} | peak RSS: {rss}\n", env!("CARGO_PKG_VERSION"))
+    format!(
+        "\nbuild: minfer {} | simd: {} | peak RSS: {rss}\n",
+        env!("CARGO_PKG_VERSION"),
+        crate::quant::simd::simd_level()
+    )
 }
 
 /// The rows as a JSON array of llama-bench-shaped objects.
