@@ -9,7 +9,7 @@ use crate::graph::{BackendError, BufRef, CNode, FusedFfnMeta, FusedQkvMeta, MatM
 
 impl CpuBackend {
     /// `y = x @ W^T (+ bias)` for one projection of a fused node.
-    fn projection(
+    pub(super) fn projection(
         &mut self,
         node: &CNode,
         m: &MatMulMeta,
@@ -53,13 +53,14 @@ impl CpuBackend {
             self.projection(node, &m.q, &x, nt, out)?;
             self.projection(node, &m.k, &x, nt, &mut k)?;
             self.projection(node, &m.v, &x, nt, &mut v)?;
-            let kerr = |e| self.err(node, e);
             if let Some((q_norm, k_norm, eps)) = &m.qk_norm {
                 let hd = m.rope.head_dim;
                 let q_in = out.to_vec();
-                kernels::rms_norm_mul(&q_in, self.f32_weight(node, q_norm)?, hd, *eps, out).map_err(kerr)?;
+                kernels::rms_norm_mul(&q_in, self.f32_weight(node, q_norm)?, hd, *eps, out)
+                    .map_err(|e| self.err(node, e))?;
                 let k_in = k.clone();
-                kernels::rms_norm_mul(&k_in, self.f32_weight(node, k_norm)?, hd, *eps, &mut k).map_err(kerr)?;
+                kernels::rms_norm_mul(&k_in, self.f32_weight(node, k_norm)?, hd, *eps, &mut k)
+                    .map_err(|e| self.err(node, e))?;
             }
             let r = &m.rope;
             kernels::rope(
@@ -72,7 +73,7 @@ impl CpuBackend {
                 r.freq_base,
                 kernels::RopeStyle::Neox,
             )
-            .map_err(kerr)?;
+            .map_err(|e| self.err(node, e))?;
             kernels::rope(
                 &mut k,
                 &positions,
@@ -83,9 +84,14 @@ impl CpuBackend {
                 r.freq_base,
                 kernels::RopeStyle::Neox,
             )
-            .map_err(kerr)?;
+            .map_err(|e| self.err(node, e))?;
             let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
-            self.store_kv(node, (k_id, v_id), &positions, &k, &v, m.kv.n_kv_embd, m.kv.n_ctx)
+            let mut k_region = std::mem::take(&mut self.buffers[k_id]);
+            let mut v_region = std::mem::take(&mut self.buffers[v_id]);
+            let stored = kernels::kv_store(&positions, &k, &v, m.kv.n_kv_embd, &mut k_region, &mut v_region);
+            self.buffers[k_id] = k_region;
+            self.buffers[v_id] = v_region;
+            stored.map_err(|e| self.err(node, e))
         })();
         self.buffers[in_bufs[0].id] = x;
         self.fused_k = k;
@@ -113,31 +119,5 @@ impl CpuBackend {
         self.buffers[in_bufs[0].id] = x;
         self.fused_k = up;
         result
-    }
-
-    /// Write K and V rows at the cells the positions give.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn store_kv(
-        &mut self,
-        node: &CNode,
-        (k_id, v_id): (usize, usize),
-        positions: &[i32],
-        k: &[f32],
-        v: &[f32],
-        width: usize,
-        n_ctx: usize,
-    ) -> Result<(), BackendError> {
-        for (t, &p) in positions.iter().enumerate() {
-            let cell = usize::try_from(p).ok().filter(|&c| c < n_ctx).ok_or_else(|| {
-                self.err(
-                    node,
-                    format!("position {p} is outside the {n_ctx} cells of the KV cache"),
-                )
-            })?;
-            let (kr, vr) = (&k[t * width..(t + 1) * width], &v[t * width..(t + 1) * width]);
-            self.buffers[k_id][cell * width..(cell + 1) * width].copy_from_slice(kr);
-            self.buffers[v_id][cell * width..(cell + 1) * width].copy_from_slice(vr);
-        }
-        Ok(())
     }
 }

@@ -390,22 +390,10 @@ impl CpuBackend {
                 kernels::rms_norm_mul(x, self.f32_weight(node, name)?, *head_dim, *eps, out).map_err(kerr)
             }
             (Op::MatMul, NodeMeta::MatMul(m)) => {
-                let weights = Arc::clone(&self.weights);
-                let w = weights
-                    .weight(&m.weight_name)
-                    .ok_or_else(|| BackendError::MissingWeight {
-                        backend: "cpu".into(),
-                        node: node.name.clone(),
-                        weight: m.weight_name.clone(),
-                    })?;
                 let x = std::mem::take(&mut self.buffers[in_bufs[0].id]);
-                let result = self.matmul(node, w.data, w.ggml_type, m.in_dim, m.out_dim, &x, nt, out);
+                let result = self.projection(node, m, &x, nt, out);
                 self.buffers[in_bufs[0].id] = x;
-                result?;
-                if let Some(bias) = &m.bias_name {
-                    kernels::add_row_broadcast_inplace(out, self.f32_weight(node, bias)?).map_err(kerr)?;
-                }
-                Ok(())
+                result
             }
             (Op::RoPE { style }, NodeMeta::Rope(m)) => {
                 if !aliased(0) {
@@ -436,7 +424,7 @@ impl CpuBackend {
                 }
                 .map_err(kerr)
             }
-            (Op::KvcacheStore { .. }, NodeMeta::Kvcache(m)) => {
+            (Op::KvcacheStore { .. }, NodeMeta::Kvcache(_)) => {
                 let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
                 if k_id != out_buf.id {
                     return Err(self.err(node, "the store's output must be the layer's K region"));
@@ -444,20 +432,9 @@ impl CpuBackend {
                 let positions = ids_of(self.buffer(node, in_bufs[2])?);
                 let mut v_region = std::mem::take(&mut self.buffers[v_id]);
                 let result = (|| {
-                    let k = self.buffer(node, in_bufs[0])?;
-                    let v = self.buffer(node, in_bufs[1])?;
-                    let w = m.n_kv_embd;
-                    for (t, &p) in positions.iter().enumerate() {
-                        let cell = usize::try_from(p).ok().filter(|&c| c < m.n_ctx).ok_or_else(|| {
-                            self.err(
-                                node,
-                                format!("position {p} is outside the {} cells of the KV cache", m.n_ctx),
-                            )
-                        })?;
-                        out[cell * w..(cell + 1) * w].copy_from_slice(&k[t * w..(t + 1) * w]);
-                        v_region[cell * w..(cell + 1) * w].copy_from_slice(&v[t * w..(t + 1) * w]);
-                    }
-                    Ok(())
+                    let (k, v) = (self.buffer(node, in_bufs[0])?, self.buffer(node, in_bufs[1])?);
+                    let width = k.len() / positions.len().max(1);
+                    kernels::kv_store(&positions, k, v, width, out, &mut v_region).map_err(kerr)
                 })();
                 self.buffers[v_id] = v_region;
                 result

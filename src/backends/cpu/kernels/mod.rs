@@ -17,6 +17,7 @@
 mod attention;
 mod elementwise;
 mod get_rows;
+mod kv_store;
 mod matmul;
 mod norm;
 mod rope;
@@ -27,6 +28,7 @@ pub use elementwise::{
     mul_row_broadcast_inplace, silu, silu_inplace, swiglu, swiglu_inplace,
 };
 pub use get_rows::get_rows;
+pub use kv_store::kv_store;
 pub use matmul::{matmul, matmul_rows, quantize_activations, Activations};
 pub use norm::{rms_norm, rms_norm_mul};
 pub use rope::{rope, RopeStyle};
