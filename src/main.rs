@@ -317,7 +317,11 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     };
     let mut stdout = std::io::stdout().lock();
     let result = run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?;
-    stdout.write_all(b"\n")?;
+    // stdout carries only the generated text; a terminal gets a final newline so that the
+    // timing line on stderr starts on a line of its own.
+    if std::io::IsTerminal::is_terminal(&stdout) {
+        stdout.write_all(b"\n")?;
+    }
     stdout.flush()?;
     eprintln!("{}", result.stats.summary());
     Ok(())

@@ -54,7 +54,7 @@ fn the_tiny_model_generates_greedily_and_prints_the_timing_line() {
     // llama.cpp's greedy continuation of "Hello world" on this model (tests/fixtures/tiny-reference).
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        " develop styleKEPage asourceformweb\n"
+        " develop styleKEPage asourceformweb"
     );
     let err = stderr(&out);
     assert!(
@@ -70,7 +70,7 @@ fn a_stop_string_ends_generation_and_is_not_printed() {
         &common::tiny_model("qwen2", "F32"),
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), " develop styleKE\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), " develop styleKE");
 }
 
 #[test]
@@ -87,7 +87,7 @@ fn the_prompt_is_read_from_standard_input_when_absent() {
     child.stdin.take().unwrap().write_all(b"Hello world").unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), " develop styleKE\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), " develop styleKE");
 }
 
 #[test]
