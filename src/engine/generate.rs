@@ -163,13 +163,14 @@ pub fn generate(
     };
 
     let start = Instant::now();
-    let mut logits = session.eval(prompt, 1)?.to_vec();
+    session.eval(prompt, 1)?;
     stats.prompt_time = start.elapsed();
     let gen_start = Instant::now();
 
     let mut reason = StopReason::MaxTokens;
     while tokens.len() < options.max_tokens {
-        let token = sampler.sample(&logits, &history)?;
+        // Sampling reads the logits where the graph left them: no vocabulary-sized copy.
+        let token = sampler.sample(session.last_logits()?, &history)?;
         tokens.push(token);
         history.push(token);
         if tokenizer.is_eog(token) && !options.ignore_eos {
@@ -185,8 +186,7 @@ pub fn generate(
         if tokens.len() == options.max_tokens {
             break;
         }
-        logits.clear();
-        logits.extend_from_slice(session.eval(&[token], 1)?);
+        session.eval(&[token], 1)?;
     }
     if reason != StopReason::StopString {
         let (range, stopped) = stops.push(&decoder.finish());

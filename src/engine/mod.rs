@@ -27,6 +27,8 @@ pub enum EngineError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("nothing to evaluate: the token list is empty")]
     EmptyBatch,
+    #[error("no logits yet: nothing has been evaluated in this session")]
+    NothingEvaluated,
     #[error(transparent)]
     Graph(#[from] GraphError),
     #[error(transparent)]

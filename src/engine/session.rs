@@ -9,7 +9,6 @@ pub struct Session {
     cache: GraphCache,
     cparams: CParams,
     n_past: usize,
-    logits: Vec<f32>,
 }
 
 impl Session {
@@ -22,7 +21,6 @@ impl Session {
             cache: GraphCache::new(GraphAllocator::new(backends)),
             cparams,
             n_past: 0,
-            logits: Vec::new(),
         }
     }
 
@@ -116,11 +114,13 @@ impl Session {
         self.cache.execute()?;
         self.n_past += nt;
 
-        let graph = self.cache.graph().expect("prepared");
-        let out = graph.outputs[0];
-        let logits = self.cache.alloc().read(out)?;
-        self.logits.clear();
-        self.logits.extend_from_slice(logits);
-        Ok(&self.logits)
+        self.last_logits()
+    }
+
+    /// The logits rows of the last evaluation, read in place from the output node's buffer (no
+    /// copy of the vocabulary-sized rows).
+    pub fn last_logits(&self) -> Result<&[f32], EngineError> {
+        let graph = self.cache.graph().ok_or(EngineError::NothingEvaluated)?;
+        Ok(self.cache.alloc().read(graph.outputs[0])?)
     }
 }
