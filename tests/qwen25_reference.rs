@@ -8,7 +8,7 @@ mod common;
 
 use minfer::cli::run::{load, LoadOptions, Loaded};
 use minfer::engine::{generate, GenerateOptions};
-use minfer::sampling::SamplingParams;
+use minfer::sampling::{argmax, SamplingParams};
 use std::sync::{Mutex, OnceLock};
 
 fn model() -> &'static Mutex<Loaded> {
@@ -63,16 +63,6 @@ fn cases() -> Vec<Case> {
         .collect()
 }
 
-fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
-}
-
 #[test]
 fn last_position_logits_match_llama_cpp_for_every_reference_prompt() {
     let mut loaded = model().lock().unwrap();
@@ -92,13 +82,7 @@ fn last_position_logits_match_llama_cpp_for_every_reference_prompt() {
             .zip(&reference)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
-        let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
-        for (&x, &y) in ours.iter().zip(&reference) {
-            ab += x as f64 * y as f64;
-            aa += x as f64 * x as f64;
-            bb += y as f64 * y as f64;
-        }
-        let cos = ab / (aa.sqrt() * bb.sqrt());
+        let cos = common::cosine(&ours, &reference);
         report.push(format!(
             "prompt {}: max |dlogit| {max_abs:.4}, cosine {cos:.6}",
             case.index

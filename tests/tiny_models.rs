@@ -46,16 +46,6 @@ fn session(path: &std::path::Path, threads: usize) -> (Session, Tokenizer) {
     (Session::new(model, backends, 512), tokenizer)
 }
 
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        ab += x as f64 * y as f64;
-        aa += x as f64 * x as f64;
-        bb += y as f64 * y as f64;
-    }
-    ab / (aa.sqrt() * bb.sqrt())
-}
-
 fn check_model(arch: &str, ty: &str) {
     let b = bounds(ty);
     let stem = format!("tiny-{arch}-{ty}");
@@ -87,7 +77,7 @@ fn check_model(arch: &str, ty: &str) {
             let reference = common::read_f32(&dir.join(file));
             for (pos, (o, r)) in ours.chunks(n_vocab).zip(reference.chunks(n_vocab)).enumerate() {
                 let max_abs = o.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                let cos = cosine(o, r);
+                let cos = common::cosine(o, r);
                 assert!(
                     max_abs <= b.max_abs && cos >= b.min_cos,
                     "{stem} prompt {index} position {pos}: max |dlogit| {max_abs}, cosine {cos}"

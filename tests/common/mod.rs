@@ -112,3 +112,14 @@ pub fn dump_json(file: &minfer::gguf::GgufFile) -> serde_json::Value {
         .collect();
     json!({"version": file.version(), "metadata": metadata, "tensors": tensors})
 }
+
+/// Cosine similarity of two logit rows, accumulated in f64.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        ab += x as f64 * y as f64;
+        aa += x as f64 * x as f64;
+        bb += y as f64 * y as f64;
+    }
+    ab / (aa.sqrt() * bb.sqrt())
+}
