@@ -239,7 +239,7 @@ fn an_empty_tensor_in_a_file_cut_before_its_data_section_is_refused() {
     // zero-element tensor passed the bounds check while the data section began past the end.
     let mut r = Raw::header(3, 1, 0);
     r.tensor("e", &[0], 0, 0);
-    assert!(r.0.len() % 32 != 0, "the file must end inside the padding");
+    assert!(!r.0.len().is_multiple_of(32), "the file must end inside the padding");
     let err = r.parse();
     assert!(
         matches!(err, GgufError::TensorOutOfBounds { ref name, .. } if name == "e"),

@@ -14,6 +14,7 @@
 //! Adding a type touches one block module and one row of [`GgmlType`]'s tables.
 
 pub mod fp16;
+pub mod gemm;
 pub mod k_quants;
 pub mod q4_0;
 pub mod q4_1;
@@ -180,7 +181,7 @@ impl GgmlType {
     /// size overflows.
     pub fn row_size(self, n: u64) -> Option<u64> {
         let block = self.block_size() as u64;
-        if n % block != 0 {
+        if !n.is_multiple_of(block) {
             return None;
         }
         (n / block).checked_mul(self.type_size() as u64)
@@ -195,7 +196,7 @@ impl fmt::Display for GgmlType {
 
 fn check_sizes(ty: GgmlType, op: &'static str, n: usize, bytes: usize) -> Result<(), QuantError> {
     let block_size = ty.block_size();
-    if n % block_size != 0 {
+    if !n.is_multiple_of(block_size) {
         return Err(QuantError::PartialBlock {
             ggml_type: ty,
             op,

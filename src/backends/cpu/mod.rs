@@ -206,6 +206,8 @@ impl CpuBackend {
         if self.blocks.len() < len {
             self.blocks.resize(len, 0.0);
         }
+        // Whole panels per chunk, so the matrix-matrix kernel wastes no lanes.
+        let rows_per_chunk = rows_per_chunk.next_multiple_of(crate::quant::gemm::PANEL).min(n_out);
         let block_len = rows_per_chunk * n_tokens;
         let chunks = Claim::new(self.blocks[..len].chunks_mut(block_len).enumerate());
         self.pool.run(|_, _| {

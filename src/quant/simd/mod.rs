@@ -12,7 +12,7 @@
 //! scalar references.
 
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(super) mod x86;
 
 #[cfg(test)]
 mod tests;

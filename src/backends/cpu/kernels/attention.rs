@@ -106,7 +106,7 @@ fn check(
 ) -> Result<(), KernelError> {
     check_nonzero(kernel, "head_dim", head_dim)?;
     check_nonzero(kernel, "n_head_kv", n_head_kv)?;
-    if n_head % n_head_kv != 0 {
+    if !n_head.is_multiple_of(n_head_kv) {
         return Err(KernelError::HeadGroups {
             kernel,
             n_head,

@@ -102,7 +102,7 @@ fn update_with(kernel: &'static str, a: &mut [f32], b: &[f32], f: impl Fn(f32, f
 
 fn check_broadcast(kernel: &'static str, a: usize, d: usize) -> Result<(), KernelError> {
     // An empty `b` broadcasts only over an empty `a`.
-    if (d == 0 && a != 0) || (d != 0 && a % d != 0) {
+    if (d == 0 && a != 0) || (d != 0 && !a.is_multiple_of(d)) {
         return Err(KernelError::NotMultiple {
             kernel,
             operand: "a",

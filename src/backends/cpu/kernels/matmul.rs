@@ -10,7 +10,7 @@
 //! results, because each output is a single, complete dot product.
 
 use super::{check_len, check_nonzero, row_bytes, size, KernelError};
-use crate::quant::{self, simd, GgmlType};
+use crate::quant::{self, gemm, simd, GgmlType};
 use bytemuck::Pod;
 use std::ops::Range;
 
@@ -20,8 +20,13 @@ use std::ops::Range;
 pub enum Activations<'a> {
     /// Plain f32 rows, for F32, F16 and BF16 weights.
     F32(&'a [f32]),
-    /// Rows quantized to the weight type's `vec_dot_type`, `row_size(n_in)` bytes each.
-    Quantized { ty: GgmlType, data: &'a [u8] },
+    /// Rows quantized to the weight type's `vec_dot_type`, `row_size(n_in)` bytes each, and
+    /// the per-block terms of the matrix-matrix kernel when it will run ([`gemm`]).
+    Quantized {
+        ty: GgmlType,
+        data: &'a [u8],
+        terms: Option<gemm::ActivationTerms<'a>>,
+    },
 }
 
 impl Activations<'_> {
@@ -55,19 +60,41 @@ pub fn quantize_activations<'a>(
     };
     let row = row_bytes(K, aty, n_in)?;
     let total = size(K, "scratch", row, n_tokens)?;
-    let needed = total.checked_add(SCRATCH_ALIGN).ok_or(KernelError::Overflow {
-        kernel: K,
-        operand: "scratch",
-    })?;
+    let with_gemm = n_tokens >= gemm::MIN_TOKENS && gemm::is_available(wtype);
+    let n_terms = if with_gemm {
+        n_tokens * (n_in / aty.block_size())
+    } else {
+        0
+    };
+    // The quantized rows, then (rounded up to a multiple of SCRATCH_ALIGN) the terms' scales and
+    // sums, 4 bytes each.
+    let data_len = total.next_multiple_of(SCRATCH_ALIGN);
+    let needed = size(K, "scratch", n_terms, 8)
+        .ok()
+        .and_then(|t| data_len.checked_add(t)?.checked_add(SCRATCH_ALIGN))
+        .ok_or(KernelError::Overflow {
+            kernel: K,
+            operand: "scratch",
+        })?;
     if scratch.len() < needed {
         scratch.resize(needed, 0);
     }
     let offset = scratch.as_ptr().align_offset(SCRATCH_ALIGN);
-    let data = &mut scratch[offset..offset + total];
+    let (data, rest) = scratch[offset..offset + needed - SCRATCH_ALIGN].split_at_mut(data_len);
+    let data = &mut data[..total];
+    let quant_err = |source| KernelError::Quant { kernel: K, source };
     for (xr, dr) in x.chunks_exact(n_in).zip(data.chunks_exact_mut(row)) {
-        quant::quantize_row(aty, xr, dr).map_err(|source| KernelError::Quant { kernel: K, source })?;
+        quant::quantize_row(aty, xr, dr).map_err(quant_err)?;
     }
-    Ok(Activations::Quantized { ty: aty, data })
+    let terms = if with_gemm {
+        let (d, aux) = bytemuck::cast_slice_mut::<u8, f32>(rest).split_at_mut(n_terms);
+        let aux: &mut [i32] = bytemuck::cast_slice_mut(aux);
+        gemm::activation_terms(aty, data, n_in / aty.block_size(), d, aux).map_err(quant_err)?;
+        Some(gemm::ActivationTerms { d, aux })
+    } else {
+        None
+    };
+    Ok(Activations::Quantized { ty: aty, data, terms })
 }
 
 /// `y[t * n_out + o] = dot(weight row o, x row t)` for a weight `w` of `n_out` rows of `n_in`
@@ -158,9 +185,15 @@ pub fn matmul_rows(
                 }
             }
         }
-        Activations::Quantized { ty, data } => {
+        Activations::Quantized { ty, data, terms } => {
             let a_row = row_bytes(K, ty, n_in)?;
             check_len(K, "activations", data.len(), size(K, "activations", a_row, n_tokens)?)?;
+            if let Some(terms) = terms {
+                let nb = n_in / wtype.block_size();
+                if gemm::gemm_rows(wtype, w, nb, data, terms, n_tokens, rows.clone(), y).map_err(quant_err)? {
+                    return Ok(());
+                }
+            }
             let shape = Shape {
                 nb: n_in / wtype.block_size(),
                 rows: rows.clone(),

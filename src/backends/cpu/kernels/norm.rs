@@ -34,7 +34,7 @@ pub fn rms_norm_mul(x: &[f32], weight: &[f32], d: usize, eps: f32, out: &mut [f3
 
 fn check_rows(kernel: &'static str, x: &[f32], d: usize, out: &[f32]) -> Result<(), KernelError> {
     check_nonzero(kernel, "d", d)?;
-    if x.len() % d != 0 {
+    if !x.len().is_multiple_of(d) {
         return Err(KernelError::NotMultiple {
             kernel,
             operand: "x",

@@ -32,7 +32,7 @@ pub fn rope(
     style: RopeStyle,
 ) -> Result<(), KernelError> {
     const K: &str = "rope";
-    if n_rot % 2 != 0 || n_rot > head_dim {
+    if !n_rot.is_multiple_of(2) || n_rot > head_dim {
         return Err(KernelError::RotaryDims {
             kernel: K,
             n_rot,

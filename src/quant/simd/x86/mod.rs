@@ -9,16 +9,18 @@
 //! scalar references for every input, including the extremes (-128 activations, zero scales)
 //! that the quantizers never produce.
 //!
-//! The AVX-512 VNNI instructions are emitted through `asm!` on `ymm` registers: their intrinsics
-//! and the `avx512*` target features need Rust 1.89, above this crate's minimum version, while
-//! run-time detection of the features (`is_x86_feature_detected!`) is older. The functions
-//! using them only run after that detection (see `super::Isa::Avx512`).
+//! The 256-bit kernels emit the AVX-512 VNNI instructions through `asm!` on `ymm` registers, as
+//! they were written before the crate's minimum Rust reached 1.89 (which stabilised the
+//! `avx512*` intrinsics and target features); the 512-bit panel kernel of `gemm` uses the
+//! intrinsics. The functions using either only run after run-time detection of the features
+//! (see `super::Isa::Avx512` and `crate::quant::gemm::is_available`).
 //!
 //! All functions here are `unsafe` because they require CPU features: callers must have
 //! checked that the CPU has AVX2 and F16C (and AVX-512 F, VL and VNNI when `VNNI` is true).
 //! Memory accesses are all within the fixed-size arrays or slices whose bounds are checked.
 
 pub(super) mod float;
+pub(crate) mod gemm;
 mod k_quants;
 mod legacy;
 

@@ -1,0 +1,192 @@
+//! The AVX-512 VNNI panel kernel behind [`crate::quant::gemm`]: 16 weight rows of a 32-value
+//! block type against a tile of up to 8 token rows, one `vpdpbusd` per four values of a block
+//! for all 16 rows at once.
+//!
+//! A panel is first unpacked into a row-interleaved form (`pack`): for block `b` and value group
+//! `g` (values `4g..4g+4`), the 16 rows' four unsigned levels sit side by side in one 64-byte
+//! vector. A token's four activation bytes are broadcast against it, so each i32 lane ends the
+//! block holding one row's exact integer block sum, with no horizontal reduction. The level
+//! offset of the types without a minimum (8, 16 or 128) is taken out exactly by starting the
+//! sum at `-offset * Σ activations`. The float part is then the reference's per-block
+//! expression, lane-wise, with separate multiplies and adds in the reference's order, added to
+//! each row's running sum block by block as the reference adds it: every output is bit-identical
+//! to the type's `vec_dot_ref`.
+//!
+//! This file must not decide when the kernel applies; `crate::quant::gemm` checks the sizes and
+//! the CPU, and these functions trust those checks.
+
+use super::*;
+use crate::quant::fp16::f16_to_f32;
+
+/// Rows per panel: one i32 lane of a 512-bit vector each.
+pub(crate) const PANEL: usize = 16;
+/// Most token rows per tile: one f32 accumulator vector each, beside the eight weight vectors.
+pub(crate) const TILE: usize = 8;
+
+/// The 32-value block types, as the const parameter of the kernels.
+pub(crate) const Q4_0: u8 = 0;
+pub(crate) const Q4_1: u8 = 1;
+pub(crate) const Q5_0: u8 = 2;
+pub(crate) const Q5_1: u8 = 3;
+pub(crate) const Q8_0: u8 = 4;
+
+/// Whether blocks of `KIND` carry a minimum (and take Q8_1 activations).
+const fn has_min(kind: u8) -> bool {
+    kind == Q4_1 || kind == Q5_1
+}
+
+/// The offset of `KIND`'s unsigned levels, as a power of two (`level = value + 2^shift`);
+/// unused for the types with a minimum, whose levels are the values.
+const fn offset_shift(kind: u8) -> u32 {
+    match kind {
+        Q4_0 => 3,
+        Q5_0 => 4,
+        _ => 7,
+    }
+}
+
+/// The 32 unsigned levels of the block `blk` (its bytes), in activation order.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn levels<const KIND: u8>(blk: &[u8]) -> __m256i {
+    let qs = |at: usize| -> &[u8; 16] { blk[at..at + 16].try_into().expect("16 bytes") };
+    let qh = |at: usize| -> [u8; 4] { blk[at..at + 4].try_into().expect("4 bytes") };
+    match KIND {
+        Q4_0 => nibbles_32(qs(2)),
+        Q4_1 => nibbles_32(qs(4)),
+        Q5_0 => _mm256_or_si256(nibbles_32(qs(6)), fifth_bits_32(qh(2))),
+        Q5_1 => _mm256_or_si256(nibbles_32(qs(8)), fifth_bits_32(qh(4))),
+        _ => _mm256_xor_si256(load32(blk, 2), _mm256_set1_epi8(-128)),
+    }
+}
+
+/// Unpacks the rows `rows` (at most [`PANEL`]) of the weight `w` (`nb` blocks of `bsize` bytes
+/// per row) into `pack` (`nb * 128` words), their scales into `dx` and minimums into `mx`
+/// (`nb * 16` values each). Lanes past the rows are zero.
+///
+/// # Safety
+/// The CPU has AVX2; `w` holds the rows, `pack`, `dx` and `mx` the sizes above.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn unpack_panel<const KIND: u8>(
+    w: &[u8],
+    bsize: usize,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    pack: &mut [u32],
+    dx: &mut [f32],
+    mx: &mut [f32],
+) {
+    for r in 0..PANEL {
+        let row = rows.start + r;
+        for b in 0..nb {
+            if row >= rows.end {
+                for g in 0..8 {
+                    pack[b * 128 + g * 16 + r] = 0;
+                }
+                dx[b * 16 + r] = 0.0;
+                mx[b * 16 + r] = 0.0;
+                continue;
+            }
+            let blk = &w[(row * nb + b) * bsize..][..bsize];
+            let mut words = [0u32; 8];
+            _mm256_storeu_si256(words.as_mut_ptr().cast(), levels::<KIND>(blk));
+            for (g, &word) in words.iter().enumerate() {
+                pack[b * 128 + g * 16 + r] = word;
+            }
+            dx[b * 16 + r] = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+            mx[b * 16 + r] = if has_min(KIND) {
+                f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]))
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+/// An unpacked panel ([`unpack_panel`]) of `nb` blocks.
+pub(crate) struct Panel<'a> {
+    pub pack: &'a [u32],
+    pub dx: &'a [f32],
+    pub mx: &'a [f32],
+    pub nb: usize,
+}
+
+/// The activations of a tile: `T` token rows of quantized blocks and their per-block terms.
+pub(crate) struct TileActivations<'a> {
+    /// The token rows (Q8_0 or Q8_1 blocks), the first of the tile at 0.
+    pub data: &'a [u8],
+    /// Bytes per token row and per block, and the offset of `qs` in a block.
+    pub row_bytes: usize,
+    pub block_bytes: usize,
+    pub qs_offset: usize,
+    /// Per token and block, the tile's first token at 0: the scale, and `Σ qs` (Q8_0) or the
+    /// bits of the f32 scaled sum `s` (Q8_1).
+    pub d: &'a [f32],
+    pub aux: &'a [i32],
+}
+
+/// One panel against `T` token rows: `y[t * stride + r]` for the panel's row `r` in the lanes
+/// set in `mask`.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI; `p` holds a panel of `nb` blocks; `a` holds `T` token rows of `nb` blocks and `T * nb` terms; `y` holds
+/// `(T - 1) * stride + 16` values, or as many fewer as the high lanes `mask` leaves out.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn panel_tile<const KIND: u8, const T: usize>(
+    p: &Panel<'_>,
+    a: &TileActivations<'_>,
+    y: &mut [f32],
+    stride: usize,
+    mask: u16,
+) {
+    let Panel { pack, dx, mx, nb } = *p;
+    debug_assert!(pack.len() >= nb * 128 && dx.len() >= nb * 16 && mx.len() >= nb * 16);
+    debug_assert!(a.data.len() >= (T - 1) * a.row_bytes + nb * a.block_bytes);
+    debug_assert!(a.d.len() >= T * nb && a.aux.len() >= T * nb);
+    debug_assert!(y.len() >= (T - 1) * stride + (16 - mask.leading_zeros() as usize));
+    let mut acc = [_mm512_setzero_ps(); T];
+    let shift = offset_shift(KIND);
+    for b in 0..nb {
+        let wp = pack.as_ptr().add(b * 128).cast::<__m512i>();
+        let w: [__m512i; 8] = std::array::from_fn(|g| _mm512_loadu_si512(wp.add(g)));
+        let dxv = _mm512_loadu_ps(dx.as_ptr().add(b * 16));
+        let mxv = _mm512_loadu_ps(mx.as_ptr().add(b * 16));
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let term = t * nb + b;
+            let qs = a.data.as_ptr().add(t * a.row_bytes + b * a.block_bytes + a.qs_offset);
+            let bcast = |g: usize| _mm512_set1_epi32(qs.add(4 * g).cast::<i32>().read_unaligned());
+            let aux = *a.aux.get_unchecked(term);
+            let start = if has_min(KIND) {
+                _mm512_setzero_si512()
+            } else {
+                _mm512_set1_epi32(-(aux << shift))
+            };
+            // Two chains for latency; integer sums are exact in any order.
+            let mut s0 = _mm512_dpbusd_epi32(start, w[0], bcast(0));
+            let mut s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast(1));
+            s0 = _mm512_dpbusd_epi32(s0, w[2], bcast(2));
+            s1 = _mm512_dpbusd_epi32(s1, w[3], bcast(3));
+            s0 = _mm512_dpbusd_epi32(s0, w[4], bcast(4));
+            s1 = _mm512_dpbusd_epi32(s1, w[5], bcast(5));
+            s0 = _mm512_dpbusd_epi32(s0, w[6], bcast(6));
+            s1 = _mm512_dpbusd_epi32(s1, w[7], bcast(7));
+            let sumi = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            let dy = _mm512_set1_ps(*a.d.get_unchecked(term));
+            let value = match KIND {
+                // `sumi * d_x * d_y`
+                Q4_0 => _mm512_mul_ps(_mm512_mul_ps(sumi, dxv), dy),
+                // `(d_x * d_y) * sumi + m_x * s_y`
+                Q4_1 | Q5_1 => {
+                    let sy = _mm512_set1_ps(f32::from_bits(aux as u32));
+                    _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi), _mm512_mul_ps(mxv, sy))
+                }
+                // `(d_x * d_y) * sumi` (Q5_0), `sumi * (d_x * d_y)` (Q8_0): the same product.
+                _ => _mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi),
+            };
+            *acc = _mm512_add_ps(*acc, value);
+        }
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
+    }
+}
