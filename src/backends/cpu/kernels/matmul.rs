@@ -66,11 +66,13 @@ pub fn quantize_activations<'a>(
     } else {
         0
     };
-    // The quantized rows, then (rounded up to a multiple of SCRATCH_ALIGN) the terms' scales and
-    // sums, 4 bytes each.
+    let n_aux = n_terms * gemm::aux_words_per_block(aty);
+    // The quantized rows, then (from a multiple of SCRATCH_ALIGN) the terms' scales and the
+    // kernel's words, 4 bytes each.
     let data_len = total.next_multiple_of(SCRATCH_ALIGN);
-    let needed = size(K, "scratch", n_terms, 8)
-        .ok()
+    let needed = n_terms
+        .checked_add(n_aux)
+        .and_then(|n| n.checked_mul(4))
         .and_then(|t| data_len.checked_add(t)?.checked_add(SCRATCH_ALIGN))
         .ok_or(KernelError::Overflow {
             kernel: K,

@@ -21,6 +21,7 @@
 
 pub(super) mod float;
 pub(crate) mod gemm;
+pub(crate) mod gemm_k;
 mod k_quants;
 mod legacy;
 
