@@ -1,13 +1,16 @@
 //! Causal multi-head attention with grouped KV heads over an f32 KV cache, computed with an
-//! online (flash-style) softmax: one running maximum, one running sum and a `head_dim`
-//! accumulator per (token, head), so no score matrix is ever materialised. Owns the score,
+//! online (flash-style) softmax over blocks of cells: one running maximum, one running sum and
+//! a `head_dim` accumulator per (token, head), and the scores of one block of cells at a time,
+//! so no score matrix is ever materialised. Owns the score,
 //! softmax and value accumulation; must not know how the cache is filled or laid out beyond the
 //! row stride it is given.
 //!
-//! The update per cell follows ggml-cpu's `flash_attn_ext` f32 path: scale the score, and when a
-//! new maximum arrives rescale the accumulator and sum by `exp(old_max - new_max)` instead of
-//! exponentiating the new score.
+//! A block's weights are exponentiated together by the vectorizable [`exp_f32`], and the
+//! accumulator is rescaled only when a block raises the maximum. ggml's `flash_attn_ext`
+//! rescales per cell instead; the two differ by rounding only, and the tests hold this one to
+//! an f64 reference.
 
+use super::math::{exp_f32, is_wide};
 use super::{check_len, check_nonzero, size, KernelError};
 use std::ops::Range;
 
@@ -156,7 +159,11 @@ fn check(
     Ok(())
 }
 
-/// Head rows `heads` (token-major (token, head) pairs) into `out`, sizes already checked.
+/// Cells per block of the softmax: one block's scores live on the stack.
+const BLOCK: usize = 128;
+
+/// Head rows `heads` (token-major (token, head) pairs) into `out`, sizes already checked,
+/// compiled wide where the CPU allows ([`is_wide`]).
 #[allow(clippy::too_many_arguments)]
 fn attend(
     q: &[f32],
@@ -170,8 +177,57 @@ fn attend(
     heads: Range<usize>,
     out: &mut [f32],
 ) {
+    if is_wide() {
+        // SAFETY: `is_wide` checked AVX-512 F and VL (and AVX2).
+        unsafe { attend_wide(q, k, v, positions, n_head, n_head_kv, head_dim, kv_stride, heads, out) };
+    } else {
+        attend_rows::<false>(q, k, v, positions, n_head, n_head_kv, head_dim, kv_stride, heads, out)
+    }
+}
+
+/// [`attend_rows`] compiled for AVX-512: a named function rather than [`super::math::wide`]'s
+/// closure, which the compiler does not inline whole at this size.
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f,avx512vl,avx2"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_wide(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    positions: &[i32],
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    kv_stride: usize,
+    heads: Range<usize>,
+    out: &mut [f32],
+) {
+    attend_rows::<true>(q, k, v, positions, n_head, n_head_kv, head_dim, kv_stride, heads, out)
+}
+
+/// Each row: the cells in blocks of [`BLOCK`]. A block's scores are computed and its maximum
+/// taken; a larger maximum than the running one rescales the accumulator and the sum (once per
+/// block, not per cell, as in flash attention); then the block's weights `exp(s - max)` are
+/// computed together (vectorized) and added to the sum and, times the values, to the
+/// accumulator, cell by cell.
+///
+/// `WIDE` selects [`dot_wide`], which only a caller compiled for AVX-512 may ask for.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_rows<const WIDE: bool>(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    positions: &[i32],
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    kv_stride: usize,
+    heads: Range<usize>,
+    out: &mut [f32],
+) {
     let group = n_head / n_head_kv;
     let scale = 1.0 / (head_dim as f32).sqrt();
+    let mut scores = [0.0f32; BLOCK];
     for (row, acc) in heads.zip(out.chunks_exact_mut(head_dim)) {
         let (t, h) = (row / n_head, row % n_head);
         let qh = &q[row * head_dim..][..head_dim];
@@ -180,26 +236,41 @@ fn attend(
         acc.fill(0.0);
         let mut max = f32::NEG_INFINITY;
         let mut sum = 0.0f32;
-        for c in 0..n_cells {
-            let kc = &k[c * kv_stride + kv_off..][..head_dim];
-            let vc = &v[c * kv_stride + kv_off..][..head_dim];
-            let s = dot(qh, kc) * scale;
-            let mut ms = 1.0f32;
-            let mut vs = 1.0f32;
-            if s > max {
-                let old = max;
-                max = s;
-                ms = (old - max).exp();
-                for a in acc.iter_mut() {
-                    *a *= ms;
+        for start in (0..n_cells).step_by(BLOCK) {
+            let cells = start..n_cells.min(start + BLOCK);
+            let scores = &mut scores[..cells.len()];
+            let mut block_max = f32::NEG_INFINITY;
+            for (s, c) in scores.iter_mut().zip(cells.clone()) {
+                let kc = &k[c * kv_stride + kv_off..][..head_dim];
+                *s = if WIDE {
+                    // SAFETY: only `attend_wide`, compiled for AVX-512, instantiates WIDE.
+                    unsafe { dot_wide(qh, kc) }
+                } else {
+                    dot(qh, kc)
+                } * scale;
+                if *s > block_max {
+                    block_max = *s;
                 }
-            } else {
-                vs = (s - max).exp();
             }
-            for (a, &x) in acc.iter_mut().zip(vc) {
-                *a += x * vs;
+            if block_max > max {
+                if max != f32::NEG_INFINITY {
+                    let rescale = exp_f32(max - block_max);
+                    for a in acc.iter_mut() {
+                        *a *= rescale;
+                    }
+                    sum *= rescale;
+                }
+                max = block_max;
             }
-            sum = sum * ms + vs;
+            for s in scores.iter_mut() {
+                *s = exp_f32(*s - max);
+            }
+            for (&w, c) in scores.iter().zip(cells) {
+                sum += w;
+                for (a, &x) in acc.iter_mut().zip(&v[c * kv_stride + kv_off..][..head_dim]) {
+                    *a += x * w;
+                }
+            }
         }
         let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
         for a in acc.iter_mut() {
@@ -208,25 +279,66 @@ fn attend(
     }
 }
 
-/// f32 dot product in eight lanes (the order `crate::quant::vec_dot_f32` documents), so the
-/// compiler can keep the lanes in a vector register.
+/// f32 dot product in sixteen lanes (one AVX-512 register when compiled wide), the lanes then
+/// summed as a tree (halves, quarters, ...) and the tail after: short dependency chains, so
+/// the scores of consecutive cells overlap in the pipeline.
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let mut lanes = [0.0f32; 16];
+    let (ac, bc) = (a.chunks_exact(16), b.chunks_exact(16));
     let (at, bt) = (ac.remainder(), bc.remainder());
     for (x, y) in ac.zip(bc) {
-        for ((l, &p), &q) in lanes.iter_mut().zip(x).zip(y) {
-            *l += p * q;
+        // Fixed-size arrays: the compiler sees one 16-lane vector.
+        let (x, y): (&[f32; 16], &[f32; 16]) = (x.try_into().unwrap(), y.try_into().unwrap());
+        for i in 0..16 {
+            lanes[i] += x[i] * y[i];
         }
     }
-    let mut sum = 0.0f32;
-    for l in lanes {
-        sum += l;
+    let mut width = 8;
+    while width > 0 {
+        for i in 0..width {
+            lanes[i] += lanes[i + width];
+        }
+        width /= 2;
     }
+    let mut sum = lanes[0];
     for (&p, &q) in at.iter().zip(bt) {
         sum += p * q;
     }
     sum
+}
+
+/// [`dot`] with AVX-512 intrinsics: the same lanes, the same tree, the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2")]
+#[inline]
+unsafe fn dot_wide(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let body = n / 16 * 16;
+    let mut acc = _mm512_setzero_ps();
+    let mut i = 0;
+    while i < body {
+        let x = _mm512_loadu_ps(a.as_ptr().add(i));
+        let y = _mm512_loadu_ps(b.as_ptr().add(i));
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(x, y));
+        i += 16;
+    }
+    // Lanes i + 8, i + 4, i + 2, i + 1 onto lane i, as `dot`'s tree.
+    let hi8 = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));
+    let h = _mm256_add_ps(_mm512_castps512_ps256(acc), hi8);
+    let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+    let p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    let mut sum = _mm_cvtss_f32(_mm_add_ss(p, _mm_shuffle_ps::<1>(p, p)));
+    for (&x, &y) in a[body..n].iter().zip(&b[body..n]) {
+        sum += x * y;
+    }
+    sum
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn dot_wide(a: &[f32], b: &[f32]) -> f32 {
+    dot(a, b)
 }
 
 #[cfg(test)]
@@ -327,6 +439,20 @@ mod tests {
                 n_kv: 7,
                 positions: vec![6],
             },
+            // Several blocks of cells: the running maximum and sum cross block boundaries.
+            Case {
+                n_head: 4,
+                n_head_kv: 1,
+                head_dim: 32,
+                kv_stride: 32,
+                n_kv: 3 * BLOCK + 5,
+                positions: vec![
+                    BLOCK as i32 - 1,
+                    BLOCK as i32,
+                    2 * BLOCK as i32 + 7,
+                    3 * BLOCK as i32 + 4,
+                ],
+            },
         ];
         for (i, c) in cases.iter().enumerate() {
             let (q, k, v) = inputs(&mut r, c);
@@ -339,6 +465,26 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_wide_vector_build_gives_the_same_bits_as_the_portable_one() {
+        let mut r = XorShift(67);
+        let c = Case {
+            n_head: 14,
+            n_head_kv: 2,
+            head_dim: 64,
+            kv_stride: 128,
+            n_kv: 2 * BLOCK + 9,
+            positions: vec![0, 5, BLOCK as i32 + 3, 2 * BLOCK as i32 + 8],
+        };
+        let (q, k, v) = inputs(&mut r, &c);
+        let dispatched = run(&c, &q, &k, &v);
+        let mut portable = vec![f32::NAN; q.len()];
+        let rows = 0..c.positions.len() * c.n_head;
+        attend_rows::<false>(&q, &k, &v, &c.positions, 14, 2, 64, 128, rows, &mut portable);
+        let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&dispatched), bits(&portable));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! must not reorder or fuse arithmetic in a way that changes a result bit (the fused `swiglu`
 //! is bit-identical to `silu` then `mul` by construction).
 
+use super::math::{exp_f32, wide};
 use super::{check_len, KernelError};
 
 /// `out = a + b`.
@@ -48,17 +49,21 @@ pub fn mul_row_broadcast_inplace(a: &mut [f32], b: &[f32]) -> Result<(), KernelE
 /// `out = silu(x) = x / (1 + exp(-x))`, in f32 (`ggml_silu_f32`).
 pub fn silu(x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     check_len("silu", "out", out.len(), x.len())?;
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = silu_f32(v);
-    }
+    wide(|| {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = silu_f32(v);
+        }
+    });
     Ok(())
 }
 
 /// [`silu`] in place.
 pub fn silu_inplace(x: &mut [f32]) {
-    for v in x {
-        *v = silu_f32(*v);
-    }
+    wide(|| {
+        for v in x {
+            *v = silu_f32(*v);
+        }
+    })
 }
 
 /// `out = silu(gate) * up`, element by element (`ggml_vec_swiglu_f32`).
@@ -72,9 +77,11 @@ pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) -> Result<(), KernelError> {
 }
 
 /// The one SiLU formula every entry point shares, so fused and unfused forms agree bit for bit.
-#[inline]
+/// The exponential is the vectorizable [`exp_f32`] (ggml's vector SiLU likewise uses its own
+/// polynomial `expf`).
+#[inline(always)]
 fn silu_f32(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    x / (1.0 + exp_f32(-x))
 }
 
 fn zip_with(
@@ -86,17 +93,21 @@ fn zip_with(
 ) -> Result<(), KernelError> {
     check_len(kernel, "b", b.len(), a.len())?;
     check_len(kernel, "out", out.len(), a.len())?;
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        *o = f(x, y);
-    }
+    wide(|| {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+    });
     Ok(())
 }
 
 fn update_with(kernel: &'static str, a: &mut [f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> Result<(), KernelError> {
     check_len(kernel, "b", b.len(), a.len())?;
-    for (x, &y) in a.iter_mut().zip(b) {
-        *x = f(*x, y);
-    }
+    wide(|| {
+        for (x, &y) in a.iter_mut().zip(b) {
+            *x = f(*x, y);
+        }
+    });
     Ok(())
 }
 

@@ -18,6 +18,7 @@ mod attention;
 mod elementwise;
 mod get_rows;
 mod kv_store;
+mod math;
 mod matmul;
 mod norm;
 mod rope;
