@@ -26,8 +26,8 @@ pub struct Reply {
     pub created: u64,
     pub model: String,
     pub endpoint: Endpoint,
-    /// Parse `<tool_call>` blocks out of the text (the request offered tools).
-    pub tools: bool,
+    /// The offered tools' names: tool calls are parsed out of the text when there are any.
+    pub tools: Vec<String>,
     pub include_usage: bool,
     /// Choices per prompt (`n`), so that usage counts each prompt once.
     pub n: usize,
@@ -206,8 +206,8 @@ impl Collector {
             .iter()
             .map(|(&index, c)| match reply.endpoint {
                 Endpoint::Chat => {
-                    let (content, calls) = if reply.tools {
-                        tool_calls::parse(&c.text)
+                    let (content, calls) = if !reply.tools.is_empty() {
+                        tool_calls::parse(&c.text, &reply.tools)
                     } else {
                         (Some(c.text.clone()), Vec::new())
                     };
@@ -271,6 +271,14 @@ impl Streamer {
         }
     }
 
+    fn choice(&mut self, index: usize) -> &mut Choice {
+        let names = &self.reply.tools;
+        self.choices.entry(index).or_insert_with(|| Choice {
+            tool_stream: ToolCallStream::new(names.clone()),
+            ..Default::default()
+        })
+    }
+
     fn chunk(&self, index: usize, delta: Json, logprobs: Json, finish: Option<&str>) -> String {
         let choice = match self.reply.endpoint {
             Endpoint::Chat => json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}),
@@ -290,8 +298,9 @@ impl Streamer {
 
     /// The role delta that opens a chat choice, once.
     fn open(&mut self, index: usize, out: &mut String) {
-        let choice = self.choices.entry(index).or_default();
-        if choice.role_sent || self.reply.endpoint != Endpoint::Chat {
+        let chat = self.reply.endpoint == Endpoint::Chat;
+        let choice = self.choice(index);
+        if choice.role_sent || !chat {
             return;
         }
         choice.role_sent = true;
@@ -299,7 +308,7 @@ impl Streamer {
     }
 
     fn pending_logprobs(&mut self, index: usize, text_len: usize) -> Json {
-        let choice = self.choices.entry(index).or_default();
+        let choice = self.choice(index);
         if choice.logprobs.is_empty() {
             return Json::Null;
         }
@@ -321,7 +330,7 @@ impl Streamer {
                     out.push_str(&self.chunk(index, json!({"content": text}), lps, None));
                 }
                 Piece::Call(call) => {
-                    let choice = self.choices.entry(index).or_default();
+                    let choice = self.choice(index);
                     let k = choice.n_calls;
                     choice.n_calls += 1;
                     let mut delta = tool_call_json(&call);
@@ -337,11 +346,11 @@ impl Streamer {
     pub fn push(&mut self, event: Event) -> String {
         let mut out = String::new();
         match event {
-            Event::Logprob { index, logprob } => self.choices.entry(index).or_default().logprobs.push(logprob),
+            Event::Logprob { index, logprob } => self.choice(index).logprobs.push(logprob),
             Event::Text { index, text } => {
                 self.open(index, &mut out);
-                let pieces = if self.reply.tools {
-                    self.choices.entry(index).or_default().tool_stream.push(&text)
+                let pieces = if !self.reply.tools.is_empty() {
+                    self.choice(index).tool_stream.push(&text)
                 } else {
                     vec![Piece::Content(text)]
                 };
@@ -355,13 +364,13 @@ impl Streamer {
                 n_generated,
             } => {
                 self.open(index, &mut out);
-                if self.reply.tools {
-                    let pieces = self.choices.entry(index).or_default().tool_stream.finish();
+                if !self.reply.tools.is_empty() {
+                    let pieces = self.choice(index).tool_stream.finish();
                     self.pieces(index, pieces, &mut out);
                 }
                 self.usage.add(index, self.reply.n, n_prompt, n_cached, n_generated);
                 let lps = self.pending_logprobs(index, 0);
-                let choice = self.choices.entry(index).or_default();
+                let choice = self.choice(index);
                 choice.reason = Some(reason);
                 let finish = finish_reason(Some(reason), choice.n_calls > 0);
                 let delta = if self.reply.endpoint == Endpoint::Chat {

@@ -187,7 +187,12 @@ async fn chat(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Re
     let result = async {
         let body = parse_body(&app, body)?;
         let req = request::chat(&body)?;
-        let tools = req.tools.is_some();
+        let tools: Vec<String> = req
+            .tools
+            .iter()
+            .flatten()
+            .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+            .collect();
         let state = Arc::clone(&app);
         let (text, tokens) = blocking(move || {
             let text = state
@@ -238,7 +243,7 @@ async fn completions(State(app): State<App>, body: Result<Bytes, BytesRejection>
                 .collect::<Vec<_>>())
         })
         .await?;
-        start(&app, Endpoint::Completion, req.common, prompts, false, fault).await
+        start(&app, Endpoint::Completion, req.common, prompts, Vec::new(), fault).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -260,7 +265,7 @@ async fn start(
     endpoint: Endpoint,
     common: Common,
     prompts: Vec<Vec<u32>>,
-    tools: bool,
+    tools: Vec<String>,
     fault: bool,
 ) -> Result<Response, ApiError> {
     let n_ctx = app.n_ctx;

@@ -2,6 +2,12 @@
 //! blocks that Qwen-family (Hermes-style) templates teach the model to write, turned into
 //! OpenAI `tool_calls`, both for a whole reply and incrementally for a stream.
 //!
+//! Small models often skip the tags and answer with the call alone: a bare JSON object
+//! `{"name": ..., "arguments": ...}` (or an array of them), possibly in a ```` ```json ````
+//! fence. A reply that is exactly that, naming an offered tool, is a call too. A streamed reply
+//! that opens with `{` or a fence is therefore held back until it ends, since only the end
+//! tells a bare call from ordinary JSON or code.
+//!
 //! This file knows only the text format. It never decides whether tools are in play (the
 //! handlers do) and never renders tools into a prompt (the chat template does). A block whose
 //! body is not a JSON object with a string `name` is not a tool call, and comes back as content
@@ -42,11 +48,50 @@ fn parse_call(body: &str) -> Option<ToolCall> {
     Some(ToolCall { name, arguments })
 }
 
+/// The calls a whole reply makes without tags: a JSON object naming one of `names`, or an
+/// array of such objects, optionally fenced as a code block.
+fn parse_bare(text: &str, names: &[String]) -> Option<Vec<ToolCall>> {
+    let mut body = text.trim();
+    if let Some(fenced) = body.strip_prefix("```") {
+        let fenced = fenced.strip_suffix("```")?;
+        body = fenced.strip_prefix("json").unwrap_or(fenced).trim();
+    }
+    let value: Json = serde_json::from_str(body).ok()?;
+    let items = match value {
+        Json::Array(items) if !items.is_empty() => items,
+        obj @ Json::Object(_) => vec![obj],
+        _ => return None,
+    };
+    items
+        .iter()
+        .map(|item| {
+            let call = parse_call(&item.to_string())?;
+            let Json::Object(obj) = item else { return None };
+            let known = names.contains(&call.name);
+            (known && (obj.contains_key("arguments") || obj.contains_key("parameters"))).then_some(call)
+        })
+        .collect()
+}
+
+#[derive(Default, PartialEq)]
+enum Mode {
+    /// Nothing but whitespace yet.
+    #[default]
+    Undecided,
+    /// The reply opened like a bare call: hold it all until the end.
+    Bare,
+    /// Ordinary text, with `<tool_call>` blocks found as they come.
+    Tagged,
+}
+
 /// Splits streamed text into content and tool calls, holding back only what may still turn out
-/// to be part of a block: a partial `<tool_call>` tag, an open block, and whitespace that would
-/// only pad the calls.
+/// to be part of a call: a partial `<tool_call>` tag, an open block, a reply that may be a bare
+/// call, and whitespace that would only pad the calls.
 #[derive(Default)]
 pub struct ToolCallStream {
+    /// The offered tools' names, which a bare call must use.
+    names: Vec<String>,
+    mode: Mode,
     buf: String,
     inside: bool,
     /// Whitespace-only content held back: sent with the next real content, dropped otherwise.
@@ -54,9 +99,26 @@ pub struct ToolCallStream {
 }
 
 impl ToolCallStream {
+    pub fn new(names: Vec<String>) -> Self {
+        ToolCallStream {
+            names,
+            ..Default::default()
+        }
+    }
+
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         self.buf.push_str(text);
         let mut out = Vec::new();
+        if self.mode == Mode::Undecided {
+            match self.buf.trim_start().chars().next() {
+                None => return out,
+                Some('{' | '[' | '`') => self.mode = Mode::Bare,
+                Some(_) => self.mode = Mode::Tagged,
+            }
+        }
+        if self.mode == Mode::Bare {
+            return out;
+        }
         loop {
             if self.inside {
                 let Some(end) = self.buf.find(CLOSE) else { break };
@@ -88,6 +150,16 @@ impl ToolCallStream {
     /// may stop at the end-of-turn token right where `</tool_call>` would be).
     pub fn finish(&mut self) -> Vec<Piece> {
         let mut out = Vec::new();
+        if self.mode == Mode::Bare {
+            if let Some(calls) = parse_bare(&self.buf, &self.names) {
+                self.buf.clear();
+                return calls.into_iter().map(Piece::Call).collect();
+            }
+            // Not a bare call: read it as ordinary text, tags and all.
+            self.mode = Mode::Tagged;
+            let text = std::mem::take(&mut self.buf);
+            out = self.push(&text);
+        }
         let rest = std::mem::take(&mut self.buf);
         if self.inside {
             self.inside = false;
@@ -124,8 +196,8 @@ fn partial_suffix(text: &str, tag: &str) -> usize {
 
 /// A whole reply: its content (without the blocks, `None` when nothing else is left) and its
 /// calls.
-pub fn parse(text: &str) -> (Option<String>, Vec<ToolCall>) {
-    let mut stream = ToolCallStream::default();
+pub fn parse(text: &str, names: &[String]) -> (Option<String>, Vec<ToolCall>) {
+    let mut stream = ToolCallStream::new(names.to_vec());
     let mut pieces = stream.push(text);
     pieces.extend(stream.finish());
     let mut content = String::new();
@@ -147,6 +219,10 @@ pub fn parse(text: &str) -> (Option<String>, Vec<ToolCall>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(text: &str) -> (Option<String>, Vec<ToolCall>) {
+        super::parse(text, &["get_weather".to_string(), "f".to_string(), "a".to_string(), "b".to_string()])
+    }
 
     fn call(name: &str, arguments: &str) -> ToolCall {
         ToolCall {
@@ -189,7 +265,7 @@ mod tests {
         let text = "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"<tool\"}}\n</tool_call>\n";
         let whole = parse(text);
         for size in 1..8 {
-            let mut stream = ToolCallStream::default();
+            let mut stream = ToolCallStream::new(vec!["f".into()]);
             let mut pieces = Vec::new();
             let chars: Vec<char> = text.chars().collect();
             for chunk in chars.chunks(size) {
@@ -217,8 +293,23 @@ mod tests {
 
     #[test]
     fn plain_text_streams_through_without_waiting_for_the_end() {
-        let mut stream = ToolCallStream::default();
+        let mut stream = ToolCallStream::new(vec!["f".into()]);
         assert_eq!(stream.push("hello <"), vec![Piece::Content("hello ".into())]);
         assert_eq!(stream.push("b>"), vec![Piece::Content("<b>".into())]);
+    }
+
+    #[test]
+    fn a_reply_that_is_only_a_json_call_to_an_offered_tool_is_a_call() {
+        let expected = (None, vec![call("get_weather", r#"{"city":"Paris"}"#)]);
+        assert_eq!(parse(r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#), expected);
+        assert_eq!(
+            parse("```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\"city\": \"Paris\"}\n}\n```"),
+            expected
+        );
+        // Unknown tool, or JSON that merely mentions a name: content.
+        let other = r#"{"name": "rm_rf", "arguments": {}}"#;
+        assert_eq!(parse(other), (Some(other.to_string()), vec![]));
+        let data = r#"{"name": "get_weather"}"#;
+        assert_eq!(parse(data), (Some(data.to_string()), vec![]));
     }
 }
