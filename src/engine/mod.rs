@@ -29,7 +29,9 @@ pub enum EngineError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("nothing to evaluate: the token list is empty")]
     EmptyBatch,
-    #[error("the session holds {n_past} tokens, but {n_cached} of the {n_prompt} prompt tokens were said to be cached")]
+    #[error(
+        "the session holds {n_past} tokens, but {n_cached} of the {n_prompt} prompt tokens were said to be cached"
+    )]
     BadCachedPrefix {
         n_cached: usize,
         n_past: usize,

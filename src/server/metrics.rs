@@ -40,10 +40,14 @@ impl Metrics {
     /// One finished generation's work.
     pub fn record_generation(&self, stats: &crate::engine::GenerationStats) {
         self.prompt_tokens.fetch_add(stats.n_prompt as u64, Ordering::Relaxed);
-        self.prompt_tokens_cached.fetch_add(stats.n_cached as u64, Ordering::Relaxed);
-        self.completion_tokens.fetch_add(stats.n_generated as u64, Ordering::Relaxed);
-        self.prompt_micros.fetch_add(micros(stats.prompt_time), Ordering::Relaxed);
-        self.generation_micros.fetch_add(micros(stats.gen_time), Ordering::Relaxed);
+        self.prompt_tokens_cached
+            .fetch_add(stats.n_cached as u64, Ordering::Relaxed);
+        self.completion_tokens
+            .fetch_add(stats.n_generated as u64, Ordering::Relaxed);
+        self.prompt_micros
+            .fetch_add(micros(stats.prompt_time), Ordering::Relaxed);
+        self.generation_micros
+            .fetch_add(micros(stats.gen_time), Ordering::Relaxed);
     }
 
     /// Time from a request's arrival in the queue to its first generated token.
@@ -69,7 +73,12 @@ impl Metrics {
             .iter()
             .map(|((route, status), n)| (format!("{{route=\"{route}\",status=\"{status}\"}}"), n.to_string()))
             .collect();
-        metric("minfer_requests_total", "counter", "HTTP responses by route and status.", requests);
+        metric(
+            "minfer_requests_total",
+            "counter",
+            "HTTP responses by route and status.",
+            requests,
+        );
         let plain = |v: String| vec![(String::new(), v)];
         metric(
             "minfer_prompt_tokens_total",

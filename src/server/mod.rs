@@ -57,7 +57,11 @@ pub(crate) fn random_u64() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     h.finish()
 }
 
@@ -93,8 +97,8 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
     let tokenizer = Arc::new(tokenizer);
     let metrics = Arc::new(metrics::Metrics::default());
-    let scheduler =
-        slots::Scheduler::start(sessions, Arc::clone(&tokenizer), Arc::clone(&metrics)).map_err(ServerError::Runtime)?;
+    let scheduler = slots::Scheduler::start(sessions, Arc::clone(&tokenizer), Arc::clone(&metrics))
+        .map_err(ServerError::Runtime)?;
     let app = Arc::new(routes::AppState {
         scheduler: scheduler.clone(),
         tokenizer,
@@ -130,7 +134,10 @@ async fn run_server(
     let addr = format!("{}:{}", config.host, config.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
-        .map_err(|source| ServerError::Bind { addr: addr.clone(), source })?;
+        .map_err(|source| ServerError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
     let local = listener.local_addr().map_err(ServerError::Serve)?;
     eprintln!(
         "minfer serve: model {} | {} slots × {} tokens of context, {} threads each{}",
@@ -138,7 +145,11 @@ async fn run_server(
         app.n_slots,
         app.n_ctx,
         n_threads,
-        if app.api_key.is_some() { " | API key required" } else { "" }
+        if app.api_key.is_some() {
+            " | API key required"
+        } else {
+            ""
+        }
     );
     eprintln!("minfer serve: listening on http://{local}");
 

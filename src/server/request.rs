@@ -236,7 +236,10 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
     if let Some(long) = stop.iter().find(|s| s.len() > MAX_STOP_LEN) {
         return Err(ApiError::field(
             "stop",
-            format!("a stop string has {} bytes; at most {MAX_STOP_LEN} are allowed", long.len()),
+            format!(
+                "a stop string has {} bytes; at most {MAX_STOP_LEN} are allowed",
+                long.len()
+            ),
         ));
     }
     let n = f.integer("n", 1, MAX_CHOICES as i64)?.unwrap_or(1) as usize;
@@ -269,7 +272,10 @@ pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
     let logprobs = f.bool("logprobs")?.unwrap_or(false);
     let top = f.integer("top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
     if top.is_some() && !logprobs {
-        return Err(ApiError::field("top_logprobs", "top_logprobs requires logprobs to be true"));
+        return Err(ApiError::field(
+            "top_logprobs",
+            "top_logprobs requires logprobs to be true",
+        ));
     }
     let common = common(&f, logprobs.then_some(top.unwrap_or(0) as usize))?;
     let messages = match f.get("messages") {
@@ -352,7 +358,12 @@ fn message(index: usize, value: &Json) -> Result<Json, ApiError> {
     }
     match f.map.get("content") {
         None | Some(Json::Null) if role == "assistant" => {}
-        None | Some(Json::Null) => return Err(ApiError::field(f.path("content"), format!("{name}.content is required"))),
+        None | Some(Json::Null) => {
+            return Err(ApiError::field(
+                f.path("content"),
+                format!("{name}.content is required"),
+            ))
+        }
         Some(Json::String(_)) => {}
         Some(Json::Array(parts)) => {
             for (i, part) in parts.iter().enumerate() {
@@ -388,7 +399,10 @@ fn message(index: usize, value: &Json) -> Result<Json, ApiError> {
                 .ok_or_else(|| ApiError::field(c.path("function"), format!("{call_name}.function is required")))?;
             let fun = Fields::of(function, &c.path("function"))?;
             if fun.str("name")?.is_none() {
-                return Err(ApiError::field(fun.path("name"), format!("{}.name is required", fun.prefix)));
+                return Err(ApiError::field(
+                    fun.path("name"),
+                    format!("{}.name is required", fun.prefix),
+                ));
             }
             let mut function = fun.map.clone();
             if let Some(Json::String(args)) = fun.get("arguments") {
@@ -423,7 +437,10 @@ fn tool(index: usize, value: &Json) -> Result<Json, ApiError> {
         .ok_or_else(|| ApiError::field(f.path("function"), format!("{name}.function is required")))?;
     let fun = Fields::of(function, &f.path("function"))?;
     if fun.str("name")?.is_none() {
-        return Err(ApiError::field(fun.path("name"), format!("{}.name is required", fun.prefix)));
+        return Err(ApiError::field(
+            fun.path("name"),
+            format!("{}.name is required", fun.prefix),
+        ));
     }
     fun.str("description")?;
     if let Some(p) = fun.get("parameters") {
@@ -495,9 +512,15 @@ fn token_ids(name: &str, items: &[Json]) -> Result<Vec<u32>, ApiError> {
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            v.as_u64().filter(|&id| id <= u32::MAX as u64).map(|id| id as u32).ok_or_else(|| {
-                ApiError::field(format!("{name}[{i}]"), format!("{name}[{i}] must be a token id (an integer ≥ 0)"))
-            })
+            v.as_u64()
+                .filter(|&id| id <= u32::MAX as u64)
+                .map(|id| id as u32)
+                .ok_or_else(|| {
+                    ApiError::field(
+                        format!("{name}[{i}]"),
+                        format!("{name}[{i}] must be a token id (an integer ≥ 0)"),
+                    )
+                })
         })
         .collect()
 }
@@ -522,9 +545,15 @@ mod tests {
         let cases = [
             (json!({"messages": "hi"}), "messages"),
             (json!({}), "messages"),
-            (json!({"messages": [{"role": "wizard", "content": "x"}]}), "messages[0].role"),
+            (
+                json!({"messages": [{"role": "wizard", "content": "x"}]}),
+                "messages[0].role",
+            ),
             (json!({"messages": [{"content": "x"}]}), "messages[0].role"),
-            (json!({"messages": [{"role": "user", "content": 3}]}), "messages[0].content"),
+            (
+                json!({"messages": [{"role": "user", "content": 3}]}),
+                "messages[0].content",
+            ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
                 "messages[0].content[0].type",
@@ -533,12 +562,27 @@ mod tests {
                 json!({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
                 "temperature",
             ),
-            (json!({"messages": [{"role": "user", "content": "x"}], "temperature": 7}), "temperature"),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "temperature": 7}),
+                "temperature",
+            ),
             (json!({"messages": [{"role": "user", "content": "x"}], "n": 0}), "n"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}), "max_tokens"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "stop": [1]}), "stop[0]"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}), "top_logprobs"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}), "tools[0].function"),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}),
+                "max_tokens",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "stop": [1]}),
+                "stop[0]",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
+                "top_logprobs",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}),
+                "tools[0].function",
+            ),
         ];
         for (body, field) in cases {
             let err = chat(&body).unwrap_err();

@@ -83,7 +83,10 @@ fn finish_reason(reason: Option<StopReason>, tool_calls: bool) -> &'static str {
 fn tool_call_id() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("call_{:016x}", super::random_u64() ^ NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "call_{:016x}",
+        super::random_u64() ^ NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn tool_call_json(call: &tool_calls::ToolCall) -> Json {
@@ -382,7 +385,9 @@ impl Streamer {
             }
             Event::Failed(message) => {
                 self.failed = true;
-                out.push_str(&frame(&ApiError::internal(format!("generation failed: {message}")).body()));
+                out.push_str(&frame(
+                    &ApiError::internal(format!("generation failed: {message}")).body(),
+                ));
             }
         }
         out

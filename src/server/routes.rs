@@ -167,17 +167,22 @@ fn parse_body(app: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Val
     let bytes = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than the limit of {} bytes", app.max_body_bytes),
+            format!(
+                "the request body is larger than the limit of {} bytes",
+                app.max_body_bytes
+            ),
         ),
-        status => ApiError::new(status, format!("cannot read the request body: {}", rejection.body_text())),
+        status => ApiError::new(
+            status,
+            format!("cannot read the request body: {}", rejection.body_text()),
+        ),
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
 /// Runs blocking work (template rendering, tokenization) off the async threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ApiError::internal(format!("a request task failed: {e}")))?
@@ -198,7 +203,9 @@ async fn chat(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Re
             let text = state
                 .template
                 .render(&req.messages, req.tools.as_deref(), true, &serde_json::Map::new())
-                .map_err(|e| ApiError::field("messages", format!("the chat template cannot render the messages: {e}")))?;
+                .map_err(|e| {
+                    ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
+                })?;
             let tokens = crate::cli::run::encode_prompt(&state.tokenizer, &text);
             Ok((text, tokens))
         })
@@ -215,7 +222,10 @@ async fn completions(State(app): State<App>, body: Result<Bytes, BytesRejection>
         let body = parse_body(&app, body)?;
         let req = request::completion(&body)?;
         let fault = match &app.fault_marker {
-            Some(m) => req.prompts.iter().any(|p| matches!(p, Prompt::Text(t) if t.contains(m.as_str()))),
+            Some(m) => req
+                .prompts
+                .iter()
+                .any(|p| matches!(p, Prompt::Text(t) if t.contains(m.as_str()))),
             None => false,
         };
         for (i, prompt) in req.prompts.iter().enumerate() {
@@ -274,7 +284,10 @@ async fn start(
     for (p, prompt) in prompts.into_iter().enumerate() {
         let n_prompt = prompt.len();
         if n_prompt == 0 {
-            return Err(ApiError::field("prompt", "the prompt is empty: there is nothing to continue"));
+            return Err(ApiError::field(
+                "prompt",
+                "the prompt is empty: there is nothing to continue",
+            ));
         }
         let max_tokens = match common.max_tokens {
             Some(max) if n_prompt + max > n_ctx => {

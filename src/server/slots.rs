@@ -167,7 +167,10 @@ impl Scheduler {
             }
             None => {
                 state.queue.push_back(job);
-                self.shared.metrics.queue_depth.store(state.queue.len(), Ordering::Relaxed);
+                self.shared
+                    .metrics
+                    .queue_depth
+                    .store(state.queue.len(), Ordering::Relaxed);
             }
         }
     }
@@ -313,7 +316,10 @@ impl Observer<'_> {
         if matches!(&event, Event::Text { text, .. } if text.is_empty()) {
             return Ok(());
         }
-        self.job.events.send(event).map_err(|_| "the client went away".to_string())
+        self.job
+            .events
+            .send(event)
+            .map_err(|_| "the client went away".to_string())
     }
 }
 

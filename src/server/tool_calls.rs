@@ -188,10 +188,7 @@ impl ToolCallStream {
 
 /// The length of the longest proper prefix of `tag` that `text` ends with.
 fn partial_suffix(text: &str, tag: &str) -> usize {
-    (1..tag.len())
-        .rev()
-        .find(|&k| text.ends_with(&tag[..k]))
-        .unwrap_or(0)
+    (1..tag.len()).rev().find(|&k| text.ends_with(&tag[..k])).unwrap_or(0)
 }
 
 /// A whole reply: its content (without the blocks, `None` when nothing else is left) and its
@@ -221,7 +218,15 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> (Option<String>, Vec<ToolCall>) {
-        super::parse(text, &["get_weather".to_string(), "f".to_string(), "a".to_string(), "b".to_string()])
+        super::parse(
+            text,
+            &[
+                "get_weather".to_string(),
+                "f".to_string(),
+                "a".to_string(),
+                "b".to_string(),
+            ],
+        )
     }
 
     fn call(name: &str, arguments: &str) -> ToolCall {
@@ -301,7 +306,10 @@ mod tests {
     #[test]
     fn a_reply_that_is_only_a_json_call_to_an_offered_tool_is_a_call() {
         let expected = (None, vec![call("get_weather", r#"{"city":"Paris"}"#)]);
-        assert_eq!(parse(r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#), expected);
+        assert_eq!(
+            parse(r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#),
+            expected
+        );
         assert_eq!(
             parse("```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\"city\": \"Paris\"}\n}\n```"),
             expected
