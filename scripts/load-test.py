@@ -23,13 +23,17 @@ from openai import AsyncOpenAI
 
 
 def rss_mib(pid):
+    """The server's resident memory in MiB: total, and the anonymous part (KV caches, buffers;
+    the rest is the memory-mapped model file)."""
     if not pid:
         return None
+    fields = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return None
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon"):
+                fields[key] = int(value.split()[0]) / 1024
+    return fields.get("VmRSS"), fields.get("RssAnon")
 
 
 async def one(client, model, prompt, max_tokens):
@@ -96,7 +100,8 @@ async def main():
           f"mean {statistics.mean(ttfts) if ttfts else float('nan'):.3f} s | aggregate {tokens / wall:.1f} tok/s "
           f"({tokens} tokens)")
     if rss_before is not None:
-        print(f"server RSS {rss_before:.0f} MiB before, {rss_after:.0f} MiB after")
+        print(f"server RSS {rss_before[0]:.0f} MiB before ({rss_before[1]:.0f} MiB anonymous), "
+              f"{rss_after[0]:.0f} MiB after ({rss_after[1]:.0f} MiB anonymous)")
 
     if args.check:
         problems = list(errors)
