@@ -409,3 +409,111 @@ impl Streamer {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(endpoint: Endpoint, tools: &[&str]) -> Reply {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-qwen2-Q8_0.gguf");
+        let file = crate::gguf::GgufFile::open(&path).unwrap();
+        Reply {
+            id: "chatcmpl-1".into(),
+            created: 0,
+            model: "m".into(),
+            endpoint,
+            tools: tools.iter().map(|t| t.to_string()).collect(),
+            include_usage: true,
+            n: 1,
+            tokenizer: Arc::new(Tokenizer::from_metadata(file.metadata()).unwrap()),
+        }
+    }
+
+    fn done(reason: StopReason, n_generated: usize) -> Event {
+        Event::Done {
+            index: 0,
+            reason,
+            n_prompt: 10,
+            n_cached: 4,
+            n_generated,
+        }
+    }
+
+    fn frames(text: &str) -> Vec<Json> {
+        text.split("\n\n")
+            .filter(|f| !f.is_empty() && *f != "data: [DONE]")
+            .map(|f| serde_json::from_str(f.strip_prefix("data: ").unwrap()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_chat_stream_opens_with_the_role_and_ends_with_finish_usage_and_done() {
+        let mut s = Streamer::new(reply(Endpoint::Chat, &[]));
+        let mut out = s.push(Event::Text {
+            index: 0,
+            text: "Hi".into(),
+        });
+        out += &s.push(done(StopReason::MaxTokens, 1));
+        out += &s.finish();
+        assert!(out.ends_with("data: [DONE]\n\n"));
+        let f = frames(&out);
+        assert_eq!(f[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+        assert_eq!(f[1]["choices"][0]["delta"]["content"], "Hi");
+        assert_eq!(f[2]["choices"][0]["finish_reason"], "length");
+        assert_eq!(f[3]["choices"], json!([]));
+        assert_eq!(f[3]["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+        assert_eq!(f[3]["usage"]["total_tokens"], 11);
+    }
+
+    #[test]
+    fn a_streamed_tool_call_is_one_tool_call_delta_and_finishes_with_tool_calls() {
+        let mut s = Streamer::new(reply(Endpoint::Chat, &["f"]));
+        let mut out = String::new();
+        for piece in [
+            "<tool",
+            "_call>{\"name\": \"f\", ",
+            "\"arguments\": {\"x\": 1}}</tool_call>",
+        ] {
+            out += &s.push(Event::Text {
+                index: 0,
+                text: piece.into(),
+            });
+        }
+        out += &s.push(done(StopReason::EndOfGeneration, 9));
+        let f = frames(&out);
+        let calls: Vec<&Json> = f
+            .iter()
+            .filter(|c| c["choices"][0]["delta"]["tool_calls"].is_array())
+            .collect();
+        assert_eq!(calls.len(), 1);
+        let call = &calls[0]["choices"][0]["delta"]["tool_calls"][0];
+        assert_eq!(call["index"], 0);
+        assert_eq!(call["function"], json!({"name": "f", "arguments": "{\"x\":1}"}));
+        assert_eq!(f.last().unwrap()["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[test]
+    fn a_failure_mid_stream_is_an_error_frame_without_done() {
+        let mut s = Streamer::new(reply(Endpoint::Completion, &[]));
+        let out = s.push(Event::Failed("boom".into())) + &s.finish();
+        assert!(out.contains("\"server_error\"") && !out.contains("[DONE]"), "{out}");
+    }
+
+    #[test]
+    fn a_collected_chat_reply_carries_content_usage_and_the_finish_reason() {
+        let mut c = Collector::new(reply(Endpoint::Chat, &[]));
+        c.push(Event::Text {
+            index: 0,
+            text: "Hello".into(),
+        })
+        .unwrap();
+        c.push(done(StopReason::StopString, 2)).unwrap();
+        let body = c.finish(1).unwrap();
+        assert_eq!(body["object"], "chat.completion");
+        assert_eq!(body["choices"][0]["message"]["content"], "Hello");
+        assert_eq!(body["choices"][0]["finish_reason"], "stop");
+        assert_eq!(body["usage"]["completion_tokens"], 2);
+        let mut failed = Collector::new(reply(Endpoint::Chat, &[]));
+        assert_eq!(failed.push(Event::Failed("x".into())).unwrap_err().status.as_u16(), 500);
+    }
+}
