@@ -192,7 +192,9 @@ fn worker(id: usize, mut session: Session, rx: mpsc::Receiver<Job>, shared: &Sha
         let mut next = Some(job);
         while let Some(job) = next.take() {
             run_job(id, &mut session, &mut cached, &job, shared);
-            drop(job);
+            // The job (and with it the response's channel) is dropped only after the slot is
+            // marked idle, so a client that has seen its response complete sees a free slot.
+            let _finished = job;
             let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
             while let Some(job) = state.queue.pop_front() {
                 if !job.abandoned() {
