@@ -519,7 +519,7 @@ fn hostile_bodies_at_every_endpoint_never_crash_hang_or_5xx_the_server() {
 }
 
 #[test]
-fn a_client_that_disconnects_mid_stream_frees_its_slot_at_once() {
+fn a_client_that_disconnects_mid_request_frees_its_slot_at_once() {
     // Seed 1 on the tiny model runs the full 2000 tokens (no early end-of-generation), so the
     // generation is still going when the client leaves.
     let server = Server::start(&tiny(), &["--n-slots", "1", "--n-ctx", "2048"], &[]);
@@ -548,6 +548,30 @@ fn a_client_that_disconnects_mid_stream_frees_its_slot_at_once() {
     let (status, _) = server.post("/v1/chat/completions", HI);
     assert_eq!(status, 200);
     assert!(server.log().contains("request cancelled"), "{}", server.log());
+
+    // The same for a client waiting on a whole (non-streamed) response.
+    let body = body.replace("\"stream\": true", "\"stream\": false");
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let start = Instant::now();
+    while server.metric("minfer_slots_busy") < 1.0 {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(s);
+    while server.metric("minfer_requests_cancelled_total") < 2.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the slot was not freed:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
