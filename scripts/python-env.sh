@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create (idempotently) the Python virtualenv used to generate and check the
-# GGUF / quantization reference fixtures, then print the absolute path of its
+# GGUF / quantization reference fixtures and to test the HTTP server, then print the absolute path of its
 # python interpreter on stdout. All other output goes to stderr.
 #
 # Usage: scripts/python-env.sh            -> prints e.g. /path/to/repo/.venv/bin/python
@@ -13,9 +13,11 @@ venv="${repo_root}/.venv"
 venv_python="${venv}/bin/python"
 stamp="${venv}/.minfer-requirements"
 
-# Exact pins: the fixtures under tests/fixtures/{quant,gguf} were generated with these.
+# Exact pins: the fixtures under tests/fixtures/{quant,gguf} were generated with gguf and numpy;
+# the server tests (tests/server.rs) drive `minfer serve` with the official openai client.
 requirements="gguf==0.19.0
-numpy==2.4.6"
+numpy==2.4.6
+openai==3.57.0"
 
 base_python="${PYTHON:-}"
 if [[ -z "${base_python}" ]]; then

@@ -12,6 +12,7 @@
 //! - [`models`] describe architectures (hyper-parameters, tensors, the forward graph);
 //! - [`engine`] runs sessions (KV cache, graph reuse) and the generation loop;
 //! - [`sampling`] maps a logits row and the recent token history to the next token id;
+//! - [`server`] is `minfer serve`, the OpenAI-compatible HTTP server over the engine;
 //! - [`cli`] holds what the command-line surfaces print (the binary only parses flags).
 //!
 //! Dependencies point one way: `cli` → `tokenizer`, `template` → `gguf` → `quant`. `gguf` and `quant` know nothing of
@@ -28,5 +29,6 @@ pub mod graph;
 pub mod models;
 pub mod quant;
 pub mod sampling;
+pub mod server;
 pub mod template;
 pub mod tokenizer;

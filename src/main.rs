@@ -14,7 +14,7 @@ use std::process::ExitCode;
     version,
     about = "A pure-Rust LLM inference engine for GGUF models",
     args_conflicts_with_subcommands = true,
-    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2"
+    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2\n  minfer serve model.gguf --port 8080"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -226,6 +226,48 @@ enum Command {
         /// Output format: a markdown table, or llama-bench's JSON array.
         #[arg(short = 'o', long = "output", value_enum, default_value_t = BenchFormat::Md)]
         output: BenchFormat,
+        /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
+        #[arg(long, value_name = "NAME")]
+        backend: Option<String>,
+    },
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    ///
+    /// Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+    /// GET /metrics (Prometheus). Each slot generates one request at a time with its own KV
+    /// cache; requests beyond the slots wait in order. SIGINT/SIGTERM stop accepting, let
+    /// in-flight requests finish (at most --shutdown-timeout seconds), then exit 0.
+    ///
+    /// Examples:
+    ///   minfer serve MODEL
+    ///   minfer serve MODEL --host 0.0.0.0 --port 8080 --n-slots 4 --api-key secret
+    #[command(verbatim_doc_comment)]
+    Serve {
+        /// The GGUF model file.
+        model: PathBuf,
+        /// Address to listen on (loopback unless told otherwise).
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Port to listen on (0 picks a free one; the address is printed on standard error).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Concurrent generations, each with its own KV cache of --n-ctx tokens.
+        #[arg(long = "n-slots", default_value_t = 4)]
+        n_slots: usize,
+        /// Context size of each slot in tokens (clamped to the model's maximum).
+        #[arg(long = "n-ctx", default_value_t = 4096)]
+        n_ctx: usize,
+        /// Threads of each slot (default: the physical cores divided by --n-slots, at least 1).
+        #[arg(short = 't', long = "threads")]
+        threads: Option<usize>,
+        /// Require this key as 'Authorization: Bearer KEY' (also MINFER_API_KEY).
+        #[arg(long, env = "MINFER_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// Largest request body accepted, in bytes (larger ones get 413).
+        #[arg(long, default_value_t = minfer::server::DEFAULT_MAX_BODY_BYTES)]
+        max_body_bytes: usize,
+        /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
+        #[arg(long, default_value_t = 10.0)]
+        shutdown_timeout: f64,
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
@@ -447,6 +489,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             output,
             backend,
         } => run_bench(&model, n_prompt, n_gen, threads, repetitions, output, backend)?,
+        Command::Serve {
+            model,
+            host,
+            port,
+            n_slots,
+            n_ctx,
+            threads,
+            api_key,
+            max_body_bytes,
+            shutdown_timeout,
+            backend,
+        } => {
+            anyhow::ensure!(
+                shutdown_timeout.is_finite() && shutdown_timeout >= 0.0,
+                "--shutdown-timeout must be a number of seconds >= 0"
+            );
+            minfer::server::serve(minfer::server::ServerConfig {
+                model,
+                host,
+                port,
+                n_slots,
+                n_ctx,
+                n_threads: threads,
+                backend,
+                api_key,
+                max_body_bytes,
+                shutdown_timeout: std::time::Duration::from_secs_f64(shutdown_timeout),
+            })?
+        }
     }
     Ok(())
 }

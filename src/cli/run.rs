@@ -56,23 +56,44 @@ pub struct LoadOptions {
 }
 
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, RunError> {
-    let fence = fence_from(options.backend.as_deref())?;
-    let file = Arc::new(GgufFile::open(path).map_err(|source| RunError::Open {
-        path: path.display().to_string(),
-        source,
-    })?);
-    let tokenizer = Tokenizer::from_metadata(file.metadata())?;
-    let template = ChatTemplate::from_metadata(file.metadata())?;
-    let model = load_model(&file)?;
-    let n_ctx = options.n_ctx.clamp(1, model.hparams().n_ctx_train.max(1));
-    let backends = crate::backends::create(&fence, Arc::new(GgufWeights(Arc::clone(&file))), options.n_threads);
-    let session = Session::new(model, backends, n_ctx);
+    // A bad --backend is reported before the model is read.
+    fence_from(options.backend.as_deref())?;
+    let (file, tokenizer, template) = open(path)?;
+    let session = new_session(&file, options)?;
     Ok(Loaded {
         file,
         tokenizer,
         template,
         session,
     })
+}
+
+/// The model file with its tokenizer and chat template, without a session: what sessions over
+/// the same weights share.
+pub fn open(path: &Path) -> Result<(Arc<GgufFile>, Tokenizer, ChatTemplate), RunError> {
+    let file = Arc::new(GgufFile::open(path).map_err(|source| RunError::Open {
+        path: path.display().to_string(),
+        source,
+    })?);
+    let tokenizer = Tokenizer::from_metadata(file.metadata())?;
+    let template = ChatTemplate::from_metadata(file.metadata())?;
+    Ok((file, tokenizer, template))
+}
+
+/// A new session (its own graph cache and KV) over `file`'s weights, which stay mapped once
+/// however many sessions read them.
+pub fn new_session(file: &Arc<GgufFile>, options: &LoadOptions) -> Result<Session, RunError> {
+    let fence = fence_from(options.backend.as_deref())?;
+    let model = load_model(file)?;
+    let n_ctx = options.n_ctx.clamp(1, model.hparams().n_ctx_train.max(1));
+    let backends = crate::backends::create(&fence, Arc::new(GgufWeights(Arc::clone(file))), options.n_threads);
+    Ok(Session::new(model, backends, n_ctx))
+}
+
+/// The tokens of a rendered prompt: special-token text is parsed, and a BOS is added only if
+/// the model asks for one.
+pub fn encode_prompt(tokenizer: &Tokenizer, text: &str) -> Vec<u32> {
+    tokenizer.encode(text, true, true)
 }
 
 /// The prompt's tokens: as one user turn through the chat template, or raw (`no_template`).
@@ -84,7 +105,7 @@ pub fn prompt_tokens(loaded: &Loaded, prompt: &str, no_template: bool) -> Result
         let messages = [serde_json::json!({"role": "user", "content": prompt})];
         loaded.template.render(&messages, None, true, &serde_json::Map::new())?
     };
-    let tokens = loaded.tokenizer.encode(&text, true, true);
+    let tokens = encode_prompt(&loaded.tokenizer, &text);
     let n_ctx = loaded.session.n_ctx();
     if tokens.len() > n_ctx {
         return Err(RunError::PromptTooLong {

@@ -41,7 +41,10 @@ pub enum StopReason {
 
 #[derive(Clone, Debug, Default)]
 pub struct GenerationStats {
+    /// Prompt tokens prefilled (those not already in the KV cache).
     pub n_prompt: usize,
+    /// Prompt tokens reused from the KV cache instead of prefilled.
+    pub n_cached: usize,
     pub prompt_time: Duration,
     pub n_generated: usize,
     pub gen_time: Duration,
@@ -133,6 +136,28 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
+/// What the generation loop reports as it goes. Either method may return an error to end the
+/// generation at once (a closed output, a cancelled request); it comes back as
+/// [`EngineError::Output`].
+pub trait GenerationObserver {
+    /// Called for each sampled token, before its text, with the logits row it was sampled from
+    /// (the raw model output, before penalties and temperature).
+    fn on_token(&mut self, _token: u32, _logits: &[f32]) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Called with each piece of text as it becomes final.
+    fn on_text(&mut self, text: &[u8]) -> Result<(), String>;
+}
+
+struct TextOnly<F>(F);
+
+impl<F: FnMut(&[u8]) -> Result<(), String>> GenerationObserver for TextOnly<F> {
+    fn on_text(&mut self, text: &[u8]) -> Result<(), String> {
+        (self.0)(text)
+    }
+}
+
 /// Generate from `prompt` (already tokenized), calling `on_text` with each piece of text as it
 /// becomes final. The session continues from its current context.
 pub fn generate(
@@ -140,12 +165,57 @@ pub fn generate(
     tokenizer: &Tokenizer,
     prompt: &[u32],
     options: &GenerateOptions,
-    mut on_text: impl FnMut(&[u8]) -> Result<(), String>,
+    on_text: impl FnMut(&[u8]) -> Result<(), String>,
+) -> Result<GenerationResult, EngineError> {
+    run(session, tokenizer, prompt.to_vec(), 0, options, &mut TextOnly(on_text))
+}
+
+/// Generate from `prompt`, the whole context, of which the session already holds the first
+/// `n_cached` tokens (a prefix kept from an earlier generation): only the rest is prefilled.
+/// `n_cached` must equal the session's `n_past` and be less than the prompt's length, since the
+/// last prompt token must be evaluated to get the logits of the first new one.
+pub fn generate_cached(
+    session: &mut Session,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    n_cached: usize,
+    options: &GenerateOptions,
+    observer: &mut impl GenerationObserver,
+) -> Result<GenerationResult, EngineError> {
+    if n_cached != session.n_past() || n_cached >= prompt.len() {
+        return Err(EngineError::BadCachedPrefix {
+            n_cached,
+            n_past: session.n_past(),
+            n_prompt: prompt.len(),
+        });
+    }
+    run(session, tokenizer, prompt.to_vec(), n_cached, options, observer)
+}
+
+fn emit(
+    observer: &mut impl GenerationObserver,
+    stops: &StopMatcher,
+    range: std::ops::Range<usize>,
+) -> Result<(), EngineError> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    observer.on_text(&stops.text[range]).map_err(EngineError::Output)
+}
+
+/// The loop: `history[n_cached..]` is prefilled, and the penalties read the whole `history`.
+fn run(
+    session: &mut Session,
+    tokenizer: &Tokenizer,
+    mut history: Vec<u32>,
+    n_cached: usize,
+    options: &GenerateOptions,
+    observer: &mut impl GenerationObserver,
 ) -> Result<GenerationResult, EngineError> {
     let mut sampler = Sampler::new(options.sampling)?;
-    let mut history: Vec<u32> = prompt.to_vec();
     let mut stats = GenerationStats {
-        n_prompt: prompt.len(),
+        n_prompt: history.len() - n_cached,
+        n_cached,
         ..Default::default()
     };
     let mut decoder = tokenizer.stream_decoder(options.special);
@@ -155,22 +225,17 @@ pub fn generate(
         emitted: 0,
     };
     let mut tokens = Vec::new();
-    let mut emit = |stops: &StopMatcher, range: std::ops::Range<usize>| -> Result<(), EngineError> {
-        if range.is_empty() {
-            return Ok(());
-        }
-        on_text(&stops.text[range]).map_err(EngineError::Output)
-    };
-
     let start = Instant::now();
-    session.eval(prompt, 1)?;
+    session.eval(&history[n_cached..], 1)?;
     stats.prompt_time = start.elapsed();
     let gen_start = Instant::now();
 
     let mut reason = StopReason::MaxTokens;
     while tokens.len() < options.max_tokens {
         // Sampling reads the logits where the graph left them: no vocabulary-sized copy.
-        let token = sampler.sample(session.last_logits()?, &history)?;
+        let logits = session.last_logits()?;
+        let token = sampler.sample(logits, &history)?;
+        observer.on_token(token, logits).map_err(EngineError::Output)?;
         tokens.push(token);
         history.push(token);
         if tokenizer.is_eog(token) && !options.ignore_eos {
@@ -178,7 +243,7 @@ pub fn generate(
             break;
         }
         let (range, stopped) = stops.push(&decoder.push(token));
-        emit(&stops, range)?;
+        emit(observer, &stops, range)?;
         if stopped {
             reason = StopReason::StopString;
             break;
@@ -190,12 +255,12 @@ pub fn generate(
     }
     if reason != StopReason::StopString {
         let (range, stopped) = stops.push(&decoder.finish());
-        emit(&stops, range)?;
+        emit(observer, &stops, range)?;
         if stopped {
             reason = StopReason::StopString;
         } else {
             let range = stops.flush();
-            emit(&stops, range)?;
+            emit(observer, &stops, range)?;
         }
     }
     stats.n_generated = tokens.len();

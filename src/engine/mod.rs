@@ -7,7 +7,9 @@
 mod generate;
 mod session;
 
-pub use generate::{generate, GenerateOptions, GenerationResult, GenerationStats, StopReason};
+pub use generate::{
+    generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats, StopReason,
+};
 pub use session::Session;
 
 use crate::graph::GraphError;
@@ -27,6 +29,14 @@ pub enum EngineError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("nothing to evaluate: the token list is empty")]
     EmptyBatch,
+    #[error(
+        "the session holds {n_past} tokens, but {n_cached} of the {n_prompt} prompt tokens were said to be cached"
+    )]
+    BadCachedPrefix {
+        n_cached: usize,
+        n_past: usize,
+        n_prompt: usize,
+    },
     #[error("no logits yet: nothing has been evaluated in this session")]
     NothingEvaluated,
     #[error(transparent)]

@@ -1,0 +1,169 @@
+//! The server's counters and gauges, and their Prometheus text rendering for `GET /metrics`.
+//!
+//! Everything here is a lock-free atomic except the per-route request counts, so recording
+//! never waits on a generation. This file only counts: it decides nothing and reads no
+//! request.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Default)]
+pub struct Metrics {
+    /// (route, status) → responses.
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    pub prompt_tokens: AtomicU64,
+    pub prompt_tokens_cached: AtomicU64,
+    pub completion_tokens: AtomicU64,
+    prompt_micros: AtomicU64,
+    generation_micros: AtomicU64,
+    ttft_micros: AtomicU64,
+    ttft_count: AtomicU64,
+    pub queue_depth: AtomicUsize,
+    pub slots_busy: AtomicUsize,
+    pub slots_total: AtomicUsize,
+    pub cancelled: AtomicU64,
+    pub internal_errors: AtomicU64,
+}
+
+fn micros(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+impl Metrics {
+    pub fn record_response(&self, route: &str, status: u16) {
+        let mut map = self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *map.entry((route.to_string(), status)).or_default() += 1;
+    }
+
+    /// One finished generation's work.
+    pub fn record_generation(&self, stats: &crate::engine::GenerationStats) {
+        self.prompt_tokens.fetch_add(stats.n_prompt as u64, Ordering::Relaxed);
+        self.prompt_tokens_cached
+            .fetch_add(stats.n_cached as u64, Ordering::Relaxed);
+        self.completion_tokens
+            .fetch_add(stats.n_generated as u64, Ordering::Relaxed);
+        self.prompt_micros
+            .fetch_add(micros(stats.prompt_time), Ordering::Relaxed);
+        self.generation_micros
+            .fetch_add(micros(stats.gen_time), Ordering::Relaxed);
+    }
+
+    /// Time from a request's arrival in the queue to its first generated token.
+    pub fn record_ttft(&self, ttft: Duration) {
+        self.ttft_micros.fetch_add(micros(ttft), Ordering::Relaxed);
+        self.ttft_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, lines: Vec<(String, String)>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, value) in lines {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        let requests: Vec<(String, String)> = self
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|((route, status), n)| (format!("{{route=\"{route}\",status=\"{status}\"}}"), n.to_string()))
+            .collect();
+        metric(
+            "minfer_requests_total",
+            "counter",
+            "HTTP responses by route and status.",
+            requests,
+        );
+        let plain = |v: String| vec![(String::new(), v)];
+        metric(
+            "minfer_prompt_tokens_total",
+            "counter",
+            "Prompt tokens prefilled.",
+            plain(load(&self.prompt_tokens).to_string()),
+        );
+        metric(
+            "minfer_prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens reused from a slot's KV cache instead of prefilled.",
+            plain(load(&self.prompt_tokens_cached).to_string()),
+        );
+        metric(
+            "minfer_completion_tokens_total",
+            "counter",
+            "Tokens generated.",
+            plain(load(&self.completion_tokens).to_string()),
+        );
+        let prompt_s = load(&self.prompt_micros) as f64 / 1e6;
+        let gen_s = load(&self.generation_micros) as f64 / 1e6;
+        metric(
+            "minfer_prompt_seconds_total",
+            "counter",
+            "Time spent prefilling, summed over slots.",
+            plain(format!("{prompt_s:.6}")),
+        );
+        metric(
+            "minfer_generation_seconds_total",
+            "counter",
+            "Time spent generating, summed over slots.",
+            plain(format!("{gen_s:.6}")),
+        );
+        let rate = |tokens: u64, s: f64| if s > 0.0 { tokens as f64 / s } else { 0.0 };
+        metric(
+            "minfer_prompt_tokens_per_second",
+            "gauge",
+            "Prefill speed of one slot, averaged over all requests so far.",
+            plain(format!("{:.3}", rate(load(&self.prompt_tokens), prompt_s))),
+        );
+        metric(
+            "minfer_generation_tokens_per_second",
+            "gauge",
+            "Generation speed of one slot, averaged over all requests so far.",
+            plain(format!("{:.3}", rate(load(&self.completion_tokens), gen_s))),
+        );
+        metric(
+            "minfer_time_to_first_token_seconds",
+            "summary",
+            "Time from a request's arrival to its first token, queueing included.",
+            vec![
+                ("_sum".into(), format!("{:.6}", load(&self.ttft_micros) as f64 / 1e6)),
+                ("_count".into(), load(&self.ttft_count).to_string()),
+            ],
+        );
+        metric(
+            "minfer_queue_depth",
+            "gauge",
+            "Requests waiting for a slot.",
+            plain(self.queue_depth.load(Ordering::Relaxed).to_string()),
+        );
+        metric(
+            "minfer_slots_busy",
+            "gauge",
+            "Slots generating now.",
+            plain(self.slots_busy.load(Ordering::Relaxed).to_string()),
+        );
+        metric(
+            "minfer_slots_total",
+            "gauge",
+            "Slots configured (--n-slots).",
+            plain(self.slots_total.load(Ordering::Relaxed).to_string()),
+        );
+        metric(
+            "minfer_requests_cancelled_total",
+            "counter",
+            "Generations stopped because the client went away or the server shut down.",
+            plain(load(&self.cancelled).to_string()),
+        );
+        metric(
+            "minfer_internal_errors_total",
+            "counter",
+            "Generations that failed inside the server (answered 500).",
+            plain(load(&self.internal_errors).to_string()),
+        );
+        out
+    }
+}

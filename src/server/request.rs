@@ -1,0 +1,617 @@
+//! Reading OpenAI request bodies: JSON values into the typed requests the handlers run, with
+//! every refusal a 400 that names the field (`messages[2].role`, `temperature`) and says what
+//! was expected.
+//!
+//! Fields are read by hand rather than derived, so that a wrong type is reported by its name
+//! instead of by a byte offset. Unknown fields are ignored, as OpenAI's own clients send fields
+//! minfer has no use for (`user`, `metadata`, `parallel_tool_calls`). This file must not render
+//! templates, tokenize or touch the scheduler: it only checks shapes and ranges.
+
+use super::error::ApiError;
+use crate::sampling::SamplingParams;
+use serde_json::{Map, Value as Json};
+
+/// Most completions one request may ask for (`n`, and prompts times `n` for completions).
+pub const MAX_CHOICES: usize = 16;
+/// Most stop strings, and the longest one in bytes.
+const MAX_STOPS: usize = 16;
+const MAX_STOP_LEN: usize = 256;
+/// Most alternatives per position that `top_logprobs` / `logprobs` may ask for.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// What both endpoints share: sampling, limits, streaming.
+#[derive(Debug, Clone)]
+pub struct Common {
+    pub stream: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// `max_completion_tokens`, else `max_tokens`; `None` runs to the end of the context.
+    pub max_tokens: Option<usize>,
+    pub sampling: SamplingParams,
+    /// `None`: each request draws its own seed.
+    pub seed: Option<u64>,
+    pub stop: Vec<String>,
+    pub n: usize,
+    /// Alternatives per token to report, `Some(0)` for the chosen token's log-probability only.
+    pub logprobs: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub common: Common,
+    /// The messages as the template receives them (roles checked, tool-call arguments parsed).
+    pub messages: Vec<Json>,
+    /// The tool definitions to render, `None` when absent or `tool_choice` is `"none"`.
+    pub tools: Option<Vec<Json>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+#[derive(Debug, Clone)]
+pub struct CompletionRequest {
+    pub common: Common,
+    pub prompts: Vec<Prompt>,
+}
+
+/// A JSON object's fields, read with errors that name them.
+struct Fields<'a> {
+    map: &'a Map<String, Json>,
+    prefix: String,
+}
+
+pub fn kind(v: &Json) -> &'static str {
+    match v {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
+    }
+}
+
+impl<'a> Fields<'a> {
+    fn of(value: &'a Json, name: &str) -> Result<Self, ApiError> {
+        match value {
+            Json::Object(map) => Ok(Fields {
+                map,
+                prefix: name.to_string(),
+            }),
+            other => Err(if name.is_empty() {
+                ApiError::bad_request(format!("the request body must be a JSON object, not {}", kind(other)))
+            } else {
+                ApiError::field(name, format!("{name} must be an object, not {}", kind(other)))
+            }),
+        }
+    }
+
+    fn path(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.prefix)
+        }
+    }
+
+    /// The field, with JSON null read as absent (OpenAI accepts null for every optional field).
+    fn get(&self, name: &str) -> Option<&'a Json> {
+        self.map.get(name).filter(|v| !v.is_null())
+    }
+
+    fn wrong(&self, name: &str, expected: &str, got: &Json) -> ApiError {
+        let path = self.path(name);
+        ApiError::field(&path, format!("{path} must be {expected}, not {}", kind(got)))
+    }
+
+    fn out_of_range(&self, name: &str, value: impl std::fmt::Display, expected: &str) -> ApiError {
+        let path = self.path(name);
+        ApiError::field(&path, format!("{path} = {value} is out of range: {expected}"))
+    }
+
+    fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Json::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.wrong(name, "a boolean", other)),
+        }
+    }
+
+    fn str(&self, name: &str) -> Result<Option<&'a str>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Json::String(s)) => Ok(Some(s)),
+            Some(other) => Err(self.wrong(name, "a string", other)),
+        }
+    }
+
+    /// A number within `[min, max]`.
+    fn number(&self, name: &str, min: f64, max: f64) -> Result<Option<f32>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Json::Number(n)) => {
+                let v = n.as_f64().unwrap_or(f64::NAN);
+                if !(v >= min && v <= max) {
+                    return Err(self.out_of_range(name, n, &format!("expected a number from {min} to {max}")));
+                }
+                Ok(Some(v as f32))
+            }
+            Some(other) => Err(self.wrong(name, "a number", other)),
+        }
+    }
+
+    /// An integer within `[min, max]`.
+    fn integer(&self, name: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Json::Number(n)) => {
+                let v = n.as_i64().or_else(|| n.as_u64().map(|_| i64::MAX));
+                match v {
+                    Some(v) if v >= min && v <= max => Ok(Some(v)),
+                    Some(_) => Err(self.out_of_range(name, n, &format!("expected an integer from {min} to {max}"))),
+                    None => Err(self.wrong(name, "an integer", &Json::Number(n.clone()))),
+                }
+            }
+            Some(other) => Err(self.wrong(name, "an integer", other)),
+        }
+    }
+}
+
+/// The fields both endpoints read. `logprobs` differs between them and is read by the caller.
+fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = match f.get("stream_options") {
+        None => false,
+        Some(v) => Fields::of(v, "stream_options")?.bool("include_usage")?.unwrap_or(false),
+    };
+    let max_tokens = match f.integer("max_completion_tokens", 1, u32::MAX as i64)? {
+        Some(n) => Some(n),
+        None => f.integer("max_tokens", 1, u32::MAX as i64)?,
+    };
+    let defaults = server_sampling_defaults();
+    // OpenAI allows top_p = 0, meaning the most likely token only; the smallest positive value
+    // keeps exactly that token in the top-p sampler.
+    let top_p = f
+        .number("top_p", 0.0, 1.0)?
+        .map(|p| p.max(f32::MIN_POSITIVE))
+        .unwrap_or(defaults.top_p);
+    let penalty_last_n = match f.integer("repeat_last_n", -1, i32::MAX as i64)? {
+        None => defaults.penalty_last_n,
+        Some(-1) => usize::MAX,
+        Some(n) => n as usize,
+    };
+    let sampling = SamplingParams {
+        temperature: f.number("temperature", 0.0, 2.0)?.unwrap_or(defaults.temperature),
+        top_k: f
+            .integer("top_k", i32::MIN as i64, i32::MAX as i64)?
+            .map_or(defaults.top_k, |k| k as i32),
+        top_p,
+        repeat_penalty: match f.number("repeat_penalty", 0.0, 100.0)? {
+            Some(p) if p <= 0.0 => return Err(f.out_of_range("repeat_penalty", p, "expected a number above 0")),
+            Some(p) => p,
+            None => defaults.repeat_penalty,
+        },
+        frequency_penalty: f.number("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0),
+        presence_penalty: f.number("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0),
+        penalty_last_n,
+        seed: defaults.seed,
+    };
+    let seed = match f.get("seed") {
+        None => None,
+        Some(Json::Number(n)) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => Some(u),
+            // OpenAI's seed is a signed 64-bit integer; its bits are the generator's seed.
+            (None, Some(i)) => Some(i as u64),
+            _ => return Err(f.wrong("seed", "an integer", &Json::Number(n.clone()))),
+        },
+        Some(other) => return Err(f.wrong("seed", "an integer", other)),
+    };
+    let stop = match f.get("stop") {
+        None => Vec::new(),
+        Some(Json::String(s)) => vec![s.clone()],
+        Some(Json::Array(items)) => {
+            if items.len() > MAX_STOPS {
+                return Err(ApiError::field(
+                    "stop",
+                    format!("stop has {} strings; at most {MAX_STOPS} are allowed", items.len()),
+                ));
+            }
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, s)| match s {
+                    Json::String(s) => Ok(s.clone()),
+                    other => Err(ApiError::field(
+                        format!("stop[{i}]"),
+                        format!("stop[{i}] must be a string, not {}", kind(other)),
+                    )),
+                })
+                .collect::<Result<_, _>>()?
+        }
+        Some(other) => return Err(f.wrong("stop", "a string or an array of strings", other)),
+    };
+    if let Some(long) = stop.iter().find(|s| s.len() > MAX_STOP_LEN) {
+        return Err(ApiError::field(
+            "stop",
+            format!(
+                "a stop string has {} bytes; at most {MAX_STOP_LEN} are allowed",
+                long.len()
+            ),
+        ));
+    }
+    let n = f.integer("n", 1, MAX_CHOICES as i64)?.unwrap_or(1) as usize;
+    Ok(Common {
+        stream,
+        include_usage,
+        max_tokens: max_tokens.map(|n| n as usize),
+        sampling,
+        seed,
+        stop,
+        n,
+        logprobs,
+    })
+}
+
+/// The sampling the server uses for fields a request leaves out: the engine's (llama.cpp's)
+/// defaults, except that the repeat penalty is off, as in OpenAI's API and llama.cpp's server,
+/// so `temperature: 0` alone is greedy decoding.
+pub fn server_sampling_defaults() -> SamplingParams {
+    SamplingParams {
+        repeat_penalty: 1.0,
+        ..SamplingParams::default()
+    }
+}
+
+const ROLES: [&str; 5] = ["system", "user", "assistant", "tool", "developer"];
+
+pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
+    let f = Fields::of(body, "")?;
+    let logprobs = f.bool("logprobs")?.unwrap_or(false);
+    let top = f.integer("top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
+    if top.is_some() && !logprobs {
+        return Err(ApiError::field(
+            "top_logprobs",
+            "top_logprobs requires logprobs to be true",
+        ));
+    }
+    let common = common(&f, logprobs.then_some(top.unwrap_or(0) as usize))?;
+    let messages = match f.get("messages") {
+        None => return Err(ApiError::field("messages", "messages is required")),
+        Some(Json::Array(items)) if items.is_empty() => {
+            return Err(ApiError::field("messages", "messages must hold at least one message"))
+        }
+        Some(Json::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, m)| message(i, m))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(other) => return Err(f.wrong("messages", "an array of messages", other)),
+    };
+    let tools = match f.get("tools") {
+        None => None,
+        Some(Json::Array(items)) => Some(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, t)| tool(i, t))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Some(other) => return Err(f.wrong("tools", "an array of tools", other)),
+    };
+    let tool_choice_none = match f.get("tool_choice") {
+        None => false,
+        Some(Json::String(s)) => match s.as_str() {
+            "none" => true,
+            "auto" | "required" => false,
+            other => {
+                return Err(ApiError::field(
+                    "tool_choice",
+                    format!("tool_choice '{other}' is not one of none, auto, required, or a function object"),
+                ))
+            }
+        },
+        Some(v @ Json::Object(_)) => {
+            let choice = Fields::of(v, "tool_choice")?;
+            let function = choice
+                .get("function")
+                .ok_or_else(|| ApiError::field("tool_choice.function", "tool_choice.function is required"))?;
+            if Fields::of(function, "tool_choice.function")?.str("name")?.is_none() {
+                return Err(ApiError::field(
+                    "tool_choice.function.name",
+                    "tool_choice.function.name is required",
+                ));
+            }
+            false
+        }
+        Some(other) => return Err(f.wrong("tool_choice", "a string or an object", other)),
+    };
+    let tools = tools.filter(|t| !t.is_empty() && !tool_choice_none);
+    Ok(ChatRequest {
+        common,
+        messages,
+        tools,
+    })
+}
+
+/// One message, checked; `developer` (OpenAI's newer name for system) becomes `system`, and
+/// tool-call arguments sent as a JSON string become the object the templates expect.
+fn message(index: usize, value: &Json) -> Result<Json, ApiError> {
+    let name = format!("messages[{index}]");
+    let f = Fields::of(value, &name)?;
+    let role = match f.get("role") {
+        None => return Err(ApiError::field(f.path("role"), format!("{}.role is required", name))),
+        Some(Json::String(r)) => r.as_str(),
+        Some(other) => return Err(f.wrong("role", "a string", other)),
+    };
+    if !ROLES.contains(&role) {
+        return Err(ApiError::field(
+            f.path("role"),
+            format!("{name}.role '{role}' is not one of system, user, assistant, tool, developer"),
+        ));
+    }
+    let mut out = f.map.clone();
+    if role == "developer" {
+        out.insert("role".into(), Json::from("system"));
+    }
+    match f.map.get("content") {
+        None | Some(Json::Null) if role == "assistant" => {}
+        None | Some(Json::Null) => {
+            return Err(ApiError::field(
+                f.path("content"),
+                format!("{name}.content is required"),
+            ))
+        }
+        Some(Json::String(_)) => {}
+        Some(Json::Array(parts)) => {
+            for (i, part) in parts.iter().enumerate() {
+                let part_name = format!("{name}.content[{i}]");
+                let p = Fields::of(part, &part_name)?;
+                match p.str("type")? {
+                    Some("text") => {}
+                    Some(other) => {
+                        return Err(ApiError::field(
+                            p.path("type"),
+                            format!("{part_name}.type is '{other}'; only text parts are supported"),
+                        ))
+                    }
+                    None => return Err(ApiError::field(p.path("type"), format!("{part_name}.type is required"))),
+                }
+                if p.str("text")?.is_none() {
+                    return Err(ApiError::field(p.path("text"), format!("{part_name}.text is required")));
+                }
+            }
+        }
+        Some(other) => return Err(f.wrong("content", "a string or an array of text parts", other)),
+    }
+    if let Some(calls) = f.get("tool_calls") {
+        let Json::Array(calls) = calls else {
+            return Err(f.wrong("tool_calls", "an array", calls));
+        };
+        let mut parsed = Vec::with_capacity(calls.len());
+        for (i, call) in calls.iter().enumerate() {
+            let call_name = format!("{name}.tool_calls[{i}]");
+            let c = Fields::of(call, &call_name)?;
+            let function = c
+                .get("function")
+                .ok_or_else(|| ApiError::field(c.path("function"), format!("{call_name}.function is required")))?;
+            let fun = Fields::of(function, &c.path("function"))?;
+            if fun.str("name")?.is_none() {
+                return Err(ApiError::field(
+                    fun.path("name"),
+                    format!("{}.name is required", fun.prefix),
+                ));
+            }
+            let mut function = fun.map.clone();
+            if let Some(Json::String(args)) = fun.get("arguments") {
+                if let Ok(obj @ Json::Object(_)) = serde_json::from_str::<Json>(args) {
+                    function.insert("arguments".into(), obj);
+                }
+            }
+            let mut call = c.map.clone();
+            call.insert("function".into(), Json::Object(function));
+            parsed.push(Json::Object(call));
+        }
+        out.insert("tool_calls".into(), Json::Array(parsed));
+    }
+    Ok(Json::Object(out))
+}
+
+fn tool(index: usize, value: &Json) -> Result<Json, ApiError> {
+    let name = format!("tools[{index}]");
+    let f = Fields::of(value, &name)?;
+    match f.str("type")? {
+        Some("function") => {}
+        Some(other) => {
+            return Err(ApiError::field(
+                f.path("type"),
+                format!("{name}.type is '{other}'; only function tools are supported"),
+            ))
+        }
+        None => return Err(ApiError::field(f.path("type"), format!("{name}.type is required"))),
+    }
+    let function = f
+        .get("function")
+        .ok_or_else(|| ApiError::field(f.path("function"), format!("{name}.function is required")))?;
+    let fun = Fields::of(function, &f.path("function"))?;
+    if fun.str("name")?.is_none() {
+        return Err(ApiError::field(
+            fun.path("name"),
+            format!("{}.name is required", fun.prefix),
+        ));
+    }
+    fun.str("description")?;
+    if let Some(p) = fun.get("parameters") {
+        if !p.is_object() {
+            return Err(fun.wrong("parameters", "a JSON schema object", p));
+        }
+    }
+    Ok(value.clone())
+}
+
+pub fn completion(body: &Json) -> Result<CompletionRequest, ApiError> {
+    let f = Fields::of(body, "")?;
+    let logprobs = f.integer("logprobs", 0, MAX_TOP_LOGPROBS as i64)?.map(|n| n as usize);
+    let common = common(&f, logprobs)?;
+    if f.bool("echo")?.unwrap_or(false) {
+        return Err(ApiError::field("echo", "echo is not supported"));
+    }
+    if f.str("suffix")?.is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::field("suffix", "suffix is not supported"));
+    }
+    let prompts = match f.get("prompt") {
+        None => return Err(ApiError::field("prompt", "prompt is required")),
+        Some(Json::String(s)) => vec![Prompt::Text(s.clone())],
+        Some(Json::Array(items)) if items.is_empty() => {
+            return Err(ApiError::field("prompt", "prompt must not be an empty array"))
+        }
+        Some(Json::Array(items)) => {
+            if items.iter().all(Json::is_number) {
+                vec![Prompt::Tokens(token_ids("prompt", items)?)]
+            } else {
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| match item {
+                        Json::String(s) => Ok(Prompt::Text(s.clone())),
+                        Json::Array(ids) => Ok(Prompt::Tokens(token_ids(&format!("prompt[{i}]"), ids)?)),
+                        other => Err(ApiError::field(
+                            format!("prompt[{i}]"),
+                            format!(
+                                "prompt[{i}] must be a string or an array of token ids, not {}",
+                                kind(other)
+                            ),
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        }
+        Some(other) => return Err(f.wrong("prompt", "a string or an array", other)),
+    };
+    if prompts.len() * common.n > MAX_CHOICES {
+        return Err(ApiError::field(
+            "prompt",
+            format!(
+                "{} prompts × n = {} asks for {} completions; at most {MAX_CHOICES} are allowed",
+                prompts.len(),
+                common.n,
+                prompts.len() * common.n
+            ),
+        ));
+    }
+    Ok(CompletionRequest { common, prompts })
+}
+
+fn token_ids(name: &str, items: &[Json]) -> Result<Vec<u32>, ApiError> {
+    if items.is_empty() {
+        return Err(ApiError::field(name, format!("{name} must not be empty")));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_u64()
+                .filter(|&id| id <= u32::MAX as u64)
+                .map(|id| id as u32)
+                .ok_or_else(|| {
+                    ApiError::field(
+                        format!("{name}[{i}]"),
+                        format!("{name}[{i}] must be a token id (an integer ≥ 0)"),
+                    )
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_minimal_chat_request_reads_with_the_server_defaults() {
+        let r = chat(&json!({"model": "x", "messages": [{"role": "user", "content": "hi"}]})).unwrap();
+        assert_eq!(r.common.n, 1);
+        assert!(!r.common.stream);
+        assert_eq!(r.common.sampling, server_sampling_defaults());
+        assert_eq!(r.common.max_tokens, None);
+        assert!(r.tools.is_none());
+    }
+
+    #[test]
+    fn errors_name_the_field_at_fault() {
+        let cases = [
+            (json!({"messages": "hi"}), "messages"),
+            (json!({}), "messages"),
+            (
+                json!({"messages": [{"role": "wizard", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (json!({"messages": [{"content": "x"}]}), "messages[0].role"),
+            (
+                json!({"messages": [{"role": "user", "content": 3}]}),
+                "messages[0].content",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+                "messages[0].content[0].type",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
+                "temperature",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "temperature": 7}),
+                "temperature",
+            ),
+            (json!({"messages": [{"role": "user", "content": "x"}], "n": 0}), "n"),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}),
+                "max_tokens",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "stop": [1]}),
+                "stop[0]",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
+                "top_logprobs",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}),
+                "tools[0].function",
+            ),
+        ];
+        for (body, field) in cases {
+            let err = chat(&body).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(field), "{body}: {}", err.message);
+            assert!(err.message.contains(field), "{body}: {}", err.message);
+        }
+    }
+
+    #[test]
+    fn tool_call_arguments_sent_as_a_string_reach_the_template_as_an_object() {
+        let r = chat(&json!({"messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "2"},
+        ]}))
+        .unwrap();
+        assert_eq!(r.messages[1]["tool_calls"][0]["function"]["arguments"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_completion_prompt_may_be_text_texts_or_token_ids() {
+        let p = |v: Json| completion(&json!({"prompt": v})).map(|r| r.prompts);
+        assert_eq!(p(json!("a")).unwrap(), vec![Prompt::Text("a".into())]);
+        assert_eq!(p(json!(["a", "b"])).unwrap().len(), 2);
+        assert_eq!(p(json!([1, 2])).unwrap(), vec![Prompt::Tokens(vec![1, 2])]);
+        assert_eq!(p(json!([[1], [2, 3]])).unwrap().len(), 2);
+        assert_eq!(p(json!([1, "a"])).unwrap_err().param.as_deref(), Some("prompt[0]"));
+        assert_eq!(p(json!([-1])).unwrap_err().param.as_deref(), Some("prompt[0]"));
+    }
+}

@@ -1,0 +1,392 @@
+//! The HTTP surface: the axum router, its handlers, API-key checking and request counting.
+//!
+//! Handlers read a body, let `request` check it, render and tokenize on the blocking pool
+//! (templates and tokenization of a large prompt would otherwise stall the async runtime),
+//! check the context budget, hand a job to the scheduler and turn its events into a response
+//! with `response`. Nothing here generates, and nothing here blocks: the only waits are on
+//! channels.
+
+use super::error::ApiError;
+use super::metrics::Metrics;
+use super::request::{self, Common, Prompt};
+use super::response::{Collector, Endpoint, Reply, Streamer};
+use super::slots::{Job, Run, Scheduler};
+use crate::engine::GenerateOptions;
+use crate::template::ChatTemplate;
+use crate::tokenizer::Tokenizer;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What every handler shares.
+pub struct AppState {
+    pub scheduler: Scheduler,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Arc<ChatTemplate>,
+    pub metrics: Arc<Metrics>,
+    /// The name `/v1/models` lists and responses carry.
+    pub model_id: String,
+    pub n_ctx: usize,
+    pub n_vocab: usize,
+    pub n_slots: usize,
+    pub api_key: Option<String>,
+    pub max_body_bytes: usize,
+    pub created: u64,
+    /// A prompt containing this text fails inside its slot (`MINFER_SERVE_FAULT`).
+    pub fault_marker: Option<String>,
+}
+
+type App = Arc<AppState>;
+
+/// The routes answer at `/v1/...` and, as OpenAI-compatible servers commonly do, without the
+/// prefix too.
+pub fn router(app: App) -> Router {
+    let api = Router::new()
+        .route("/chat/completions", post(chat))
+        .route("/completions", post(completions))
+        .route("/models", get(models));
+    Router::new()
+        .nest("/v1", api.clone())
+        .merge(api)
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(app.max_body_bytes))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), authenticate))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), count))
+        .with_state(app)
+}
+
+const ROUTES: [&str; 8] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/chat/completions",
+    "/completions",
+    "/models",
+    "/health",
+    "/metrics",
+];
+
+async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
+    // Unknown paths share one label, so that probing cannot grow the metrics without bound.
+    let route = ROUTES
+        .iter()
+        .find(|r| **r == req.uri().path())
+        .copied()
+        .unwrap_or("other");
+    let response = next.run(req).await;
+    app.metrics.record_response(route, response.status().as_u16());
+    response
+}
+
+/// With `--api-key`, every route but `/health` needs `Authorization: Bearer KEY`.
+async fn authenticate(State(app): State<App>, req: Request, next: Next) -> Response {
+    if let Some(key) = &app.api_key {
+        if req.uri().path() != "/health" {
+            let given = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            let ok = given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), key.as_bytes()));
+            if !ok {
+                let message = if given.is_none() {
+                    "missing API key: send it as 'Authorization: Bearer KEY'"
+                } else {
+                    "invalid API key"
+                };
+                return ApiError::new(StatusCode::UNAUTHORIZED, message).into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
+/// Compares without an early exit, so timing does not reveal how much of a guess was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no such endpoint: {} {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn health(State(app): State<App>) -> Json<Value> {
+    let busy = app.metrics.slots_busy.load(Ordering::Relaxed);
+    Json(json!({
+        "status": "ok",
+        "slots_total": app.n_slots,
+        "slots_idle": app.n_slots.saturating_sub(busy),
+        "queue_depth": app.metrics.queue_depth.load(Ordering::Relaxed),
+    }))
+}
+
+async fn models(State(app): State<App>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": app.model_id,
+            "object": "model",
+            "created": app.created,
+            "owned_by": "minfer",
+            "meta": {"n_ctx": app.n_ctx, "n_vocab": app.n_vocab, "n_slots": app.n_slots},
+        }],
+    }))
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+fn parse_body(app: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let bytes = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is larger than the limit of {} bytes",
+                app.max_body_bytes
+            ),
+        ),
+        status => ApiError::new(
+            status,
+            format!("cannot read the request body: {}", rejection.body_text()),
+        ),
+    })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// Runs blocking work (template rendering, tokenization) off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("a request task failed: {e}")))?
+}
+
+async fn chat(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
+    let result = async {
+        let body = parse_body(&app, body)?;
+        let req = request::chat(&body)?;
+        let tools: Vec<String> = req
+            .tools
+            .iter()
+            .flatten()
+            .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+            .collect();
+        let state = Arc::clone(&app);
+        let (text, tokens) = blocking(move || {
+            let text = state
+                .template
+                .render(&req.messages, req.tools.as_deref(), true, &serde_json::Map::new())
+                .map_err(|e| {
+                    ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
+                })?;
+            let tokens = crate::cli::run::encode_prompt(&state.tokenizer, &text);
+            Ok((text, tokens))
+        })
+        .await?;
+        let fault = app.fault_marker.as_deref().is_some_and(|m| text.contains(m));
+        start(&app, Endpoint::Chat, req.common, vec![tokens], tools, fault).await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn completions(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
+    let result = async {
+        let body = parse_body(&app, body)?;
+        let req = request::completion(&body)?;
+        let fault = match &app.fault_marker {
+            Some(m) => req
+                .prompts
+                .iter()
+                .any(|p| matches!(p, Prompt::Text(t) if t.contains(m.as_str()))),
+            None => false,
+        };
+        for (i, prompt) in req.prompts.iter().enumerate() {
+            if let Prompt::Tokens(ids) = prompt {
+                if let Some(&bad) = ids.iter().find(|&&id| id as usize >= app.n_vocab) {
+                    return Err(ApiError::field(
+                        "prompt",
+                        format!(
+                            "prompt {i} holds token id {bad}, outside the vocabulary of {} tokens",
+                            app.n_vocab
+                        ),
+                    ));
+                }
+            }
+        }
+        let state = Arc::clone(&app);
+        let prompts = req.prompts;
+        let prompts = blocking(move || {
+            Ok(prompts
+                .into_iter()
+                .map(|p| match p {
+                    Prompt::Text(t) => crate::cli::run::encode_prompt(&state.tokenizer, &t),
+                    Prompt::Tokens(ids) => ids,
+                })
+                .collect::<Vec<_>>())
+        })
+        .await?;
+        start(&app, Endpoint::Completion, req.common, prompts, Vec::new(), fault).await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Sets the job's cancel flag when the response is dropped: the client went away, or the
+/// stream ended.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Checks the context budget, queues the job and answers with its stream or its whole result.
+async fn start(
+    app: &AppState,
+    endpoint: Endpoint,
+    common: Common,
+    prompts: Vec<Vec<u32>>,
+    tools: Vec<String>,
+    fault: bool,
+) -> Result<Response, ApiError> {
+    let n_ctx = app.n_ctx;
+    let mut runs = Vec::new();
+    let seed = common.seed.unwrap_or_else(super::random_u64);
+    for (p, prompt) in prompts.into_iter().enumerate() {
+        let n_prompt = prompt.len();
+        if n_prompt == 0 {
+            return Err(ApiError::field(
+                "prompt",
+                "the prompt is empty: there is nothing to continue",
+            ));
+        }
+        let max_tokens = match common.max_tokens {
+            Some(max) if n_prompt + max > n_ctx => {
+                return Err(ApiError::field(
+                    "max_tokens",
+                    format!(
+                        "the prompt has {n_prompt} tokens and max_tokens is {max}: {} tokens in all, more than the context of {n_ctx} tokens",
+                        n_prompt + max
+                    ),
+                ))
+            }
+            Some(max) => max,
+            None if n_prompt >= n_ctx => {
+                return Err(ApiError::field(
+                    "messages",
+                    format!("the prompt has {n_prompt} tokens, which leaves no room in the context of {n_ctx} tokens"),
+                ))
+            }
+            // Without a limit, generation may run to the end of the context.
+            None => n_ctx - n_prompt,
+        };
+        for j in 0..common.n {
+            runs.push(Run {
+                index: p * common.n + j,
+                prompt: prompt.clone(),
+                seed: seed.wrapping_add(j as u64),
+                max_tokens,
+            });
+        }
+    }
+    let n_choices = runs.len();
+    let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let guard = CancelOnDrop(Arc::clone(&cancel));
+    app.scheduler.submit(Job {
+        runs,
+        options: GenerateOptions {
+            max_tokens: 0,
+            stop: common.stop,
+            ignore_eos: false,
+            sampling: common.sampling,
+            special: false,
+        },
+        logprobs: common.logprobs,
+        events,
+        cancel,
+        arrived: Instant::now(),
+        fault,
+    });
+    let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
+    let reply = Reply {
+        id: format!("{prefix}-{:016x}", super::random_u64()),
+        created: super::unix_time(),
+        model: app.model_id.clone(),
+        endpoint,
+        tools,
+        include_usage: common.include_usage,
+        n: common.n,
+        tokenizer: Arc::clone(&app.tokenizer),
+    };
+    if !common.stream {
+        let mut collector = Collector::new(reply);
+        while let Some(event) = rx.recv().await {
+            collector.push(event)?;
+        }
+        drop(guard);
+        return Ok(Json(collector.finish(n_choices)?).into_response());
+    }
+    let streamer = Streamer::new(reply);
+    let frames = futures_util::stream::unfold(
+        (rx, streamer, guard, false),
+        |(mut rx, mut streamer, guard, done)| async move {
+            if done {
+                return None;
+            }
+            // Events that make no frame (a log-probability waiting for its text) are skipped
+            // here: an empty chunk would end a chunked body early.
+            loop {
+                match rx.recv().await {
+                    Some(event) => {
+                        let text = streamer.push(event);
+                        if !text.is_empty() {
+                            return Some((Ok::<_, std::convert::Infallible>(text), (rx, streamer, guard, false)));
+                        }
+                    }
+                    None => {
+                        let text = streamer.finish();
+                        if text.is_empty() {
+                            return None;
+                        }
+                        return Some((Ok(text), (rx, streamer, guard, true)));
+                    }
+                }
+            }
+        },
+    );
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(frames))
+        .map_err(|e| ApiError::internal(e.to_string()))
+}

@@ -1,0 +1,716 @@
+//! `minfer serve` end to end: the real binary on a free loopback port, driven by the official
+//! openai Python client (tests/server/openai_client.py), curl for the raw SSE bytes, and raw
+//! sockets for hostile input, disconnects and shutdown. The tiny models serve where outputs do
+//! not matter; the real model where they do (greedy equality with the CLI, tool calls).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    /// host:port
+    addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(model: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
+            .arg("serve")
+            .arg(model)
+            .args(["--port", "0"])
+            .args(args)
+            .envs(env.iter().copied())
+            .env_remove("MINFER_API_KEY")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("minfer serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("listening on http://").nth(1) {
+                    let _ = tx.send(addr.trim().to_string());
+                }
+                sink.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("the server did not start:\n{}", log.lock().unwrap()));
+        Server { child, addr, log }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// A raw HTTP/1.1 request; the status and body (chunked bodies are de-chunked by reading
+    /// the whole reply and leaving the framing in place, which the callers do not mind).
+    fn raw(&self, request: &[u8]) -> (u16, String) {
+        let mut s = TcpStream::connect(&self.addr).expect("connects");
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(request).unwrap();
+        let mut reply = Vec::new();
+        if let Err(e) = s.read_to_end(&mut reply) {
+            panic!(
+                "no reply within the timeout ({e}) to {:?}",
+                String::from_utf8_lossy(&request[..request.len().min(200)])
+            );
+        }
+        let reply = String::from_utf8_lossy(&reply).into_owned();
+        let status = reply
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status line in {reply:?}"));
+        let body = reply
+            .split_once("\r\n\r\n")
+            .map_or(String::new(), |(_, b)| b.to_string());
+        (status, body)
+    }
+
+    fn request(&self, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, String) {
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n{headers}\r\n",
+            self.addr,
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(body);
+        self.raw(&req)
+    }
+
+    fn post(&self, path: &str, body: &str) -> (u16, String) {
+        self.request("POST", path, "Content-Type: application/json\r\n", body.as_bytes())
+    }
+
+    fn json(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        let (status, text) = self.post(path, &body.to_string());
+        let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        (status, value)
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self.request("GET", "/metrics", "", b"");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{name} missing from {text}"))
+    }
+
+    fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "no exit within {timeout:?} of SIGTERM:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tiny() -> std::path::PathBuf {
+    common::tiny_model("qwen2", "Q8_0")
+}
+
+fn run_client(server: &Server, group: &str, extra: &[&str]) {
+    let out = Command::new(common::python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/server/openai_client.py"))
+        .arg(server.url(""))
+        .arg(group)
+        .args(extra)
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success(),
+        "openai client ({group}) failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+}
+
+fn curl(args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "60"])
+        .args(args)
+        .output()
+        .expect("curl runs");
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+const HI: &str = r#"{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6, "temperature": 0}"#;
+
+#[test]
+fn the_openai_client_gets_openai_shaped_answers_from_every_endpoint() {
+    let server = Server::start(&tiny(), &["--n-slots", "2"], &[]);
+    run_client(&server, "protocol", &[]);
+}
+
+#[test]
+fn curl_sees_raw_sse_frames_ending_in_done_and_the_side_endpoints_answer() {
+    let server = Server::start(&tiny(), &["--n-slots", "1"], &[]);
+    let body = r#"{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}"#;
+    let out = curl(&[
+        "-N",
+        "-i",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        body,
+        &server.url("/v1/chat/completions"),
+    ]);
+    let (head, sse) = out.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.to_ascii_lowercase().contains("content-type: text/event-stream"),
+        "{head}"
+    );
+    let frames: Vec<&str> = sse.split("\n\n").filter(|f| !f.is_empty()).collect();
+    assert!(
+        frames.iter().all(|f| f.starts_with("data: ") && !f.contains('\n')),
+        "{sse:?}"
+    );
+    assert_eq!(*frames.last().unwrap(), "data: [DONE]");
+    let chunks: Vec<serde_json::Value> = frames[..frames.len() - 1]
+        .iter()
+        .map(|f| serde_json::from_str(&f[6..]).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(chunks.last().unwrap()["choices"], serde_json::json!([]));
+    let n_content = chunks
+        .iter()
+        .filter(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+        })
+        .count();
+    assert!(n_content as u64 <= usage["completion_tokens"].as_u64().unwrap());
+    let finish = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["finish_reason"].as_str())
+        .collect::<Vec<_>>();
+    assert_eq!(finish.len(), 1, "{chunks:?}");
+
+    let health: serde_json::Value = serde_json::from_str(&curl(&[&server.url("/health")])).unwrap();
+    assert_eq!(health["status"], "ok");
+    let metrics = curl(&[&server.url("/metrics")]);
+    for name in [
+        "minfer_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1",
+        "minfer_completion_tokens_total",
+        "minfer_generation_tokens_per_second",
+        "minfer_queue_depth 0",
+        "minfer_slots_busy 0",
+        "minfer_slots_total 1",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
+    }
+}
+
+#[test]
+fn bad_requests_get_openai_errors_with_the_right_status() {
+    let server = Server::start(
+        &tiny(),
+        &["--n-slots", "1", "--n-ctx", "64", "--max-body-bytes", "4096"],
+        &[],
+    );
+    let check = |(status, body): (u16, String), want: u16, mentions: &[&str]| {
+        assert_eq!(status, want, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        let message = v["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not an OpenAI error: {body}"));
+        assert!(v["error"]["type"].is_string(), "{body}");
+        for m in mentions {
+            assert!(message.contains(m), "{m:?} not in {message:?}");
+        }
+    };
+    let chat = "/v1/chat/completions";
+    check(server.post(chat, "{\"messages\": [}"), 400, &["not valid JSON"]);
+    check(server.post(chat, "[1, 2]"), 400, &["JSON object"]);
+    check(server.post(chat, "{\"model\": \"x\"}"), 400, &["messages"]);
+    check(
+        server.post(chat, r#"{"messages": [{"role": "robot", "content": "x"}]}"#),
+        400,
+        &["messages[0].role", "robot"],
+    );
+    check(
+        server.post(
+            chat,
+            r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": "8"}"#,
+        ),
+        400,
+        &["max_tokens", "integer"],
+    );
+    check(
+        server.post(chat, r#"{"messages": [{"role": "user", "content": "x"}], "stream": 1}"#),
+        400,
+        &["stream", "boolean"],
+    );
+    // The prompt's tokens and max_tokens against a 64-token context: both numbers are named.
+    let (status, body) = server.post(
+        chat,
+        r#"{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 60}"#,
+    );
+    check((status, body.clone()), 400, &["max_tokens is 60", "context of 64"]);
+    let long = format!(
+        r#"{{"messages": [{{"role": "user", "content": "{}"}}]}}"#,
+        "word ".repeat(100)
+    );
+    check(server.post(chat, &long), 400, &["context of 64"]);
+    check(
+        server.post(chat, &format!("{{\"pad\": \"{}\"}}", "x".repeat(5000))),
+        413,
+        &["4096"],
+    );
+    check(server.post("/v1/completions", r#"{"prompt": 5}"#), 400, &["prompt"]);
+    check(server.request("GET", "/v1/nothing", "", b""), 404, &["/v1/nothing"]);
+    check(server.request("GET", chat, "", b""), 405, &["GET"]);
+    // The server is unharmed.
+    let (status, _) = server.post(chat, HI);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn an_api_key_is_required_when_set_except_for_health() {
+    let server = Server::start(&tiny(), &["--n-slots", "1", "--api-key", "sesame"], &[]);
+    let (status, body) = server.post("/v1/chat/completions", HI);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("authentication_error"), "{body}");
+    let (status, _) = server.request(
+        "POST",
+        "/v1/chat/completions",
+        "Authorization: Bearer nope\r\n",
+        HI.as_bytes(),
+    );
+    assert_eq!(status, 401);
+    assert_eq!(server.request("GET", "/health", "", b"").0, 200);
+    assert_eq!(
+        server
+            .request("GET", "/v1/models", "Authorization: Bearer sesame\r\n", b"")
+            .0,
+        200
+    );
+    run_client(&server, "auth", &["sesame"]);
+}
+
+#[test]
+fn an_internal_failure_is_a_500_that_frees_the_slot_and_the_server_serves_on() {
+    let server = Server::start(&tiny(), &["--n-slots", "1"], &[("MINFER_SERVE_FAULT", "EXPLODE")]);
+    let boom = r#"{"messages": [{"role": "user", "content": "EXPLODE"}], "max_tokens": 4}"#;
+    let (status, body) = server.post("/v1/chat/completions", boom);
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("server_error"), "{body}");
+    // Streamed: the error arrives as a data frame, as OpenAI's streams carry errors.
+    let streamed = boom.replace("\"max_tokens\"", "\"stream\": true, \"max_tokens\"");
+    let (status, body) = server.post("/v1/chat/completions", &streamed);
+    assert_eq!(status, 200);
+    assert!(body.contains("\"error\"") && !body.contains("[DONE]"), "{body}");
+    for _ in 0..3 {
+        let (status, body) = server.json("/v1/chat/completions", serde_json::from_str(HI).unwrap());
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(server.metric("minfer_internal_errors_total"), 2.0);
+    let start = Instant::now();
+    while server.metric("minfer_slots_busy") != 0.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the slot stayed busy:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A small deterministic generator, so a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn hostile_value(rng: &mut Rng, depth: usize) -> serde_json::Value {
+    use serde_json::json;
+    match rng.below(if depth > 3 { 9 } else { 12 }) {
+        0 => json!(null),
+        1 => json!(true),
+        2 => json!(-1),
+        3 => json!(1e308),
+        4 => json!(18446744073709551615u64),
+        5 => json!(""),
+        6 => json!("\u{0}\u{202e}<|im_end|><tool_call>"),
+        7 => json!(0.5),
+        8 => json!(i64::MIN),
+        9 => json!([hostile_value(rng, depth + 1), hostile_value(rng, depth + 1)]),
+        10 => json!({"role": hostile_value(rng, depth + 1), "content": hostile_value(rng, depth + 1)}),
+        _ => json!({"type": "text", "text": hostile_value(rng, depth + 1)}),
+    }
+}
+
+#[test]
+fn hostile_bodies_at_every_endpoint_never_crash_hang_or_5xx_the_server() {
+    use serde_json::{json, Value};
+    let server = Server::start(
+        &tiny(),
+        &["--n-slots", "2", "--n-ctx", "128", "--max-body-bytes", "65536"],
+        &[],
+    );
+    let valid_chat = json!({
+        "model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}],
+        "max_tokens": 4, "temperature": 0.5, "top_p": 0.9, "n": 1, "stop": ["x"], "stream": false,
+        "logprobs": true, "top_logprobs": 2, "seed": 3, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        "tool_choice": "auto", "stream_options": {"include_usage": true}, "frequency_penalty": 0.1
+    });
+    let valid_completion = json!({"prompt": ["a", "b"], "max_tokens": 4, "logprobs": 1, "n": 2, "echo": false});
+    let fields = [
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "n",
+        "stop",
+        "stream",
+        "logprobs",
+        "top_logprobs",
+        "seed",
+        "tools",
+        "tool_choice",
+        "stream_options",
+        "prompt",
+        "frequency_penalty",
+        "presence_penalty",
+        "repeat_penalty",
+        "repeat_last_n",
+    ];
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut seen = std::collections::BTreeMap::new();
+    let started = Instant::now();
+    for i in 0..600 {
+        let (path, base) = if i % 2 == 0 {
+            ("/v1/chat/completions", &valid_chat)
+        } else {
+            ("/v1/completions", &valid_completion)
+        };
+        let body: Vec<u8> = match rng.below(6) {
+            // A field replaced by a hostile value (or added).
+            0 | 1 => {
+                let mut v = base.clone();
+                let field = fields[rng.below(fields.len())];
+                v[field] = hostile_value(&mut rng, 0);
+                // Bounded work for bodies that stay valid.
+                if let Value::Object(m) = &mut v {
+                    m.entry("max_tokens").or_insert(json!(4));
+                    if m["max_tokens"].as_u64().is_some_and(|n| n > 8) {
+                        m.insert("max_tokens".into(), json!(4));
+                    }
+                }
+                v.to_string().into_bytes()
+            }
+            // A message replaced by a hostile value.
+            2 => {
+                let mut v = valid_chat.clone();
+                v["messages"][rng.below(2)] = hostile_value(&mut rng, 0);
+                v.to_string().into_bytes()
+            }
+            // Truncated or bit-flipped JSON.
+            3 => {
+                let mut b = base.to_string().into_bytes();
+                let cut = rng.below(b.len());
+                if rng.below(2) == 0 {
+                    b.truncate(cut);
+                } else {
+                    b[cut] ^= 1 << rng.below(8);
+                }
+                b
+            }
+            // Deep nesting, random bytes, or nothing.
+            4 => match rng.below(3) {
+                0 => format!("{}{}", "[".repeat(5000), "]".repeat(5000)).into_bytes(),
+                1 => (0..rng.below(200)).map(|_| rng.next() as u8).collect(),
+                _ => Vec::new(),
+            },
+            _ => format!(
+                "{{\"messages\": [{{\"role\": \"user\", \"content\": \"{}\"}}], \"max_tokens\": 2}}",
+                "\\ud800".repeat(rng.below(5))
+            )
+            .into_bytes(),
+        };
+        let method = [
+            "POST", "POST", "POST", "POST", "POST", "POST", "POST", "GET", "PUT", "DELETE",
+        ][rng.below(10)];
+        let target = [
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/models",
+            "/health",
+            "/metrics",
+            path,
+            path,
+        ][rng.below(7)];
+        let (status, reply) = server.request(method, target, "Content-Type: application/json\r\n", &body);
+        assert!(
+            status < 500,
+            "{method} {target} with {:?} → {status} {reply}",
+            String::from_utf8_lossy(&body)
+        );
+        *seen.entry(status).or_insert(0) += 1;
+    }
+    eprintln!("statuses: {seen:?} in {:.1} s", started.elapsed().as_secs_f64());
+    assert!(seen.contains_key(&200) && seen.contains_key(&400), "{seen:?}");
+    // Malformed HTTP itself.
+    for raw in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+    ] {
+        let mut s = TcpStream::connect(&server.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(raw).unwrap();
+        let mut reply = Vec::new();
+        let _ = s.read_to_end(&mut reply);
+    }
+    let (status, _) = server.post("/v1/chat/completions", HI);
+    assert_eq!(status, 200, "the server still serves:\n{}", server.log());
+}
+
+#[test]
+fn a_client_that_disconnects_mid_request_frees_its_slot_at_once() {
+    // Seed 1 on the tiny model runs the full 2000 tokens (no early end-of-generation), so the
+    // generation is still going when the client leaves.
+    let server = Server::start(&tiny(), &["--n-slots", "1", "--n-ctx", "2048"], &[]);
+    let body = r#"{"prompt": "a", "max_tokens": 2000, "temperature": 1.0, "seed": 1, "stream": true}"#;
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 512];
+    let n = s.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).contains("200 OK"));
+    drop(s);
+    let start = Instant::now();
+    while server.metric("minfer_requests_cancelled_total") < 1.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the slot was not freed:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(server.metric("minfer_completion_tokens_total") < 2000.0);
+    let (status, _) = server.post("/v1/chat/completions", HI);
+    assert_eq!(status, 200);
+    assert!(server.log().contains("request cancelled"), "{}", server.log());
+
+    // The same for a client waiting on a whole (non-streamed) response.
+    let body = body.replace("\"stream\": true", "\"stream\": false");
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let start = Instant::now();
+    while server.metric("minfer_slots_busy") < 1.0 {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(s);
+    while server.metric("minfer_requests_cancelled_total") < 2.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the slot was not freed:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
+    let mut server = Server::start(&tiny(), &["--n-slots", "1"], &[]);
+    let addr = server.addr.clone();
+    let body = r#"{"prompt": "a", "max_tokens": 64, "temperature": 0, "stream": true}"#.to_string();
+    let in_flight = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    });
+    // Wait until the request holds the slot.
+    let start = Instant::now();
+    while server.metric("minfer_slots_busy") < 1.0 && !in_flight.is_finished() {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = server.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}\n{}", server.log());
+    let reply = in_flight.join().unwrap();
+    assert!(reply.contains("data: [DONE]"), "the in-flight stream was cut: {reply}");
+    assert!(
+        TcpStream::connect(&server.addr).is_err(),
+        "still accepting after shutdown"
+    );
+}
+
+#[test]
+fn sigterm_cancels_requests_that_outlive_the_shutdown_timeout_and_exits_zero() {
+    let mut server = Server::start(
+        &tiny(),
+        &["--n-slots", "1", "--n-ctx", "2048", "--shutdown-timeout", "0.2"],
+        &[],
+    );
+    let addr = server.addr.clone();
+    let in_flight = std::thread::spawn(move || {
+        let body = r#"{"prompt": "a", "max_tokens": 2000, "temperature": 1.0, "seed": 1, "stream": true}"#;
+        let mut s = TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut reply = String::new();
+        let _ = s.read_to_string(&mut reply);
+        reply
+    });
+    let start = Instant::now();
+    while server.metric("minfer_slots_busy") < 1.0 {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let begun = Instant::now();
+    let status = server.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}\n{}", server.log());
+    assert!(
+        begun.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        begun.elapsed()
+    );
+    let _ = in_flight.join();
+}
+
+#[test]
+fn concurrent_streams_on_few_slots_all_complete_without_mixing() {
+    let server = Server::start(&tiny(), &["--n-slots", "4"], &[]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/load-test.py");
+    let out = Command::new(common::python())
+        .arg(script)
+        .args([
+            "--url",
+            &server.url(""),
+            "--clients",
+            "16",
+            "--requests",
+            "3",
+            "--max-tokens",
+            "12",
+            "--check",
+        ])
+        .args(["--pid", &server.child.id().to_string()])
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+}
+
+/// The real model: outputs matter here.
+#[test]
+fn the_real_model_serves_the_clis_greedy_output_tool_calls_and_reuses_prefixes() {
+    let model = common::default_model();
+    let prompt = "Write a Python function that reverses a string.";
+    let cli = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg(&model)
+        .arg(prompt)
+        .args(["--greedy", "-n", "24"])
+        .output()
+        .unwrap();
+    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+    let cli_text = String::from_utf8(cli.stdout).unwrap();
+
+    let server = Server::start(&model, &["--n-slots", "1"], &[]);
+    let (status, r) = server.json(
+        "/v1/chat/completions",
+        serde_json::json!({"messages": [{"role": "user", "content": prompt}], "max_tokens": 24, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["choices"][0]["message"]["content"], cli_text.as_str());
+
+    let raw = "def fibonacci(n):";
+    let cli = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg(&model)
+        .arg(raw)
+        .args(["--greedy", "-n", "16", "--no-template"])
+        .output()
+        .unwrap();
+    let (status, r) = server.json(
+        "/v1/completions",
+        serde_json::json!({"prompt": raw, "max_tokens": 16, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["choices"][0]["text"], String::from_utf8(cli.stdout).unwrap().as_str());
+
+    run_client(&server, "real", &[]);
+    let log = server.log();
+    assert!(log.contains(" cached, "), "{log}");
+}
