@@ -55,7 +55,7 @@ pub struct Usage {
 impl Usage {
     fn add(&mut self, index: usize, n: usize, n_prompt: usize, n_cached: usize, n_generated: usize) {
         // The n choices of one prompt share it: count it once, with the first choice's reuse.
-        if index % n.max(1) == 0 {
+        if index.is_multiple_of(n.max(1)) {
             self.prompt_tokens += n_prompt;
             self.cached_tokens += n_cached;
         }
