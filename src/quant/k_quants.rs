@@ -15,6 +15,19 @@ pub fn nearest_int(fval: f32) -> i32 {
     (i & 0x007f_ffff) - 0x0040_0000
 }
 
+/// `roundf`: to nearest, ties away from zero, for every f32 (NaN and infinities included).
+/// Written without the libm call so that a loop of it vectorizes: `v - trunc(v)` is exact, so
+/// the comparison with one half decides exactly as `roundf` does.
+#[inline(always)]
+pub fn round_half_away(v: f32) -> f32 {
+    let t = v.trunc();
+    if (v - t).abs() >= 0.5 {
+        t + 1.0f32.copysign(v)
+    } else {
+        t
+    }
+}
+
 /// `make_qx_quants` with `rmse_type = 1` and no importance weights (weights = x²), the only
 /// form the reference quantizers use. Writes `L[i] = l + nmax` and returns the scale.
 pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
@@ -288,4 +301,54 @@ pub fn quantize_scale_min_superblock(x: &[f32], nmax: i32, search: &Qkx2Search) 
         }
     }
     (d, dmin, packed, levels)
+}
+
+#[cfg(test)]
+mod round_tests {
+    use super::round_half_away;
+
+    #[test]
+    fn round_half_away_is_roundf_for_every_kind_of_value() {
+        let mut values = vec![
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            1.5,
+            -1.5,
+            2.5,
+            -2.5,
+            0.499_999_97,
+            -0.499_999_97,
+            126.5,
+            -127.5,
+            8_388_607.5,
+            -8_388_607.5,
+            8_388_608.0,
+            16_777_217.0,
+            1e30,
+            -1e30,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            1e-45,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            values.push(f32::from_bits(state as u32));
+            values.push((state >> 40) as f32 / 65536.0 - 128.0);
+        }
+        for v in values {
+            let (got, want) = (round_half_away(v), v.round());
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{v}: {got} vs {want}"
+            );
+        }
+    }
 }

@@ -7,6 +7,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
+use super::k_quants::round_half_away;
 use bytemuck::{Pod, Zeroable};
 
 pub const QK8_0: usize = 32;
@@ -27,7 +28,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ8_0]) {
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         yb.d = f32_to_f16(d);
         for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
+            *q = round_half_away(v * id) as i8;
         }
     }
 }

@@ -10,6 +10,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
+use super::k_quants::round_half_away;
 use bytemuck::{Pod, Zeroable};
 
 pub const QK8_1: usize = 32;
@@ -33,7 +34,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ8_1]) {
         yb.d = f32_to_f16(d);
         let mut sum = 0i32;
         for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
+            *q = round_half_away(v * id) as i8;
             sum += *q as i32;
         }
         yb.s = f32_to_f16(sum as f32 * d);
