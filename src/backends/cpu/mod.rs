@@ -184,9 +184,26 @@ impl CpuBackend {
                 format!("the output holds {} values, {n_out} x {n_tokens} expected", y.len()),
             ));
         }
-        let act: Activations<'_> =
-            kernels::quantize_activations(wtype, n_in, x, n_tokens, &mut self.scratch).map_err(kerr)?;
         let n_threads = self.pool.n_threads();
+        // Quantize the activation rows a chunk of tokens per thread; a row's bytes do not depend
+        // on which thread quantized it.
+        let mut buffers = kernels::ActivationBuffers::new(wtype, n_in, x, n_tokens, &mut self.scratch).map_err(kerr)?;
+        if n_tokens < 2 * n_threads {
+            // A decode step: waking the pool would cost more than the row.
+            for chunk in buffers.chunks(n_tokens.max(1)) {
+                kernels::quantize_chunk(chunk).map_err(kerr)?;
+            }
+        } else {
+            let chunks = Claim::new(buffers.chunks(n_tokens.div_ceil(n_threads)));
+            let failed = FirstError::new();
+            self.pool.run(|_, _| {
+                while let Some(chunk) = chunks.next() {
+                    failed.record(kernels::quantize_chunk(chunk));
+                }
+            });
+            failed.into_result().map_err(kerr)?;
+        }
+        let act: Activations<'_> = buffers.finish();
         // Each output row is one complete dot product whatever chunk holds it, so any split
         // gives the same bits.
         let rows_per_chunk = chunk_len(n_out, n_threads);

@@ -44,7 +44,12 @@ const SCRATCH_ALIGN: usize = 16;
 
 /// Prepare `x` (`[n_in, n_tokens]`) for a matmul with `wtype` weights: quantize each row once into
 /// `scratch` with the reference quantizer of `wtype.vec_dot_type()`, or pass f32 rows through
-/// for float weights. `scratch` grows as needed and is reused across calls.
+/// for float weights. `scratch` grows as needed and is reused across calls. When the
+/// matrix-matrix kernel will take the product (enough tokens, a type and CPU it handles), the
+/// activations' per-block terms are computed here too, once for all threads.
+///
+/// The same as [`ActivationBuffers::new`], one [`quantize_chunk`] over all rows, and
+/// [`ActivationBuffers::finish`]; a caller with threads splits the rows instead.
 pub fn quantize_activations<'a>(
     wtype: GgmlType,
     n_in: usize,
@@ -52,51 +57,164 @@ pub fn quantize_activations<'a>(
     n_tokens: usize,
     scratch: &'a mut Vec<u8>,
 ) -> Result<Activations<'a>, KernelError> {
-    const K: &str = "quantize_activations";
-    check_nonzero(K, "n_in", n_in)?;
-    check_len(K, "x", x.len(), size(K, "x", n_in, n_tokens)?)?;
-    let Some(aty) = wtype.vec_dot_type() else {
-        return Ok(Activations::F32(x));
-    };
-    let row = row_bytes(K, aty, n_in)?;
-    let total = size(K, "scratch", row, n_tokens)?;
-    let with_gemm = n_tokens >= gemm::MIN_TOKENS && gemm::is_available(wtype);
-    let n_terms = if with_gemm {
-        n_tokens * (n_in / aty.block_size())
-    } else {
-        0
-    };
-    let n_aux = n_terms * gemm::aux_words_per_block(aty);
-    // The quantized rows, then (from a multiple of SCRATCH_ALIGN) the terms' scales and the
-    // kernel's words, 4 bytes each.
-    let data_len = total.next_multiple_of(SCRATCH_ALIGN);
-    let needed = n_terms
-        .checked_add(n_aux)
-        .and_then(|n| n.checked_mul(4))
-        .and_then(|t| data_len.checked_add(t)?.checked_add(SCRATCH_ALIGN))
-        .ok_or(KernelError::Overflow {
-            kernel: K,
-            operand: "scratch",
-        })?;
-    if scratch.len() < needed {
-        scratch.resize(needed, 0);
+    let mut buffers = ActivationBuffers::new(wtype, n_in, x, n_tokens, scratch)?;
+    if let Some(chunk) = buffers.chunks(n_tokens.max(1)).next() {
+        quantize_chunk(chunk)?;
     }
-    let offset = scratch.as_ptr().align_offset(SCRATCH_ALIGN);
-    let (data, rest) = scratch[offset..offset + needed - SCRATCH_ALIGN].split_at_mut(data_len);
-    let data = &mut data[..total];
-    let quant_err = |source| KernelError::Quant { kernel: K, source };
-    for (xr, dr) in x.chunks_exact(n_in).zip(data.chunks_exact_mut(row)) {
-        quant::quantize_row(aty, xr, dr).map_err(quant_err)?;
-    }
-    let terms = if with_gemm {
+    Ok(buffers.finish())
+}
+
+/// The quantized activation rows of one product and their kernel terms, being filled:
+/// regions of one scratch buffer, split by token into [`ActivationChunk`]s that
+/// [`quantize_chunk`] fills independently (on any thread), then viewed by
+/// [`ActivationBuffers::finish`].
+pub struct ActivationBuffers<'a> {
+    x: &'a [f32],
+    n_in: usize,
+    /// The activation type; `None` for float weights, whose activations are `x` itself.
+    ty: Option<GgmlType>,
+    data: &'a mut [u8],
+    d: &'a mut [f32],
+    aux: &'a mut [i32],
+    with_terms: bool,
+}
+
+/// The rows of some tokens of an [`ActivationBuffers`]: their f32 input and their outputs.
+pub struct ActivationChunk<'b> {
+    ty: GgmlType,
+    n_in: usize,
+    x: &'b [f32],
+    data: &'b mut [u8],
+    d: &'b mut [f32],
+    aux: &'b mut [i32],
+    with_terms: bool,
+}
+
+impl<'a> ActivationBuffers<'a> {
+    /// Sizes `scratch` for `n_tokens` rows of `n_in` values of `wtype`'s activation type (and
+    /// the kernel terms when [`gemm`] will run) and splits it into the output regions.
+    pub fn new(
+        wtype: GgmlType,
+        n_in: usize,
+        x: &'a [f32],
+        n_tokens: usize,
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<Self, KernelError> {
+        const K: &str = "quantize_activations";
+        check_nonzero(K, "n_in", n_in)?;
+        check_len(K, "x", x.len(), size(K, "x", n_in, n_tokens)?)?;
+        let Some(aty) = wtype.vec_dot_type() else {
+            return Ok(ActivationBuffers {
+                x,
+                n_in,
+                ty: None,
+                data: &mut [],
+                d: &mut [],
+                aux: &mut [],
+                with_terms: false,
+            });
+        };
+        let row = row_bytes(K, aty, n_in)?;
+        let total = size(K, "scratch", row, n_tokens)?;
+        let with_terms = n_tokens >= gemm::MIN_TOKENS && gemm::is_available(wtype);
+        let n_terms = if with_terms {
+            n_tokens * (n_in / aty.block_size())
+        } else {
+            0
+        };
+        let n_aux = n_terms * gemm::aux_words_per_block(aty);
+        // The quantized rows, then (from a multiple of SCRATCH_ALIGN) the terms' scales and the
+        // kernel's words, 4 bytes each.
+        let data_len = total.next_multiple_of(SCRATCH_ALIGN);
+        let needed = n_terms
+            .checked_add(n_aux)
+            .and_then(|n| n.checked_mul(4))
+            .and_then(|t| data_len.checked_add(t)?.checked_add(SCRATCH_ALIGN))
+            .ok_or(KernelError::Overflow {
+                kernel: K,
+                operand: "scratch",
+            })?;
+        if scratch.len() < needed {
+            scratch.resize(needed, 0);
+        }
+        let offset = scratch.as_ptr().align_offset(SCRATCH_ALIGN);
+        let (data, rest) = scratch[offset..offset + needed - SCRATCH_ALIGN].split_at_mut(data_len);
         let (d, aux) = bytemuck::cast_slice_mut::<u8, f32>(rest).split_at_mut(n_terms);
-        let aux: &mut [i32] = bytemuck::cast_slice_mut(aux);
-        gemm::activation_terms(aty, data, n_in / aty.block_size(), d, aux).map_err(quant_err)?;
-        Some(gemm::ActivationTerms { d, aux })
-    } else {
-        None
-    };
-    Ok(Activations::Quantized { ty: aty, data, terms })
+        Ok(ActivationBuffers {
+            x,
+            n_in,
+            ty: Some(aty),
+            data: &mut data[..total],
+            d,
+            aux: bytemuck::cast_slice_mut(aux),
+            with_terms,
+        })
+    }
+
+    /// The chunks of `tokens_per_chunk` tokens (the last may be shorter); none for float
+    /// weights, which need no preparation.
+    pub fn chunks(&mut self, tokens_per_chunk: usize) -> impl Iterator<Item = ActivationChunk<'_>> {
+        let (n_in, with_terms) = (self.n_in, self.with_terms);
+        let ty = self.ty.unwrap_or(GgmlType::F32);
+        let per = tokens_per_chunk.max(1);
+        let n_tokens = if self.ty.is_some() { self.x.len() / n_in } else { 0 };
+        let row = self.data.len() / n_tokens.max(1);
+        let nb = self.d.len() / n_tokens.max(1);
+        let words = self.aux.len() / n_tokens.max(1);
+        let mut d = self.d.chunks_mut((per * nb).max(1));
+        let mut aux = self.aux.chunks_mut((per * words).max(1));
+        self.x
+            .chunks(per * n_in)
+            .take(n_tokens.div_ceil(per))
+            .zip(self.data.chunks_mut((per * row).max(1)))
+            .map(move |(x, data)| ActivationChunk {
+                ty,
+                n_in,
+                x,
+                data,
+                d: if with_terms {
+                    d.next().unwrap_or_default()
+                } else {
+                    &mut []
+                },
+                aux: if with_terms {
+                    aux.next().unwrap_or_default()
+                } else {
+                    &mut []
+                },
+                with_terms,
+            })
+    }
+
+    /// The activations, once every chunk is filled.
+    pub fn finish(self) -> Activations<'a> {
+        match self.ty {
+            None => Activations::F32(self.x),
+            Some(ty) => Activations::Quantized {
+                ty,
+                data: self.data,
+                terms: self.with_terms.then_some(gemm::ActivationTerms {
+                    d: self.d,
+                    aux: self.aux,
+                }),
+            },
+        }
+    }
+}
+
+/// Quantizes a chunk's rows with the reference quantizer, and computes their kernel terms.
+pub fn quantize_chunk(chunk: ActivationChunk<'_>) -> Result<(), KernelError> {
+    const K: &str = "quantize_activations";
+    let quant_err = |source| KernelError::Quant { kernel: K, source };
+    let row = chunk.data.len() / (chunk.x.len() / chunk.n_in).max(1);
+    for (xr, dr) in chunk.x.chunks_exact(chunk.n_in).zip(chunk.data.chunks_exact_mut(row)) {
+        quant::quantize_row(chunk.ty, xr, dr).map_err(quant_err)?;
+    }
+    if chunk.with_terms {
+        let nb = chunk.n_in / chunk.ty.block_size();
+        gemm::activation_terms(chunk.ty, chunk.data, nb, chunk.d, chunk.aux).map_err(quant_err)?;
+    }
+    Ok(())
 }
 
 /// `y[t * n_out + o] = dot(weight row o, x row t)` for a weight `w` of `n_out` rows of `n_in`

@@ -30,7 +30,9 @@ pub use elementwise::{
 };
 pub use get_rows::get_rows;
 pub use kv_store::kv_store;
-pub use matmul::{matmul, matmul_rows, quantize_activations, Activations};
+pub use matmul::{
+    matmul, matmul_rows, quantize_activations, quantize_chunk, ActivationBuffers, ActivationChunk, Activations,
+};
 pub use norm::{rms_norm, rms_norm_mul};
 pub use rope::{rope, RopeStyle};
 
