@@ -180,7 +180,9 @@ impl Sampler {
             params,
             rng: Xoshiro256StarStar::from_seed(params.seed),
             candidates: Vec::new(),
-            window: Vec::new(),
+            // The penalty window's scratch at its full size now, so that it does not grow during
+            // a generation (bounded: the window is a user's number).
+            window: Vec::with_capacity(params.penalty_last_n.min(1 << 16)),
         })
     }
 

@@ -7,8 +7,11 @@ use crate::models::ModelDef;
 pub struct Session {
     model: Box<dyn ModelDef>,
     cache: GraphCache,
-    cparams: CParams,
+    /// The params of the last graph: the context params, and the batch of the last step.
+    params: GraphParams,
     n_past: usize,
+    /// Reused for the token ids, positions and output rows of each evaluation.
+    input_ids: Vec<i32>,
 }
 
 impl Session {
@@ -19,8 +22,9 @@ impl Session {
         Session {
             model,
             cache: GraphCache::new(GraphAllocator::new(backends)),
-            cparams,
+            params: GraphParams::new(1, 1, cparams),
             n_past: 0,
+            input_ids: Vec::new(),
         }
     }
 
@@ -29,7 +33,7 @@ impl Session {
     }
 
     pub fn n_ctx(&self) -> usize {
-        self.cparams.n_ctx
+        self.params.cparams.n_ctx
     }
 
     /// Tokens already in the KV cache.
@@ -51,8 +55,8 @@ impl Session {
     /// `MINFER_NO_FUSE_FFN`). The flags are part of the graph's identity, so the next step
     /// rebuilds.
     pub fn set_fusion(&mut self, fuse_qkv: bool, fuse_ffn: bool) {
-        self.cparams.fuse_qkv = fuse_qkv;
-        self.cparams.fuse_ffn = fuse_ffn;
+        self.params.cparams.fuse_qkv = fuse_qkv;
+        self.params.cparams.fuse_ffn = fuse_ffn;
     }
 
     /// How many graphs were built so far (a reused graph is not rebuilt).
@@ -73,9 +77,9 @@ impl Session {
     /// The graph `tokens` would run on, with backends assigned and fusion applied, without
     /// executing it (for `--dump-graph`).
     pub fn prepare_graph(&mut self, n_tokens: usize, n_out: usize) -> Result<&ComputeGraph, EngineError> {
-        let params = GraphParams::new(n_tokens, n_out, self.cparams.clone());
+        self.params.set_batch(n_tokens, n_out);
         let model = &self.model;
-        self.cache.prepare(&params, |p| model.build_graph(p))?;
+        self.cache.prepare(&self.params, |p| model.build_graph(p))?;
         Ok(self.cache.graph().expect("prepared"))
     }
 
@@ -86,7 +90,7 @@ impl Session {
         if nt == 0 {
             return Err(EngineError::EmptyBatch);
         }
-        let n_ctx = self.cparams.n_ctx;
+        let n_ctx = self.params.cparams.n_ctx;
         if self.n_past + nt > n_ctx {
             return Err(EngineError::ContextFull {
                 n_past: self.n_past,
@@ -102,15 +106,25 @@ impl Session {
         let n_out = n_out.clamp(1, nt);
         self.prepare_graph(nt, n_out)?;
 
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let positions: Vec<i32> = (self.n_past..self.n_past + nt).map(|p| p as i32).collect();
-        let (graph, alloc) = self.cache.parts().expect("prepared");
-        alloc.fill_input_i32(graph, "token_ids", &ids)?;
-        alloc.fill_input_i32(graph, "positions", &positions)?;
-        if n_out < nt {
-            let tail: Vec<i32> = ((nt - n_out)..nt).map(|i| i as i32).collect();
-            alloc.fill_input_i32(graph, "tail_ids", &tail)?;
-        }
+        // One reused buffer for the three I32 inputs: a decode step allocates nothing.
+        let mut ids = std::mem::take(&mut self.input_ids);
+        let filled = (|| {
+            let (graph, alloc) = self.cache.parts().expect("prepared");
+            ids.clear();
+            ids.extend(tokens.iter().map(|&t| t as i32));
+            alloc.fill_input_i32(graph, "token_ids", &ids)?;
+            ids.clear();
+            ids.extend((self.n_past..self.n_past + nt).map(|p| p as i32));
+            alloc.fill_input_i32(graph, "positions", &ids)?;
+            if n_out < nt {
+                ids.clear();
+                ids.extend(((nt - n_out)..nt).map(|i| i as i32));
+                alloc.fill_input_i32(graph, "tail_ids", &ids)?;
+            }
+            Ok::<_, EngineError>(())
+        })();
+        self.input_ids = ids;
+        filled?;
         self.cache.execute()?;
         self.n_past += nt;
 

@@ -282,8 +282,7 @@ impl GraphAllocator {
 
     /// Fill an I32 input (stored as f32 bit patterns).
     pub fn fill_input_i32(&mut self, graph: &ComputeGraph, name: &str, data: &[i32]) -> Result<(), GraphError> {
-        let bits: Vec<f32> = data.iter().map(|&v| f32::from_bits(v as u32)).collect();
-        self.fill_input(graph, name, &bits)
+        self.fill_input(graph, name, bytemuck::cast_slice(data))
     }
 
     /// Read a node's output from the host.

@@ -50,13 +50,29 @@ pub struct GraphParams {
     pub weights_version: u64,
 }
 
-impl GraphParams {
-    pub fn new(n_tokens: usize, n_out: usize, cparams: CParams) -> Self {
-        let gtype = if n_tokens == 1 {
+impl GraphType {
+    /// A single token decodes; more prefill.
+    pub fn for_batch(n_tokens: usize) -> Self {
+        if n_tokens == 1 {
             GraphType::Decode
         } else {
             GraphType::Prefill
-        };
+        }
+    }
+}
+
+impl GraphParams {
+    /// Point these params at a batch of `n_tokens` tokens with `n_out` logits rows, as
+    /// [`GraphParams::new`] would make them, keeping everything else: a session's step changes
+    /// only this, without copying the context params.
+    pub fn set_batch(&mut self, n_tokens: usize, n_out: usize) {
+        self.n_tokens = n_tokens;
+        self.n_out = n_out;
+        self.gtype = GraphType::for_batch(n_tokens);
+    }
+
+    pub fn new(n_tokens: usize, n_out: usize, cparams: CParams) -> Self {
+        let gtype = GraphType::for_batch(n_tokens);
         GraphParams {
             n_tokens,
             n_out,

@@ -84,8 +84,20 @@ impl BackendScheduler {
 
     /// Run the graph: split by split, node by node in build order.
     pub fn execute(graph: &ComputeGraph, alloc: &mut GraphAllocator) -> Result<(), GraphError> {
+        Self::execute_splits(graph, &Self::split_graph(graph), alloc, &mut Vec::new())
+    }
+
+    /// [`Self::execute`] over splits computed once for the graph ([`Self::split_graph`]), with
+    /// a reused buffer for each node's input list: what a cached graph runs every step, without
+    /// allocating.
+    pub fn execute_splits(
+        graph: &ComputeGraph,
+        splits: &[Split],
+        alloc: &mut GraphAllocator,
+        in_bufs: &mut Vec<BufRef>,
+    ) -> Result<(), GraphError> {
         let mut previous: Option<Backend> = None;
-        for split in Self::split_graph(graph) {
+        for split in splits {
             if let Some(prev) = previous.filter(|&p| p != split.backend) {
                 alloc.backend_mut(prev)?.synchronize();
             }
@@ -106,7 +118,7 @@ impl BackendScheduler {
                         actual: out.backend.to_string(),
                     });
                 }
-                let mut in_bufs: Vec<BufRef> = Vec::with_capacity(node.src.len());
+                in_bufs.clear();
                 for &src in &node.src {
                     let buf = match alloc.node_buffer(src) {
                         Some(b) if b.backend == split.backend => b,
@@ -126,9 +138,7 @@ impl BackendScheduler {
                     _ => None,
                 };
                 let kv = layer.and_then(|l| alloc.kv_pair(l));
-                alloc
-                    .backend_mut(split.backend)?
-                    .execute_node(node, &in_bufs, out, kv)?;
+                alloc.backend_mut(split.backend)?.execute_node(node, in_bufs, out, kv)?;
             }
             previous = Some(split.backend);
         }

@@ -44,7 +44,12 @@ impl CpuBackend {
     ) -> Result<(), BackendError> {
         let nt = node.out_shape[1];
         let x = std::mem::take(&mut self.buffers[in_bufs[0].id]);
-        let positions = ids_of(self.buffer(node, in_bufs[1])?);
+        // Held outside `self` for the node, like `x`: the projections need `&mut self`.
+        let position_bits = match self.buffers.get_mut(in_bufs[1].id) {
+            Some(b) => std::mem::take(b),
+            None => return Err(self.err(node, format!("no buffer {}", in_bufs[1].id))),
+        };
+        let positions = ids_of(&position_bits);
         let mut k = std::mem::take(&mut self.fused_k);
         let mut v = std::mem::take(&mut self.fused_v);
         k.resize(m.k.out_dim * nt, 0.0);
@@ -65,7 +70,7 @@ impl CpuBackend {
             let r = &m.rope;
             kernels::rope(
                 out,
-                &positions,
+                positions,
                 nt,
                 r.n_head,
                 r.head_dim,
@@ -76,7 +81,7 @@ impl CpuBackend {
             .map_err(|e| self.err(node, e))?;
             kernels::rope(
                 &mut k,
-                &positions,
+                positions,
                 nt,
                 m.n_head_kv,
                 r.head_dim,
@@ -88,12 +93,13 @@ impl CpuBackend {
             let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
             let mut k_region = std::mem::take(&mut self.buffers[k_id]);
             let mut v_region = std::mem::take(&mut self.buffers[v_id]);
-            let stored = kernels::kv_store(&positions, &k, &v, m.kv.n_kv_embd, &mut k_region, &mut v_region);
+            let stored = kernels::kv_store(positions, &k, &v, m.kv.n_kv_embd, &mut k_region, &mut v_region);
             self.buffers[k_id] = k_region;
             self.buffers[v_id] = v_region;
             stored.map_err(|e| self.err(node, e))
         })();
         self.buffers[in_bufs[0].id] = x;
+        self.buffers[in_bufs[1].id] = position_bits;
         self.fused_k = k;
         self.fused_v = v;
         result

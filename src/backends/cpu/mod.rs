@@ -121,8 +121,9 @@ fn physical_cores() -> Option<usize> {
     (!cores.is_empty()).then_some(cores.len())
 }
 
-fn ids_of(bits: &[f32]) -> Vec<i32> {
-    bits.iter().map(|v| v.to_bits() as i32).collect()
+/// An I32 input's values, which its f32 buffer holds as bit patterns: viewed in place.
+fn ids_of(bits: &[f32]) -> &[i32] {
+    bytemuck::cast_slice(bits)
 }
 
 impl CpuBackend {
@@ -377,7 +378,7 @@ impl CpuBackend {
             (Op::GetRows, NodeMeta::Embed(m)) => {
                 let ids = ids_of(self.buffer(node, in_bufs[0])?);
                 let w = self.weight(node, &m.weight_name)?;
-                kernels::get_rows(w.data, w.ggml_type, m.n_embd, m.n_rows, &ids, out).map_err(kerr)
+                kernels::get_rows(w.data, w.ggml_type, m.n_embd, m.n_rows, ids, out).map_err(kerr)
             }
             (Op::GetRows, _) => {
                 let x = self.buffer(node, in_bufs[0])?;
@@ -423,7 +424,7 @@ impl CpuBackend {
                     RopeStyle::Neox => kernels::RopeStyle::Neox,
                     RopeStyle::Normal => kernels::RopeStyle::Normal,
                 };
-                kernels::rope(out, &positions, nt, m.n_head, m.head_dim, m.n_rot, m.freq_base, style).map_err(kerr)
+                kernels::rope(out, positions, nt, m.n_head, m.head_dim, m.n_rot, m.freq_base, style).map_err(kerr)
             }
             (Op::Silu, _) => {
                 if aliased(0) {
@@ -448,12 +449,12 @@ impl CpuBackend {
                 if k_id != out_buf.id {
                     return Err(self.err(node, "the store's output must be the layer's K region"));
                 }
-                let positions = ids_of(self.buffer(node, in_bufs[2])?);
                 let mut v_region = std::mem::take(&mut self.buffers[v_id]);
                 let result = (|| {
+                    let positions = ids_of(self.buffer(node, in_bufs[2])?);
                     let (k, v) = (self.buffer(node, in_bufs[0])?, self.buffer(node, in_bufs[1])?);
                     let width = k.len() / positions.len().max(1);
-                    kernels::kv_store(&positions, k, v, width, out, &mut v_region).map_err(kerr)
+                    kernels::kv_store(positions, k, v, width, out, &mut v_region).map_err(kerr)
                 })();
                 self.buffers[v_id] = v_region;
                 result
@@ -487,7 +488,7 @@ impl CpuBackend {
                 let n_threads = self.pool.n_threads();
                 if n_threads == 1 || n_rows <= 1 || hd == 0 || out.len() != n_rows * hd {
                     // One thread, nothing to split, or sizes the kernel will refuse.
-                    return kernels::attention(q, k, v, &positions, nt, m.n_head, m.n_head_kv, hd, stride, n_kv, out)
+                    return kernels::attention(q, k, v, positions, nt, m.n_head, m.n_head_kv, hd, stride, n_kv, out)
                         .map_err(kerr);
                 }
                 // Later tokens attend to more cells: hand out the chunks last first, so the
@@ -502,7 +503,7 @@ impl CpuBackend {
                             q,
                             k,
                             v,
-                            &positions,
+                            positions,
                             nt,
                             m.n_head,
                             m.n_head_kv,
