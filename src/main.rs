@@ -223,6 +223,10 @@ enum Command {
         /// Timed repetitions of each test, after one warm-up run.
         #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
         repetitions: usize,
+        /// Also measure the memory read bandwidth at each thread count and report generation as
+        /// a fraction of the rate it allows (weights read per token / bandwidth).
+        #[arg(long)]
+        bandwidth: bool,
         /// Output format: a markdown table, or llama-bench's JSON array.
         #[arg(short = 'o', long = "output", value_enum, default_value_t = BenchFormat::Md)]
         output: BenchFormat,
@@ -376,6 +380,7 @@ fn run_bench(
     n_gen: Vec<usize>,
     threads: Vec<usize>,
     repetitions: usize,
+    bandwidth: bool,
     output: BenchFormat,
     backend: Option<String>,
 ) -> anyhow::Result<()> {
@@ -390,6 +395,7 @@ fn run_bench(
         },
         repetitions,
         backend,
+        bandwidth,
         ..Default::default()
     };
     let mut stdout = std::io::stdout().lock();
@@ -486,9 +492,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             n_gen,
             threads,
             repetitions,
+            bandwidth,
             output,
             backend,
-        } => run_bench(&model, n_prompt, n_gen, threads, repetitions, output, backend)?,
+        } => run_bench(
+            &model,
+            n_prompt,
+            n_gen,
+            threads,
+            repetitions,
+            bandwidth,
+            output,
+            backend,
+        )?,
         Command::Serve {
             model,
             host,

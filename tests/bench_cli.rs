@@ -120,3 +120,35 @@ fn a_test_longer_than_the_models_context_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs 100000 tokens of context"), "{err}");
 }
+
+#[test]
+fn with_bandwidth_generation_is_reported_against_the_rate_the_memory_allows() {
+    let out = stdout(&bench(&[
+        "-p",
+        "0",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "-o",
+        "json",
+        "--bandwidth",
+    ]));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let r = &rows[0];
+    let gbs = r["mem_read_gbs"].as_f64().unwrap();
+    let bytes = r["weight_bytes_per_token"].as_u64().unwrap();
+    let bound = r["gen_bound_ts"].as_f64().unwrap();
+    assert!(gbs > 0.0 && bytes > 0, "{r}");
+    assert!((bound - gbs * 1e9 / bytes as f64).abs() <= 1e-6 * bound, "{r}");
+
+    let md = stdout(&bench(&["-p", "0", "-n", "4", "-r", "1", "-t", "1", "--bandwidth"]));
+    assert!(
+        md.contains("tg4 at 1 threads:") && md.contains("% of the bandwidth bound"),
+        "{md}"
+    );
+    let plain = stdout(&bench(&["-p", "0", "-n", "4", "-r", "1", "-t", "1", "-o", "json"]));
+    assert!(!plain.contains("mem_read_gbs"), "{plain}");
+}

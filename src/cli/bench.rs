@@ -48,6 +48,9 @@ pub struct BenchOptions {
     pub backend: Option<String>,
     /// Seed of the random token ids.
     pub seed: u64,
+    /// Also measure the memory read bandwidth at each thread count, and with it the bound it
+    /// puts on generation (`--bandwidth`).
+    pub bandwidth: bool,
 }
 
 impl Default for BenchOptions {
@@ -59,6 +62,7 @@ impl Default for BenchOptions {
             repetitions: 5,
             backend: None,
             seed: 1,
+            bandwidth: false,
         }
     }
 }
@@ -94,6 +98,15 @@ pub struct BenchResult {
     pub samples_ts: Vec<f64>,
     /// The process's peak resident memory when the test ended (`VmHWM`), if the system says.
     pub peak_rss_bytes: Option<u64>,
+    /// With `--bandwidth`: the memory read bandwidth at this thread count, in GB/s ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_read_gbs: Option<f64>,
+    /// ... the bytes of weights a generated token reads ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight_bytes_per_token: Option<u64>,
+    /// ... and the generation rate that bandwidth allows, tokens/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gen_bound_ts: Option<f64>,
 }
 
 impl BenchResult {
@@ -130,6 +143,9 @@ impl BenchResult {
             samples_ns: Vec::new(),
             samples_ts: Vec::new(),
             peak_rss_bytes: None,
+            mem_read_gbs: None,
+            weight_bytes_per_token: None,
+            gen_bound_ts: None,
         }
     }
 
@@ -285,6 +301,7 @@ pub fn run_bench(
             return Err(BenchError::ContextTooLarge { needed, n_ctx_train });
         }
         let info = ModelInfo::new(path, &loaded.file, &loaded.session);
+        let per_token = weight_bytes_per_token(&loaded.file);
         let n_vocab = loaded.session.model().hparams().n_vocab;
         let bos = loaded.tokenizer.add_bos().then(|| loaded.tokenizer.bos()).flatten();
         let session = &mut loaded.session;
@@ -308,11 +325,74 @@ pub fn run_bench(
             }
             result.set_samples(samples);
             result.peak_rss_bytes = peak_rss_bytes();
+            if options.bandwidth {
+                result.weight_bytes_per_token = Some(per_token);
+            }
             on_result(&result)?;
             results.push(result);
         }
     }
+    if options.bandwidth {
+        // After every test, so that the buffer does not count in their peak RSS.
+        for &n_threads in &options.n_threads {
+            let gbs = read_bandwidth(n_threads);
+            for r in results.iter_mut().filter(|r| r.n_threads == n_threads) {
+                r.mem_read_gbs = Some(gbs);
+                r.gen_bound_ts = r.weight_bytes_per_token.map(|b| gbs * 1e9 / b.max(1) as f64);
+            }
+        }
+    }
     Ok(results)
+}
+
+/// Bytes of weights one generated token reads: every tensor but the token embedding table, of
+/// which it reads one row (unless the table is also the output projection).
+pub fn weight_bytes_per_token(file: &GgufFile) -> u64 {
+    let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
+    file.tensors()
+        .iter()
+        .filter(|t| tied || t.name != "token_embd.weight")
+        .map(|t| t.size)
+        .sum()
+}
+
+/// The memory read bandwidth with `n_threads` threads, in GB/s: the best of three passes summing
+/// a 512 MiB buffer (larger than any cache), each thread its share.
+pub fn read_bandwidth(n_threads: usize) -> f64 {
+    const BYTES: usize = 512 << 20;
+    // Nonzero, so that every page is really written (and resident) before timing.
+    let buf = vec![1u64; BYTES / 8];
+    let n_threads = n_threads.max(1);
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let total: u64 = std::thread::scope(|s| {
+            let parts: Vec<_> = buf
+                .chunks(buf.len().div_ceil(n_threads))
+                .map(|part| s.spawn(move || sum_words(part)))
+                .collect();
+            parts
+                .into_iter()
+                .map(|p| p.join().unwrap_or(0))
+                .fold(0, u64::wrapping_add)
+        });
+        std::hint::black_box(total);
+        best = best.max(BYTES as f64 / start.elapsed().as_secs_f64() / 1e9);
+    }
+    best
+}
+
+/// A wrapping sum in eight independent lanes, which the compiler keeps in vector registers.
+fn sum_words(words: &[u64]) -> u64 {
+    let mut lanes = [0u64; 8];
+    let chunks = words.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &w) in lanes.iter_mut().zip(c) {
+            *l = l.wrapping_add(w);
+        }
+    }
+    lanes.iter().chain(tail).fold(0, |a, &b| a.wrapping_add(b))
 }
 
 /// Nanoseconds to evaluate `tokens` in one batch from an empty context.
@@ -430,11 +510,26 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
         .filter_map(|r| r.peak_rss_bytes)
         .max()
         .map_or_else(|| "unknown".to_string(), |b| format!("{:.2} MiB", b as f64 / MIB));
-    format!(
+    let mut footer = format!(
         "\nbuild: minfer {} | simd: {} | peak RSS: {rss}\n",
         env!("CARGO_PKG_VERSION"),
         crate::quant::simd::simd_level()
-    )
+    );
+    for r in results.iter().filter(|r| r.n_gen > 0 && r.n_prompt == 0) {
+        if let (Some(gbs), Some(bytes), Some(bound)) = (r.mem_read_gbs, r.weight_bytes_per_token, r.gen_bound_ts) {
+            footer += &format!(
+                "{} at {} threads: {:.2} tok/s is {:.0} % of the bandwidth bound {:.1} tok/s \
+                 ({gbs:.1} GB/s read, {:.1} MB of weights per token)\n",
+                r.test_name(),
+                r.n_threads,
+                r.avg_ts,
+                100.0 * r.avg_ts / bound,
+                bound,
+                bytes as f64 / 1e6
+            );
+        }
+    }
+    footer
 }
 
 /// The rows as a JSON array of llama-bench-shaped objects.
@@ -464,6 +559,31 @@ fn human_params(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bandwidth_sum_adds_every_word_with_wraparound() {
+        let words: Vec<u64> = (0..1003).map(|i| i * 0x9e37_79b9_7f4a_7c15).collect();
+        let expected = words.iter().fold(0u64, |a, &b| a.wrapping_add(b));
+        assert_eq!(sum_words(&words), expected);
+        assert_eq!(sum_words(&[]), 0);
+    }
+
+    #[test]
+    fn a_token_reads_every_weight_but_the_untied_embedding_table() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
+        let file = GgufFile::open(dir.join("tiny-qwen2-Q8_0.gguf")).unwrap();
+        let all: u64 = file.tensors().iter().map(|t| t.size).sum();
+        let embd = file
+            .tensors()
+            .iter()
+            .find(|t| t.name == "token_embd.weight")
+            .unwrap()
+            .size;
+        let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
+        let expected = if tied { all } else { all - embd };
+        assert_eq!(weight_bytes_per_token(&file), expected);
+        assert!(weight_bytes_per_token(&file) > 0);
+    }
 
     fn row(n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -> BenchResult {
         let info = ModelInfo {
