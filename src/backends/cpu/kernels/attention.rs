@@ -162,8 +162,21 @@ fn check(
 /// Cells per block of the softmax: one block's scores live on the stack.
 const BLOCK: usize = 128;
 
-/// Head rows `heads` (token-major (token, head) pairs) into `out`, sizes already checked,
-/// compiled wide where the CPU allows ([`is_wide`]).
+/// The operands of one attention, sizes already checked.
+#[derive(Clone, Copy)]
+struct Operands<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    positions: &'a [i32],
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    kv_stride: usize,
+}
+
+/// Head rows `heads` (token-major (token, head) pairs) into `out`, compiled wide where the CPU
+/// allows ([`is_wide`]).
 #[allow(clippy::too_many_arguments)]
 fn attend(
     q: &[f32],
@@ -177,31 +190,29 @@ fn attend(
     heads: Range<usize>,
     out: &mut [f32],
 ) {
+    let ops = Operands {
+        q,
+        k,
+        v,
+        positions,
+        n_head,
+        n_head_kv,
+        head_dim,
+        kv_stride,
+    };
     if is_wide() {
         // SAFETY: `is_wide` checked AVX-512 F and VL (and AVX2).
-        unsafe { attend_wide(q, k, v, positions, n_head, n_head_kv, head_dim, kv_stride, heads, out) };
+        unsafe { attend_wide(ops, heads, out) };
     } else {
-        attend_rows::<false>(q, k, v, positions, n_head, n_head_kv, head_dim, kv_stride, heads, out)
+        attend_rows::<false>(ops, heads, out)
     }
 }
 
 /// [`attend_rows`] compiled for AVX-512: a named function rather than [`super::math::wide`]'s
 /// closure, which the compiler does not inline whole at this size.
 #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f,avx512vl,avx2"))]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_wide(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    positions: &[i32],
-    n_head: usize,
-    n_head_kv: usize,
-    head_dim: usize,
-    kv_stride: usize,
-    heads: Range<usize>,
-    out: &mut [f32],
-) {
-    attend_rows::<true>(q, k, v, positions, n_head, n_head_kv, head_dim, kv_stride, heads, out)
+unsafe fn attend_wide(ops: Operands<'_>, heads: Range<usize>, out: &mut [f32]) {
+    attend_rows::<true>(ops, heads, out)
 }
 
 /// Each row: the cells in blocks of [`BLOCK`]. A block's scores are computed and its maximum
@@ -212,19 +223,17 @@ unsafe fn attend_wide(
 ///
 /// `WIDE` selects [`dot_wide`], which only a caller compiled for AVX-512 may ask for.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn attend_rows<const WIDE: bool>(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    positions: &[i32],
-    n_head: usize,
-    n_head_kv: usize,
-    head_dim: usize,
-    kv_stride: usize,
-    heads: Range<usize>,
-    out: &mut [f32],
-) {
+fn attend_rows<const WIDE: bool>(ops: Operands<'_>, heads: Range<usize>, out: &mut [f32]) {
+    let Operands {
+        q,
+        k,
+        v,
+        positions,
+        n_head,
+        n_head_kv,
+        head_dim,
+        kv_stride,
+    } = ops;
     let group = n_head / n_head_kv;
     let scale = 1.0 / (head_dim as f32).sqrt();
     let mut scores = [0.0f32; BLOCK];
@@ -482,7 +491,17 @@ mod tests {
         let dispatched = run(&c, &q, &k, &v);
         let mut portable = vec![f32::NAN; q.len()];
         let rows = 0..c.positions.len() * c.n_head;
-        attend_rows::<false>(&q, &k, &v, &c.positions, 14, 2, 64, 128, rows, &mut portable);
+        let ops = Operands {
+            q: &q,
+            k: &k,
+            v: &v,
+            positions: &c.positions,
+            n_head: 14,
+            n_head_kv: 2,
+            head_dim: 64,
+            kv_stride: 128,
+        };
+        attend_rows::<false>(ops, rows, &mut portable);
         let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&dispatched), bits(&portable));
     }
