@@ -16,7 +16,7 @@ use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -40,6 +40,8 @@ pub struct AppState {
     pub n_slots: usize,
     pub api_key: Option<String>,
     pub max_body_bytes: usize,
+    /// How long a body may take to arrive once its headers have.
+    pub body_timeout: std::time::Duration,
     pub created: u64,
     /// A prompt containing this text fails inside its slot (`MINFER_SERVE_FAULT`).
     pub fault_marker: Option<String>,
@@ -163,6 +165,23 @@ async fn metrics(State(app): State<App>) -> Response {
         .into_response()
 }
 
+/// Reads the body within the body timeout (a client trickling it in would otherwise hold its
+/// connection and task for as long as it likes) and parses it as JSON.
+async fn read_json(app: &AppState, req: Request) -> Result<Value, ApiError> {
+    let body = tokio::time::timeout(app.body_timeout, Bytes::from_request(req, &()))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    app.body_timeout.as_secs_f64()
+                ),
+            )
+        })?;
+    parse_body(app, body)
+}
+
 fn parse_body(app: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let bytes = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
@@ -188,9 +207,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
         .map_err(|e| ApiError::internal(format!("a request task failed: {e}")))?
 }
 
-async fn chat(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn chat(State(app): State<App>, req: Request) -> Response {
     let result = async {
-        let body = parse_body(&app, body)?;
+        let body = read_json(&app, req).await?;
         let req = request::chat(&body)?;
         let tools: Vec<String> = req
             .tools
@@ -217,9 +236,9 @@ async fn chat(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Re
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn completions(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn completions(State(app): State<App>, req: Request) -> Response {
     let result = async {
-        let body = parse_body(&app, body)?;
+        let body = read_json(&app, req).await?;
         let req = request::completion(&body)?;
         let fault = match &app.fault_marker {
             Some(m) => req
