@@ -8,9 +8,10 @@
 
 use super::error::ApiError;
 use super::metrics::Metrics;
-use super::request::{self, Common, Prompt};
+use super::request::{self, Common, Prompt, ToolChoice};
 use super::response::{Collector, Endpoint, Reply, Streamer};
 use super::slots::{Job, Run, Scheduler};
+use super::tool_calls;
 use crate::engine::GenerateOptions;
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
@@ -217,20 +218,30 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
             .flatten()
             .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
             .collect();
+        // Without constrained decoding, a call is forced by writing its start into the prompt,
+        // after the assistant's turn opens: the model can only go on with a call.
+        let prefill = match &req.tool_choice {
+            ToolChoice::Auto => String::new(),
+            ToolChoice::Required => tool_calls::forced_call_prefix(None),
+            ToolChoice::Function(name) => tool_calls::forced_call_prefix(Some(name)),
+        };
         let state = Arc::clone(&app);
+        let prompt_end = prefill.clone();
         let (text, tokens) = blocking(move || {
-            let text = state
+            let mut text = state
                 .template
                 .render(&req.messages, req.tools.as_deref(), true, &serde_json::Map::new())
                 .map_err(|e| {
                     ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
                 })?;
+            text.push_str(&prompt_end);
             let tokens = crate::cli::run::encode_prompt(&state.tokenizer, &text);
             Ok((text, tokens))
         })
         .await?;
         let fault = app.fault_marker.as_deref().is_some_and(|m| text.contains(m));
-        start(&app, Endpoint::Chat, req.common, vec![tokens], tools, fault).await
+        let reply = ReplyTools { names: tools, prefill };
+        start(&app, Endpoint::Chat, req.common, vec![tokens], reply, fault).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -272,7 +283,15 @@ async fn completions(State(app): State<App>, req: Request) -> Response {
                 .collect::<Vec<_>>())
         })
         .await?;
-        start(&app, Endpoint::Completion, req.common, prompts, Vec::new(), fault).await
+        start(
+            &app,
+            Endpoint::Completion,
+            req.common,
+            prompts,
+            ReplyTools::default(),
+            fault,
+        )
+        .await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -288,13 +307,22 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// How a reply is read for tool calls.
+#[derive(Default)]
+struct ReplyTools {
+    /// The offered tools' names; none: the reply is not parsed for calls.
+    names: Vec<String>,
+    /// The start of the reply that ends the prompt (a forced call).
+    prefill: String,
+}
+
 /// Checks the context budget, queues the job and answers with its stream or its whole result.
 async fn start(
     app: &AppState,
     endpoint: Endpoint,
     common: Common,
     prompts: Vec<Vec<u32>>,
-    tools: Vec<String>,
+    tools: ReplyTools,
     fault: bool,
 ) -> Result<Response, ApiError> {
     let n_ctx = app.n_ctx;
@@ -362,7 +390,8 @@ async fn start(
         created: super::unix_time(),
         model: app.model_id.clone(),
         endpoint,
-        tools,
+        tools: tools.names,
+        prefill: tools.prefill,
         include_usage: common.include_usage,
         n: common.n,
         tokenizer: Arc::clone(&app.tokenizer),
