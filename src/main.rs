@@ -272,6 +272,16 @@ enum Command {
         /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
         #[arg(long, default_value_t = 10.0)]
         shutdown_timeout: f64,
+        /// Seconds a connection may take to send a request's headers, idle keep-alive time
+        /// included; slower connections are closed.
+        #[arg(long, default_value_t = minfer::server::DEFAULT_HEADER_TIMEOUT_S)]
+        header_timeout: f64,
+        /// Seconds a request's body may take to arrive after its headers (slower ones get 408).
+        #[arg(long, default_value_t = minfer::server::DEFAULT_BODY_TIMEOUT_S)]
+        body_timeout: f64,
+        /// Most connections open at once; further ones wait in the listen backlog.
+        #[arg(long, default_value_t = minfer::server::DEFAULT_MAX_CONNECTIONS)]
+        max_connections: usize,
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
@@ -515,12 +525,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             api_key,
             max_body_bytes,
             shutdown_timeout,
+            header_timeout,
+            body_timeout,
+            max_connections,
             backend,
         } => {
             anyhow::ensure!(
                 shutdown_timeout.is_finite() && shutdown_timeout >= 0.0,
                 "--shutdown-timeout must be a number of seconds >= 0"
             );
+            for (flag, seconds) in [("--header-timeout", header_timeout), ("--body-timeout", body_timeout)] {
+                anyhow::ensure!(
+                    seconds.is_finite() && seconds > 0.0 && seconds < 1e9,
+                    "{flag} must be a number of seconds above 0"
+                );
+            }
             minfer::server::serve(minfer::server::ServerConfig {
                 model,
                 host,
@@ -532,6 +551,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 api_key,
                 max_body_bytes,
                 shutdown_timeout: std::time::Duration::from_secs_f64(shutdown_timeout),
+                header_timeout: std::time::Duration::from_secs_f64(header_timeout),
+                body_timeout: std::time::Duration::from_secs_f64(body_timeout),
+                max_connections,
             })?
         }
     }

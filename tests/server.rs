@@ -714,3 +714,93 @@ fn the_real_model_serves_the_clis_greedy_output_tool_calls_and_reuses_prefixes()
     let log = server.log();
     assert!(log.contains(" cached, "), "{log}");
 }
+
+/// Reads until the server closes the connection (or the timeout): what it sent.
+fn read_until_closed(s: &mut TcpStream, timeout: Duration) -> String {
+    s.set_read_timeout(Some(timeout)).unwrap();
+    let mut reply = Vec::new();
+    match s.read_to_end(&mut reply) {
+        Ok(_) => {}
+        // A reset is a close too.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!(
+            "still open after {timeout:?} ({e}); read {:?}",
+            String::from_utf8_lossy(&reply)
+        ),
+    }
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+#[test]
+fn idle_and_trickling_connections_are_closed_at_the_header_timeout_while_others_are_served() {
+    let server = Server::start(&tiny(), &["--n-slots", "1", "--header-timeout", "1"], &[]);
+    let start = Instant::now();
+    let mut silent = TcpStream::connect(&server.addr).unwrap();
+    let addr = server.addr.clone();
+    // Headers a byte every 100 ms, without end: each byte arrives in time, the whole never does.
+    let trickle = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let begun = Instant::now();
+        for b in b"POST /v1/completions HTTP/1.1\r\nX-Slow: "
+            .iter()
+            .chain(std::iter::repeat(&b'a'))
+        {
+            if s.write_all(&[*b]).is_err() || begun.elapsed() > Duration::from_secs(30) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        begun.elapsed()
+    });
+    // Meanwhile the server answers others at once.
+    for _ in 0..3 {
+        let (status, body) = server.post("/v1/chat/completions", HI);
+        assert_eq!(status, 200, "{body}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+    let reply = read_until_closed(&mut silent, Duration::from_secs(10));
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "closed after {waited:?}, {reply:?}"
+    );
+    let trickled = trickle.join().unwrap();
+    assert!(
+        trickled < Duration::from_secs(5),
+        "the trickling client was held {trickled:?}"
+    );
+    let (status, _) = server.post("/v1/chat/completions", HI);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_body_that_does_not_arrive_in_time_is_a_408() {
+    let server = Server::start(&tiny(), &["--n-slots", "1", "--body-timeout", "1"], &[]);
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"messages\"")
+        .unwrap();
+    let start = Instant::now();
+    let reply = read_until_closed(&mut s, Duration::from_secs(10));
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("did not arrive within 1 s"), "{reply}");
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+}
+
+#[test]
+fn connections_beyond_max_connections_wait_until_one_closes() {
+    let server = Server::start(
+        &tiny(),
+        &["--n-slots", "1", "--max-connections", "1", "--header-timeout", "2"],
+        &[],
+    );
+    let start = Instant::now();
+    let _idle = TcpStream::connect(&server.addr).unwrap();
+    // Accepted by the kernel but not served until the idle connection times out.
+    let (status, body) = server.post("/v1/chat/completions", HI);
+    assert_eq!(status, 200, "{body}");
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1800) && waited < Duration::from_secs(20),
+        "served after {waited:?}"
+    );
+}

@@ -6,7 +6,9 @@
 //! channels. The parts: `request` reads OpenAI bodies, `routes` holds the handlers, `slots` the
 //! scheduler, `response` the JSON and SSE shapes, `tool_calls` the `<tool_call>` parser,
 //! `metrics` the Prometheus counters, `error` the error shapes. This module wires them together
-//! and owns start-up and graceful shutdown; it must not know the API's shapes itself.
+//! and owns start-up, the connections (accepted here and served by hyper, under a header-read
+//! timeout and a bound on how many are open) and graceful shutdown; it must not know the API's
+//! shapes itself.
 
 mod error;
 mod metrics;
@@ -40,10 +42,25 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// How long in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
     pub shutdown_timeout: Duration,
+    /// How long a connection may take to send a request's headers, counted from the moment the
+    /// server waits for them (so it also bounds an idle keep-alive connection).
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive once its headers have.
+    pub body_timeout: Duration,
+    /// Most connections served at once; further ones wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 /// A default request-body limit: far above any prompt that fits a context, far below memory.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 << 20;
+/// Default seconds for a request's headers: ample for any client on any link, short enough
+/// that idle or trickling connections cannot pile up.
+pub const DEFAULT_HEADER_TIMEOUT_S: f64 = 10.0;
+/// Default seconds for a request's body (8 MiB at 300 KiB/s).
+pub const DEFAULT_BODY_TIMEOUT_S: f64 = 30.0;
+/// Default bound on open connections: far above the slots (waiting requests hold connections
+/// too), far below the process's file-descriptor limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// Threads per slot when `-t` is not given: the physical cores shared out among the slots.
 pub fn default_threads_per_slot(n_slots: usize) -> usize {
@@ -76,6 +93,19 @@ pub(crate) fn unix_time() -> u64 {
 pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
     if config.n_slots == 0 {
         return Err(ServerError::Config("--n-slots must be at least 1".into()));
+    }
+    if config.max_connections == 0
+        || config.max_connections > tokio::sync::Semaphore::MAX_PERMITS.min(u32::MAX as usize)
+    {
+        return Err(ServerError::Config(format!(
+            "--max-connections must be from 1 to {}",
+            u32::MAX
+        )));
+    }
+    if config.header_timeout.is_zero() || config.body_timeout.is_zero() {
+        return Err(ServerError::Config(
+            "--header-timeout and --body-timeout must be above 0".into(),
+        ));
     }
     let (file, tokenizer, template) = run::open(&config.model)?;
     let n_threads = config
@@ -110,6 +140,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         n_slots: config.n_slots,
         api_key: config.api_key.clone().filter(|k| !k.is_empty()),
         max_body_bytes: config.max_body_bytes,
+        body_timeout: config.body_timeout,
         created: unix_time(),
         fault_marker: std::env::var("MINFER_SERVE_FAULT").ok().filter(|m| !m.is_empty()),
     });
@@ -163,14 +194,14 @@ async fn run_server(
         );
         let _ = tx.send(true);
     });
-    let mut stop = rx.clone();
-    let server = axum::serve(listener, routes::router(app)).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|v| *v).await;
-    });
-    let mut server = std::pin::pin!(std::future::IntoFuture::into_future(server));
+    let limits = Limits {
+        header_timeout: config.header_timeout,
+        max_connections: config.max_connections,
+    };
+    let mut server = std::pin::pin!(accept_loop(listener, routes::router(app), limits, rx.clone()));
     let mut stop = rx;
     tokio::select! {
-        result = &mut server => result.map_err(ServerError::Serve)?,
+        result = &mut server => result?,
         _ = async { let _ = stop.wait_for(|v| *v).await; tokio::time::sleep(timeout).await } => {
             eprintln!("minfer serve: cancelling the requests still running");
             scheduler.cancel_all();
@@ -179,6 +210,73 @@ async fn run_server(
         }
     }
     eprintln!("minfer serve: stopped");
+    Ok(())
+}
+
+/// What bounds the connections.
+struct Limits {
+    header_timeout: Duration,
+    max_connections: usize,
+}
+
+/// Accepts connections until `stop` turns true, each under a permit of a semaphore so that at
+/// most `max_connections` are open (the rest wait in the kernel's backlog, where they cost the
+/// process nothing); then lets the open ones finish and returns once all are closed.
+///
+/// This replaces `axum::serve`, which has no header-read timeout: there, a client that
+/// connects and never sends, or sends its headers a byte a minute, holds a connection forever.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    limits: Limits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    let http = Arc::new(http);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&permits).acquire_owned() => permit.expect("the semaphore is never closed"),
+            _ = stop.wait_for(|v| *v) => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Errors of one connection (reset before accept, out of descriptors): wait a
+                // moment and go on, as the listener itself is fine.
+                Err(e) => {
+                    eprintln!("minfer serve: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.wait_for(|v| *v) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let http = Arc::clone(&http);
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let connection = http.serve_connection(TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            // Errors here belong to one client (a timeout, a reset, bad HTTP): the connection
+            // just ends.
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                _ = stop.wait_for(|v| *v) => {}
+            }
+            // Shutting down: an idle connection closes now, one with a request in flight
+            // after its response.
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    // Every permit back: every connection closed.
+    let _ = permits.acquire_many(limits.max_connections as u32).await;
     Ok(())
 }
 

@@ -43,6 +43,18 @@ pub struct ChatRequest {
     pub messages: Vec<Json>,
     /// The tool definitions to render, `None` when absent or `tool_choice` is `"none"`.
     pub tools: Option<Vec<Json>>,
+    pub tool_choice: ToolChoice,
+}
+
+/// Whether the reply must call a tool. `"none"` is not here: it removes the tools instead.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolChoice {
+    /// The model decides (also when no tools are offered).
+    Auto,
+    /// Some call, to any offered tool.
+    Required,
+    /// A call to this function, which is among the tools offered.
+    Function(String),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -301,11 +313,12 @@ pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
         ),
         Some(other) => return Err(f.wrong("tools", "an array of tools", other)),
     };
-    let tool_choice_none = match f.get("tool_choice") {
-        None => false,
+    let tool_choice = match f.get("tool_choice") {
+        None => Some(ToolChoice::Auto),
         Some(Json::String(s)) => match s.as_str() {
-            "none" => true,
-            "auto" | "required" => false,
+            "none" => None,
+            "auto" => Some(ToolChoice::Auto),
+            "required" => Some(ToolChoice::Required),
             other => {
                 return Err(ApiError::field(
                     "tool_choice",
@@ -318,21 +331,46 @@ pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
             let function = choice
                 .get("function")
                 .ok_or_else(|| ApiError::field("tool_choice.function", "tool_choice.function is required"))?;
-            if Fields::of(function, "tool_choice.function")?.str("name")?.is_none() {
-                return Err(ApiError::field(
-                    "tool_choice.function.name",
-                    "tool_choice.function.name is required",
-                ));
+            match Fields::of(function, "tool_choice.function")?.str("name")? {
+                Some(name) => Some(ToolChoice::Function(name.to_string())),
+                None => {
+                    return Err(ApiError::field(
+                        "tool_choice.function.name",
+                        "tool_choice.function.name is required",
+                    ))
+                }
             }
-            false
         }
         Some(other) => return Err(f.wrong("tool_choice", "a string or an object", other)),
     };
-    let tools = tools.filter(|t| !t.is_empty() && !tool_choice_none);
+    let tools = tools.filter(|t| !t.is_empty() && tool_choice.is_some());
+    let offered = |name: &str| {
+        tools
+            .iter()
+            .flatten()
+            .any(|t| t["function"]["name"].as_str() == Some(name))
+    };
+    let tool_choice = match tool_choice {
+        None | Some(ToolChoice::Auto) => ToolChoice::Auto,
+        Some(ToolChoice::Required) if tools.is_none() => {
+            return Err(ApiError::field(
+                "tool_choice",
+                "tool_choice 'required' needs at least one tool in tools",
+            ))
+        }
+        Some(ToolChoice::Function(name)) if !offered(&name) => {
+            return Err(ApiError::field(
+                "tool_choice.function.name",
+                format!("tool_choice names the function '{name}', which is not among the tools offered"),
+            ))
+        }
+        Some(required) => required,
+    };
     Ok(ChatRequest {
         common,
         messages,
         tools,
+        tool_choice,
     })
 }
 
@@ -589,6 +627,27 @@ mod tests {
             assert_eq!(err.param.as_deref(), Some(field), "{body}: {}", err.message);
             assert!(err.message.contains(field), "{body}: {}", err.message);
         }
+    }
+
+    #[test]
+    fn tool_choice_reads_as_auto_required_or_a_named_offered_function() {
+        let tools = json!([{"type": "function", "function": {"name": "get_weather"}}]);
+        let choice =
+            |c: Json| chat(&json!({"messages": [{"role": "user", "content": "x"}], "tools": tools, "tool_choice": c}));
+        assert_eq!(choice(json!("auto")).unwrap().tool_choice, ToolChoice::Auto);
+        assert_eq!(choice(json!("required")).unwrap().tool_choice, ToolChoice::Required);
+        let named = json!({"type": "function", "function": {"name": "get_weather"}});
+        assert_eq!(
+            choice(named).unwrap().tool_choice,
+            ToolChoice::Function("get_weather".into())
+        );
+        let none = choice(json!("none")).unwrap();
+        assert!(none.tools.is_none() && none.tool_choice == ToolChoice::Auto);
+        let unknown = choice(json!({"type": "function", "function": {"name": "rm_rf"}})).unwrap_err();
+        assert_eq!(unknown.param.as_deref(), Some("tool_choice.function.name"));
+        assert!(unknown.message.contains("'rm_rf'"), "{}", unknown.message);
+        let without_tools = chat(&json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}));
+        assert_eq!(without_tools.unwrap_err().param.as_deref(), Some("tool_choice"));
     }
 
     #[test]

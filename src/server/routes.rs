@@ -8,15 +8,16 @@
 
 use super::error::ApiError;
 use super::metrics::Metrics;
-use super::request::{self, Common, Prompt};
+use super::request::{self, Common, Prompt, ToolChoice};
 use super::response::{Collector, Endpoint, Reply, Streamer};
 use super::slots::{Job, Run, Scheduler};
+use super::tool_calls;
 use crate::engine::GenerateOptions;
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -40,6 +41,8 @@ pub struct AppState {
     pub n_slots: usize,
     pub api_key: Option<String>,
     pub max_body_bytes: usize,
+    /// How long a body may take to arrive once its headers have.
+    pub body_timeout: std::time::Duration,
     pub created: u64,
     /// A prompt containing this text fails inside its slot (`MINFER_SERVE_FAULT`).
     pub fault_marker: Option<String>,
@@ -163,6 +166,23 @@ async fn metrics(State(app): State<App>) -> Response {
         .into_response()
 }
 
+/// Reads the body within the body timeout (a client trickling it in would otherwise hold its
+/// connection and task for as long as it likes) and parses it as JSON.
+async fn read_json(app: &AppState, req: Request) -> Result<Value, ApiError> {
+    let body = tokio::time::timeout(app.body_timeout, Bytes::from_request(req, &()))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    app.body_timeout.as_secs_f64()
+                ),
+            )
+        })?;
+    parse_body(app, body)
+}
+
 fn parse_body(app: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let bytes = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
@@ -188,9 +208,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
         .map_err(|e| ApiError::internal(format!("a request task failed: {e}")))?
 }
 
-async fn chat(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn chat(State(app): State<App>, req: Request) -> Response {
     let result = async {
-        let body = parse_body(&app, body)?;
+        let body = read_json(&app, req).await?;
         let req = request::chat(&body)?;
         let tools: Vec<String> = req
             .tools
@@ -198,28 +218,38 @@ async fn chat(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Re
             .flatten()
             .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
             .collect();
+        // Without constrained decoding, a call is forced by writing its start into the prompt,
+        // after the assistant's turn opens: the model can only go on with a call.
+        let prefill = match &req.tool_choice {
+            ToolChoice::Auto => String::new(),
+            ToolChoice::Required => tool_calls::forced_call_prefix(None),
+            ToolChoice::Function(name) => tool_calls::forced_call_prefix(Some(name)),
+        };
         let state = Arc::clone(&app);
+        let prompt_end = prefill.clone();
         let (text, tokens) = blocking(move || {
-            let text = state
+            let mut text = state
                 .template
                 .render(&req.messages, req.tools.as_deref(), true, &serde_json::Map::new())
                 .map_err(|e| {
                     ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
                 })?;
+            text.push_str(&prompt_end);
             let tokens = crate::cli::run::encode_prompt(&state.tokenizer, &text);
             Ok((text, tokens))
         })
         .await?;
         let fault = app.fault_marker.as_deref().is_some_and(|m| text.contains(m));
-        start(&app, Endpoint::Chat, req.common, vec![tokens], tools, fault).await
+        let reply = ReplyTools { names: tools, prefill };
+        start(&app, Endpoint::Chat, req.common, vec![tokens], reply, fault).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn completions(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn completions(State(app): State<App>, req: Request) -> Response {
     let result = async {
-        let body = parse_body(&app, body)?;
+        let body = read_json(&app, req).await?;
         let req = request::completion(&body)?;
         let fault = match &app.fault_marker {
             Some(m) => req
@@ -253,7 +283,15 @@ async fn completions(State(app): State<App>, body: Result<Bytes, BytesRejection>
                 .collect::<Vec<_>>())
         })
         .await?;
-        start(&app, Endpoint::Completion, req.common, prompts, Vec::new(), fault).await
+        start(
+            &app,
+            Endpoint::Completion,
+            req.common,
+            prompts,
+            ReplyTools::default(),
+            fault,
+        )
+        .await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -269,13 +307,22 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// How a reply is read for tool calls.
+#[derive(Default)]
+struct ReplyTools {
+    /// The offered tools' names; none: the reply is not parsed for calls.
+    names: Vec<String>,
+    /// The start of the reply that ends the prompt (a forced call).
+    prefill: String,
+}
+
 /// Checks the context budget, queues the job and answers with its stream or its whole result.
 async fn start(
     app: &AppState,
     endpoint: Endpoint,
     common: Common,
     prompts: Vec<Vec<u32>>,
-    tools: Vec<String>,
+    tools: ReplyTools,
     fault: bool,
 ) -> Result<Response, ApiError> {
     let n_ctx = app.n_ctx;
@@ -343,7 +390,8 @@ async fn start(
         created: super::unix_time(),
         model: app.model_id.clone(),
         endpoint,
-        tools,
+        tools: tools.names,
+        prefill: tools.prefill,
         include_usage: common.include_usage,
         n: common.n,
         tokenizer: Arc::clone(&app.tokenizer),

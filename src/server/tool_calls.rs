@@ -31,6 +31,19 @@ pub enum Piece {
     Call(ToolCall),
 }
 
+/// The start of a reply that can only go on as a tool call: the prompt ends with it, so that the
+/// model, which cannot take back what the prompt says it wrote, completes a call. Without
+/// `function` the model picks the tool (its name is the next thing it writes); with one, the
+/// name is written for it and the model writes the arguments. The prefix ends on a token
+/// boundary of the usual spelling (`": "` before a name, `":` before arguments), so that the
+/// model continues in tokens it knows rather than in the middle of one.
+pub fn forced_call_prefix(function: Option<&str>) -> String {
+    match function {
+        None => format!("{OPEN}\n{{\"name\": \""),
+        Some(name) => format!("{OPEN}\n{{\"name\": {}, \"arguments\":", Json::from(name)),
+    }
+}
+
 /// The call a block's body describes, if it is one.
 fn parse_call(body: &str) -> Option<ToolCall> {
     let Json::Object(mut obj) = serde_json::from_str::<Json>(body.trim()).ok()? else {
@@ -96,6 +109,8 @@ pub struct ToolCallStream {
     inside: bool,
     /// Whitespace-only content held back: sent with the next real content, dropped otherwise.
     blank: String,
+    /// What the prefix gave before any text came, returned with the first push or finish.
+    early: Vec<Piece>,
 }
 
 impl ToolCallStream {
@@ -106,9 +121,19 @@ impl ToolCallStream {
         }
     }
 
+    /// A stream for a reply the prompt has already begun with `prefix` (a forced call, see
+    /// [`forced_call_prefix`]): the prefix is parsed as the reply's first text, so a call is
+    /// completed by what follows, and a reply that does not complete one keeps the prefix in
+    /// its content.
+    pub fn starting_with(names: Vec<String>, prefix: &str) -> Self {
+        let mut stream = Self::new(names);
+        stream.early = stream.push(prefix);
+        stream
+    }
+
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         self.buf.push_str(text);
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.early);
         if self.mode == Mode::Undecided {
             match self.buf.trim_start().chars().next() {
                 None => return out,
@@ -149,16 +174,17 @@ impl ToolCallStream {
     /// The end of the text: an unclosed block is still a call if its body parses (generation
     /// may stop at the end-of-turn token right where `</tool_call>` would be).
     pub fn finish(&mut self) -> Vec<Piece> {
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.early);
         if self.mode == Mode::Bare {
             if let Some(calls) = parse_bare(&self.buf, &self.names) {
                 self.buf.clear();
-                return calls.into_iter().map(Piece::Call).collect();
+                out.extend(calls.into_iter().map(Piece::Call));
+                return out;
             }
             // Not a bare call: read it as ordinary text, tags and all.
             self.mode = Mode::Tagged;
             let text = std::mem::take(&mut self.buf);
-            out = self.push(&text);
+            out.extend(self.push(&text));
         }
         let rest = std::mem::take(&mut self.buf);
         if self.inside {
@@ -191,10 +217,10 @@ fn partial_suffix(text: &str, tag: &str) -> usize {
     (1..tag.len()).rev().find(|&k| text.ends_with(&tag[..k])).unwrap_or(0)
 }
 
-/// A whole reply: its content (without the blocks, `None` when nothing else is left) and its
-/// calls.
-pub fn parse(text: &str, names: &[String]) -> (Option<String>, Vec<ToolCall>) {
-    let mut stream = ToolCallStream::new(names.to_vec());
+/// A whole reply, which the prompt began with `prefix` (empty unless a call was forced): its
+/// content (without the blocks, `None` when nothing else is left) and its calls.
+pub fn parse(prefix: &str, text: &str, names: &[String]) -> (Option<String>, Vec<ToolCall>) {
+    let mut stream = ToolCallStream::starting_with(names.to_vec(), prefix);
     let mut pieces = stream.push(text);
     pieces.extend(stream.finish());
     let mut content = String::new();
@@ -219,6 +245,7 @@ mod tests {
 
     fn parse(text: &str) -> (Option<String>, Vec<ToolCall>) {
         super::parse(
+            "",
             text,
             &[
                 "get_weather".to_string(),
@@ -319,5 +346,26 @@ mod tests {
         assert_eq!(parse(other), (Some(other.to_string()), vec![]));
         let data = r#"{"name": "get_weather"}"#;
         assert_eq!(parse(data), (Some(data.to_string()), vec![]));
+    }
+
+    #[test]
+    fn a_forced_prefix_and_the_models_continuation_parse_as_one_call_streamed_or_whole() {
+        let names = vec!["get_weather".to_string()];
+        let any = forced_call_prefix(None);
+        let rest = "get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        let expected = (None, vec![call("get_weather", r#"{"city":"Paris"}"#)]);
+        assert_eq!(super::parse(&any, rest, &names), expected);
+        let named = forced_call_prefix(Some("get_weather"));
+        assert!(named.ends_with("{\"name\": \"get_weather\", \"arguments\":"), "{named}");
+        // Generation may end at the end-of-turn token, before the closing tag.
+        assert_eq!(super::parse(&named, " {\"city\": \"Paris\"}}", &names), expected);
+        let mut stream = ToolCallStream::starting_with(names.clone(), &named);
+        let mut pieces = stream.push(" {\"city\": ");
+        pieces.extend(stream.push("\"Paris\"}}\n</tool_call>"));
+        pieces.extend(stream.finish());
+        assert_eq!(pieces, vec![Piece::Call(expected.1[0].clone())]);
+        // A continuation that breaks the call keeps the prefix in the content: nothing is lost.
+        let (content, calls) = super::parse(&any, "oops", &names);
+        assert_eq!((content.unwrap(), calls), (format!("{any}oops"), vec![]));
     }
 }

@@ -212,6 +212,50 @@ def real():
         assert json.loads(args) == {"city": "Paris"}
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
+    # A question the model would answer in text: only tool_choice makes it call.
+    chat_only = [{"role": "user", "content": "What is 2+2? Answer with a number."}]
+    more_tools = tools + [{"type": "function", "function": {
+        "name": "translate", "description": "Translate text into a language",
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}, "language": {"type": "string"}},
+                       "required": ["text", "language"]}}}]
+
+    def forced_calls(tool_choice, messages):
+        r = client.chat.completions.create(model=MODEL, messages=messages, tools=more_tools, tool_choice=tool_choice,
+                                           max_tokens=48, temperature=0)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and c.message.tool_calls, c
+        chunks = stream_chat(messages=messages, tools=more_tools, tool_choice=tool_choice, max_tokens=48, temperature=0)
+        deltas = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
+        assert deltas and chunks[-1].choices[0].finish_reason == "tool_calls", chunks
+        streamed = [(d.function.name, json.loads(d.function.arguments)) for d in deltas]
+        whole = [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls]
+        assert streamed == whole, (streamed, whole)
+        assert all(isinstance(args, dict) for _, args in whole), whole
+        return whole
+
+    @check("tool_choice required makes a call where the model would have answered in text")
+    def _():
+        free = client.chat.completions.create(model=MODEL, messages=chat_only, tools=more_tools, max_tokens=24, temperature=0)
+        assert free.choices[0].finish_reason != "tool_calls", free
+        calls = forced_calls("required", chat_only)
+        assert calls[0][0] in ("get_weather", "translate"), calls
+        print(f"    required: {calls}", flush=True)
+
+    @check("tool_choice naming a function makes a call to that function, streamed and not")
+    def _():
+        calls = forced_calls({"type": "function", "function": {"name": "get_weather"}}, chat_only)
+        assert calls[0][0] == "get_weather", calls
+        print(f"    named: {calls}", flush=True)
+        calls = forced_calls({"type": "function", "function": {"name": "translate"}}, ask)
+        assert calls[0][0] == "translate", calls
+
+    @check("tool_choice naming an unknown function is a 400 naming it")
+    def _():
+        expect_error(openai.BadRequestError, 400, "'rm_rf'",
+                     lambda: client.chat.completions.create(
+                         model=MODEL, messages=chat_only, tools=tools, max_tokens=4,
+                         tool_choice={"type": "function", "function": {"name": "rm_rf"}}))
+
     @check("tool_choice none leaves the tools out")
     def _():
         r = client.chat.completions.create(model=MODEL, messages=ask, tools=tools, tool_choice="none", max_tokens=4, temperature=0)
