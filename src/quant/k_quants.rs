@@ -28,6 +28,23 @@ pub fn round_half_away(v: f32) -> f32 {
     }
 }
 
+/// The largest `|v|` of `x` (0 if none is larger; NaN ignored), as the references' sequential
+/// `fold(0, max(a, |v|))` computes it, in 16 independent lanes that vectorize: the maximum of a
+/// set does not depend on the order it is taken in (every `|v|` is non-negative, so no -0.0,
+/// and `max` skips NaN either way).
+#[inline(always)]
+pub fn abs_max(x: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v.abs());
+        }
+    }
+    lanes.iter().chain(tail.iter()).fold(0.0f32, |a, v| a.max(v.abs()))
+}
+
 /// `make_qx_quants` with `rmse_type = 1` and no importance weights (weights = x²), the only
 /// form the reference quantizers use. Writes `L[i] = l + nmax` and returns the scale.
 pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
@@ -305,7 +322,33 @@ pub fn quantize_scale_min_superblock(x: &[f32], nmax: i32, search: &Qkx2Search) 
 
 #[cfg(test)]
 mod round_tests {
-    use super::round_half_away;
+    use super::{abs_max, round_half_away};
+
+    #[test]
+    fn abs_max_is_the_sequential_fold_for_any_values() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for len in [0, 1, 15, 16, 17, 32, 256] {
+            for case in 0..200 {
+                let x: Vec<f32> = (0..len)
+                    .map(|_| match (next() % 11, case % 3) {
+                        (0, _) => f32::NAN,
+                        (1, _) => -0.0,
+                        (2, _) => f32::NEG_INFINITY,
+                        (_, 0) => f32::from_bits(next() as u32),
+                        _ => ((next() >> 40) as f32 / 65536.0 - 128.0).round(),
+                    })
+                    .collect();
+                let sequential = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                assert_eq!(abs_max(&x).to_bits(), sequential.to_bits(), "{x:?}");
+            }
+        }
+    }
 
     #[test]
     fn round_half_away_is_roundf_for_every_kind_of_value() {

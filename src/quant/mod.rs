@@ -244,6 +244,34 @@ fn into_blocks<B: Pod>(dst: &mut [u8], f: impl FnOnce(&mut [B])) {
     }
 }
 
+/// [`quantize_row`] for the activation types Q8_0, Q8_1 and Q8_K (any other type goes to
+/// `quantize_row`), inlined into its caller with the quantizer, so that a caller compiled for
+/// wider vectors vectorizes the quantizer too. The bytes are `quantize_row`'s.
+#[inline(always)]
+pub fn quantize_activation_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    match ty {
+        GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K => check_sizes(ty, "quantize", src.len(), dst.len())?,
+        _ => return quantize_row(ty, src, dst),
+    }
+    // Direct calls on blocks viewed in place (no closure for the compiler to leave out of line);
+    // an unaligned destination takes `quantize_row`'s copying path.
+    match ty {
+        GgmlType::Q8_0 => match bytemuck::try_cast_slice_mut(dst) {
+            Ok(blocks) => q8_0::quantize_row_ref(src, blocks),
+            Err(_) => return quantize_row(ty, src, dst),
+        },
+        GgmlType::Q8_1 => match bytemuck::try_cast_slice_mut(dst) {
+            Ok(blocks) => q8_1::quantize_row_ref(src, blocks),
+            Err(_) => return quantize_row(ty, src, dst),
+        },
+        _ => match bytemuck::try_cast_slice_mut(dst) {
+            Ok(blocks) => q8_k::quantize_row_ref(src, blocks),
+            Err(_) => return quantize_row(ty, src, dst),
+        },
+    }
+    Ok(())
+}
+
 /// Convert `src` (a whole number of blocks of `ty`) to f32 values in `dst`.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
     const OP: &str = "dequantize";

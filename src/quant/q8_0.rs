@@ -7,7 +7,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
-use super::k_quants::round_half_away;
+use super::k_quants::{abs_max, round_half_away};
 use bytemuck::{Pod, Zeroable};
 
 pub const QK8_0: usize = 32;
@@ -21,9 +21,10 @@ pub struct BlockQ8_0 {
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 
 /// `quantize_row_q8_0_ref`: symmetric quantization to ±127, rounding half away from zero.
+#[inline(always)]
 pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ8_0]) {
     for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
-        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let amax = abs_max(xb);
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         yb.d = f32_to_f16(d);

@@ -10,7 +10,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
-use super::k_quants::round_half_away;
+use super::k_quants::{abs_max, round_half_away};
 use bytemuck::{Pod, Zeroable};
 
 pub const QK8_1: usize = 32;
@@ -26,9 +26,10 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
 
 /// `quantize_row_q8_1_ref`: Q8_0's quantization plus `s = fp16(sum(q) * d)`, where `d` is the
 /// f32 scale before its own rounding to F16 (so `s` is not exactly `d_stored * sum`).
+#[inline(always)]
 pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ8_1]) {
     for (xb, yb) in x.chunks_exact(QK8_1).zip(y.iter_mut()) {
-        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let amax = abs_max(xb);
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         yb.d = f32_to_f16(d);

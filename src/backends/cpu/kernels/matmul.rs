@@ -9,6 +9,7 @@
 //! caller's business: [`matmul_rows`] computes any subset of output rows with bit-identical
 //! results, because each output is a single, complete dot product.
 
+use super::math::is_wide;
 use super::{check_len, check_nonzero, row_bytes, size, KernelError};
 use crate::quant::{self, gemm, simd, GgmlType};
 use bytemuck::Pod;
@@ -207,14 +208,40 @@ pub fn quantize_chunk(chunk: ActivationChunk<'_>) -> Result<(), KernelError> {
     const K: &str = "quantize_activations";
     let quant_err = |source| KernelError::Quant { kernel: K, source };
     let row = chunk.data.len() / (chunk.x.len() / chunk.n_in).max(1);
-    for (xr, dr) in chunk.x.chunks_exact(chunk.n_in).zip(chunk.data.chunks_exact_mut(row)) {
-        quant::quantize_row(chunk.ty, xr, dr).map_err(quant_err)?;
+    if is_wide() {
+        // SAFETY: `is_wide` checked AVX-512 F and VL (and AVX2).
+        unsafe { quantize_rows_wide(chunk.ty, chunk.n_in, chunk.x, chunk.data, row) }
+    } else {
+        quantize_rows(chunk.ty, chunk.n_in, chunk.x, chunk.data, row)
     }
+    .map_err(quant_err)?;
     if chunk.with_terms {
         let nb = chunk.n_in / chunk.ty.block_size();
         gemm::activation_terms(chunk.ty, chunk.data, nb, chunk.d, chunk.aux).map_err(quant_err)?;
     }
     Ok(())
+}
+
+/// The reference quantizer over rows of `n_in` values into rows of `row` bytes.
+#[inline(always)]
+fn quantize_rows(ty: GgmlType, n_in: usize, x: &[f32], data: &mut [u8], row: usize) -> Result<(), quant::QuantError> {
+    for (xr, dr) in x.chunks_exact(n_in).zip(data.chunks_exact_mut(row)) {
+        quant::quantize_activation_row(ty, xr, dr)?;
+    }
+    Ok(())
+}
+
+/// [`quantize_rows`] compiled for AVX-512, where the quantizer's loops (absolute maximum,
+/// scaling, rounding) vectorize; the same operations, so the same bytes.
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f,avx512vl,avx2"))]
+unsafe fn quantize_rows_wide(
+    ty: GgmlType,
+    n_in: usize,
+    x: &[f32],
+    data: &mut [u8],
+    row: usize,
+) -> Result<(), quant::QuantError> {
+    quantize_rows(ty, n_in, x, data, row)
 }
 
 /// `y[t * n_out + o] = dot(weight row o, x row t)` for a weight `w` of `n_out` rows of `n_in`
