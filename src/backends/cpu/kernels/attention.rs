@@ -224,6 +224,29 @@ unsafe fn attend_wide(ops: Operands<'_>, heads: Range<usize>, out: &mut [f32]) {
 /// `WIDE` selects [`dot_wide`], which only a caller compiled for AVX-512 may ask for.
 #[inline(always)]
 fn attend_rows<const WIDE: bool>(ops: Operands<'_>, heads: Range<usize>, out: &mut [f32]) {
+    let mut scores = [0.0f32; BLOCK];
+    for (row, out_row) in heads.zip(out.chunks_exact_mut(ops.head_dim)) {
+        // The usual head sizes accumulate in a local array the compiler keeps in registers;
+        // accumulating in `out` would chain every cell's update through memory.
+        match ops.head_dim {
+            64 => {
+                let mut acc = [0.0f32; 64];
+                attend_row::<WIDE>(ops, row, &mut acc, &mut scores);
+                out_row.copy_from_slice(&acc);
+            }
+            128 => {
+                let mut acc = [0.0f32; 128];
+                attend_row::<WIDE>(ops, row, &mut acc, &mut scores);
+                out_row.copy_from_slice(&acc);
+            }
+            _ => attend_row::<WIDE>(ops, row, out_row, &mut scores),
+        }
+    }
+}
+
+/// One head row into `acc` (`head_dim` values), with `scores` as the block's scratch.
+#[inline(always)]
+fn attend_row<const WIDE: bool>(ops: Operands<'_>, row: usize, acc: &mut [f32], scores: &mut [f32; BLOCK]) {
     let Operands {
         q,
         k,
@@ -231,60 +254,59 @@ fn attend_rows<const WIDE: bool>(ops: Operands<'_>, heads: Range<usize>, out: &m
         positions,
         n_head,
         n_head_kv,
-        head_dim,
         kv_stride,
+        ..
     } = ops;
+    // The accumulator's length, a constant where the caller's array has one.
+    let head_dim = acc.len();
     let group = n_head / n_head_kv;
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let mut scores = [0.0f32; BLOCK];
-    for (row, acc) in heads.zip(out.chunks_exact_mut(head_dim)) {
-        let (t, h) = (row / n_head, row % n_head);
-        let qh = &q[row * head_dim..][..head_dim];
-        let n_cells = positions[t] as usize + 1;
-        let kv_off = (h / group) * head_dim;
-        acc.fill(0.0);
-        let mut max = f32::NEG_INFINITY;
-        let mut sum = 0.0f32;
-        for start in (0..n_cells).step_by(BLOCK) {
-            let cells = start..n_cells.min(start + BLOCK);
-            let scores = &mut scores[..cells.len()];
-            let mut block_max = f32::NEG_INFINITY;
-            for (s, c) in scores.iter_mut().zip(cells.clone()) {
-                let kc = &k[c * kv_stride + kv_off..][..head_dim];
-                *s = if WIDE {
-                    // SAFETY: only `attend_wide`, compiled for AVX-512, instantiates WIDE.
-                    unsafe { dot_wide(qh, kc) }
-                } else {
-                    dot(qh, kc)
-                } * scale;
-                if *s > block_max {
-                    block_max = *s;
-                }
-            }
-            if block_max > max {
-                if max != f32::NEG_INFINITY {
-                    let rescale = exp_f32(max - block_max);
-                    for a in acc.iter_mut() {
-                        *a *= rescale;
-                    }
-                    sum *= rescale;
-                }
-                max = block_max;
-            }
-            for s in scores.iter_mut() {
-                *s = exp_f32(*s - max);
-            }
-            for (&w, c) in scores.iter().zip(cells) {
-                sum += w;
-                for (a, &x) in acc.iter_mut().zip(&v[c * kv_stride + kv_off..][..head_dim]) {
-                    *a += x * w;
-                }
+    let (t, h) = (row / n_head, row % n_head);
+    let qh = &q[row * head_dim..][..head_dim];
+    let n_cells = positions[t] as usize + 1;
+    let kv_off = (h / group) * head_dim;
+    acc.fill(0.0);
+    let mut max = f32::NEG_INFINITY;
+    let mut sum = 0.0f32;
+    for start in (0..n_cells).step_by(BLOCK) {
+        let cells = start..n_cells.min(start + BLOCK);
+        let scores = &mut scores[..cells.len()];
+        let mut block_max = f32::NEG_INFINITY;
+        for (s, c) in scores.iter_mut().zip(cells.clone()) {
+            let kc = &k[c * kv_stride + kv_off..][..head_dim];
+            *s = if WIDE {
+                // SAFETY: only `attend_wide`, compiled for AVX-512, instantiates WIDE.
+                unsafe { dot_wide(qh, kc) }
+            } else {
+                dot(qh, kc)
+            } * scale;
+            if *s > block_max {
+                block_max = *s;
             }
         }
-        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-        for a in acc.iter_mut() {
-            *a *= inv;
+        if block_max > max {
+            if max != f32::NEG_INFINITY {
+                let rescale = exp_f32(max - block_max);
+                for a in acc.iter_mut() {
+                    *a *= rescale;
+                }
+                sum *= rescale;
+            }
+            max = block_max;
         }
+        for s in scores.iter_mut() {
+            *s = exp_f32(*s - max);
+        }
+        for (&w, c) in scores.iter().zip(cells) {
+            sum += w;
+            for (a, &x) in acc.iter_mut().zip(&v[c * kv_stride + kv_off..][..head_dim]) {
+                *a += x * w;
+            }
+        }
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    for a in acc.iter_mut() {
+        *a *= inv;
     }
 }
 
