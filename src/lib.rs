@@ -32,3 +32,6 @@ pub mod sampling;
 pub mod server;
 pub mod template;
 pub mod tokenizer;
+
+#[cfg(test)]
+mod test_util;

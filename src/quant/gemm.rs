@@ -365,44 +365,30 @@ mod tests {
     use super::*;
     use crate::quant::fp16::f32_to_f16;
     use crate::quant::{q4_0, q4_1, q4_k, q5_0, q5_1, q6_k, q8_0};
+    use crate::test_util::XorShift;
 
-    struct XorShift(u64);
-
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn unit(&mut self) -> f32 {
-            ((self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * 2.0
-        }
-
-        /// Random bytes in blocks of `ty`, with the float fields (scales, minimums, scaled
-        /// sums) replaced by finite values, so that no NaN makes bits differ.
-        fn blocks(&mut self, n: usize, ty: GgmlType) -> Vec<u8> {
-            let bsize = ty.type_size();
-            let mut bytes: Vec<u8> = (0..n * bsize).map(|_| self.next() as u8).collect();
-            let (f16_at, f32_at): (&[usize], &[usize]) = match ty {
-                GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 | GgmlType::Q4_K => (&[0, 2], &[]),
-                GgmlType::Q6_K => (&[208], &[]),
-                GgmlType::Q8_K => (&[], &[0]),
-                _ => (&[0], &[]),
-            };
-            for blk in bytes.chunks_exact_mut(bsize) {
-                for &at in f16_at {
-                    let v = self.unit();
-                    blk[at..at + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
-                }
-                for &at in f32_at {
-                    let v = self.unit();
-                    blk[at..at + 4].copy_from_slice(&v.to_le_bytes());
-                }
+    /// Random bytes in `n` blocks of `ty`, with the float fields (scales, minimums, scaled sums)
+    /// replaced by finite values in [-2, 2), so that no NaN makes bits differ.
+    fn random_blocks(r: &mut XorShift, n: usize, ty: GgmlType) -> Vec<u8> {
+        let bsize = ty.type_size();
+        let mut bytes: Vec<u8> = (0..n * bsize).map(|_| r.next() as u8).collect();
+        let (f16_at, f32_at): (&[usize], &[usize]) = match ty {
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 | GgmlType::Q4_K => (&[0, 2], &[]),
+            GgmlType::Q6_K => (&[208], &[]),
+            GgmlType::Q8_K => (&[], &[0]),
+            _ => (&[0], &[]),
+        };
+        for blk in bytes.chunks_exact_mut(bsize) {
+            for &at in f16_at {
+                let v = r.signed_unit() * 2.0;
+                blk[at..at + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
             }
-            bytes
+            for &at in f32_at {
+                let v = r.signed_unit() * 2.0;
+                blk[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            }
         }
+        bytes
     }
 
     /// The scalar reference of one weight row against one activation row.
@@ -446,9 +432,9 @@ mod tests {
             let aty = ty.vec_dot_type().unwrap();
             let (wb, ab) = (ty.type_size(), aty.type_size());
             for nb in [1, 3, 19] {
-                let w = r.blocks(n_out * nb, ty);
+                let w = random_blocks(&mut r, n_out * nb, ty);
                 for n_tokens in [4, 5, 8, 9, 13, 16] {
-                    let act = r.blocks(n_tokens * nb, aty);
+                    let act = random_blocks(&mut r, n_tokens * nb, aty);
                     let words = aux_words_per_block(aty);
                     let (mut d, mut aux) = (vec![0.0; n_tokens * nb], vec![0; n_tokens * nb * words]);
                     activation_terms(aty, &act, nb, &mut d, &mut aux).unwrap();

@@ -374,8 +374,8 @@ unsafe fn dot_wide(a: &[f32], b: &[f32]) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::XorShift;
     use super::*;
+    use crate::test_util::XorShift;
 
     struct Case {
         n_head: usize,

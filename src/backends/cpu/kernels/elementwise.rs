@@ -164,8 +164,8 @@ fn broadcast_update_with(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::XorShift;
     use super::*;
+    use crate::test_util::XorShift;
 
     #[test]
     fn fused_swiglu_is_bit_identical_to_silu_then_mul() {

@@ -51,8 +51,8 @@ pub fn get_rows(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::XorShift;
     use super::*;
+    use crate::test_util::XorShift;
 
     #[test]
     fn each_id_selects_its_dequantized_table_row() {

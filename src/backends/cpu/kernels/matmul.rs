@@ -439,8 +439,8 @@ fn rows_in_place<W: Pod, A: Pod>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::XorShift;
     use super::*;
+    use crate::test_util::XorShift;
 
     fn quantized_weight(ty: GgmlType, values: &[f32]) -> Vec<u8> {
         let mut w = vec![0u8; ty.row_size(values.len() as u64).unwrap() as usize];

@@ -59,8 +59,8 @@ fn rms_scale(row: &[f32], eps: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::XorShift;
     use super::*;
+    use crate::test_util::XorShift;
 
     #[test]
     fn each_row_is_scaled_to_unit_root_mean_square() {

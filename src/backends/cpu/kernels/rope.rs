@@ -71,8 +71,8 @@ pub fn rope(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::XorShift;
     use super::*;
+    use crate::test_util::XorShift;
 
     /// The pairs of dimensions `style` rotates together, pair `i` first.
     fn pairs(style: RopeStyle, n_rot: usize) -> Vec<(usize, usize)> {
