@@ -20,7 +20,8 @@ pub struct GraphCache {
     splits: Vec<Split>,
     /// Each node's input buffers while executing, reused.
     in_bufs: Vec<BufRef>,
-    /// Whether a reuse of the cached graph was checked against a fresh build (debug builds).
+    /// Whether a reuse of the cached graph was checked against a fresh build.
+    #[cfg(debug_assertions)]
     reuse_verified: bool,
 }
 
@@ -33,6 +34,7 @@ impl GraphCache {
             rebuilds: 0,
             splits: Vec::new(),
             in_bufs: Vec::new(),
+            #[cfg(debug_assertions)]
             reuse_verified: false,
         }
     }
@@ -71,7 +73,10 @@ impl GraphCache {
         FusionPass::run(&mut graph, &self.alloc);
         self.alloc.alloc_graph(&graph)?;
         self.splits = BackendScheduler::split_graph(&graph);
-        self.reuse_verified = false;
+        #[cfg(debug_assertions)]
+        {
+            self.reuse_verified = false;
+        }
         graph.uid = NEXT_GRAPH_UID.fetch_add(1, Ordering::Relaxed);
         self.graph = Some(graph);
         self.prev_params = Some(params.clone());
