@@ -72,7 +72,7 @@ impl LoadArgs {
     fn options(&self) -> minfer::cli::run::LoadOptions {
         minfer::cli::run::LoadOptions {
             n_ctx: self.n_ctx,
-            n_threads: self.threads.unwrap_or_else(minfer::backends::cpu::default_threads),
+            n_threads: self.threads,
             backend: self.backend.clone(),
         }
     }
@@ -260,7 +260,8 @@ enum Command {
         /// Context size of each slot in tokens (clamped to the model's maximum).
         #[arg(long = "n-ctx", default_value_t = 4096)]
         n_ctx: usize,
-        /// Threads of each slot (default: the physical cores divided by --n-slots, at least 1).
+        /// CPU threads, shared by every slot: a request alone runs on all of them (default: the
+        /// physical cores).
         #[arg(short = 't', long = "threads")]
         threads: Option<usize>,
         /// Require this key as 'Authorization: Bearer KEY' (also MINFER_API_KEY).
@@ -399,7 +400,7 @@ fn run_bench(
         n_prompt,
         n_gen,
         n_threads: if threads.is_empty() {
-            vec![minfer::backends::cpu::default_threads()]
+            vec![minfer::engine::default_threads()]
         } else {
             threads
         },

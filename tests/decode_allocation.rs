@@ -5,14 +5,10 @@
 
 mod common;
 
-use minfer::engine::Session;
-use minfer::gguf::GgufFile;
-use minfer::graph::Backend;
-use minfer::models::{load_model, GgufWeights};
+use minfer::engine::{Model, ModelOptions, Session};
 use minfer::sampling::{Sampler, SamplingParams};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 struct Counting;
 
@@ -39,10 +35,12 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 fn decode_allocations(arch: &str, ty: &str, threads: usize) -> usize {
-    let file = Arc::new(GgufFile::open(common::tiny_model(arch, ty)).unwrap());
-    let model = load_model(&file).unwrap();
-    let backends = minfer::backends::create(&[Backend::CPU], Arc::new(GgufWeights(file)), threads);
-    let mut session = Session::new(model, backends, 128);
+    let options = ModelOptions {
+        n_threads: Some(threads),
+        backend: Some("cpu".into()),
+    };
+    let model = Model::load(common::tiny_model(arch, ty), &options).unwrap();
+    let mut session = Session::new(&model, 128);
     let mut sampler = Sampler::new(SamplingParams::default()).unwrap();
     let mut history: Vec<u32> = Vec::with_capacity(64);
     history.extend([1u32, 2, 3, 4, 5, 6, 7, 8]);

@@ -9,7 +9,7 @@
 
 mod common;
 
-use minfer::backends::cpu::CpuBackend;
+use minfer::backends::cpu::{CpuBackend, CpuDevice};
 use minfer::engine::Session;
 use minfer::gguf::GgufFile;
 use minfer::graph::cache::verify_structural;
@@ -28,6 +28,11 @@ use std::sync::{Arc, Mutex};
 
 /// The handle of the test-only backend (no registry entry: it prints as `backend#7`).
 const TESTDEV: Backend = Backend(7);
+
+/// A one-thread CPU context over `weights`, on a device of its own.
+fn cpu_backend(weights: Arc<dyn TensorSource>) -> CpuBackend {
+    CpuDevice::new(weights, 1).context()
+}
 
 /// Hand-built graphs name no weights.
 struct NoWeights;
@@ -86,7 +91,7 @@ impl TestDevice {
     /// The test device proper: handle 7, name "testdev", the subset above.
     fn testdev(weights: Arc<dyn TensorSource>, probe: Probe) -> Self {
         TestDevice {
-            inner: CpuBackend::new(weights, 1),
+            inner: cpu_backend(weights),
             handle: TESTDEV,
             name: "testdev",
             accepts: testdev_subset,
@@ -97,7 +102,7 @@ impl TestDevice {
     /// An observed CPU backend: the CPU handle and capability matrix, with a probe.
     fn observed_cpu(weights: Arc<dyn TensorSource>, probe: Probe) -> Self {
         TestDevice {
-            inner: CpuBackend::new(weights, 1),
+            inner: cpu_backend(weights),
             handle: Backend::CPU,
             name: "cpu",
             accepts: every_op,
@@ -176,7 +181,7 @@ impl ComputeBackend for TestDevice {
 }
 
 fn cpu_only() -> GraphAllocator {
-    GraphAllocator::new(vec![Box::new(CpuBackend::new(no_weights(), 1))])
+    GraphAllocator::new(vec![Box::new(cpu_backend(no_weights()))])
 }
 
 fn observed_cpu_only(probe: &Probe) -> GraphAllocator {
@@ -458,7 +463,7 @@ fn alias_case(f: impl FnOnce(&mut GraphBuilder), on_testdev: &[&str]) -> (Comput
     }
     let mut alloc = GraphAllocator::new(vec![
         Box::new(TestDevice::testdev(no_weights(), Probe::default())),
-        Box::new(CpuBackend::new(no_weights(), 1)),
+        Box::new(cpu_backend(no_weights())),
     ]);
     prepare(&mut graph, &mut alloc);
     // Every Silu/RoPE of the case follows the rule, recomputed independently.
@@ -873,16 +878,16 @@ fn check_splits(graph: &ComputeGraph) -> (usize, usize, usize) {
 #[test]
 fn a_second_backend_splits_the_real_model_and_changes_no_bit_of_the_logits() {
     let (model, weights) = tiny_qwen2();
-    let mut reference = Session::new(model, vec![Box::new(CpuBackend::new(Arc::clone(&weights), 1))], N_CTX);
+    let mut reference = Session::with_backends(model, vec![Box::new(cpu_backend(Arc::clone(&weights)))], N_CTX);
     let expected = prefill_and_two_decodes(&mut reference);
 
     let (model, weights) = tiny_qwen2();
     let probe = Probe::default();
     let backends: Vec<Box<dyn ComputeBackend>> = vec![
         Box::new(TestDevice::testdev(Arc::clone(&weights), probe.clone())),
-        Box::new(CpuBackend::new(weights, 1)),
+        Box::new(cpu_backend(weights)),
     ];
-    let mut split = Session::new(model, backends, N_CTX);
+    let mut split = Session::with_backends(model, backends, N_CTX);
     assert_eq!(split.backends(), [TESTDEV, Backend::CPU]);
 
     let n_vocab = split.model().hparams().n_vocab;
@@ -929,7 +934,7 @@ fn the_prefill_to_decode_transition_rebuilds_once_and_decode_steps_reuse() {
     let probe = Probe::default();
     // The session's CPU backend, observed: its pool length is what `pool_sizes` would report.
     let cpu: Box<dyn ComputeBackend> = Box::new(TestDevice::observed_cpu(Arc::clone(&weights), probe.clone()));
-    let mut session = Session::new(model, vec![cpu], N_CTX);
+    let mut session = Session::with_backends(model, vec![cpu], N_CTX);
     let n_vocab = session.model().hparams().n_vocab;
     let prompt = prompt(n_vocab);
     let next = 31 % n_vocab as u32;
@@ -963,7 +968,7 @@ fn the_prefill_to_decode_transition_rebuilds_once_and_decode_steps_reuse() {
     // today, but the invariant does not forbid kernels whose reduction order depends on the batch
     // shape (tiled matmuls, chunked attention), so the comparison allows a small tolerance.
     let (model, weights) = tiny_qwen2();
-    let mut batch = Session::new(model, vec![Box::new(CpuBackend::new(weights, 1))], N_CTX);
+    let mut batch = Session::with_backends(model, vec![Box::new(cpu_backend(weights))], N_CTX);
     let mut tokens = prompt.clone();
     tokens.push(next);
     let whole = batch.eval(&tokens, 1).unwrap().to_vec();
@@ -977,7 +982,7 @@ fn the_prefill_to_decode_transition_rebuilds_once_and_decode_steps_reuse() {
     assert!(max_diff <= 1e-4, "decode vs one batch: max |dlogit| {max_diff}");
     // Without the KV the decode step would see only its own token: that differs.
     let (model, weights) = tiny_qwen2();
-    let mut alone = Session::new(model, vec![Box::new(CpuBackend::new(weights, 1))], N_CTX);
+    let mut alone = Session::with_backends(model, vec![Box::new(cpu_backend(weights))], N_CTX);
     let isolated = alone.eval(&[next], 1).unwrap().to_vec();
     let max_isolated = first
         .iter()
@@ -998,7 +1003,7 @@ fn two_step_graph() -> (ComputeGraph, GraphAllocator) {
     let mut graph = b.build();
     // CPU first: it takes every node; the test device is present but idle.
     let mut alloc = GraphAllocator::new(vec![
-        Box::new(CpuBackend::new(no_weights(), 1)),
+        Box::new(cpu_backend(no_weights())),
         Box::new(TestDevice::testdev(no_weights(), Probe::default())),
     ]);
     prepare(&mut graph, &mut alloc);

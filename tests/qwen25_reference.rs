@@ -6,21 +6,34 @@
 
 mod common;
 
-use minfer::cli::run::{load, LoadOptions, Loaded};
-use minfer::engine::{generate, GenerateOptions};
+use minfer::engine::{generate, GenerateOptions, Model, ModelOptions, Session};
 use minfer::sampling::{argmax, SamplingParams};
 use std::sync::{Mutex, OnceLock};
+
+struct Loaded {
+    model: Model,
+    session: Session,
+}
 
 fn model() -> &'static Mutex<Loaded> {
     static MODEL: OnceLock<Mutex<Loaded>> = OnceLock::new();
     MODEL.get_or_init(|| {
-        let options = LoadOptions {
-            n_ctx: 1024,
-            n_threads: 2,
+        let options = ModelOptions {
+            n_threads: Some(2),
             backend: None,
         };
-        Mutex::new(load(&common::default_model(), &options).unwrap())
+        let model = Model::load(common::default_model(), &options).unwrap();
+        let session = Session::new(&model, 1024);
+        Mutex::new(Loaded { model, session })
     })
+}
+
+/// The logits at the last position of `text` (specials parsed, no template), from an empty
+/// context.
+fn last_logits(loaded: &mut Loaded, text: &str) -> Vec<f32> {
+    let tokens = loaded.model.encode(text);
+    loaded.session.reset();
+    loaded.session.eval(&tokens, 1).unwrap().to_vec()
 }
 
 struct Case {
@@ -69,12 +82,12 @@ fn last_position_logits_match_llama_cpp_for_every_reference_prompt() {
     let mut report = Vec::new();
     for case in cases() {
         assert_eq!(
-            loaded.tokenizer.encode(&case.prompt, true, true),
+            loaded.model.encode(&case.prompt),
             case.tokens,
             "prompt {} tokens",
             case.index
         );
-        let ours = minfer::cli::run::eval_last_logits(&mut loaded, &case.prompt).unwrap();
+        let ours = last_logits(&mut loaded, &case.prompt);
         let reference = common::read_f32(&common::fixtures().join(format!("qwen25-logits/{}.f32", case.index)));
         assert_eq!(ours.len(), reference.len());
         let max_abs = ours
@@ -120,10 +133,8 @@ fn greedy_continuations_match_llama_cpp_up_to_the_first_near_tie() {
         };
         let loaded = &mut *loaded;
         loaded.session.reset();
-        let result = generate(&mut loaded.session, &loaded.tokenizer, &case.tokens, &options, |_| {
-            Ok(())
-        })
-        .unwrap();
+        let Loaded { model, session } = &mut *loaded;
+        let result = generate(session, model.tokenizer(), &case.tokens, &options, |_| Ok(())).unwrap();
         assert_eq!(
             result.tokens,
             case.greedy[..comparable],
@@ -148,7 +159,7 @@ fn the_cli_greedy_output_is_llama_cpps_continuation() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let loaded = model().lock().unwrap();
-    let expected = loaded.tokenizer.decode(&case.greedy, false);
+    let expected = loaded.model.tokenizer().decode(&case.greedy, false);
     assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&expected));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

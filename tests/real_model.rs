@@ -17,10 +17,7 @@ fn the_default_model_has_the_published_hyper_parameters_and_type_counts() {
     assert_eq!(m.get_uint("qwen2.attention.head_count_kv").unwrap(), 2);
     assert_eq!(m.get_uint("qwen2.feed_forward_length").unwrap(), 4864);
     assert_eq!(m.get_array("tokenizer.ggml.tokens").unwrap().len(), 151936);
-    let counts: Vec<(GgmlType, usize)> = minfer::cli::info::tensor_type_counts(&file)
-        .into_iter()
-        .map(|(t, n, _)| (t, n))
-        .collect();
+    let counts: Vec<(GgmlType, usize)> = file.tensor_type_counts().into_iter().map(|(t, n, _)| (t, n)).collect();
     assert_eq!(
         counts,
         [

@@ -4,13 +4,8 @@
 
 mod common;
 
-use minfer::engine::{generate, GenerateOptions, Session};
-use minfer::gguf::GgufFile;
-use minfer::graph::Backend;
-use minfer::models::{load_model, GgufWeights};
+use minfer::engine::{generate, GenerateOptions, Model, ModelOptions, Session};
 use minfer::sampling::SamplingParams;
-use minfer::tokenizer::Tokenizer;
-use std::sync::Arc;
 
 struct Bounds {
     max_abs: f32,
@@ -38,19 +33,21 @@ fn bounds(ty: &str) -> Bounds {
     }
 }
 
-fn session(path: &std::path::Path, threads: usize) -> (Session, Tokenizer) {
-    let file = Arc::new(GgufFile::open(path).unwrap());
-    let tokenizer = Tokenizer::from_metadata(file.metadata()).unwrap();
-    let model = load_model(&file).unwrap();
-    let backends = minfer::backends::create(&[Backend::CPU], Arc::new(GgufWeights(file)), threads);
-    (Session::new(model, backends, 512), tokenizer)
+fn session(path: &std::path::Path, threads: usize) -> (Session, Model) {
+    let options = ModelOptions {
+        n_threads: Some(threads),
+        backend: Some("cpu".into()),
+    };
+    let model = Model::load(path, &options).unwrap();
+    (Session::new(&model, 512), model)
 }
 
 fn check_model(arch: &str, ty: &str) {
     let b = bounds(ty);
     let stem = format!("tiny-{arch}-{ty}");
     let dir = common::fixtures().join("tiny-reference").join(&stem);
-    let (mut session, tokenizer) = session(&common::tiny_model(arch, ty), 2);
+    let (mut session, model) = session(&common::tiny_model(arch, ty), 2);
+    let tokenizer = model.tokenizer();
     let n_vocab = session.model().hparams().n_vocab;
     let mut positions_checked = 0;
     let (mut worst_abs, mut worst_cos) = (0f32, 1f64);
@@ -108,7 +105,7 @@ fn check_model(arch: &str, ty: &str) {
             sampling: SamplingParams::greedy(),
             ..Default::default()
         };
-        let result = generate(&mut session, &tokenizer, &tokens, &options, |_| Ok(())).unwrap();
+        let result = generate(&mut session, tokenizer, &tokens, &options, |_| Ok(())).unwrap();
         let comparable = gaps.iter().position(|&g| g < b.greedy_gap).unwrap_or(expected.len());
         assert_eq!(
             &result.tokens[..comparable],
@@ -161,7 +158,8 @@ tiny_model_tests! {
 
 /// Decode logits with the build-time fusions (FusedQKV / FusedQkvNorm, FusedFFN) and without.
 fn decode_logits(arch: &str, ty: &str, fused: bool) -> (Vec<Vec<f32>>, Vec<String>) {
-    let (mut session, tokenizer) = session(&common::tiny_model(arch, ty), 2);
+    let (mut session, model) = session(&common::tiny_model(arch, ty), 2);
+    let tokenizer = model.tokenizer();
     session.set_fusion(fused, fused);
     let prompt = tokenizer.encode("The quick brown fox", false, true);
     session.eval(&prompt, 1).unwrap();

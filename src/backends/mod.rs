@@ -1,23 +1,67 @@
 //! Compute backends: each executes graph nodes on one kind of device.
 //!
-//! A backend owns its buffer pool and kernels; it knows the graph IR but no model. The CPU
+//! A backend is a device made once per process ([`BackendSet`], shared by every session) and one
+//! execution context per session (its buffer pool). It knows the graph IR but no model. The CPU
 //! backend is the reference every other backend is compared against.
 
 pub mod cpu;
 
-use crate::graph::{Backend, ComputeBackend, TensorSource};
+pub use cpu::default_threads;
+
+use crate::graph::{Backend, BackendDevice, ComputeBackend, TensorSource};
 use std::sync::Arc;
 
-/// Instantiate the backends of `fence` (in its order), resolving weights through `weights`.
-pub fn create(fence: &[Backend], weights: Arc<dyn TensorSource>, n_threads: usize) -> Vec<Box<dyn ComputeBackend>> {
-    fence
-        .iter()
-        .filter_map(|&b| match b {
-            Backend::CPU => {
-                Some(Box::new(cpu::CpuBackend::new(Arc::clone(&weights), n_threads)) as Box<dyn ComputeBackend>)
-            }
-            // Backends this build does not contain never pass the registry's fence.
-            _ => None,
-        })
-        .collect()
+/// The process's backends, in priority order: made once from the fence and the weights, then
+/// shared (clone it: the devices are reference-counted) by every session over the model.
+#[derive(Clone)]
+pub struct BackendSet {
+    devices: Vec<Arc<dyn BackendDevice>>,
+}
+
+impl BackendSet {
+    /// The devices of `fence` (in its order), resolving weights through `weights`; CPU work runs
+    /// on `n_threads` threads (`None`: one per physical core).
+    pub fn create(fence: &[Backend], weights: Arc<dyn TensorSource>, n_threads: Option<usize>) -> Self {
+        let n_threads = n_threads.unwrap_or_else(cpu::default_threads).max(1);
+        let devices = fence
+            .iter()
+            .filter_map(|&b| match b {
+                Backend::CPU => {
+                    Some(Arc::new(cpu::CpuDevice::new(Arc::clone(&weights), n_threads)) as Arc<dyn BackendDevice>)
+                }
+                // Backends this build does not contain never pass the registry's fence.
+                _ => None,
+            })
+            .collect();
+        BackendSet { devices }
+    }
+
+    /// A set of devices made elsewhere (a test's own device, say), in priority order.
+    pub fn from_devices(devices: Vec<Arc<dyn BackendDevice>>) -> Self {
+        BackendSet { devices }
+    }
+
+    pub fn devices(&self) -> &[Arc<dyn BackendDevice>] {
+        &self.devices
+    }
+
+    /// The backends taking part, in priority order.
+    pub fn handles(&self) -> Vec<Backend> {
+        self.devices.iter().map(|d| d.handle()).collect()
+    }
+
+    /// The host threads the CPU work runs on (the largest of the devices' counts).
+    pub fn n_threads(&self) -> usize {
+        self.devices.iter().map(|d| d.n_threads()).max().unwrap_or(1)
+    }
+
+    /// Bytes the devices prepared from the weights and hold themselves.
+    pub fn weights_bytes(&self) -> usize {
+        self.devices.iter().map(|d| d.weights_bytes()).sum()
+    }
+
+    /// One execution context per device, for a new session.
+    pub fn new_contexts(&self) -> Vec<Box<dyn ComputeBackend>> {
+        self.devices.iter().map(|d| d.new_context()).collect()
+    }
 }

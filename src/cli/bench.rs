@@ -58,7 +58,7 @@ impl Default for BenchOptions {
         BenchOptions {
             n_prompt: vec![512],
             n_gen: vec![128],
-            n_threads: vec![crate::backends::cpu::default_threads()],
+            n_threads: vec![crate::engine::default_threads()],
             repetitions: 5,
             backend: None,
             seed: 1,
@@ -292,7 +292,7 @@ pub fn run_bench(
     for &n_threads in &options.n_threads {
         let load_options = LoadOptions {
             n_ctx: needed,
-            n_threads,
+            n_threads: Some(n_threads),
             backend: options.backend.clone(),
         };
         let mut loaded = load(path, &load_options)?;
@@ -300,10 +300,11 @@ pub fn run_bench(
         if loaded.session.n_ctx() < needed {
             return Err(BenchError::ContextTooLarge { needed, n_ctx_train });
         }
-        let info = ModelInfo::new(path, &loaded.file, &loaded.session);
-        let per_token = weight_bytes_per_token(&loaded.file);
+        let info = ModelInfo::new(path, loaded.model.file(), &loaded.session);
+        let per_token = weight_bytes_per_token(loaded.model.file());
         let n_vocab = loaded.session.model().hparams().n_vocab;
-        let bos = loaded.tokenizer.add_bos().then(|| loaded.tokenizer.bos()).flatten();
+        let tokenizer = loaded.model.tokenizer();
+        let bos = tokenizer.add_bos().then(|| tokenizer.bos()).flatten();
         let session = &mut loaded.session;
 
         let tests = prompts.iter().map(|&p| (p, 0)).chain(gens.iter().map(|&n| (0, n)));

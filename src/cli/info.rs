@@ -6,8 +6,6 @@
 //! cannot run: a missing key prints as `-`, never as an error.
 
 use crate::gguf::{Array, GgufFile, Metadata, Value};
-use crate::quant::GgmlType;
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// llama.cpp's `llama_model_ftype_name` for `general.file_type`.
@@ -32,19 +30,6 @@ pub fn file_type_name(ftype: u64) -> &'static str {
         32 => "BF16",
         _ => "unknown",
     }
-}
-
-/// Count of tensors and bytes per ggml type, most frequent first (ties by type id).
-pub fn tensor_type_counts(file: &GgufFile) -> Vec<(GgmlType, usize, u64)> {
-    let mut by_type: BTreeMap<GgmlType, (usize, u64)> = BTreeMap::new();
-    for t in file.tensors() {
-        let e = by_type.entry(t.ggml_type).or_default();
-        e.0 += 1;
-        e.1 += t.size;
-    }
-    let mut counts: Vec<_> = by_type.into_iter().map(|(t, (n, b))| (t, n, b)).collect();
-    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    counts
 }
 
 fn show_value(v: &Value) -> String {
@@ -207,7 +192,7 @@ pub fn render(file: &GgufFile, tensors: bool) -> String {
     };
     let _ = writeln!(w, "  {:<15}= {template}", "chat template");
 
-    let counts = tensor_type_counts(file);
+    let counts = file.tensor_type_counts();
     let summary: Vec<String> = counts.iter().map(|(t, n, _)| format!("{t} {n}")).collect();
     let _ = writeln!(w, "\ntensors: {} ({})", file.tensors().len(), summary.join(", "));
     for (t, n, bytes) in &counts {

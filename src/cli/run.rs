@@ -1,30 +1,21 @@
-//! The main job: load a model into a session (backends, tokenizer, chat template), turn a
-//! prompt into tokens, and generate. Also `eval`, the numerics probe. The binary maps flags to
-//! these options and errors to exit codes; nothing here prints except through the writers it
-//! is given.
+//! The main job: load a model and one session over it, turn a prompt into tokens, and
+//! generate. Also `eval`, the numerics probe. The binary maps flags to these options and errors
+//! to exit codes; nothing here prints except through the writers it is given. Loading itself is
+//! the engine's ([`Model::load`]); this file only adds what a single command-line run needs.
 
-use crate::engine::{generate, EngineError, GenerateOptions, GenerationResult, Session};
-use crate::gguf::{GgufError, GgufFile};
-use crate::graph::registry::{fence_from, RegistryError};
-use crate::models::{load_model, GgufWeights, ModelError};
-use crate::template::{ChatTemplate, TemplateError};
-use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::engine::{
+    generate, EngineError, GenerateOptions, GenerationResult, LoadError, Model, ModelOptions, Session,
+};
+use crate::template::TemplateError;
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("cannot read model {path}: {source}")]
-    Open { path: String, source: GgufError },
     #[error(transparent)]
-    Model(#[from] ModelError),
-    #[error(transparent)]
-    Tokenizer(#[from] TokenizerError),
+    Load(#[from] LoadError),
     #[error(transparent)]
     Template(#[from] TemplateError),
-    #[error(transparent)]
-    Backend(#[from] RegistryError),
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error("the prompt has {n_prompt} tokens, more than the context of {n_ctx} (use --n-ctx, at most {n_ctx_train})")]
@@ -37,11 +28,9 @@ pub enum RunError {
     Write { what: String, source: std::io::Error },
 }
 
-/// A model ready to run.
+/// A model and the one session a command-line run uses.
 pub struct Loaded {
-    pub file: Arc<GgufFile>,
-    pub tokenizer: Tokenizer,
-    pub template: ChatTemplate,
+    pub model: Model,
     pub session: Session,
 }
 
@@ -50,50 +39,22 @@ pub struct Loaded {
 pub struct LoadOptions {
     /// Requested context; clamped to the model's training context.
     pub n_ctx: usize,
-    pub n_threads: usize,
+    /// CPU threads (`None`: one per physical core).
+    pub n_threads: Option<usize>,
     /// `--backend` (else `MINFER_BACKENDS`, else every usable backend).
     pub backend: Option<String>,
 }
 
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, RunError> {
-    // A bad --backend is reported before the model is read.
-    fence_from(options.backend.as_deref())?;
-    let (file, tokenizer, template) = open(path)?;
-    let session = new_session(&file, options)?;
-    Ok(Loaded {
-        file,
-        tokenizer,
-        template,
-        session,
-    })
-}
-
-/// The model file with its tokenizer and chat template, without a session: what sessions over
-/// the same weights share.
-pub fn open(path: &Path) -> Result<(Arc<GgufFile>, Tokenizer, ChatTemplate), RunError> {
-    let file = Arc::new(GgufFile::open(path).map_err(|source| RunError::Open {
-        path: path.display().to_string(),
-        source,
-    })?);
-    let tokenizer = Tokenizer::from_metadata(file.metadata())?;
-    let template = ChatTemplate::from_metadata(file.metadata())?;
-    Ok((file, tokenizer, template))
-}
-
-/// A new session (its own graph cache and KV) over `file`'s weights, which stay mapped once
-/// however many sessions read them.
-pub fn new_session(file: &Arc<GgufFile>, options: &LoadOptions) -> Result<Session, RunError> {
-    let fence = fence_from(options.backend.as_deref())?;
-    let model = load_model(file)?;
-    let n_ctx = options.n_ctx.clamp(1, model.hparams().n_ctx_train.max(1));
-    let backends = crate::backends::create(&fence, Arc::new(GgufWeights(Arc::clone(file))), options.n_threads);
-    Ok(Session::new(model, backends, n_ctx))
-}
-
-/// The tokens of a rendered prompt: special-token text is parsed, and a BOS is added only if
-/// the model asks for one.
-pub fn encode_prompt(tokenizer: &Tokenizer, text: &str) -> Vec<u32> {
-    tokenizer.encode(text, true, true)
+    let model = Model::load(
+        path,
+        &ModelOptions {
+            n_threads: options.n_threads,
+            backend: options.backend.clone(),
+        },
+    )?;
+    let session = Session::new(&model, options.n_ctx);
+    Ok(Loaded { model, session })
 }
 
 /// The prompt's tokens: as one user turn through the chat template, or raw (`no_template`).
@@ -103,9 +64,12 @@ pub fn prompt_tokens(loaded: &Loaded, prompt: &str, no_template: bool) -> Result
         prompt.to_string()
     } else {
         let messages = [serde_json::json!({"role": "user", "content": prompt})];
-        loaded.template.render(&messages, None, true, &serde_json::Map::new())?
+        loaded
+            .model
+            .template()
+            .render(&messages, None, true, &serde_json::Map::new())?
     };
-    let tokens = encode_prompt(&loaded.tokenizer, &text);
+    let tokens = loaded.model.encode(&text);
     let n_ctx = loaded.session.n_ctx();
     if tokens.len() > n_ctx {
         return Err(RunError::PromptTooLong {
@@ -129,17 +93,23 @@ pub fn run_generation(
     options.max_tokens = options
         .max_tokens
         .min(loaded.session.n_ctx().saturating_sub(tokens.len()));
-    let result = generate(&mut loaded.session, &loaded.tokenizer, tokens, &options, |bytes| {
-        out.write_all(bytes)
-            .and_then(|_| out.flush())
-            .map_err(|e| e.to_string())
-    })?;
+    let result = generate(
+        &mut loaded.session,
+        loaded.model.tokenizer(),
+        tokens,
+        &options,
+        |bytes| {
+            out.write_all(bytes)
+                .and_then(|_| out.flush())
+                .map_err(|e| e.to_string())
+        },
+    )?;
     Ok(result)
 }
 
 /// `eval`: the logits at the last position of a raw text (specials parsed, no template).
 pub fn eval_last_logits(loaded: &mut Loaded, text: &str) -> Result<Vec<f32>, RunError> {
-    let tokens = loaded.tokenizer.encode(text, true, true);
+    let tokens = loaded.model.encode(text);
     if tokens.len() > loaded.session.n_ctx() {
         return Err(RunError::PromptTooLong {
             n_prompt: tokens.len(),

@@ -1,11 +1,28 @@
-//! A session: one model, one graph cache (and so one KV cache), and the position reached.
+//! A session: one sequence over a model. It owns what its forward passes write (a graph cache
+//! with its allocator, and so the KV cache and activation buffers, in execution contexts of the
+//! model's shared backend set) and the position reached; the weights, the threads and the
+//! tokenizer belong to the [`Model`](super::Model).
 
-use super::EngineError;
+use super::{EngineError, Model};
 use crate::graph::{Backend, CParams, ComputeBackend, ComputeGraph, GraphAllocator, GraphCache, GraphParams};
 use crate::models::ModelDef;
+use std::sync::Arc;
 
+/// One sequence's KV cache and activations over a [`Model`]; see the module documentation.
+///
+/// ```
+/// use minfer::engine::{Model, ModelOptions, Session};
+///
+/// let model = Model::load("tests/fixtures/models/tiny-qwen3-Q4_K.gguf", &ModelOptions::default())?;
+/// let mut session = Session::new(&model, 64);
+/// let prompt = model.encode("one two three");
+/// session.eval(&prompt, 1)?;
+/// session.eval(&[1], 1)?; // a decode step reuses the graph and the KV cache
+/// assert_eq!(session.n_past(), prompt.len() + 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Session {
-    model: Box<dyn ModelDef>,
+    model: Arc<dyn ModelDef>,
     cache: GraphCache,
     /// The params of the last graph: the context params, and the batch of the last step.
     params: GraphParams,
@@ -15,12 +32,28 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session over `backends` (in priority order) with a context of `n_ctx` tokens.
-    pub fn new(model: Box<dyn ModelDef>, backends: Vec<Box<dyn ComputeBackend>>, n_ctx: usize) -> Self {
+    /// A session over `model` with a context of `n_ctx` tokens (clamped to 1 ..= the training
+    /// context): one new execution context per backend of the model's set. Sessions over one
+    /// model share its weights and threads, never a buffer.
+    pub fn new(model: &Model, n_ctx: usize) -> Self {
+        Self::with_backends(
+            Arc::clone(model.def()),
+            model.backends().new_contexts(),
+            model.clamp_n_ctx(n_ctx),
+        )
+    }
+
+    /// A session over execution contexts made by the caller (in priority order) with a context
+    /// of exactly `n_ctx` tokens: for tests and tools that bring their own backend.
+    pub fn with_backends(
+        model: impl Into<Arc<dyn ModelDef>>,
+        backends: Vec<Box<dyn ComputeBackend>>,
+        n_ctx: usize,
+    ) -> Self {
         let fence: Vec<u16> = backends.iter().map(|b| b.handle().0).collect();
         let cparams = CParams::new(n_ctx, fence);
         Session {
-            model,
+            model: model.into(),
             cache: GraphCache::new(GraphAllocator::new(backends)),
             params: GraphParams::new(1, 1, cparams),
             n_past: 0,
@@ -28,10 +61,12 @@ impl Session {
         }
     }
 
+    /// The architecture the session runs.
     pub fn model(&self) -> &dyn ModelDef {
         self.model.as_ref()
     }
 
+    /// The context size in tokens.
     pub fn n_ctx(&self) -> usize {
         self.params.cparams.n_ctx
     }

@@ -193,6 +193,19 @@ impl GgufFile {
         &self.tensors
     }
 
+    /// Count of tensors and bytes per ggml type, most frequent first (ties by type id).
+    pub fn tensor_type_counts(&self) -> Vec<(crate::quant::GgmlType, usize, u64)> {
+        let mut by_type: std::collections::BTreeMap<crate::quant::GgmlType, (usize, u64)> = Default::default();
+        for t in &self.tensors {
+            let e = by_type.entry(t.ggml_type).or_default();
+            e.0 += 1;
+            e.1 += t.size;
+        }
+        let mut counts: Vec<_> = by_type.into_iter().map(|(t, (n, b))| (t, n, b)).collect();
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        counts
+    }
+
     pub fn tensor(&self, name: &str) -> Result<&TensorInfo> {
         self.by_name
             .get(name)

@@ -1,5 +1,11 @@
-//! The one device seam: the backend handle, the [`ComputeBackend`] trait every backend
-//! implements, and [`KvProvider`], the only way an executor reaches the persistent KV regions.
+//! The one device seam: the backend handle, the [`BackendDevice`] a process makes once per
+//! backend and shares between its sessions, the [`ComputeBackend`] execution context each
+//! session gets from it (its own buffers), and [`KvProvider`], the only way an executor reaches
+//! the persistent KV regions.
+//!
+//! The split follows ggml's device and backend: what is worth having once per process (weights
+//! prepared for the device, threads, device handles) belongs to the device; what a sequence's
+//! forward pass writes (activations, KV) belongs to a context, so sessions never share a buffer.
 
 use super::ops::{FusedOp, Op};
 use super::{BufRef, CNode, DType};
@@ -58,7 +64,23 @@ pub trait KvProvider {
     fn kv_pair(&self, layer: usize) -> Option<(usize, usize)>;
 }
 
-/// A device that executes graph nodes. Buffers are f32 arrays in the backend's own pool,
+/// A backend as the process holds it: made once, shared by every session (behind an `Arc`),
+/// and asked for one [`ComputeBackend`] context per session.
+pub trait BackendDevice: Send + Sync {
+    fn handle(&self) -> Backend;
+    fn name(&self) -> &str;
+    /// Host threads the device runs nodes on (1 for a device that computes elsewhere).
+    fn n_threads(&self) -> usize;
+    /// Bytes the device prepared from the weights and holds itself (uploads, repacked copies);
+    /// 0 for a device that reads them in place.
+    fn weights_bytes(&self) -> usize {
+        0
+    }
+    /// A new execution context: an empty buffer pool over this device's weights and threads.
+    fn new_context(&self) -> Box<dyn ComputeBackend>;
+}
+
+/// One session's execution context on a device. Buffers are f32 arrays in the backend's own pool,
 /// addressed by id; the allocator decides which node uses which buffer.
 pub trait ComputeBackend: Send {
     fn handle(&self) -> Backend;

@@ -23,7 +23,7 @@ pub mod scheduler;
 pub mod weights;
 
 pub use alloc::GraphAllocator;
-pub use backend::{Backend, BackendError, ComputeBackend, KvProvider};
+pub use backend::{Backend, BackendDevice, BackendError, ComputeBackend, KvProvider};
 pub use builder::GraphBuilder;
 pub use cache::GraphCache;
 pub use ops::{

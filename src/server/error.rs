@@ -12,7 +12,7 @@ use serde_json::json;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error(transparent)]
-    Load(#[from] crate::cli::run::RunError),
+    Load(#[from] crate::engine::LoadError),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: String, source: std::io::Error },
     #[error("the async runtime cannot start: {0}")]

@@ -2,8 +2,8 @@
 //! `/v1/models`, `/health`, `/metrics`) on axum and tokio.
 //!
 //! The async runtime only moves bytes: generation runs on one thread per slot (`slots`), each
-//! with its own session over the one memory-mapped weight set, and tokens come back over
-//! channels. The parts: `request` reads OpenAI bodies, `routes` holds the handlers, `slots` the
+//! with its own session (KV cache) over the one loaded [`Model`], whose backend set and thread
+//! pool every slot shares, and tokens come back over channels. The parts: `request` reads OpenAI bodies, `routes` holds the handlers, `slots` the
 //! scheduler, `response` the JSON and SSE shapes, `tool_calls` the `<tool_call>` parser,
 //! `metrics` the Prometheus counters, `error` the error shapes. This module wires them together
 //! and owns start-up, the connections (accepted here and served by hyper, under a header-read
@@ -20,7 +20,7 @@ mod tool_calls;
 
 pub use error::{ApiError, ServerError};
 
-use crate::cli::run::{self, LoadOptions};
+use crate::engine::{Model, ModelOptions, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ pub struct ServerConfig {
     pub n_slots: usize,
     /// Context of each slot, in tokens (clamped to the model's training context).
     pub n_ctx: usize,
-    /// Threads of each slot; `None`: the physical cores divided by the slots, at least 1.
+    /// CPU threads of the process, shared by every slot; `None`: the physical cores.
     pub n_threads: Option<usize>,
     pub backend: Option<String>,
     pub api_key: Option<String>,
@@ -61,11 +61,6 @@ pub const DEFAULT_BODY_TIMEOUT_S: f64 = 30.0;
 /// Default bound on open connections: far above the slots (waiting requests hold connections
 /// too), far below the process's file-descriptor limit.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
-
-/// Threads per slot when `-t` is not given: the physical cores shared out among the slots.
-pub fn default_threads_per_slot(n_slots: usize) -> usize {
-    (crate::backends::cpu::default_threads() / n_slots.max(1)).max(1)
-}
 
 /// A seed or id nobody can predict: std's per-process random hash keys, mixed with a counter.
 pub(crate) fn random_u64() -> u64 {
@@ -107,32 +102,27 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
             "--header-timeout and --body-timeout must be above 0".into(),
         ));
     }
-    let (file, tokenizer, template) = run::open(&config.model)?;
-    let n_threads = config
-        .n_threads
-        .unwrap_or_else(|| default_threads_per_slot(config.n_slots));
-    let options = LoadOptions {
-        n_ctx: config.n_ctx,
-        n_threads,
+    let options = ModelOptions {
+        n_threads: config.n_threads,
         backend: config.backend.clone(),
     };
-    let sessions = (0..config.n_slots)
-        .map(|_| run::new_session(&file, &options))
-        .collect::<Result<Vec<_>, _>>()?;
+    let model = Arc::new(Model::load(&config.model, &options)?);
+    let n_threads = model.backends().n_threads();
+    let sessions: Vec<Session> = (0..config.n_slots)
+        .map(|_| Session::new(&model, config.n_ctx))
+        .collect();
     let n_ctx = sessions[0].n_ctx();
-    let n_vocab = sessions[0].model().hparams().n_vocab;
+    let n_vocab = model.hparams().n_vocab;
     let model_id = config
         .model
         .file_stem()
         .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
-    let tokenizer = Arc::new(tokenizer);
     let metrics = Arc::new(metrics::Metrics::default());
-    let scheduler = slots::Scheduler::start(sessions, Arc::clone(&tokenizer), Arc::clone(&metrics))
-        .map_err(ServerError::Runtime)?;
+    let scheduler =
+        slots::Scheduler::start(sessions, Arc::clone(&model), Arc::clone(&metrics)).map_err(ServerError::Runtime)?;
     let app = Arc::new(routes::AppState {
         scheduler: scheduler.clone(),
-        tokenizer,
-        template: Arc::new(template),
+        model,
         metrics,
         model_id,
         n_ctx,
@@ -145,7 +135,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         fault_marker: std::env::var("MINFER_SERVE_FAULT").ok().filter(|m| !m.is_empty()),
     });
     // The async side only parses, routes and copies bytes; two threads keep it responsive
-    // without taking cores from the slots.
+    // without taking cores from the model's pool.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -171,7 +161,7 @@ async fn run_server(
         })?;
     let local = listener.local_addr().map_err(ServerError::Serve)?;
     eprintln!(
-        "minfer serve: model {} | {} slots × {} tokens of context, {} threads each{}",
+        "minfer serve: model {} | {} slots × {} tokens of context, {} threads shared{}",
         app.model_id,
         app.n_slots,
         app.n_ctx,

@@ -12,9 +12,7 @@ use super::request::{self, Common, Prompt, ToolChoice};
 use super::response::{Collector, Endpoint, Reply, Streamer};
 use super::slots::{Job, Run, Scheduler};
 use super::tool_calls;
-use crate::engine::GenerateOptions;
-use crate::template::ChatTemplate;
-use crate::tokenizer::Tokenizer;
+use crate::engine::{GenerateOptions, Model};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
@@ -31,8 +29,8 @@ use std::time::Instant;
 /// What every handler shares.
 pub struct AppState {
     pub scheduler: Scheduler,
-    pub tokenizer: Arc<Tokenizer>,
-    pub template: Arc<ChatTemplate>,
+    /// The loaded model (tokenizer, chat template, backends), shared with the slots.
+    pub model: Arc<Model>,
     pub metrics: Arc<Metrics>,
     /// The name `/v1/models` lists and responses carry.
     pub model_id: String,
@@ -229,13 +227,14 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
         let prompt_end = prefill.clone();
         let (text, tokens) = blocking(move || {
             let mut text = state
-                .template
+                .model
+                .template()
                 .render(&req.messages, req.tools.as_deref(), true, &serde_json::Map::new())
                 .map_err(|e| {
                     ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
                 })?;
             text.push_str(&prompt_end);
-            let tokens = crate::cli::run::encode_prompt(&state.tokenizer, &text);
+            let tokens = state.model.encode(&text);
             Ok((text, tokens))
         })
         .await?;
@@ -277,7 +276,7 @@ async fn completions(State(app): State<App>, req: Request) -> Response {
             Ok(prompts
                 .into_iter()
                 .map(|p| match p {
-                    Prompt::Text(t) => crate::cli::run::encode_prompt(&state.tokenizer, &t),
+                    Prompt::Text(t) => state.model.encode(&t),
                     Prompt::Tokens(ids) => ids,
                 })
                 .collect::<Vec<_>>())
@@ -394,7 +393,7 @@ async fn start(
         prefill: tools.prefill,
         include_usage: common.include_usage,
         n: common.n,
-        tokenizer: Arc::clone(&app.tokenizer),
+        tokenizer: app.model.shared_tokenizer(),
     };
     if !common.stream {
         let mut collector = Collector::new(reply);

@@ -1,6 +1,6 @@
 //! Slots and the scheduler: `--n-slots` generation threads, each owning one [`Session`] (its
-//! own graph cache and KV cache) over the shared weights, and the FIFO queue of jobs waiting
-//! for one.
+//! own graph cache and KV cache) over the one shared [`Model`] (weights, backends and their
+//! thread pool, which the slots take in turn), and the FIFO queue of jobs waiting for one.
 //!
 //! A job goes to an idle slot at once, preferring the slot whose cached tokens share the
 //! longest prefix with its prompt; with none idle it queues, and a slot that finishes takes the
@@ -14,8 +14,7 @@
 //! events.
 
 use super::metrics::Metrics;
-use crate::engine::{generate_cached, GenerateOptions, GenerationObserver, Session, StopReason};
-use crate::tokenizer::Tokenizer;
+use crate::engine::{generate_cached, GenerateOptions, GenerationObserver, Model, Session, StopReason};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,7 +94,8 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     metrics: Arc<Metrics>,
-    tokenizer: Arc<Tokenizer>,
+    /// The model the sessions run (its tokenizer turns tokens back into text).
+    model: Arc<Model>,
     /// Set at shutdown: every generation stops at its next token.
     stop_all: AtomicBool,
 }
@@ -111,7 +111,7 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 
 impl Scheduler {
     /// Starts one thread per session.
-    pub fn start(sessions: Vec<Session>, tokenizer: Arc<Tokenizer>, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+    pub fn start(sessions: Vec<Session>, model: Arc<Model>, metrics: Arc<Metrics>) -> std::io::Result<Self> {
         let mut slots = Vec::new();
         let mut receivers = Vec::new();
         for _ in &sessions {
@@ -130,7 +130,7 @@ impl Scheduler {
                 slots,
             }),
             metrics,
-            tokenizer,
+            model,
             stop_all: AtomicBool::new(false),
         });
         for (id, (session, rx)) in sessions.into_iter().zip(receivers).enumerate() {
@@ -235,12 +235,19 @@ fn run_job(id: usize, session: &mut Session, cached: &mut Vec<u32>, job: &Job, s
             pending: Vec::new(),
             tokens: Vec::new(),
         };
-        let tokenizer = Arc::clone(&shared.tokenizer);
+        let model = Arc::clone(&shared.model);
         let result = catch_unwind(AssertUnwindSafe(|| {
             if job.fault {
                 panic!("fault injected on purpose (MINFER_SERVE_FAULT)");
             }
-            generate_cached(session, &tokenizer, &run.prompt, n_cached, &options, &mut observer)
+            generate_cached(
+                session,
+                model.tokenizer(),
+                &run.prompt,
+                n_cached,
+                &options,
+                &mut observer,
+            )
         }));
         let failure = match result {
             Ok(Ok(result)) => {

@@ -5,7 +5,13 @@
 //! It must not decide anything the allocator owns (which node uses which buffer, aliasing) and
 //! never falls back: a node it cannot run is an error naming the node.
 //!
-//! Threads: the backend owns a persistent [`pool::ThreadPool`] of `n_threads` threads. Matmuls
+//! Two halves, as ggml's device and backend: a [`CpuDevice`] is made once per process and shared
+//! by every session (the weights and the thread pool), and a [`CpuBackend`] is one session's
+//! execution context over it (its buffer pool and scratch space). Sessions on different threads
+//! take the pool in turn, one parallel node at a time, so a lone session always runs on every
+//! thread whatever the number of sessions.
+//!
+//! Threads: the device owns a persistent [`pool::ThreadPool`] of `n_threads` threads. Matmuls
 //! cut their output rows, and attention its (token, head) rows, into chunks that the pool's
 //! threads claim one at a time; the chunk size depends on the sizes and the thread count only,
 //! and every row is computed by exactly the same code whatever chunk holds it, so results are
@@ -19,17 +25,83 @@ pub mod kernels;
 pub mod pool;
 
 use crate::graph::{
-    Backend, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op, RopeStyle, TensorSource,
+    Backend, BackendDevice, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op, RopeStyle,
+    TensorSource,
 };
 use kernels::{Activations, KernelError};
 use pool::{Claim, ThreadPool};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+/// What every session on the CPU shares: the weights and the thread pool. Cheap to clone (one
+/// reference count); made once per process by the backend set.
+#[derive(Clone)]
+pub struct CpuDevice {
+    shared: Arc<DeviceShared>,
+}
+
+struct DeviceShared {
+    weights: Arc<dyn TensorSource>,
+    /// One session's parallel node at a time: a job takes every thread.
+    pool: Mutex<ThreadPool>,
+    n_threads: usize,
+}
+
+impl CpuDevice {
+    /// A device whose nodes run on `n_threads` threads (at least 1), resolving weights through
+    /// `weights`.
+    pub fn new(weights: Arc<dyn TensorSource>, n_threads: usize) -> Self {
+        let pool = ThreadPool::new(n_threads.max(1));
+        let n_threads = pool.n_threads();
+        CpuDevice {
+            shared: Arc::new(DeviceShared {
+                weights,
+                pool: Mutex::new(pool),
+                n_threads,
+            }),
+        }
+    }
+
+    /// The threads nodes run on (fewer than asked only if the system refused a thread).
+    pub fn n_threads(&self) -> usize {
+        self.shared.n_threads
+    }
+
+    /// A new execution context (its own buffers) over this device.
+    pub fn context(&self) -> CpuBackend {
+        CpuBackend::new(self)
+    }
+}
+
+impl BackendDevice for CpuDevice {
+    fn handle(&self) -> Backend {
+        Backend::CPU
+    }
+
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn n_threads(&self) -> usize {
+        self.shared.n_threads
+    }
+
+    fn new_context(&self) -> Box<dyn ComputeBackend> {
+        Box::new(self.context())
+    }
+}
+
+/// The pool, for one job. A poisoned lock only means a job panicked on another session's
+/// thread; the pool re-raised that panic there and stays usable.
+fn lock(pool: &Mutex<ThreadPool>) -> MutexGuard<'_, ThreadPool> {
+    pool.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One session's execution context on a [`CpuDevice`]: its buffer pool and scratch space.
 pub struct CpuBackend {
     buffers: Vec<Vec<f32>>,
     free: Vec<usize>,
     weights: Arc<dyn TensorSource>,
-    pool: ThreadPool,
+    device: Arc<DeviceShared>,
     /// Quantized activations of the current matmul, reused across calls.
     scratch: Vec<u8>,
     /// The row blocks of the current matmul when it has several tokens, one after another
@@ -77,12 +149,13 @@ impl FirstError {
 }
 
 impl CpuBackend {
-    pub fn new(weights: Arc<dyn TensorSource>, n_threads: usize) -> Self {
+    /// A context over `device`, with empty buffers.
+    pub fn new(device: &CpuDevice) -> Self {
         CpuBackend {
             buffers: Vec::new(),
             free: Vec::new(),
-            weights,
-            pool: ThreadPool::new(n_threads.max(1)),
+            weights: Arc::clone(&device.shared.weights),
+            device: Arc::clone(&device.shared),
             scratch: Vec::new(),
             blocks: Vec::new(),
             fused_k: Vec::new(),
@@ -90,9 +163,9 @@ impl CpuBackend {
         }
     }
 
-    /// The threads nodes run on (fewer than asked only if the system refused a thread).
+    /// The threads nodes run on (the device's).
     pub fn n_threads(&self) -> usize {
-        self.pool.n_threads()
+        self.device.n_threads
     }
 }
 
@@ -185,7 +258,7 @@ impl CpuBackend {
                 format!("the output holds {} values, {n_out} x {n_tokens} expected", y.len()),
             ));
         }
-        let n_threads = self.pool.n_threads();
+        let n_threads = self.device.n_threads;
         // Quantize the activation rows a chunk of tokens per thread; a row's bytes do not depend
         // on which thread quantized it.
         let mut buffers = kernels::ActivationBuffers::new(wtype, n_in, x, n_tokens, &mut self.scratch).map_err(kerr)?;
@@ -197,7 +270,7 @@ impl CpuBackend {
         } else {
             let chunks = Claim::new(buffers.chunks(n_tokens.div_ceil(n_threads)));
             let failed = FirstError::new();
-            self.pool.run(|_, _| {
+            lock(&self.device.pool).run(|_, _| {
                 while let Some(chunk) = chunks.next() {
                     failed.record(kernels::quantize_chunk(chunk));
                 }
@@ -212,7 +285,7 @@ impl CpuBackend {
         if n_tokens == 1 {
             // One token: a chunk's row block is the slice of `y` it covers; write it in place.
             let chunks = Claim::new(y.chunks_mut(rows_per_chunk).enumerate());
-            self.pool.run(|_, _| {
+            lock(&self.device.pool).run(|_, _| {
                 while let Some((i, block)) = chunks.next() {
                     let rows = i * rows_per_chunk..i * rows_per_chunk + block.len();
                     failed.record(kernels::matmul_rows(w, wtype, n_in, n_out, act, 1, rows, block));
@@ -228,7 +301,7 @@ impl CpuBackend {
         let rows_per_chunk = rows_per_chunk.next_multiple_of(crate::quant::gemm::PANEL).min(n_out);
         let block_len = rows_per_chunk * n_tokens;
         let chunks = Claim::new(self.blocks[..len].chunks_mut(block_len).enumerate());
-        self.pool.run(|_, _| {
+        lock(&self.device.pool).run(|_, _| {
             while let Some((i, block)) = chunks.next() {
                 let rows = i * rows_per_chunk..i * rows_per_chunk + block.len() / n_tokens;
                 failed.record(kernels::matmul_rows(w, wtype, n_in, n_out, act, n_tokens, rows, block));
@@ -239,7 +312,7 @@ impl CpuBackend {
         let blocks = &self.blocks[..len];
         let tokens_per_chunk = chunk_len(n_tokens, n_threads);
         let outs = Claim::new(y.chunks_mut(n_out * tokens_per_chunk).enumerate());
-        self.pool.run(|_, _| {
+        lock(&self.device.pool).run(|_, _| {
             while let Some((i, ys)) = outs.next() {
                 for (dt, yt) in ys.chunks_exact_mut(n_out).enumerate() {
                     let t = i * tokens_per_chunk + dt;
@@ -485,7 +558,7 @@ impl CpuBackend {
                 let stride = m.n_head_kv * m.head_dim;
                 let n_kv = k.len() / stride.max(1);
                 let (hd, n_rows) = (m.head_dim, nt * m.n_head);
-                let n_threads = self.pool.n_threads();
+                let n_threads = self.device.n_threads;
                 if n_threads == 1 || n_rows <= 1 || hd == 0 || out.len() != n_rows * hd {
                     // One thread, nothing to split, or sizes the kernel will refuse.
                     return kernels::attention(q, k, v, positions, nt, m.n_head, m.n_head_kv, hd, stride, n_kv, out)
@@ -496,7 +569,7 @@ impl CpuBackend {
                 let rows_per_chunk = chunk_len(n_rows, n_threads);
                 let chunks = Claim::new(out.chunks_mut(rows_per_chunk * hd).enumerate().rev());
                 let failed = FirstError::new();
-                self.pool.run(|_, _| {
+                lock(&self.device.pool).run(|_, _| {
                     while let Some((i, o)) = chunks.next() {
                         let rows = i * rows_per_chunk..i * rows_per_chunk + o.len() / hd;
                         failed.record(kernels::attention_heads(
@@ -532,7 +605,7 @@ impl CpuBackend {
 
 #[cfg(test)]
 mod tests {
-    use crate::cli::run::{load, LoadOptions};
+    use crate::engine::{Model, ModelOptions, Session};
     use std::path::PathBuf;
 
     /// Prefill logits at every position, then greedy decode steps' logits, for one thread count.
@@ -540,13 +613,12 @@ mod tests {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/models")
             .join(model);
-        let options = LoadOptions {
-            n_ctx: 128,
-            n_threads,
-            backend: None,
+        let options = ModelOptions {
+            n_threads: Some(n_threads),
+            backend: Some("cpu".into()),
         };
-        let mut loaded = load(&path, &options).unwrap();
-        let session = &mut loaded.session;
+        let model = Model::load(&path, &options).unwrap();
+        let session = &mut Session::new(&model, 128);
         let n_vocab = session.model().hparams().n_vocab as u64;
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let prompt: Vec<u32> = (0..37)

@@ -1,0 +1,147 @@
+//! A loaded model: the file, its validated weights and architecture, tokenizer and chat
+//! template, and the process's backend set over the weights. Made once, shared (behind an
+//! `Arc` or by reference) by every [`Session`](super::Session) over it; holds no per-sequence
+//! state.
+//!
+//! Loading is the only place that turns a path and options into these parts, so the CLI, the
+//! server, `bench` and the tests load a model the same way.
+
+use crate::backends::BackendSet;
+use crate::gguf::{GgufError, GgufFile};
+use crate::graph::registry::{fence_from, RegistryError};
+use crate::models::{load_model, GgufWeights, HParams, ModelDef, ModelError};
+use crate::template::{ChatTemplate, TemplateError};
+use crate::tokenizer::{Tokenizer, TokenizerError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Why a model could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read model {path}: {source}")]
+    Open { path: String, source: GgufError },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    #[error(transparent)]
+    Backend(#[from] RegistryError),
+}
+
+/// Where and how the model's forward passes run: options of the process's backend set, not
+/// of a session.
+#[derive(Clone, Debug, Default)]
+pub struct ModelOptions {
+    /// CPU threads, shared by every session (`None`: one per physical core).
+    pub n_threads: Option<usize>,
+    /// A backend fence, `cpu` or a comma-separated list (`None`: `MINFER_BACKENDS`, else every
+    /// usable backend).
+    pub backend: Option<String>,
+}
+
+/// A model ready to run. See the module documentation.
+///
+/// ```
+/// use minfer::engine::{Model, ModelOptions, Session};
+///
+/// let model = Model::load("tests/fixtures/models/tiny-qwen2-Q8_0.gguf", &ModelOptions::default())?;
+/// let tokens = model.encode("Hello");
+/// let mut session = Session::new(&model, 256);
+/// let logits = session.eval(&tokens, 1)?;
+/// assert_eq!(logits.len(), model.hparams().n_vocab);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Model {
+    path: PathBuf,
+    file: Arc<GgufFile>,
+    def: Arc<dyn ModelDef>,
+    tokenizer: Arc<Tokenizer>,
+    template: ChatTemplate,
+    backends: BackendSet,
+}
+
+impl Model {
+    /// Open `path` (any part of a split model), check its architecture and tensors, read its
+    /// tokenizer and chat template, and make the backend set. A bad backend fence is reported
+    /// before the file is read.
+    pub fn load(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Model, LoadError> {
+        let path = path.as_ref();
+        let fence = fence_from(options.backend.as_deref())?;
+        let file = Arc::new(GgufFile::open(path).map_err(|source| LoadError::Open {
+            path: path.display().to_string(),
+            source,
+        })?);
+        let def: Arc<dyn ModelDef> = Arc::from(load_model(&file)?);
+        let tokenizer = Arc::new(Tokenizer::from_metadata(file.metadata())?);
+        let template = ChatTemplate::from_metadata(file.metadata())?;
+        let weights = Arc::new(GgufWeights(Arc::clone(&file)));
+        let backends = BackendSet::create(&fence, weights, options.n_threads);
+        Ok(Model {
+            path: path.to_path_buf(),
+            file,
+            def,
+            tokenizer,
+            template,
+            backends,
+        })
+    }
+
+    /// The path the model was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The memory-mapped file (all parts of a split model).
+    pub fn file(&self) -> &Arc<GgufFile> {
+        &self.file
+    }
+
+    /// The architecture's description: hyper-parameters and the forward graph.
+    pub fn def(&self) -> &Arc<dyn ModelDef> {
+        &self.def
+    }
+
+    pub fn hparams(&self) -> &HParams {
+        self.def.hparams()
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The tokenizer as a shared handle, for what outlives a borrow of the model (a streamed
+    /// response, say).
+    pub fn shared_tokenizer(&self) -> Arc<Tokenizer> {
+        Arc::clone(&self.tokenizer)
+    }
+
+    /// The model's own chat template (ChatML for a file that has none).
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// The process's backends over this model's weights.
+    pub fn backends(&self) -> &BackendSet {
+        &self.backends
+    }
+
+    /// The tokens of a rendered prompt: special-token text is parsed, and a BOS is added only if
+    /// the model asks for one (as llama.cpp does for a chat prompt).
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        encode_prompt(&self.tokenizer, text)
+    }
+
+    /// The context a session gets for a requested `n_ctx`: at least 1, at most the training
+    /// context.
+    pub fn clamp_n_ctx(&self, n_ctx: usize) -> usize {
+        n_ctx.clamp(1, self.hparams().n_ctx_train.max(1))
+    }
+}
+
+/// The tokens of a rendered prompt with `tokenizer`: special-token text parsed, a BOS only if
+/// the model asks for one.
+pub fn encode_prompt(tokenizer: &Tokenizer, text: &str) -> Vec<u32> {
+    tokenizer.encode(text, true, true)
+}
