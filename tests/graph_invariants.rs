@@ -264,7 +264,7 @@ fn live_consumers(graph: &ComputeGraph, live: &[bool]) -> Vec<usize> {
 /// input's sole consumer is the node, both are on the same backend, and the input is neither a
 /// graph input, nor a graph output, nor a KV region.
 fn may_alias(graph: &ComputeGraph, node: &CNode, live: &[bool]) -> bool {
-    if !matches!(node.op, Op::Silu | Op::RoPE { .. }) {
+    if !matches!(node.op, Op::Silu | Op::RoPE) {
         return false;
     }
     let src = &graph.nodes[node.src[0]];
@@ -468,11 +468,7 @@ fn alias_case(f: impl FnOnce(&mut GraphBuilder), on_testdev: &[&str]) -> (Comput
     prepare(&mut graph, &mut alloc);
     // Every Silu/RoPE of the case follows the rule, recomputed independently.
     let live = reachable(&graph);
-    for node in graph
-        .nodes
-        .iter()
-        .filter(|n| matches!(n.op, Op::Silu | Op::RoPE { .. }))
-    {
+    for node in graph.nodes.iter().filter(|n| matches!(n.op, Op::Silu | Op::RoPE)) {
         let shared = alloc.node_buffer(node.id) == alloc.node_buffer(node.src[0]);
         assert_eq!(
             shared,
@@ -487,6 +483,7 @@ fn alias_case(f: impl FnOnce(&mut GraphBuilder), on_testdev: &[&str]) -> (Comput
 
 fn rope_meta() -> RopeMeta {
     RopeMeta {
+        style: RopeStyle::Neox,
         n_head: 1,
         head_dim: 4,
         n_rot: 4,
@@ -509,7 +506,7 @@ fn silu_and_rope_alias_their_input_exactly_when_they_are_its_sole_consumer_on_th
             let s = b.add("s", x, y);
             let act = b.silu("act", s);
             let r = b.add("r", act, y);
-            let rot = b.rope("rot", r, pos, RopeStyle::Neox, rope_meta());
+            let rot = b.rope("rot", r, pos, rope_meta());
             b.output(rot);
         },
         &[],
@@ -526,7 +523,7 @@ fn silu_and_rope_alias_their_input_exactly_when_they_are_its_sole_consumer_on_th
             let s = b.add("s", x, y);
             let act = b.silu("act", s);
             let u = b.add("u", s, act);
-            let rot = b.rope("rot", u, pos, RopeStyle::Neox, rope_meta());
+            let rot = b.rope("rot", u, pos, rope_meta());
             let v = b.mul("v", rot, u);
             b.output(v);
         },
@@ -542,7 +539,7 @@ fn silu_and_rope_alias_their_input_exactly_when_they_are_its_sole_consumer_on_th
             let pos = b.input("pos", [1, 1, 1, 1], DType::I32);
             let y = b.input("y", D, DType::F32);
             let act = b.silu("act", x);
-            let rot = b.rope("rot", y, pos, RopeStyle::Neox, rope_meta());
+            let rot = b.rope("rot", y, pos, rope_meta());
             let o = b.add("o", act, rot);
             b.output(o);
         },

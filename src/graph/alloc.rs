@@ -181,7 +181,7 @@ impl GraphAllocator {
                     };
                     self.ensure_kv(*layer, backend, len)?[0]
                 }
-                Op::Silu | Op::RoPE { .. } if self.can_alias(graph, node.src[0], backend, &consumers) => {
+                Op::Silu | Op::RoPE if self.can_alias(graph, node.src[0], backend, &consumers) => {
                     let src = node.src[0];
                     // The node takes over its input's buffer: the input must not free it.
                     frees_at[last_use[src]].retain(|&x| x != src);

@@ -113,17 +113,10 @@ impl GraphBuilder {
         self.node(name, Op::MatMul, &[x], out, DType::F32, NodeMeta::MatMul(meta))
     }
 
-    pub fn rope(&mut self, name: &str, x: NodeId, positions: NodeId, style: RopeStyle, meta: RopeMeta) -> NodeId {
+    pub fn rope(&mut self, name: &str, x: NodeId, positions: NodeId, meta: RopeMeta) -> NodeId {
         let shape = self.shape(x);
         assert_eq!(shape[0], meta.n_head * meta.head_dim, "{name}: width vs heads");
-        self.node(
-            name,
-            Op::RoPE { style },
-            &[x, positions],
-            shape,
-            DType::F32,
-            NodeMeta::Rope(meta),
-        )
+        self.node(name, Op::RoPE, &[x, positions], shape, DType::F32, NodeMeta::Rope(meta))
     }
 
     pub fn silu(&mut self, name: &str, x: NodeId) -> NodeId {

@@ -22,7 +22,6 @@ pub fn op_detail(op: &Op) -> String {
     match op {
         Op::RmsNorm { eps } => format!("eps={eps:e}"),
         Op::QkNorm { head_dim, n_head, eps } => format!("head_dim={head_dim} n_head={n_head} eps={eps:e}"),
-        Op::RoPE { style } => format!("{style:?}"),
         Op::Attn { mode, explicit_span } => format!("{mode:?} explicit_span={explicit_span}"),
         Op::KvcacheStore { layer }
         | Op::KvcacheLoad { layer }

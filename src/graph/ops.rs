@@ -51,9 +51,9 @@ pub enum Op {
     /// Rows of a weight table (embedding lookup, `src = [ids]`, weight in the meta) or of an
     /// activation (`src = [x, ids]`, the tail-row selection).
     GetRows,
-    RoPE {
-        style: RopeStyle,
-    },
+    /// Rotary position embedding of `src = [x, positions]`; the pairing style and frequencies are
+    /// in the node's [`RopeMeta`].
+    RoPE,
     /// Attention over the layer's KV cache; `src = [q, kv, positions]`. Softmax is fused in the
     /// kernel. `explicit_span`: the positions cannot bound the node (several sequences, or a
     /// window not starting at cell 0), so only a backend that reads an explicit span may take it.
@@ -98,7 +98,7 @@ impl Op {
             Op::QkNorm { .. } => "QkNorm",
             Op::MatMul => "MatMul",
             Op::GetRows => "GetRows",
-            Op::RoPE { .. } => "RoPE",
+            Op::RoPE => "RoPE",
             Op::Attn { .. } => "Attn",
             Op::KvcacheStore { .. } => "KvcacheStore",
             Op::KvcacheLoad { .. } => "KvcacheLoad",
@@ -147,6 +147,8 @@ pub struct NormMeta {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeMeta {
+    /// How dimensions pair: a property of the model family, from its hyper-parameters.
+    pub style: RopeStyle,
     pub n_head: usize,
     pub head_dim: usize,
     pub n_rot: usize,

@@ -52,7 +52,8 @@ pub fn matmul_meta((name, ty): &WeightRef, bias: Option<&String>, in_dim: usize,
     }
 }
 
-/// From projected Q, K, V to the attention output projection: NeoX RoPE on Q and K, the KV
+/// From projected Q, K, V to the attention output projection: RoPE (the model's style) on Q
+/// and K, the KV
 /// store at the positions, attention over the layer's cache, and `wo`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
@@ -65,20 +66,8 @@ pub fn attention(
     wo: &WeightRef,
 ) -> NodeId {
     let kv_meta = kv_meta(hp, params);
-    let q = b.rope(
-        &format!("q_rope-{il}"),
-        q,
-        positions,
-        RopeStyle::Neox,
-        rope_meta(hp, hp.n_head),
-    );
-    let k = b.rope(
-        &format!("k_rope-{il}"),
-        k,
-        positions,
-        RopeStyle::Neox,
-        rope_meta(hp, hp.n_head_kv),
-    );
+    let q = b.rope(&format!("q_rope-{il}"), q, positions, rope_meta(hp, hp.n_head));
+    let k = b.rope(&format!("k_rope-{il}"), k, positions, rope_meta(hp, hp.n_head_kv));
     b.kvcache_store(&format!("kv_store-{il}"), il, k, v, positions, kv_meta);
     attend(b, hp, params, il, positions, q, wo)
 }
@@ -112,6 +101,7 @@ pub fn attend(
 
 pub fn rope_meta(hp: &HParams, n_head: usize) -> RopeMeta {
     RopeMeta {
+        style: hp.rope_style,
         n_head,
         head_dim: hp.head_dim,
         n_rot: hp.n_rot,

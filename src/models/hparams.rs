@@ -3,6 +3,7 @@
 
 use super::ModelError;
 use crate::gguf::{GgufFile, Metadata};
+use crate::graph::RopeStyle;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct HParams {
@@ -19,6 +20,9 @@ pub struct HParams {
     pub n_rot: usize,
     pub rms_eps: f32,
     pub rope_freq_base: f32,
+    /// How RoPE pairs a head's dimensions: fixed by the architecture (llama.cpp's
+    /// `llama_model_rope_type`), not stored in the file.
+    pub rope_style: RopeStyle,
 }
 
 impl HParams {
@@ -27,7 +31,8 @@ impl HParams {
         self.n_head_kv * self.head_dim
     }
 
-    pub fn load(file: &GgufFile, arch: &str) -> Result<Self, ModelError> {
+    /// The hyper-parameters of an `arch` file, whose family rotates with `rope_style`.
+    pub fn load(file: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<Self, ModelError> {
         let m = file.metadata();
         let n_embd = uint(m, arch, "embedding_length")?;
         let n_head = uint(m, arch, "attention.head_count")?;
@@ -77,6 +82,7 @@ impl HParams {
             n_rot: opt_uint(m, arch, "rope.dimension_count")?.unwrap_or(head_dim),
             rms_eps: float(m, arch, "attention.layer_norm_rms_epsilon")?,
             rope_freq_base: opt_float(m, arch, "rope.freq_base")?.unwrap_or(10000.0),
+            rope_style,
         })
     }
 }

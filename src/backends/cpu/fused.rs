@@ -4,7 +4,7 @@
 //! values, so fused and unfused graphs give bit-identical results; what the fusion removes is
 //! graph overhead (nodes, intermediate buffers, scheduler steps), not arithmetic.
 
-use super::{ids_of, kernels, CpuBackend};
+use super::{ids_of, kernels, rope_style, CpuBackend};
 use crate::graph::{BackendError, BufRef, CNode, FusedFfnMeta, FusedQkvMeta, MatMulMeta};
 
 impl CpuBackend {
@@ -76,7 +76,7 @@ impl CpuBackend {
                 r.head_dim,
                 r.n_rot,
                 r.freq_base,
-                kernels::RopeStyle::Neox,
+                rope_style(r.style),
             )
             .map_err(|e| self.err(node, e))?;
             kernels::rope(
@@ -87,7 +87,7 @@ impl CpuBackend {
                 r.head_dim,
                 r.n_rot,
                 r.freq_base,
-                kernels::RopeStyle::Neox,
+                rope_style(r.style),
             )
             .map_err(|e| self.err(node, e))?;
             let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;

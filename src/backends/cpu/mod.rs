@@ -194,6 +194,14 @@ fn physical_cores() -> Option<usize> {
     (!cores.is_empty()).then_some(cores.len())
 }
 
+/// The kernel's name for a node's RoPE pairing.
+fn rope_style(style: RopeStyle) -> kernels::RopeStyle {
+    match style {
+        RopeStyle::Neox => kernels::RopeStyle::Neox,
+        RopeStyle::Normal => kernels::RopeStyle::Normal,
+    }
+}
+
 /// An I32 input's values, which its f32 buffer holds as bit patterns: viewed in place.
 fn ids_of(bits: &[f32]) -> &[i32] {
     bytemuck::cast_slice(bits)
@@ -488,16 +496,22 @@ impl CpuBackend {
                 self.buffers[in_bufs[0].id] = x;
                 result
             }
-            (Op::RoPE { style }, NodeMeta::Rope(m)) => {
+            (Op::RoPE, NodeMeta::Rope(m)) => {
                 if !aliased(0) {
                     out.copy_from_slice(self.buffer(node, in_bufs[0])?);
                 }
                 let positions = ids_of(self.buffer(node, in_bufs[1])?);
-                let style = match style {
-                    RopeStyle::Neox => kernels::RopeStyle::Neox,
-                    RopeStyle::Normal => kernels::RopeStyle::Normal,
-                };
-                kernels::rope(out, positions, nt, m.n_head, m.head_dim, m.n_rot, m.freq_base, style).map_err(kerr)
+                kernels::rope(
+                    out,
+                    positions,
+                    nt,
+                    m.n_head,
+                    m.head_dim,
+                    m.n_rot,
+                    m.freq_base,
+                    rope_style(m.style),
+                )
+                .map_err(kerr)
             }
             (Op::Silu, _) => {
                 if aliased(0) {

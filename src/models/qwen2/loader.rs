@@ -2,7 +2,7 @@
 //! construction cannot fail later.
 
 use crate::gguf::GgufFile;
-use crate::graph::{ComputeGraph, GraphParams};
+use crate::graph::{ComputeGraph, GraphParams, RopeStyle};
 use crate::models::blocks::WeightRef;
 use crate::models::{check_tensor, layer_f32, layer_weight, output_weight, HParams, ModelDef, ModelError};
 use crate::quant::GgmlType;
@@ -34,7 +34,8 @@ pub struct Qwen2 {
 
 impl Qwen2 {
     pub fn load(file: &GgufFile) -> Result<Self, ModelError> {
-        let hp = HParams::load(file, "qwen2")?;
+        // Qwen2 rotates halves (GPT-NeoX pairing), as llama.cpp's LLAMA_ROPE_TYPE_NEOX.
+        let hp = HParams::load(file, "qwen2", RopeStyle::Neox)?;
         let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
         let q_out = (hp.n_head * hp.head_dim) as u64;
         let kv_out = hp.n_kv_embd() as u64;

@@ -1,7 +1,7 @@
 //! Qwen3's hyper-parameters and tensors, checked against each other at load.
 
 use crate::gguf::GgufFile;
-use crate::graph::{ComputeGraph, GraphParams};
+use crate::graph::{ComputeGraph, GraphParams, RopeStyle};
 use crate::models::blocks::WeightRef;
 use crate::models::{check_tensor, layer_f32, layer_weight, output_weight, HParams, ModelDef, ModelError};
 use crate::quant::GgmlType;
@@ -31,7 +31,8 @@ pub struct Qwen3 {
 
 impl Qwen3 {
     pub fn load(file: &GgufFile) -> Result<Self, ModelError> {
-        let hp = HParams::load(file, "qwen3")?;
+        // Qwen3 rotates halves (GPT-NeoX pairing), as llama.cpp's LLAMA_ROPE_TYPE_NEOX.
+        let hp = HParams::load(file, "qwen3", RopeStyle::Neox)?;
         // The V head width drives the attention output and the KV row stride like K's; minfer's
         // cache stores both with one stride, so they must agree.
         if let Ok(value_length) = file.metadata().get_uint("qwen3.attention.value_length") {
