@@ -41,6 +41,7 @@ impl BackendSet {
         BackendSet { devices }
     }
 
+    /// The devices, in priority order.
     pub fn devices(&self) -> &[Arc<dyn BackendDevice>] {
         &self.devices
     }

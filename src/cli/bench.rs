@@ -15,20 +15,33 @@ use crate::gguf::GgufFile;
 use std::path::Path;
 use std::time::Instant;
 
+/// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
+    /// Every `-p` and `-n` is 0.
     #[error("nothing to measure: every prompt size (-p) and generation length (-n) is 0")]
     NoTests,
+    /// A `-t` of 0.
     #[error("the thread count must be at least 1")]
     ZeroThreads,
+    /// `-r 0`.
     #[error("the repetition count (-r) must be at least 1")]
     ZeroRepetitions,
+    /// The largest test does not fit in the model's training context.
     #[error("a test needs {needed} tokens of context, more than the model's {n_ctx_train}")]
-    ContextTooLarge { needed: usize, n_ctx_train: usize },
+    ContextTooLarge {
+        /// Tokens the largest test needs.
+        needed: usize,
+        /// The model's training context.
+        n_ctx_train: usize,
+    },
+    /// Loading the model failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// An evaluation failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// A result could not be written.
     #[error("cannot write the results: {0}")]
     Write(#[from] std::io::Error),
 }
@@ -71,9 +84,13 @@ impl Default for BenchOptions {
 /// `peak_rss_bytes`), in its order.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct BenchResult {
+    /// The crate version minfer was built as.
     pub build_commit: String,
+    /// The CPU's model name.
     pub cpu_info: String,
+    /// The backends taking part, comma-separated.
     pub backends: String,
+    /// The model's path as given.
     pub model_filename: String,
     /// `{architecture} {size label} {file type}`, as llama.cpp describes a model.
     pub model_type: String,
@@ -81,20 +98,33 @@ pub struct BenchResult {
     pub model_size: u64,
     /// Elements of all tensors.
     pub model_n_params: u64,
+    /// CPU threads of the test.
     pub n_threads: usize,
+    /// KV cache element type of K (`f32`).
     pub type_k: String,
+    /// KV cache element type of V (`f32`).
     pub type_v: String,
+    /// Whether the weights are memory-mapped (always).
     pub use_mmap: bool,
+    /// Prompt tokens of a prompt-processing test (0 for a generation test).
     pub n_prompt: usize,
+    /// Tokens of a generation test (0 for a prompt-processing test).
     pub n_gen: usize,
+    /// Tokens already in the context when the test starts (always 0).
     pub n_depth: usize,
     /// When the test started, ISO 8601 UTC.
     pub test_time: String,
+    /// Mean time of a repetition, in nanoseconds.
     pub avg_ns: u64,
+    /// Standard deviation of the repetitions' times, in nanoseconds.
     pub stddev_ns: u64,
+    /// Mean speed over the repetitions, tokens per second.
     pub avg_ts: f64,
+    /// Standard deviation of the repetitions' speeds.
     pub stddev_ts: f64,
+    /// Each repetition's time, in nanoseconds.
     pub samples_ns: Vec<u64>,
+    /// Each repetition's speed, tokens per second.
     pub samples_ts: Vec<f64>,
     /// The process's peak resident memory when the test ended (`VmHWM`), if the system says.
     pub peak_rss_bytes: Option<u64>,

@@ -10,27 +10,43 @@ use crate::template::TemplateError;
 use std::io::Write;
 use std::path::Path;
 
+/// Why a command-line run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The model could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The chat template could not render the prompt.
     #[error(transparent)]
     Template(#[from] TemplateError),
+    /// Evaluation or generation failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The prompt alone is longer than the context.
     #[error("the prompt has {n_prompt} tokens, more than the context of {n_ctx} (use --n-ctx, at most {n_ctx_train})")]
     PromptTooLong {
+        /// The prompt's tokens.
         n_prompt: usize,
+        /// The session's context.
         n_ctx: usize,
+        /// The model's training context, the most `--n-ctx` can give.
         n_ctx_train: usize,
     },
+    /// Output could not be written.
     #[error("cannot write {what}: {source}")]
-    Write { what: String, source: std::io::Error },
+    Write {
+        /// What was being written.
+        what: String,
+        /// The system's reason.
+        source: std::io::Error,
+    },
 }
 
 /// A model and the one session a command-line run uses.
 pub struct Loaded {
+    /// The model (tokenizer, template, backends).
     pub model: Model,
+    /// The run's one session, with `--n-ctx` tokens of context.
     pub session: Session,
 }
 
@@ -45,6 +61,7 @@ pub struct LoadOptions {
     pub backend: Option<String>,
 }
 
+/// Load the model at `path` and open one session over it.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, RunError> {
     let model = Model::load(
         path,

@@ -7,6 +7,7 @@ use crate::sampling::{Sampler, SamplingParams};
 use crate::tokenizer::Tokenizer;
 use std::time::{Duration, Instant};
 
+/// What to generate and when to stop.
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
     /// Most tokens to generate.
@@ -15,6 +16,7 @@ pub struct GenerateOptions {
     pub stop: Vec<String>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// How each next token is chosen (penalties, top-k, top-p, temperature, seed).
     pub sampling: SamplingParams,
     /// Render control tokens as text in the output.
     pub special: bool,
@@ -32,29 +34,39 @@ impl Default for GenerateOptions {
     }
 }
 
+/// Why a generation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
+    /// The model produced an end-of-generation token (EOS, `<|im_end|>`, ...).
     EndOfGeneration,
+    /// The text reached one of the stop strings.
     StopString,
+    /// `max_tokens` were generated.
     MaxTokens,
 }
 
+/// Counts and timings of one generation, in llama.cpp's two calibres (prefill, decode).
 #[derive(Clone, Debug, Default)]
 pub struct GenerationStats {
     /// Prompt tokens prefilled (those not already in the KV cache).
     pub n_prompt: usize,
     /// Prompt tokens reused from the KV cache instead of prefilled.
     pub n_cached: usize,
+    /// Wall time of the prefill.
     pub prompt_time: Duration,
+    /// Tokens sampled (the last one included, even when it ended the generation).
     pub n_generated: usize,
+    /// Wall time of the decode steps and sampling.
     pub gen_time: Duration,
 }
 
 impl GenerationStats {
+    /// Prefill speed in tokens per second.
     pub fn prompt_tok_per_s(&self) -> f64 {
         self.n_prompt as f64 / self.prompt_time.as_secs_f64().max(1e-9)
     }
 
+    /// Generation speed in tokens per second.
     pub fn gen_tok_per_s(&self) -> f64 {
         self.n_generated as f64 / self.gen_time.as_secs_f64().max(1e-9)
     }
@@ -74,12 +86,16 @@ impl GenerationStats {
     }
 }
 
+/// What a generation produced.
 #[derive(Clone, Debug)]
 pub struct GenerationResult {
+    /// The generated token ids.
     pub tokens: Vec<u32>,
     /// The text emitted (without the stop string).
     pub text: Vec<u8>,
+    /// Why it ended.
     pub stop_reason: StopReason,
+    /// Counts and timings.
     pub stats: GenerationStats,
 }
 

@@ -40,35 +40,56 @@ pub use session::Session;
 
 use crate::graph::GraphError;
 
+/// Why an evaluation or a generation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// The tokens do not fit in what is left of the session's context.
     #[error(
         "the prompt needs {needed} tokens of context ({n_past} already used + {n_tokens} new), but n_ctx is {n_ctx}"
     )]
     ContextFull {
+        /// Tokens already in the KV cache.
         n_past: usize,
+        /// Tokens of the refused batch.
         n_tokens: usize,
+        /// `n_past + n_tokens`.
         needed: usize,
+        /// The session's context size.
         n_ctx: usize,
     },
+    /// A token id is not below n_vocab.
     #[error("token id {id} is outside the vocabulary of {n_vocab} tokens")]
-    TokenOutOfRange { id: u32, n_vocab: usize },
+    TokenOutOfRange {
+        /// The offending id.
+        id: u32,
+        /// The model's vocabulary size.
+        n_vocab: usize,
+    },
+    /// An evaluation was asked for no tokens.
     #[error("nothing to evaluate: the token list is empty")]
     EmptyBatch,
+    /// A cached generation named a prefix the session does not hold.
     #[error(
         "the session holds {n_past} tokens, but {n_cached} of the {n_prompt} prompt tokens were said to be cached"
     )]
     BadCachedPrefix {
+        /// Prompt tokens said to be in the KV cache.
         n_cached: usize,
+        /// Tokens the session actually holds.
         n_past: usize,
+        /// The prompt's length.
         n_prompt: usize,
     },
+    /// Logits were read before any evaluation.
     #[error("no logits yet: nothing has been evaluated in this session")]
     NothingEvaluated,
+    /// Building, allocating or executing the forward graph failed (a backend error included).
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// The sampler refused its parameters or a logits row.
     #[error(transparent)]
     Sampling(#[from] crate::sampling::SamplingError),
+    /// The caller's output callback or observer asked to stop, with its reason.
     #[error("output callback failed: {0}")]
     Output(String),
 }

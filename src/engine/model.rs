@@ -18,14 +18,24 @@ use std::sync::Arc;
 /// Why a model could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// The file could not be opened or is not a valid GGUF file.
     #[error("cannot read model {path}: {source}")]
-    Open { path: String, source: GgufError },
+    Open {
+        /// The path as given.
+        path: String,
+        /// What the GGUF reader found.
+        source: GgufError,
+    },
+    /// The architecture is unknown, or its tensors or hyper-parameters are wrong.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The tokenizer metadata is missing or malformed.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// The chat template does not parse or cannot render a conversation.
     #[error(transparent)]
     Template(#[from] TemplateError),
+    /// The backend fence names an unknown, absent or unusable backend.
     #[error(transparent)]
     Backend(#[from] RegistryError),
 }
@@ -103,10 +113,12 @@ impl Model {
         &self.def
     }
 
+    /// The architecture's hyper-parameters (n_vocab, n_ctx_train, n_embd, ...).
     pub fn hparams(&self) -> &HParams {
         self.def.hparams()
     }
 
+    /// The model's byte-level BPE tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
     }

@@ -9,16 +9,27 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// Why `minfer serve` could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// The model could not be loaded.
     #[error(transparent)]
     Load(#[from] crate::engine::LoadError),
+    /// The listening socket could not be bound.
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
+    Bind {
+        /// `host:port` as configured.
+        addr: String,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// Tokio or a slot thread could not start.
     #[error("the async runtime cannot start: {0}")]
     Runtime(std::io::Error),
+    /// The listener failed while serving.
     #[error("the server failed: {0}")]
     Serve(std::io::Error),
+    /// A configuration value is out of range.
     #[error("invalid option: {0}")]
     Config(String),
 }
@@ -26,7 +37,9 @@ pub enum ServerError {
 /// One request's failure, as the client sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
+    /// The HTTP status.
     pub status: StatusCode,
+    /// OpenAI's `error.message`.
     pub message: String,
     /// The request field at fault, when there is one.
     pub param: Option<String>,
@@ -42,6 +55,7 @@ impl ApiError {
         }
     }
 
+    /// A 400 not tied to one field.
     pub fn bad_request(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::BAD_REQUEST,
@@ -50,6 +64,7 @@ impl ApiError {
         }
     }
 
+    /// An error with any status.
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
@@ -58,6 +73,7 @@ impl ApiError {
         }
     }
 
+    /// A 500: the server's fault, not the request's.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
@@ -73,6 +89,7 @@ impl ApiError {
         }
     }
 
+    /// OpenAI's error JSON: `{"error": {"message", "type", "param", "code"}}`.
     pub fn body(&self) -> serde_json::Value {
         json!({
             "error": {

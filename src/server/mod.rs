@@ -28,17 +28,23 @@ use std::time::Duration;
 /// How `minfer serve` runs.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
+    /// The GGUF file (any part of a split model).
     pub model: PathBuf,
+    /// Address to listen on.
     pub host: String,
     /// 0 picks a free port; the address is printed once bound.
     pub port: u16,
+    /// Requests generated at once, each in its own session (KV cache).
     pub n_slots: usize,
     /// Context of each slot, in tokens (clamped to the model's training context).
     pub n_ctx: usize,
     /// CPU threads of the process, shared by every slot; `None`: the physical cores.
     pub n_threads: Option<usize>,
+    /// A backend fence (`--backend`), else `MINFER_BACKENDS`, else every usable backend.
     pub backend: Option<String>,
+    /// The key clients must send as `Authorization: Bearer KEY`; `None` or empty: no key.
     pub api_key: Option<String>,
+    /// Largest request body accepted (413 beyond).
     pub max_body_bytes: usize,
     /// How long in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
     pub shutdown_timeout: Duration,
