@@ -8,15 +8,24 @@
 //! - [`template`] renders a conversation with the model's own Jinja chat template;
 //! - [`graph`] is the compute graph: IR, builder, params and reuse cache, allocator, scheduler,
 //!   fusion pass, backend trait and registry, export;
-//! - [`backends`] execute graph nodes (`backends::cpu`);
+//! - [`backends`] execute graph nodes: a device per backend made once per process (the
+//!   [`backends::BackendSet`]) and an execution context per session (`backends::cpu`);
 //! - [`models`] describe architectures (hyper-parameters, tensors, the forward graph);
-//! - [`engine`] runs sessions (KV cache, graph reuse) and the generation loop;
+//! - [`engine`] is the library API: a [`engine::Model`] loaded once, [`engine::Session`]s over it
+//!   (one sequence's KV cache and activations each, graph reuse), and the generation loop;
 //! - [`sampling`] maps a logits row and the recent token history to the next token id;
 //! - [`server`] is `minfer serve`, the OpenAI-compatible HTTP server over the engine;
 //! - [`cli`] holds what the command-line surfaces print (the binary only parses flags).
 //!
-//! Dependencies point one way: `cli` → `tokenizer`, `template` → `gguf` → `quant`. `gguf` and `quant` know nothing of
-//! execution. The design of record is the compute-graph and architecture documents.
+//! Dependencies point one way, from the surfaces down to the formats: `cli`, `server` →
+//! `engine` (+ `sampling`) → `models` → `graph` → `quant`; `backends` → `graph`, `quant`;
+//! `models`, `tokenizer`, `template` → `gguf`. Nothing outside `cli` (and the binary) imports
+//! `cli`. `gguf` and `quant` know nothing of execution. The design of record is the
+//! compute-graph and architecture documents.
+//!
+//! Every public item is documented (`missing_docs` is denied).
+
+#![deny(missing_docs)]
 
 #[cfg(target_endian = "big")]
 compile_error!("minfer reads GGUF data in place and supports little-endian targets only");

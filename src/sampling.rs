@@ -22,18 +22,28 @@ use std::cmp::Ordering;
 /// can hand them back as they are.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SamplingError {
+    /// A [`SamplingParams`] field is out of its range (or NaN).
     #[error("invalid sampling parameter {name} = {value}: {expected}")]
     InvalidParameter {
+        /// The field's name.
         name: &'static str,
+        /// The value given.
         value: f32,
+        /// What the field accepts, as the message states it.
         expected: &'static str,
     },
+    /// The logits row has no entries, so there is no token to pick.
     #[error("the logits row is empty")]
     EmptyLogits,
     /// NaN or +inf: a broken forward pass, which no sampler can rank. -inf is allowed, it is how
     /// a token gets masked out.
     #[error("logits[{index}] is {value}; a logits row must hold finite values or -inf")]
-    InvalidLogit { index: usize, value: f32 },
+    InvalidLogit {
+        /// The offending token id.
+        index: usize,
+        /// Its logit.
+        value: f32,
+    },
     /// Every candidate is -inf, so there is nothing to choose from (for instance a mask that
     /// allows no token).
     #[error("every candidate logit is -inf: no token can be sampled")]
@@ -41,7 +51,12 @@ pub enum SamplingError {
     /// A token in the penalty window is not a row index; the history and the logits belong to
     /// different vocabularies.
     #[error("history token {token} is outside the logits row of {n_vocab} entries")]
-    TokenOutOfRange { token: u32, n_vocab: usize },
+    TokenOutOfRange {
+        /// The history token.
+        token: u32,
+        /// The logits row's length.
+        n_vocab: usize,
+    },
 }
 
 /// The sampler settings, with llama.cpp's names and meanings. Validated once, by
@@ -174,6 +189,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler for `params`, its generator seeded from `params.seed`; fails on invalid params.
     pub fn new(params: SamplingParams) -> Result<Self, SamplingError> {
         params.validate()?;
         Ok(Sampler {
@@ -186,6 +202,7 @@ impl Sampler {
         })
     }
 
+    /// The settings the sampler was made with.
     pub fn params(&self) -> &SamplingParams {
         &self.params
     }

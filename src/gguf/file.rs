@@ -176,14 +176,17 @@ impl GgufFile {
         }
     }
 
+    /// The GGUF version of the (first) file: 2 or 3.
     pub fn version(&self) -> u32 {
         self.version
     }
 
+    /// The data alignment in bytes: `general.alignment`, or 32 when absent.
     pub fn alignment(&self) -> u64 {
         self.alignment
     }
 
+    /// The metadata of the (first) file.
     pub fn metadata(&self) -> &Metadata {
         &self.metadata
     }
@@ -206,6 +209,7 @@ impl GgufFile {
         counts
     }
 
+    /// The tensor named `name` (as in `blk.0.attn_q.weight`), or [`GgufError::MissingTensor`].
     pub fn tensor(&self, name: &str) -> Result<&TensorInfo> {
         self.by_name
             .get(name)

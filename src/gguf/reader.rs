@@ -22,8 +22,11 @@ pub const MAX_ARRAY_DEPTH: usize = 16;
 /// dimension, so a weight matrix `[n_in, n_out]` is stored as `n_out` rows of `n_in` values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorInfo {
+    /// The tensor name, e.g. `blk.0.attn_q.weight`.
     pub name: String,
+    /// The ggml type of the data (F32, F16, Q4_K, ...).
     pub ggml_type: GgmlType,
+    /// Dimensions in ggml order: ne0 (contiguous) first; at most [`MAX_DIMS`].
     pub shape: Vec<u64>,
     /// Offset of the data relative to the start of its file's data section.
     pub offset: u64,
@@ -34,6 +37,7 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// Total element count: the product of `shape` (1 for a scalar).
     pub fn n_elements(&self) -> u64 {
         self.shape.iter().product()
     }
@@ -42,9 +46,13 @@ impl TensorInfo {
 /// The parsed header of one GGUF file.
 #[derive(Clone, Debug)]
 pub struct Header {
+    /// GGUF version: 2 or 3.
     pub version: u32,
+    /// The key/value metadata, in file order.
     pub metadata: Metadata,
+    /// The tensor table, in file order.
     pub tensors: Vec<TensorInfo>,
+    /// Data alignment in bytes: `general.alignment`, or [`DEFAULT_ALIGNMENT`] when absent.
     pub alignment: u64,
     /// Absolute file offset of the data section.
     pub data_offset: u64,

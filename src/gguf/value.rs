@@ -8,22 +8,36 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum ValueType {
+    /// `GGUF_TYPE_UINT8`.
     U8 = 0,
+    /// `GGUF_TYPE_INT8`.
     I8 = 1,
+    /// `GGUF_TYPE_UINT16`.
     U16 = 2,
+    /// `GGUF_TYPE_INT16`.
     I16 = 3,
+    /// `GGUF_TYPE_UINT32`.
     U32 = 4,
+    /// `GGUF_TYPE_INT32`.
     I32 = 5,
+    /// `GGUF_TYPE_FLOAT32`.
     F32 = 6,
+    /// `GGUF_TYPE_BOOL`: one byte, non-zero is true.
     Bool = 7,
+    /// `GGUF_TYPE_STRING`: u64 length, then UTF-8 bytes (no terminator).
     String = 8,
+    /// `GGUF_TYPE_ARRAY`: element type id, u64 count, then the elements.
     Array = 9,
+    /// `GGUF_TYPE_UINT64`.
     U64 = 10,
+    /// `GGUF_TYPE_INT64`.
     I64 = 11,
+    /// `GGUF_TYPE_FLOAT64`.
     F64 = 12,
 }
 
 impl ValueType {
+    /// The type with GGUF id `id`, or `None` for an unknown id.
     pub fn from_id(id: u32) -> Option<Self> {
         use ValueType::*;
         Some(match id {
@@ -89,22 +103,36 @@ impl fmt::Display for ValueType {
 /// file, not a tagged enum per element.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Array {
+    /// Array of `UINT8`.
     U8(Vec<u8>),
+    /// Array of `INT8`.
     I8(Vec<i8>),
+    /// Array of `UINT16`.
     U16(Vec<u16>),
+    /// Array of `INT16`.
     I16(Vec<i16>),
+    /// Array of `UINT32`.
     U32(Vec<u32>),
+    /// Array of `INT32`.
     I32(Vec<i32>),
+    /// Array of `FLOAT32`.
     F32(Vec<f32>),
+    /// Array of `BOOL`.
     Bool(Vec<bool>),
+    /// Array of `STRING` (e.g. `tokenizer.ggml.tokens`).
     String(Vec<String>),
+    /// Array of arrays; the inner arrays may differ in type and length.
     Array(Vec<Array>),
+    /// Array of `UINT64`.
     U64(Vec<u64>),
+    /// Array of `INT64`.
     I64(Vec<i64>),
+    /// Array of `FLOAT64`.
     F64(Vec<f64>),
 }
 
 impl Array {
+    /// The GGUF type of the elements.
     pub fn element_type(&self) -> ValueType {
         match self {
             Array::U8(_) => ValueType::U8,
@@ -123,6 +151,7 @@ impl Array {
         }
     }
 
+    /// Number of elements (inner arrays count as one each).
     pub fn len(&self) -> usize {
         match self {
             Array::U8(v) => v.len(),
@@ -141,6 +170,7 @@ impl Array {
         }
     }
 
+    /// Whether the array has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -149,22 +179,36 @@ impl Array {
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// `UINT8` value.
     U8(u8),
+    /// `INT8` value.
     I8(i8),
+    /// `UINT16` value.
     U16(u16),
+    /// `INT16` value.
     I16(i16),
+    /// `UINT32` value.
     U32(u32),
+    /// `INT32` value.
     I32(i32),
+    /// `FLOAT32` value.
     F32(f32),
+    /// `BOOL` value.
     Bool(bool),
+    /// `STRING` value.
     String(String),
+    /// `ARRAY` value.
     Array(Array),
+    /// `UINT64` value.
     U64(u64),
+    /// `INT64` value.
     I64(i64),
+    /// `FLOAT64` value.
     F64(f64),
 }
 
 impl Value {
+    /// The GGUF type of the value.
     pub fn value_type(&self) -> ValueType {
         match self {
             Value::U8(_) => ValueType::U8,
@@ -226,6 +270,7 @@ fn wrong_type(key: &str, expected: &'static str, actual: &Value) -> GgufError {
 }
 
 impl Metadata {
+    /// An empty table.
     pub fn new() -> Self {
         Self::default()
     }
@@ -243,22 +288,27 @@ impl Metadata {
         self.entries.push((key, value));
     }
 
+    /// The value of `key`, or `None` if absent.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// Whether `key` is present.
     pub fn contains(&self, key: &str) -> bool {
         self.get(key).is_some()
     }
 
+    /// Every key and value, in file (insertion) order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
     }
 
+    /// Number of keys.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether the table has no keys.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -23,6 +23,7 @@ pub struct GgufWriter {
 }
 
 impl GgufWriter {
+    /// An empty writer: no metadata, no tensors.
     pub fn new() -> Self {
         Self::default()
     }
@@ -42,6 +43,7 @@ impl GgufWriter {
         self
     }
 
+    /// The metadata set so far.
     pub fn metadata(&self) -> &Metadata {
         &self.metadata
     }
@@ -124,6 +126,7 @@ impl GgufWriter {
         Ok(out)
     }
 
+    /// Serialise the whole file (see [`GgufWriter::to_bytes`]) into `w`.
     pub fn write_to(&self, w: &mut impl Write) -> Result<()> {
         let bytes = self.to_bytes()?;
         w.write_all(&bytes).map_err(|source| GgufError::Io {
@@ -132,6 +135,7 @@ impl GgufWriter {
         })
     }
 
+    /// Serialise the whole file and write it to `path`, replacing any file there.
     pub fn write_file(&self, path: &Path) -> Result<()> {
         let bytes = self.to_bytes()?;
         std::fs::write(path, bytes).map_err(|source| GgufError::Io {

@@ -11,6 +11,8 @@ use super::ops::{NodeMeta, Op};
 use super::{BufRef, ComputeGraph, DType, GraphError, NodeId};
 use std::collections::HashMap;
 
+/// Owns the backends' execution contexts and maps graph nodes to their buffers; keeps each
+/// layer's K and V regions across graphs.
 pub struct GraphAllocator {
     backends: Vec<Box<dyn ComputeBackend>>,
     node_to_buf: HashMap<NodeId, BufRef>,
@@ -31,10 +33,12 @@ impl GraphAllocator {
         }
     }
 
+    /// The execution contexts, in priority order.
     pub fn backends(&self) -> impl Iterator<Item = &dyn ComputeBackend> {
         self.backends.iter().map(|b| b.as_ref())
     }
 
+    /// The context of backend `handle`, or [`GraphError::MissingBackend`].
     pub fn backend(&self, handle: Backend) -> Result<&dyn ComputeBackend, GraphError> {
         self.backends
             .iter()
@@ -45,6 +49,7 @@ impl GraphAllocator {
             })
     }
 
+    /// The context of backend `handle`, mutably, or [`GraphError::MissingBackend`].
     pub fn backend_mut(&mut self, handle: Backend) -> Result<&mut (dyn ComputeBackend + 'static), GraphError> {
         self.backends
             .iter_mut()
@@ -63,10 +68,12 @@ impl GraphAllocator {
             .map(|b| b.handle())
     }
 
+    /// The buffer holding node `id`'s output; `None` for a dead node or before allocation.
     pub fn node_buffer(&self, id: NodeId) -> Option<BufRef> {
         self.node_to_buf.get(&id).copied()
     }
 
+    /// The staging copy of node `id` on `backend`, made by [`GraphAllocator::copy_across`].
     pub fn cross_buffer(&self, id: NodeId, backend: Backend) -> Option<BufRef> {
         self.cross.get(&(id, backend)).copied()
     }

@@ -17,8 +17,11 @@ use std::fmt;
 pub struct Backend(pub u16);
 
 impl Backend {
+    /// The host CPU backend, always built in.
     pub const CPU: Backend = Backend(0);
+    /// Apple's Metal.
     pub const METAL: Backend = Backend(1);
+    /// NVIDIA CUDA.
     pub const CUDA: Backend = Backend(2);
 }
 
@@ -31,43 +34,65 @@ impl fmt::Display for Backend {
     }
 }
 
+/// Why a backend could not run a node or access a buffer.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
+    /// The backend was handed a node whose op (or op and payload) it cannot run.
     #[error("{backend} cannot run node '{node}' ({op})")]
     Unsupported {
+        /// The backend's name.
         backend: String,
+        /// The node's name.
         node: String,
+        /// The node's op ([`Op::name`]).
         op: &'static str,
     },
+    /// A kernel refused the node's operands, or the node lacked something it needs (a buffer, KV
+    /// regions, a weight of the right type).
     #[error("{backend}: node '{node}': {message}")]
     Node {
+        /// The backend's name.
         backend: String,
+        /// The node's name.
         node: String,
+        /// What went wrong.
         message: String,
     },
+    /// A node names a weight its backend's [`TensorSource`](super::TensorSource) does not have.
     #[error("{backend}: node '{node}' names weight '{weight}', which is not registered")]
     MissingWeight {
+        /// The backend's name.
         backend: String,
+        /// The node's name.
         node: String,
+        /// The weight name.
         weight: String,
     },
+    /// A host read or write of a buffer failed: no such buffer, a length mismatch, a window past its
+    /// end, or a buffer the host cannot read.
     #[error("{backend}: buffer {id} {problem}")]
     Buffer {
+        /// The backend's name.
         backend: String,
+        /// The buffer's id in the backend's pool.
         id: usize,
+        /// What is wrong with it.
         problem: String,
     },
 }
 
 /// Resolves a layer's persistent (K, V) regions to buffer ids of the backend that holds them.
 pub trait KvProvider {
+    /// Buffer ids of `layer`'s (K, V) regions, or `None` before they are allocated.
     fn kv_pair(&self, layer: usize) -> Option<(usize, usize)>;
 }
 
 /// A backend as the process holds it: made once, shared by every session (behind an `Arc`),
 /// and asked for one [`ComputeBackend`] context per session.
 pub trait BackendDevice: Send + Sync {
+    /// This device's backend handle.
     fn handle(&self) -> Backend;
+    /// The backend's name, as the registry spells it (`cpu`).
     fn name(&self) -> &str;
     /// Host threads the device runs nodes on (1 for a device that computes elsewhere).
     fn n_threads(&self) -> usize;
@@ -83,18 +108,23 @@ pub trait BackendDevice: Send + Sync {
 /// One session's execution context on a device. Buffers are f32 arrays in the backend's own pool,
 /// addressed by id; the allocator decides which node uses which buffer.
 pub trait ComputeBackend: Send {
+    /// The handle of the device this context runs on.
     fn handle(&self) -> Backend;
+    /// The backend's name, as the registry spells it (`cpu`).
     fn name(&self) -> &str;
     /// The capability matrix: can this backend execute `op` producing `dtype`?
     fn supports_op(&self, op: &Op, dtype: DType) -> bool;
+    /// Whether the backend has the fused kernel `fused`, so the fusion pass may produce it.
     fn supports_fused(&self, fused: FusedOp) -> bool;
 
     /// A buffer of `len` f32 values, recycled from the free list when one of that length is free.
     fn alloc_buffer(&mut self, len: usize) -> usize;
+    /// Return buffer `id` to the pool's free list for reuse.
     fn free_buffer(&mut self, id: usize);
     /// A buffer that bypasses the free list (split-boundary staging must not be recycled within
     /// one execution).
     fn alloc_fresh(&mut self, len: usize) -> usize;
+    /// Buffers in the pool, free or in use.
     fn pool_len(&self) -> usize;
 
     /// Execute one node. `in_bufs[i]` holds `node.src[i]`; `kv_pair` is the layer's (K, V)
@@ -107,6 +137,7 @@ pub trait ComputeBackend: Send {
         kv_pair: Option<(usize, usize)>,
     ) -> Result<(), BackendError>;
 
+    /// The contents of buffer `id`, if it exists and lives in host memory.
     fn read_host(&self, id: usize) -> Option<&[f32]>;
     /// Overwrite buffer `id` with `data`, which must have exactly its length.
     fn write_host(&mut self, id: usize, data: &[f32]) -> Result<(), BackendError>;

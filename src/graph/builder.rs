@@ -8,16 +8,19 @@
 use super::ops::*;
 use super::{CNode, ComputeGraph, DType, NodeId};
 
+/// Builds a [`ComputeGraph`] node by node; [`GraphBuilder::build`] hands it over.
 #[derive(Default)]
 pub struct GraphBuilder {
     graph: ComputeGraph,
 }
 
 impl GraphBuilder {
+    /// An empty graph.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Output shape of node `id`, `[ne0, ne1, ne2, ne3]`.
     pub fn shape(&self, id: NodeId) -> [usize; 4] {
         self.graph.nodes[id].out_shape
     }
@@ -74,6 +77,7 @@ impl GraphBuilder {
         self.node(name, Op::GetRows, &[x, ids], [d, n, 1, 1], DType::F32, NodeMeta::None)
     }
 
+    /// RMS normalization of each row of `x`, times the F32 `[d]` weight `weight_name` when given.
     pub fn rms_norm(&mut self, name: &str, x: NodeId, weight_name: Option<&str>, eps: f32) -> NodeId {
         let shape = self.shape(x);
         let meta = NormMeta {
@@ -82,6 +86,8 @@ impl GraphBuilder {
         self.node(name, Op::RmsNorm { eps }, &[x], shape, DType::F32, NodeMeta::Norm(meta))
     }
 
+    /// Qwen3's per-head RMSNorm of `x` (`[head_dim * n_head, nt]`), each head times the F32
+    /// `[head_dim]` weight `weight_name`.
     pub fn qk_norm(&mut self, name: &str, x: NodeId, weight_name: &str, head_dim: usize, eps: f32) -> NodeId {
         let shape = self.shape(x);
         assert_eq!(
@@ -113,12 +119,14 @@ impl GraphBuilder {
         self.node(name, Op::MatMul, &[x], out, DType::F32, NodeMeta::MatMul(meta))
     }
 
+    /// Rotate the heads of `x` (`[n_head * head_dim, nt]`) by the positions (I32 `[nt]`).
     pub fn rope(&mut self, name: &str, x: NodeId, positions: NodeId, meta: RopeMeta) -> NodeId {
         let shape = self.shape(x);
         assert_eq!(shape[0], meta.n_head * meta.head_dim, "{name}: width vs heads");
         self.node(name, Op::RoPE, &[x, positions], shape, DType::F32, NodeMeta::Rope(meta))
     }
 
+    /// Element-wise `x * sigmoid(x)`.
     pub fn silu(&mut self, name: &str, x: NodeId) -> NodeId {
         let shape = self.shape(x);
         self.node(name, Op::Silu, &[x], shape, DType::F32, NodeMeta::None)
@@ -130,14 +138,17 @@ impl GraphBuilder {
         self.node(name, op, &[a, b], shape, DType::F32, NodeMeta::None)
     }
 
+    /// Element-wise `a + b`; the shapes must be equal.
     pub fn add(&mut self, name: &str, a: NodeId, b: NodeId) -> NodeId {
         self.binary(name, Op::Add, a, b)
     }
 
+    /// Element-wise `a * b`; the shapes must be equal.
     pub fn mul(&mut self, name: &str, a: NodeId, b: NodeId) -> NodeId {
         self.binary(name, Op::Mul, a, b)
     }
 
+    /// Element-wise `silu(gate) * up`; the shapes must be equal.
     pub fn swiglu(&mut self, name: &str, gate: NodeId, up: NodeId) -> NodeId {
         self.binary(name, Op::SwiGLU, gate, up)
     }
@@ -212,10 +223,12 @@ impl GraphBuilder {
         self.node(name, Op::FusedFFN, &[x], out, DType::F32, NodeMeta::FusedFfn(meta))
     }
 
+    /// Mark `node` as an output: it stays live and its buffer is kept for the host to read.
     pub fn output(&mut self, node: NodeId) {
         self.graph.outputs.push(node);
     }
 
+    /// The finished graph, nodes in build order.
     pub fn build(self) -> ComputeGraph {
         self.graph
     }

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static NEXT_GRAPH_UID: AtomicU64 = AtomicU64::new(1);
 
+/// The last graph, its allocator and the params it was built for, so that a decode step with the
+/// same [`GraphParams`] reuses the graph and its buffers instead of rebuilding.
 pub struct GraphCache {
     graph: Option<ComputeGraph>,
     alloc: GraphAllocator,
@@ -26,6 +28,7 @@ pub struct GraphCache {
 }
 
 impl GraphCache {
+    /// An empty cache over `alloc`; the first [`GraphCache::prepare`] builds.
     pub fn new(alloc: GraphAllocator) -> Self {
         GraphCache {
             graph: None,
@@ -84,14 +87,17 @@ impl GraphCache {
         Ok(false)
     }
 
+    /// The cached graph, if one was prepared.
     pub fn graph(&self) -> Option<&ComputeGraph> {
         self.graph.as_ref()
     }
 
+    /// The allocator (and so the backends' contexts and the KV regions).
     pub fn alloc(&self) -> &GraphAllocator {
         &self.alloc
     }
 
+    /// The allocator, mutably (to fill inputs or reset the KV regions).
     pub fn alloc_mut(&mut self) -> &mut GraphAllocator {
         &mut self.alloc
     }

@@ -6,6 +6,7 @@ use super::alloc::GraphAllocator;
 use super::ops::{FusedOp, Op};
 use super::ComputeGraph;
 
+/// The peephole fusion pass (see the module docs); stateless.
 pub struct FusionPass;
 
 impl FusionPass {

@@ -33,11 +33,14 @@ pub use ops::{
 pub use params::{CParams, GraphParams, GraphType};
 pub use weights::{TensorSource, Weight};
 
+/// Index of a node in [`ComputeGraph::nodes`]; ids follow build order, so a node's sources
+/// always have smaller ids.
 pub type NodeId = usize;
 
 /// Element type of a node's output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// 32-bit floats (activations, logits, KV values).
     F32,
     /// Integers (token ids, positions) stored as f32 bit patterns.
     I32,
@@ -46,35 +49,49 @@ pub enum DType {
 /// A buffer in one backend's pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BufRef {
+    /// The backend whose pool holds the buffer.
     pub backend: Backend,
+    /// The buffer's id within that backend's pool.
     pub id: usize,
 }
 
 /// One node of the graph.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CNode {
+    /// Position in [`ComputeGraph::nodes`], i.e. the build order.
     pub id: NodeId,
     /// Named after the model, e.g. `attn_norm-3`.
     pub name: String,
+    /// What the node computes.
     pub op: Op,
+    /// Input nodes, in the order the op expects them (each [`Op`] documents its `src`).
     pub src: Vec<NodeId>,
+    /// Output shape `[ne0, ne1, ne2, ne3]`, ne0 contiguous.
     pub out_shape: [usize; 4],
+    /// Element type of the output buffer.
     pub out_dtype: DType,
     /// Decided by the scheduler.
     pub backend: Option<Backend>,
+    /// The op's payload: weight names and types, norm, RoPE, attention and KV parameters.
     pub meta: NodeMeta,
 }
 
 impl CNode {
+    /// Number of output values: the product of `out_shape`.
     pub fn n_elements(&self) -> usize {
         self.out_shape.iter().product()
     }
 }
 
+/// One forward pass: nodes in build order (which is also the execution order), the inputs the
+/// host fills and the outputs it reads back.
 #[derive(Clone, Debug, Default)]
 pub struct ComputeGraph {
+    /// Every node, indexed by [`NodeId`].
     pub nodes: Vec<CNode>,
+    /// Leaves the host fills before each execution; their buffers are never freed or reused.
     pub inputs: Vec<NodeId>,
+    /// Nodes read back after execution; always live, never freed.
     pub outputs: Vec<NodeId>,
     /// Assigned by [`GraphCache`] on every (re)build; a reused graph keeps it.
     pub uid: u64,
@@ -83,24 +100,61 @@ pub struct ComputeGraph {
 /// Errors of graph construction, allocation and execution.
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
+    /// The sources of a node lead back to it ([`ComputeGraph::topo_order`]).
     #[error("graph has a cycle through node {node}")]
-    Cycle { node: String },
+    Cycle {
+        /// A node left unordered by the cycle.
+        node: String,
+    },
+    /// A host fill names an input the graph does not have.
     #[error("no input named '{name}' in the graph")]
-    NoSuchInput { name: String },
+    NoSuchInput {
+        /// The requested input name.
+        name: String,
+    },
+    /// The data given for an input does not match its element count.
     #[error("input '{name}' holds {expected} values, {got} given")]
-    InputSize { name: String, expected: usize, got: usize },
+    InputSize {
+        /// The input's name.
+        name: String,
+        /// Values the input holds (the product of its shape).
+        expected: usize,
+        /// Values given.
+        got: usize,
+    },
+    /// No backend in the allocator supports the node's op and dtype, or a node reached allocation
+    /// without an assigned backend.
     #[error("no backend can run node '{node}' ({op})")]
-    Unassignable { node: String, op: &'static str },
+    Unassignable {
+        /// The node's name.
+        node: String,
+        /// Its op ([`Op::name`]).
+        op: &'static str,
+    },
+    /// A node that must be read (a source, an output, a staged value) has no buffer: it is dead, was
+    /// never allocated, or no graph has been prepared yet.
     #[error("node '{node}' has no buffer")]
-    NoBuffer { node: String },
+    NoBuffer {
+        /// The node's name or id, or `<no graph>` when nothing was prepared.
+        node: String,
+    },
+    /// A node's output buffer lies on a different backend than the split executing it.
     #[error("node '{node}' is assigned to {expected} but its buffer is on {actual}")]
     SplitMismatch {
+        /// The node's name.
         node: String,
+        /// The backend of the split.
         expected: String,
+        /// The backend that holds the buffer.
         actual: String,
     },
+    /// A backend handle names a backend the allocator was not given.
     #[error("backend {name} is not part of this allocator")]
-    MissingBackend { name: String },
+    MissingBackend {
+        /// The backend's name.
+        name: String,
+    },
+    /// A backend failed to run a node or to access a buffer.
     #[error(transparent)]
     Backend(#[from] BackendError),
 }

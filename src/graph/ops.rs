@@ -29,24 +29,37 @@ pub enum FusedOp {
     SwiGLU,
 }
 
+/// What a node computes. `src` lists the operands in order; the weights it reads are named in
+/// the node's [`NodeMeta`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// A leaf filled by the host before every execution.
     Input,
+    /// `src[0] + src[1]`, element-wise over equal shapes (the residual adds; ggml's `add`).
     Add,
+    /// `src[0] * src[1]`, element-wise over equal shapes (ggml's `mul`).
     Mul,
+    /// `x * sigmoid(x)` of `src[0]` (ggml's `silu`).
     Silu,
     /// `silu(src[0]) * src[1]`, produced by the fusion pass.
     SwiGLU,
+    /// RMS normalization of each ne0 row of `src[0]`, times the optional weight in the
+    /// [`NormMeta`] (ggml's `rms_norm` followed by `mul`).
     RmsNorm {
+        /// Added to the mean square before the square root (`attention.layer_norm_rms_epsilon`).
         eps: f32,
     },
     /// Per-head RMSNorm of a `[head_dim * n_head, n_tokens]` tensor (Qwen3's q/k norm).
     QkNorm {
+        /// Width of one head: each head's span is normalized on its own.
         head_dim: usize,
+        /// Heads per row: the row width over `head_dim`.
         n_head: usize,
+        /// Added to the mean square before the square root.
         eps: f32,
     },
+    /// `src[0] @ W^T (+ bias)`: `[n_in, n_tokens]` → `[n_out, n_tokens]`, with W and the bias named
+    /// in the [`MatMulMeta`] (ggml's `mul_mat`).
     MatMul,
     /// Rows of a weight table (embedding lookup, `src = [ids]`, weight in the meta) or of an
     /// activation (`src = [x, ids]`, the tail-row selection).
@@ -58,26 +71,32 @@ pub enum Op {
     /// kernel. `explicit_span`: the positions cannot bound the node (several sequences, or a
     /// window not starting at cell 0), so only a backend that reads an explicit span may take it.
     Attn {
+        /// How query heads share KV heads.
         mode: AttnMode,
+        /// Set when the positions alone cannot bound the attended cells (see above).
         explicit_span: bool,
     },
     /// Writes K and V rows at the cells given by the positions input; `src = [k, v, positions]`.
     /// The output is the layer's K region; V is reached through `kv_pair(layer)`.
     KvcacheStore {
+        /// The layer whose K and V regions are written.
         layer: usize,
     },
     /// A view of the layer's persistent K region (V through `kv_pair`); nothing to execute.
     KvcacheLoad {
+        /// The layer whose K and V regions are viewed.
         layer: usize,
     },
     /// Decode-time Q/K/V block of Qwen2, built by the model when `CParams::fuse_qkv` is on:
     /// the three projections from one activation, their biases, RoPE on Q and K, and the K/V
     /// store at the positions. `src = [x, positions]`; the output is the roped Q.
     FusedQKV {
+        /// The layer whose K and V regions the node writes.
         layer: usize,
     },
     /// Qwen3's form of [`Op::FusedQKV`]: no biases, per-head RMSNorm on Q and K before RoPE.
     FusedQkvNorm {
+        /// The layer whose K and V regions the node writes.
         layer: usize,
     },
     /// Decode-time FFN activation: `silu(gate(x)) * up(x)` from one activation, built when
@@ -131,38 +150,55 @@ impl Op {
 /// A weight as the IR names it: the backend resolves the name in its weight registry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MatMulMeta {
+    /// GGUF tensor name, e.g. `blk.0.attn_q.weight`.
     pub weight_name: String,
+    /// The weight's GGML type (F32, F16, Q8_0, Q4_K, ...): it picks the dot product and the
+    /// activations' `vec_dot_type`.
     pub weight_type: GgmlType,
     /// Added to every output row when present (Qwen2's Q/K/V biases), F32 `[out_dim]`.
     pub bias_name: Option<String>,
+    /// n_in: the weight's ne0, and the width of the input rows.
     pub in_dim: usize,
+    /// n_out: the weight's ne1, and the width of the output rows.
     pub out_dim: usize,
 }
 
+/// Payload of an RmsNorm or QkNorm node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NormMeta {
     /// The multiplicative norm weight, F32 `[d]` (or `[head_dim]` for QkNorm).
     pub weight_name: Option<String>,
 }
 
+/// Payload of a RoPE node, and of the RoPE step of a fused Q/K/V node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeMeta {
     /// How dimensions pair: a property of the model family, from its hyper-parameters.
     pub style: RopeStyle,
+    /// Heads in the rotated tensor: n_head for Q, n_head_kv for K.
     pub n_head: usize,
+    /// Width of one head.
     pub head_dim: usize,
+    /// Leading dimensions of each head that rotate (`rope.dimension_count`); the rest pass through.
     pub n_rot: usize,
+    /// Base of the rotation frequencies, `theta_i = pos * freq_base^(-2i / n_rot)` (`rope.freq_base`).
     pub freq_base: f32,
 }
 
+/// Payload of an Attn node: which cache, and the head geometry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AttnMeta {
+    /// The layer whose KV cache is attended.
     pub layer: usize,
+    /// Query heads.
     pub n_head: usize,
+    /// KV heads; each serves n_head / n_head_kv query heads.
     pub n_head_kv: usize,
+    /// Width of one head of Q, K and V.
     pub head_dim: usize,
 }
 
+/// Geometry of a layer's persistent K and V regions: `n_ctx` cells of `n_kv_embd` values each.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KvcacheMeta {
     /// Values per cell: n_head_kv * head_dim.
@@ -171,11 +207,16 @@ pub struct KvcacheMeta {
     pub n_ctx: usize,
 }
 
+/// Payload of an embedding GetRows: the weight table the ids index.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmbedMeta {
+    /// The table's GGUF name (`token_embd.weight`).
     pub weight_name: String,
+    /// The table's GGML type; rows are dequantized to f32.
     pub weight_type: GgmlType,
+    /// Row width: the table's ne0.
     pub n_embd: usize,
+    /// Rows in the table (n_vocab, its ne1); every id must be below it.
     pub n_rows: usize,
 }
 
@@ -183,32 +224,50 @@ pub struct EmbedMeta {
 /// per-head norm weights), the RoPE parameters and the KV geometry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FusedQkvMeta {
+    /// Q projection: GGUF shape `[n_embd, n_head * head_dim]`.
     pub q: MatMulMeta,
+    /// K projection: GGUF shape `[n_embd, n_head_kv * head_dim]`.
     pub k: MatMulMeta,
+    /// V projection: same shape as K.
     pub v: MatMulMeta,
     /// Per-head RMSNorm weights `[head_dim]` for Q and K (Qwen3), with their epsilon.
     pub qk_norm: Option<(String, String, f32)>,
+    /// RoPE of Q (its n_head); K is rotated the same way over `n_head_kv` heads.
     pub rope: RopeMeta,
+    /// KV heads, for rotating K.
     pub n_head_kv: usize,
+    /// The layer's KV regions that the roped K and the V are stored in.
     pub kv: KvcacheMeta,
 }
 
+/// Payload of a FusedFFN node: the two projections, both GGUF shape `[n_embd, n_ff]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FusedFfnMeta {
+    /// `ffn_gate`: its output goes through SiLU.
     pub gate: MatMulMeta,
+    /// `ffn_up`: multiplies the activated gate.
     pub up: MatMulMeta,
 }
 
 /// Per-node metadata, a concrete enum so the structural check can compare it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeMeta {
+    /// No payload: Input, Add, Mul, Silu, SwiGLU, and GetRows over an activation.
     None,
+    /// The weight (and bias) of a MatMul.
     MatMul(MatMulMeta),
+    /// The weight of an RmsNorm or QkNorm.
     Norm(NormMeta),
+    /// The rotation of a RoPE.
     Rope(RopeMeta),
+    /// The cache and head geometry of an Attn.
     Attn(AttnMeta),
+    /// The region geometry of a KvcacheStore or KvcacheLoad.
     Kvcache(KvcacheMeta),
+    /// The table of an embedding GetRows.
     Embed(EmbedMeta),
+    /// Everything a FusedQKV or FusedQkvNorm computes.
     FusedQkv(FusedQkvMeta),
+    /// The projections of a FusedFFN.
     FusedFfn(FusedFfnMeta),
 }

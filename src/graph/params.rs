@@ -2,15 +2,19 @@
 //! Equal params mean an identical graph, which is what lets a decode step reuse the last one.
 //! The KV position (n_past) is deliberately absent: it enters as data through `positions`.
 
+/// Which kind of forward pass a graph is; a single token is a decode step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GraphType {
+    /// A batch of several tokens (the prompt, or a chunk of it).
     Prefill,
+    /// One token (a generation step); the decode fusions apply only here.
     Decode,
 }
 
 /// Context parameters that shape the graph.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CParams {
+    /// KV cells per layer: the length of each persistent K and V region.
     pub n_ctx: usize,
     /// The backend fence in force: assignment is part of the topology.
     pub backends: Vec<u16>,
@@ -38,13 +42,17 @@ impl CParams {
     }
 }
 
+/// What the topology of one forward pass depends on: the cache key of [`GraphCache`](super::GraphCache).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GraphParams {
+    /// Tokens in the batch: the ne1 of the activations (until the tail-row reduction).
     pub n_tokens: usize,
     /// Rows of logits computed (the last n_out tokens): part of the topology (the tail-row
     /// reduction), not just of execution.
     pub n_out: usize,
+    /// Decode or prefill, derived from `n_tokens`.
     pub gtype: GraphType,
+    /// The context parameters, including the backend fence and fusion flags.
     pub cparams: CParams,
     /// Reserved for weight reload; a change forces a rebuild.
     pub weights_version: u64,
@@ -71,6 +79,7 @@ impl GraphParams {
         self.gtype = GraphType::for_batch(n_tokens);
     }
 
+    /// Params for a batch of `n_tokens` tokens with `n_out` logits rows, in context `cparams`.
     pub fn new(n_tokens: usize, n_out: usize, cparams: CParams) -> Self {
         let gtype = GraphType::for_batch(n_tokens);
         GraphParams {

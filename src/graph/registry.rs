@@ -7,8 +7,11 @@
 
 use super::backend::Backend;
 
+/// One known backend: its handle, name, priority and whether it can be used.
 pub struct BackendEntry {
+    /// Its fixed id.
     pub handle: Backend,
+    /// The name `--backend` and `MINFER_BACKENDS` take (matched case-insensitively).
     pub name: &'static str,
     /// Higher is offered nodes first. A pinned number: assignment is topology.
     pub priority: u32,
@@ -55,18 +58,35 @@ pub fn entries() -> &'static [BackendEntry] {
     &ENTRIES
 }
 
+/// The entry of backend `handle`, if minfer knows it.
 pub fn entry(handle: Backend) -> Option<&'static BackendEntry> {
     ENTRIES.iter().find(|e| e.handle == handle)
 }
 
+/// Why a backend fence was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RegistryError {
+    /// A name in the fence is no backend minfer knows (a typo).
     #[error("unknown backend '{name}' (known backends: {known})")]
-    Unknown { name: String, known: String },
+    Unknown {
+        /// The name as given.
+        name: String,
+        /// The known names, comma-separated.
+        known: String,
+    },
+    /// The backend is known but this build does not contain it.
     #[error("backend '{name}' is not part of this build of minfer")]
-    NotCompiled { name: String },
+    NotCompiled {
+        /// The backend's name.
+        name: String,
+    },
+    /// The backend is built in but this machine cannot run it.
     #[error("backend '{name}' is built in but not usable on this machine")]
-    Unavailable { name: String },
+    Unavailable {
+        /// The backend's name.
+        name: String,
+    },
+    /// The fence names no backend at all (an empty or blank list).
     #[error("the backend fence is empty")]
     Empty,
 }

@@ -11,6 +11,7 @@ use super::{BufRef, ComputeGraph, GraphError, NodeId};
 /// A contiguous run of nodes on one backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Split {
+    /// The backend that runs every node of the split.
     pub backend: Backend,
     /// `[start, end)` node ids.
     pub node_range: (usize, usize),
@@ -20,6 +21,7 @@ pub struct Split {
     pub outputs: Vec<NodeId>,
 }
 
+/// Assigns nodes to backends, splits the graph by backend and executes it; stateless.
 pub struct BackendScheduler;
 
 impl BackendScheduler {

@@ -6,13 +6,16 @@ use crate::quant::GgmlType;
 /// A weight tensor as stored in the model file.
 #[derive(Clone, Copy, Debug)]
 pub struct Weight<'a> {
+    /// The tensor's GGML type (F32, F16, Q8_0, Q4_K, ...).
     pub ggml_type: GgmlType,
     /// GGUF shape, ne0 first.
     pub shape: &'a [u64],
+    /// The raw bytes of the tensor, in its GGML type's layout.
     pub data: &'a [u8],
 }
 
 /// Anything that can hand out weights by name (a memory-mapped GGUF file).
 pub trait TensorSource: Send + Sync {
+    /// The weight named `name` (its GGUF tensor name), or `None` if there is none.
     fn weight(&self, name: &str) -> Option<Weight<'_>>;
 }

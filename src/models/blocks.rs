@@ -13,11 +13,15 @@ pub type WeightRef = (String, GgmlType);
 /// The graph's inputs: token ids, positions and (when fewer logits rows than tokens are
 /// wanted) the tail ids, declared at the head of the graph so they never cut a device run.
 pub struct Inputs {
-    pub token_ids: NodeId,        // I32 [n_tokens]
-    pub positions: NodeId,        // I32 [n_tokens]
+    /// Token ids, I32 `[n_tokens]`.
+    pub token_ids: NodeId, // I32 [n_tokens]
+    /// Each token's position (its KV cell), I32 `[n_tokens]`.
+    pub positions: NodeId, // I32 [n_tokens]
+    /// The ids of the rows whose logits are wanted, I32 `[n_out]`; `None` when every token's are.
     pub tail_ids: Option<NodeId>, // I32 [n_out]
 }
 
+/// Declare the graph's inputs for `params` (`tail_ids` only when n_out < n_tokens).
 pub fn inputs(b: &mut GraphBuilder, params: &GraphParams) -> Inputs {
     let nt = params.n_tokens;
     let n_out = params.n_out.min(nt);
@@ -42,6 +46,8 @@ pub fn embedding(b: &mut GraphBuilder, hp: &HParams, ids: NodeId, table_type: Gg
     b.embedding("token_embd", ids, meta)
 }
 
+/// The [`MatMulMeta`] of weight `(name, type)` with GGUF shape `[in_dim, out_dim]` and an
+/// optional F32 `[out_dim]` bias.
 pub fn matmul_meta((name, ty): &WeightRef, bias: Option<&String>, in_dim: usize, out_dim: usize) -> MatMulMeta {
     MatMulMeta {
         weight_name: name.clone(),
@@ -99,6 +105,7 @@ pub fn attend(
     )
 }
 
+/// The [`RopeMeta`] of the model's RoPE over `n_head` heads (n_head for Q, n_head_kv for K).
 pub fn rope_meta(hp: &HParams, n_head: usize) -> RopeMeta {
     RopeMeta {
         style: hp.rope_style,
@@ -109,6 +116,7 @@ pub fn rope_meta(hp: &HParams, n_head: usize) -> RopeMeta {
     }
 }
 
+/// The geometry of a layer's KV regions: n_kv_embd values per cell, n_ctx cells.
 pub fn kv_meta(hp: &HParams, params: &GraphParams) -> KvcacheMeta {
     KvcacheMeta {
         n_kv_embd: hp.n_kv_embd(),
@@ -122,6 +130,7 @@ pub fn fuse_qkv(params: &GraphParams) -> bool {
     params.gtype == GraphType::Decode && params.cparams.fuse_qkv
 }
 
+/// Whether this graph uses the decode FFN fusion: one token, and the flag on.
 pub fn fuse_ffn(params: &GraphParams) -> bool {
     params.gtype == GraphType::Decode && params.cparams.fuse_ffn
 }

@@ -5,20 +5,30 @@ use super::ModelError;
 use crate::gguf::{GgufFile, Metadata};
 use crate::graph::RopeStyle;
 
+/// A model's hyper-parameters, named as llama.cpp names them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HParams {
+    /// Vocabulary size: rows of `token_embd.weight` (its ne1).
     pub n_vocab: usize,
+    /// Context length the model was trained with (`context_length`).
     pub n_ctx_train: usize,
+    /// Width of the residual stream (`embedding_length`).
     pub n_embd: usize,
+    /// Transformer blocks (`block_count`).
     pub n_layer: usize,
+    /// Query heads (`attention.head_count`).
     pub n_head: usize,
+    /// KV heads (`attention.head_count_kv`, else n_head); n_head is a multiple of it.
     pub n_head_kv: usize,
     /// Per-head dimension of Q and K (`attention.key_length`, else n_embd / n_head).
     pub head_dim: usize,
+    /// Inner width of the FFN (`feed_forward_length`).
     pub n_ff: usize,
     /// Dimensions RoPE rotates (`rope.dimension_count`, else head_dim).
     pub n_rot: usize,
+    /// Epsilon of every RMSNorm (`attention.layer_norm_rms_epsilon`).
     pub rms_eps: f32,
+    /// RoPE frequency base (`rope.freq_base`, else 10000).
     pub rope_freq_base: f32,
     /// How RoPE pairs a head's dimensions: fixed by the architecture (llama.cpp's
     /// `llama_model_rope_type`), not stored in the file.

@@ -14,38 +14,69 @@ use crate::quant::GgmlType;
 pub use hparams::HParams;
 pub use weights::GgufWeights;
 
+/// Why a model could not be loaded from a GGUF file.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// A metadata key is missing or has the wrong type.
     #[error(transparent)]
     Metadata(#[from] GgufError),
+    /// `general.architecture` names an architecture minfer has no model for.
     #[error("unsupported architecture '{arch}' (general.architecture); minfer supports: {supported}")]
-    UnknownArchitecture { arch: String, supported: &'static str },
+    UnknownArchitecture {
+        /// The file's `general.architecture`.
+        arch: String,
+        /// The architectures minfer supports ([`SUPPORTED_ARCHITECTURES`]).
+        supported: &'static str,
+    },
+    /// A tensor the architecture needs is not in the file.
     #[error("tensor '{name}' is missing from the model")]
-    MissingTensor { name: String },
+    MissingTensor {
+        /// The GGUF tensor name.
+        name: String,
+    },
+    /// A tensor's GGUF shape disagrees with the hyper-parameters.
     #[error("tensor '{name}' has shape {got:?}, expected {expected:?}")]
     BadShape {
+        /// The GGUF tensor name.
         name: String,
+        /// The shape the hyper-parameters imply, ne0 first.
         expected: Vec<u64>,
+        /// The shape in the file, ne0 first.
         got: Vec<u64>,
     },
+    /// A tensor's GGML type has no compute kernels in minfer (or is Q8_K, an activation-only type),
+    /// or a norm weight or bias is not F32.
     #[error("tensor '{name}' has type {ggml_type}, which minfer cannot compute with")]
-    UnsupportedType { name: String, ggml_type: GgmlType },
+    UnsupportedType {
+        /// The GGUF tensor name.
+        name: String,
+        /// The tensor's type.
+        ggml_type: GgmlType,
+    },
+    /// A hyper-parameter is zero where it must be positive, or inconsistent with another (n_head_kv
+    /// not dividing n_head, Qwen3's value_length differing from key_length).
     #[error("hyper-parameter {name} = {value} is invalid: {reason}")]
     BadHParam {
+        /// The hyper-parameter (or its metadata key).
         name: &'static str,
+        /// Its value.
         value: u64,
+        /// Why it is invalid.
         reason: String,
     },
 }
 
 /// What the engine needs of a model.
 pub trait ModelDef: Send + Sync {
+    /// The architecture name, as in `general.architecture` (`qwen2`).
     fn arch(&self) -> &'static str;
+    /// The hyper-parameters read from the file.
     fn hparams(&self) -> &HParams;
     /// The forward pass for `params`: a pure function of them (the reuse invariant).
     fn build_graph(&self, params: &GraphParams) -> ComputeGraph;
 }
 
+/// The `general.architecture` values [`load_model`] accepts, for error messages.
 pub const SUPPORTED_ARCHITECTURES: &str = "qwen2, qwen3";
 
 /// The model for `file`'s `general.architecture`, its tensors checked against its

@@ -5,6 +5,7 @@ use crate::gguf::GgufFile;
 use crate::graph::{TensorSource, Weight};
 use std::sync::Arc;
 
+/// A shared GGUF file that hands out its tensors as weights by name.
 #[derive(Clone)]
 pub struct GgufWeights(pub Arc<GgufFile>);
 

@@ -35,7 +35,10 @@ pub const MIN_TOKENS: usize = 4;
 /// its values as the i16 pairs the K-quant kernel broadcasts (128 words per super-block).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ActivationTerms<'a> {
+    /// Each block's (Q8_0, Q8_1) or super-block's (Q8_K) scale `d` as f32, token-major.
     pub d: &'a [f32],
+    /// [`aux_words_per_block`] words per block, token-major: `Σ qs` (Q8_0), the bits of `s`
+    /// (Q8_1), or the values as i16 pairs (Q8_K).
     pub aux: &'a [i32],
 }
 

@@ -4,6 +4,7 @@
 //! operation: llama-quantize's output depends on every rounding step, so the order of the float
 //! operations here is part of the file format, not an implementation detail.
 
+/// Values per k-quant super-block (ggml's `QK_K`).
 pub const QK_K: usize = 256;
 
 /// Round to nearest (ties to even) through the float-adding trick ggml uses. Valid for
@@ -102,8 +103,11 @@ pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
 /// Search parameters of [`make_qkx2_quants`]: candidate inverse scales are
 /// `(rmin + rdelta * is + nmax) / (max - min)` for `is` in `0..=nstep`.
 pub struct Qkx2Search {
+    /// Offset of the first candidate, in levels (ggml passes -1 for Q4_K and -0.5 for Q5_K).
     pub rmin: f32,
+    /// Step between candidates, in levels (ggml passes 0.1).
     pub rdelta: f32,
+    /// Number of steps after the first (ggml passes 20 for Q4_K and 15 for Q5_K); below 1, no search.
     pub nstep: i32,
 }
 

@@ -41,32 +41,50 @@ pub use simd::simd_level;
 /// describe whole blocks of the type.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum QuantError {
+    /// The operation has no implementation for the type (e.g. dequantizing IQ2_XXS, or
+    /// `vec_dot` of a type with no `vec_dot_type`).
     #[error("{op} is not implemented for ggml type {ggml_type}")]
-    UnsupportedType { ggml_type: GgmlType, op: &'static str },
+    UnsupportedType {
+        /// The type asked for.
+        ggml_type: GgmlType,
+        /// The operation (`quantize`, `dequantize`, `vec_dot`, ...).
+        op: &'static str,
+    },
+    /// The value count is not a multiple of the type's block size (32 or QK_K).
     #[error("{op} {ggml_type}: {n} values is not a multiple of the block size {block_size}")]
     PartialBlock {
+        /// The type of the row.
         ggml_type: GgmlType,
+        /// The operation.
         op: &'static str,
+        /// The value count given.
         n: usize,
+        /// Values per block of the type.
         block_size: usize,
     },
+    /// The byte buffer is not exactly `n / block_size * type_size` bytes.
     #[error("{op} {ggml_type}: {n} values need {expected} bytes, the buffer has {got}")]
     SizeMismatch {
+        /// The type of the row.
         ggml_type: GgmlType,
+        /// The operation.
         op: &'static str,
+        /// The value count.
         n: usize,
+        /// Bytes `n` values of the type occupy.
         expected: usize,
+        /// Bytes the buffer has.
         got: usize,
     },
 }
 
 macro_rules! ggml_types {
-    ($($variant:ident = $id:literal, $name:literal, $block:expr, $size:literal;)*) => {
+    ($($(#[$doc:meta])* $variant:ident = $id:literal, $name:literal, $block:expr, $size:literal;)*) => {
         /// A ggml tensor type. Discriminants are the GGUF type ids.
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u32)]
-        pub enum GgmlType { $($variant = $id,)* }
+        pub enum GgmlType { $($(#[$doc])* $variant = $id,)* }
 
         impl GgmlType {
             /// Every type a GGUF file may name, in id order.
@@ -98,37 +116,72 @@ macro_rules! ggml_types {
 // The byte sizes of the types minfer does not compute with are still needed to lay out the
 // tensor table of any GGUF file, as ggml's `type_traits` does.
 ggml_types! {
+    /// 32-bit IEEE float.
     F32 = 0, "F32", 1, 4;
+    /// 16-bit IEEE half float.
     F16 = 1, "F16", 1, 2;
+    /// Blocks of 32 4-bit values with one f16 scale `d` (4.5 bpw).
     Q4_0 = 2, "Q4_0", 32, 18;
+    /// Blocks of 32 4-bit values with an f16 scale `d` and min `m` (5 bpw).
     Q4_1 = 3, "Q4_1", 32, 20;
+    /// Blocks of 32 5-bit values with one f16 scale `d` (5.5 bpw).
     Q5_0 = 6, "Q5_0", 32, 22;
+    /// Blocks of 32 5-bit values with an f16 scale `d` and min `m` (6 bpw).
     Q5_1 = 7, "Q5_1", 32, 24;
+    /// Blocks of 32 8-bit values with one f16 scale `d` (8.5 bpw); also the activation type of
+    /// Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4.
     Q8_0 = 8, "Q8_0", 32, 34;
+    /// Blocks of 32 8-bit values with an f16 scale `d` and `s = d * sum(qs)` (9 bpw): the
+    /// activation type of Q4_1 and Q5_1.
     Q8_1 = 9, "Q8_1", 32, 36;
+    /// k-quant: QK_K super-blocks of 2-bit values, 16 sub-blocks with 4-bit scales and mins (2.625 bpw).
     Q2_K = 10, "Q2_K", QK_K, 84;
+    /// k-quant: QK_K super-blocks of 3-bit values, 16 sub-blocks with 6-bit scales (3.4375 bpw).
     Q3_K = 11, "Q3_K", QK_K, 110;
+    /// k-quant: QK_K super-blocks of 4-bit values, 8 sub-blocks with 6-bit scales and mins (4.5 bpw).
     Q4_K = 12, "Q4_K", QK_K, 144;
+    /// k-quant: QK_K super-blocks of 5-bit values, 8 sub-blocks with 6-bit scales and mins (5.5 bpw).
     Q5_K = 13, "Q5_K", QK_K, 176;
+    /// k-quant: QK_K super-blocks of 6-bit values, 16 sub-blocks with 8-bit scales (6.5625 bpw).
     Q6_K = 14, "Q6_K", QK_K, 210;
+    /// QK_K super-blocks of 8-bit values with an f32 scale and per-16 sums `bsums` (9.125 bpw):
+    /// the activation type of the k-quants and i-quants.
     Q8_K = 15, "Q8_K", QK_K, 292;
+    /// i-quant, 2.0625 bpw (E8-lattice codebook).
     IQ2_XXS = 16, "IQ2_XXS", QK_K, 66;
+    /// i-quant, 2.3125 bpw.
     IQ2_XS = 17, "IQ2_XS", QK_K, 74;
+    /// i-quant, 3.0625 bpw.
     IQ3_XXS = 18, "IQ3_XXS", QK_K, 98;
+    /// i-quant, 1.5625 bpw.
     IQ1_S = 19, "IQ1_S", QK_K, 50;
+    /// Blocks of 32 4-bit indices into a non-linear codebook with an f16 scale (4.5 bpw).
     IQ4_NL = 20, "IQ4_NL", 32, 18;
+    /// i-quant, 3.4375 bpw.
     IQ3_S = 21, "IQ3_S", QK_K, 110;
+    /// i-quant, 2.5625 bpw.
     IQ2_S = 22, "IQ2_S", QK_K, 82;
+    /// i-quant: IQ4_NL values in QK_K super-blocks with 6-bit sub-block scales (4.25 bpw).
     IQ4_XS = 23, "IQ4_XS", QK_K, 136;
+    /// 8-bit signed integer.
     I8 = 24, "I8", 1, 1;
+    /// 16-bit signed integer.
     I16 = 25, "I16", 1, 2;
+    /// 32-bit signed integer.
     I32 = 26, "I32", 1, 4;
+    /// 64-bit signed integer.
     I64 = 27, "I64", 1, 8;
+    /// 64-bit IEEE float.
     F64 = 28, "F64", 1, 8;
+    /// i-quant, 1.75 bpw.
     IQ1_M = 29, "IQ1_M", QK_K, 56;
+    /// bfloat16: the top half of an f32.
     BF16 = 30, "BF16", 1, 2;
+    /// Ternary quant of QK_K values, 1.6875 bpw.
     TQ1_0 = 34, "TQ1_0", QK_K, 54;
+    /// Ternary quant of QK_K values, 2.0625 bpw.
     TQ2_0 = 35, "TQ2_0", QK_K, 66;
+    /// Microscaling FP4: blocks of 32 E2M1 values with a shared E8M0 exponent (4.25 bpw).
     MXFP4 = 39, "MXFP4", 32, 17;
 }
 

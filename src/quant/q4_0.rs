@@ -9,12 +9,16 @@ use super::fp16::{f16_to_f32, f32_to_f16};
 use super::q8_0::BlockQ8_0;
 use bytemuck::{Pod, Zeroable};
 
+/// Values per Q4_0 block (ggml's `QK4_0`).
 pub const QK4_0: usize = 32;
 
+/// ggml's `block_q4_0`: 32 weights in 18 bytes (layout in the module docs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockQ4_0 {
+    /// Block scale (f16 bits); weight = `d * (q - 8)`.
     pub d: u16,
+    /// 4-bit values: low nibble of `qs[j]` is `q[j]`, high nibble is `q[j + 16]`.
     pub qs: [u8; QK4_0 / 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
@@ -38,6 +42,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4_0]) {
     }
 }
 
+/// `dequantize_row_q4_0`: every block of `x` into 32 f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ4_0], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK4_0)) {
         let d = f16_to_f32(xb.d);

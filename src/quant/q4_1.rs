@@ -10,13 +10,18 @@ use super::fp16::{f16_to_f32, f32_to_f16};
 use super::q8_1::BlockQ8_1;
 use bytemuck::{Pod, Zeroable};
 
+/// Values per Q4_1 block (ggml's `QK4_1`).
 pub const QK4_1: usize = 32;
 
+/// ggml's `block_q4_1`: 32 weights in 20 bytes (layout in the module docs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockQ4_1 {
+    /// Block scale (f16 bits).
     pub d: u16,
+    /// Block minimum (f16 bits); weight = `d * q + m`.
     pub m: u16,
+    /// 4-bit values: low nibble of `qs[j]` is `q[j]`, high nibble is `q[j + 16]`.
     pub qs: [u8; QK4_1 / 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
@@ -39,6 +44,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4_1]) {
     }
 }
 
+/// `dequantize_row_q4_1`: every block of `x` into 32 f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ4_1], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK4_1)) {
         let d = f16_to_f32(xb.d);

@@ -17,12 +17,17 @@ use super::k_quants::{
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
 
+/// ggml's `block_q4_K`: QK_K weights in 144 bytes (layout in the module docs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockQ4K {
+    /// Super-block scale of the quantized scales (f16 bits).
     pub d: u16,
+    /// Super-block scale of the quantized mins (f16 bits).
     pub dmin: u16,
+    /// Eight 6-bit sub-block scales and eight 6-bit mins, packed (see `get_scale_min_k4`).
     pub scales: [u8; 12],
+    /// 4-bit values: `qs[32c + l]` holds weight `64c + l` (low nibble) and `64c + 32 + l` (high).
     pub qs: [u8; QK_K / 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
@@ -47,6 +52,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4K]) {
     }
 }
 
+/// `dequantize_row_q4_K`: every super-block of `x` into QK_K f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ4K], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
         let d = f16_to_f32(xb.d);

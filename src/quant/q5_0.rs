@@ -11,13 +11,18 @@ use super::q4_0::signed_absmax;
 use super::q8_0::BlockQ8_0;
 use bytemuck::{Pod, Zeroable};
 
+/// Values per Q5_0 block (ggml's `QK5_0`).
 pub const QK5_0: usize = 32;
 
+/// ggml's `block_q5_0`: 32 weights in 22 bytes (layout in the module docs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockQ5_0 {
+    /// Block scale (f16 bits); weight = `d * (q - 16)`.
     pub d: u16,
+    /// High bits: bit `j` of the little-endian u32 is bit 4 of `q[j]`.
     pub qh: [u8; 4],
+    /// Low 4 bits: low nibble of `qs[j]` is `q[j] & 15`, high nibble is `q[j + 16] & 15`.
     pub qs: [u8; QK5_0 / 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
@@ -43,6 +48,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5_0]) {
     }
 }
 
+/// `dequantize_row_q5_0`: every block of `x` into 32 f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ5_0], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK5_0)) {
         let d = f16_to_f32(xb.d);

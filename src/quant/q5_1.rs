@@ -12,14 +12,20 @@ use super::q4_1::min_max;
 use super::q8_1::BlockQ8_1;
 use bytemuck::{Pod, Zeroable};
 
+/// Values per Q5_1 block (ggml's `QK5_1`).
 pub const QK5_1: usize = 32;
 
+/// ggml's `block_q5_1`: 32 weights in 24 bytes (layout in the module docs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockQ5_1 {
+    /// Block scale (f16 bits).
     pub d: u16,
+    /// Block minimum (f16 bits); weight = `d * q + m`.
     pub m: u16,
+    /// High bits: bit `j` of the little-endian u32 is bit 4 of `q[j]`.
     pub qh: [u8; 4],
+    /// Low 4 bits: low nibble of `qs[j]` is `q[j] & 15`, high nibble is `q[j + 16] & 15`.
     pub qs: [u8; QK5_1 / 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == 24);
@@ -47,6 +53,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5_1]) {
     }
 }
 
+/// `dequantize_row_q5_1`: every block of `x` into 32 f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ5_1], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK5_1)) {
         let d = f16_to_f32(xb.d);

@@ -17,13 +17,19 @@ use super::k_quants::{
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
 
+/// ggml's `block_q5_K`: QK_K weights in 176 bytes (layout in the module docs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockQ5K {
+    /// Super-block scale of the quantized scales (f16 bits).
     pub d: u16,
+    /// Super-block scale of the quantized mins (f16 bits).
     pub dmin: u16,
+    /// Eight 6-bit sub-block scales and eight 6-bit mins, packed as in Q4_K.
     pub scales: [u8; 12],
+    /// Fifth bits: bit `2c` of `qh[l]` is bit 4 of weight `64c + l`, bit `2c + 1` of weight `64c + 32 + l`.
     pub qh: [u8; QK_K / 8],
+    /// Low 4 bits, laid out as Q4_K's `qs`.
     pub qs: [u8; QK_K / 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
@@ -62,6 +68,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5K]) {
     }
 }
 
+/// `dequantize_row_q5_K`: every super-block of `x` into QK_K f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ5K], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
         let d = f16_to_f32(xb.d);

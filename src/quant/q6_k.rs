@@ -15,12 +15,17 @@ use super::k_quants::{accumulate_lanes_k, make_qx_quants, nearest_int, QK_K};
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
 
+/// ggml's `block_q6_K`: QK_K weights in 210 bytes (layout in the module docs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockQ6K {
+    /// Low 4 bits of the values, two per byte.
     pub ql: [u8; QK_K / 2],
+    /// High 2 bits of the values, four per byte.
     pub qh: [u8; QK_K / 4],
+    /// Signed 8-bit scales of the 16 sub-blocks of 16 weights.
     pub scales: [i8; QK_K / 16],
+    /// Super-block scale (f16 bits); weight = `d * scales[j] * (q - 32)`.
     pub d: u16,
 }
 const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
@@ -84,6 +89,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ6K]) {
     }
 }
 
+/// `dequantize_row_q6_K`: every super-block of `x` into QK_K f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ6K], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
         let d = f16_to_f32(xb.d);

@@ -10,12 +10,16 @@ use super::fp16::{f16_to_f32, f32_to_f16};
 use super::k_quants::{abs_max, round_half_away};
 use bytemuck::{Pod, Zeroable};
 
+/// Values per Q8_0 block (ggml's `QK8_0`).
 pub const QK8_0: usize = 32;
 
+/// ggml's `block_q8_0`: 32 weights (or activations) in 34 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockQ8_0 {
+    /// Block scale (f16 bits); weight = `d * q`.
     pub d: u16,
+    /// Signed 8-bit values.
     pub qs: [i8; QK8_0],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
@@ -34,6 +38,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ8_0]) {
     }
 }
 
+/// `dequantize_row_q8_0`: every block of `x` into 32 f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ8_0], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK8_0)) {
         let d = f16_to_f32(xb.d);

@@ -13,13 +13,18 @@ use super::fp16::{f16_to_f32, f32_to_f16};
 use super::k_quants::{abs_max, round_half_away};
 use bytemuck::{Pod, Zeroable};
 
+/// Values per Q8_1 block (ggml's `QK8_1`).
 pub const QK8_1: usize = 32;
 
+/// ggml's `block_q8_1`: 32 activations in 36 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockQ8_1 {
+    /// Block scale (f16 bits); value = `d * q`.
     pub d: u16,
+    /// `d * sum(qs)` (f16 bits), with `d` before its rounding to f16.
     pub s: u16,
+    /// Signed 8-bit values.
     pub qs: [i8; QK8_1],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
@@ -42,6 +47,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ8_1]) {
     }
 }
 
+/// Every block of `x` into 32 f32 values `d * q` of `y` (`s` is not needed).
 pub fn dequantize_row(x: &[BlockQ8_1], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK8_1)) {
         let d = f16_to_f32(xb.d);

@@ -12,11 +12,15 @@ use super::k_quants::abs_max;
 use super::k_quants::{nearest_int, QK_K};
 use bytemuck::{Pod, Zeroable};
 
+/// ggml's `block_q8_K`: QK_K activations in 292 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
 pub struct BlockQ8K {
+    /// Super-block scale (f32, unlike the other blocks' f16); value = `d * q`.
     pub d: f32,
+    /// Signed 8-bit values.
     pub qs: [i8; QK_K],
+    /// Sum of each group of 16 `qs`, for applying the weight sub-block mins.
     pub bsums: [i16; QK_K / 16],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 292);
@@ -45,6 +49,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ8K]) {
     }
 }
 
+/// Every super-block of `x` into QK_K f32 values `d * q` of `y`.
 pub fn dequantize_row(x: &[BlockQ8K], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
         for (out, &q) in yb.iter_mut().zip(&xb.qs) {

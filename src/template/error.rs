@@ -4,36 +4,61 @@
 
 use crate::gguf::GgufError;
 
+/// Why a chat template could not be loaded or rendered.
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateError {
     /// The template source is not valid Jinja (as minijinja reads it).
     #[error("chat template does not compile: {message}")]
-    Compile { message: String },
+    Compile {
+        /// minijinja's message, naming the template and line.
+        message: String,
+    },
     /// The template compiled but cannot render even a plain conversation, so it is refused at load
     /// instead of failing on every request.
     #[error("chat template cannot render a plain conversation, refusing it: {message}")]
-    Probe { message: String },
+    Probe {
+        /// Why the last probe conversation failed (or that it rendered as empty).
+        message: String,
+    },
     /// Rendering this conversation failed, including a template's own `raise_exception`.
     #[error("chat template failed to render: {message}")]
-    Render { message: String },
+    Render {
+        /// minijinja's message with the causes it wraps (a `raise_exception` text included).
+        message: String,
+    },
     /// A message cannot be handed to a template. `field` is empty when the message itself is at
     /// fault (e.g. not a JSON object).
     #[error("invalid message {index}{}: {reason}", field_suffix(.field))]
     InvalidMessage {
+        /// Position of the message in the conversation, from 0.
         index: usize,
+        /// The offending field (`role`, `content`, ...), or empty.
         field: String,
+        /// What is wrong with it.
         reason: String,
     },
     /// A tool definition or an extra template variable cannot be handed to a template; `name`
     /// says which (`tools[2]`, `enable_thinking`).
     #[error("invalid template input '{name}': {reason}")]
-    InvalidInput { name: String, reason: String },
+    InvalidInput {
+        /// Which input: `tools[N]` or the variable's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The file's metadata holds a template-related key of the wrong type.
     #[error(transparent)]
     Metadata(#[from] GgufError),
     /// A special-token id names no token of the file's vocabulary.
     #[error("metadata key '{key}' is token id {id}, but the vocabulary has {n_vocab} tokens")]
-    TokenOutOfRange { key: &'static str, id: u64, n_vocab: usize },
+    TokenOutOfRange {
+        /// The metadata key holding the id (`tokenizer.ggml.bos_token_id`, ...).
+        key: &'static str,
+        /// The id found.
+        id: u64,
+        /// The vocabulary size: the length of `tokenizer.ggml.tokens`.
+        n_vocab: usize,
+    },
 }
 
 fn field_suffix(field: &str) -> String {

@@ -19,12 +19,22 @@ use std::collections::HashMap;
 /// A token's type, as `tokenizer.ggml.token_type` stores it (llama.cpp's `llama_token_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenType {
+    /// `LLAMA_TOKEN_TYPE_UNDEFINED`: decodes to nothing.
     Undefined = 0,
+    /// `LLAMA_TOKEN_TYPE_NORMAL`: ordinary BPE text, stored byte-mapped.
     Normal = 1,
+    /// `LLAMA_TOKEN_TYPE_UNKNOWN`: the `<unk>` token; decoded like a control token.
     Unknown = 2,
+    /// `LLAMA_TOKEN_TYPE_CONTROL`: e.g. `<|im_start|>`; matched in text only with
+    /// `parse_special`, decoded to its text only with `special`.
     Control = 3,
+    /// `LLAMA_TOKEN_TYPE_USER_DEFINED`: e.g. `<tool_call>`; always matched in text and always
+    /// decoded to its text.
     UserDefined = 4,
+    /// `LLAMA_TOKEN_TYPE_UNUSED`: a placeholder slot; decodes to nothing.
     Unused = 5,
+    /// `LLAMA_TOKEN_TYPE_BYTE`: a SentencePiece `<0xXX>` byte token; unused by byte-level BPE,
+    /// decodes to nothing.
     Byte = 6,
 }
 
@@ -43,28 +53,79 @@ impl TokenType {
     }
 }
 
+/// Why a tokenizer could not be built from a model's metadata.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
+    /// A `tokenizer.ggml.*` key is missing or of the wrong type.
     #[error(transparent)]
     Metadata(#[from] GgufError),
+    /// `tokenizer.ggml.model` is not `gpt2` (e.g. `llama` for SentencePiece models).
     #[error("unsupported tokenizer model '{model}' (tokenizer.ggml.model); minfer supports 'gpt2' (byte-level BPE)")]
-    UnsupportedModel { model: String },
+    UnsupportedModel {
+        /// The `tokenizer.ggml.model` value.
+        model: String,
+    },
+    /// `tokenizer.ggml.pre` names a pre-tokenizer minfer does not implement.
     #[error("unknown pre-tokenizer '{pre}' (tokenizer.ggml.pre); minfer supports 'qwen2'")]
-    UnknownPreTokenizer { pre: String },
+    UnknownPreTokenizer {
+        /// The `tokenizer.ggml.pre` value.
+        pre: String,
+    },
+    /// `tokenizer.ggml.tokens`, `merges` or `token_type` is an array of the wrong element type.
     #[error("metadata key '{key}' must be an array of {expected}")]
-    BadArray { key: &'static str, expected: &'static str },
+    BadArray {
+        /// The metadata key.
+        key: &'static str,
+        /// The element type required.
+        expected: &'static str,
+    },
+    /// `tokenizer.ggml.token_type` does not have one entry per token.
     #[error("tokenizer.ggml.token_type has {types} entries for {tokens} tokens")]
-    TypeCountMismatch { types: usize, tokens: usize },
+    TypeCountMismatch {
+        /// Length of `tokenizer.ggml.token_type`.
+        types: usize,
+        /// Length of `tokenizer.ggml.tokens` (n_vocab).
+        tokens: usize,
+    },
+    /// A `tokenizer.ggml.token_type` entry is not one of the [`TokenType`] values 0 to 6.
     #[error("tokenizer.ggml.token_type[{index}] = {value} is not a token type")]
-    BadTokenType { index: usize, value: i32 },
+    BadTokenType {
+        /// The token id.
+        index: usize,
+        /// The value found.
+        value: i32,
+    },
+    /// The vocabulary lacks the byte-mapped token of one of the 256 bytes, so some input could
+    /// not be tokenized.
     #[error("the vocabulary has no token for byte {byte:#04x} ('{text}'), which byte-level BPE needs")]
-    MissingByteToken { byte: u8, text: char },
+    MissingByteToken {
+        /// The byte.
+        byte: u8,
+        /// The character GPT-2's byte map renders it as.
+        text: char,
+    },
+    /// A `tokenizer.ggml.merges` entry has no space between its two parts.
     #[error("merge #{index} '{merge}' is not two tokens separated by a space")]
-    BadMerge { index: usize, merge: String },
+    BadMerge {
+        /// The merge's rank (its index in the array).
+        index: usize,
+        /// The merge as stored.
+        merge: String,
+    },
+    /// A special token id key (`tokenizer.ggml.bos_token_id`, ...) is not below n_vocab.
     #[error("{key} = {id} is outside the vocabulary of {n_vocab} tokens")]
-    TokenIdOutOfRange { key: &'static str, id: u64, n_vocab: usize },
+    TokenIdOutOfRange {
+        /// The metadata key.
+        key: &'static str,
+        /// The id found.
+        id: u64,
+        /// The vocabulary size.
+        n_vocab: usize,
+    },
 }
 
+/// A byte-level BPE tokenizer (`tokenizer.ggml.model = gpt2`): vocabulary, merges,
+/// pre-tokenizer and special tokens, as llama.cpp's `llama_vocab` holds them.
 pub struct Tokenizer {
     /// Token texts as stored in the file (byte-mapped for normal tokens).
     texts: Vec<String>,
@@ -237,30 +298,37 @@ impl Tokenizer {
         })
     }
 
+    /// Vocabulary size (n_vocab): the length of `tokenizer.ggml.tokens`.
     pub fn n_vocab(&self) -> usize {
         self.texts.len()
     }
 
+    /// Number of usable merges: distinct pairs whose parts and result are all in the vocabulary.
     pub fn n_merges(&self) -> usize {
         self.merges.len()
     }
 
+    /// `tokenizer.ggml.bos_token_id`, if the model has one.
     pub fn bos(&self) -> Option<u32> {
         self.bos
     }
 
+    /// `tokenizer.ggml.eos_token_id`, if the model has one.
     pub fn eos(&self) -> Option<u32> {
         self.eos
     }
 
+    /// `tokenizer.ggml.eot_token_id` (end of turn), if the model has one.
     pub fn eot(&self) -> Option<u32> {
         self.eot
     }
 
+    /// `tokenizer.ggml.padding_token_id`, if the model has one.
     pub fn pad(&self) -> Option<u32> {
         self.pad
     }
 
+    /// `tokenizer.ggml.add_bos_token` (false when absent): whether `encode` with `add_special` prepends BOS.
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
@@ -270,6 +338,7 @@ impl Tokenizer {
         self.texts.get(id as usize).map(String::as_str)
     }
 
+    /// The [`TokenType`] of token `id`, or `None` if `id` is not below n_vocab.
     pub fn token_type(&self, id: u32) -> Option<TokenType> {
         self.types.get(id as usize).copied()
     }

@@ -13,10 +13,12 @@ use super::unicode::{classify, CharClass};
 /// The pre-tokenizers minfer implements, by their `tokenizer.ggml.pre` name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PreTokenizer {
+    /// `qwen2`: the Qwen2 regex given in the module docs.
     Qwen2,
 }
 
 impl PreTokenizer {
+    /// The pre-tokenizer named `name` in `tokenizer.ggml.pre`, or `None` if minfer lacks it.
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "qwen2" => Some(PreTokenizer::Qwen2),

@@ -9,6 +9,7 @@
 
 use super::Tokenizer;
 
+/// Detokenizes one token at a time, holding back a UTF-8 sequence split across tokens until it completes.
 pub struct StreamDecoder<'a> {
     tokenizer: &'a Tokenizer,
     special: bool,

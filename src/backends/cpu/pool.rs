@@ -322,6 +322,7 @@ fn spin_until(spin: Duration, ready: impl Fn() -> bool) -> bool {
 pub struct Claim<I>(Mutex<I>);
 
 impl<I: Iterator> Claim<I> {
+    /// A claim over `items`; nothing is handed out until a worker calls [`Claim::next`].
     pub fn new(items: I) -> Self {
         Claim(Mutex::new(items))
     }

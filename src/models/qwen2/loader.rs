@@ -24,6 +24,7 @@ pub struct LayerWeights {
     pub down: WeightRef,
 }
 
+/// A Qwen2 model: its hyper-parameters and the names and types of all its weights, checked at load.
 pub struct Qwen2 {
     pub(super) hparams: HParams,
     pub(super) token_embd: GgmlType,
@@ -33,6 +34,7 @@ pub struct Qwen2 {
 }
 
 impl Qwen2 {
+    /// Read the hyper-parameters and check every tensor's presence, GGUF shape and type against them.
     pub fn load(file: &GgufFile) -> Result<Self, ModelError> {
         // Qwen2 rotates halves (GPT-NeoX pairing), as llama.cpp's LLAMA_ROPE_TYPE_NEOX.
         let hp = HParams::load(file, "qwen2", RopeStyle::Neox)?;

@@ -22,6 +22,7 @@ pub struct LayerWeights {
     pub down: WeightRef,
 }
 
+/// A Qwen3 model: its hyper-parameters and the names and types of all its weights, checked at load.
 pub struct Qwen3 {
     pub(super) hparams: HParams,
     pub(super) token_embd: GgmlType,
@@ -30,6 +31,7 @@ pub struct Qwen3 {
 }
 
 impl Qwen3 {
+    /// Read the hyper-parameters and check every tensor's presence, GGUF shape and type against them.
     pub fn load(file: &GgufFile) -> Result<Self, ModelError> {
         // Qwen3 rotates halves (GPT-NeoX pairing), as llama.cpp's LLAMA_ROPE_TYPE_NEOX.
         let hp = HParams::load(file, "qwen3", RopeStyle::Neox)?;

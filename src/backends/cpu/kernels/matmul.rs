@@ -24,8 +24,11 @@ pub enum Activations<'a> {
     /// Rows quantized to the weight type's `vec_dot_type`, `row_size(n_in)` bytes each, and
     /// the per-block terms of the matrix-matrix kernel when it will run ([`gemm`]).
     Quantized {
+        /// The activation type: the weight type's `vec_dot_type` (Q8_0, Q8_1 or Q8_K).
         ty: GgmlType,
+        /// `n_tokens` rows of `row_size(n_in)` bytes each.
         data: &'a [u8],
+        /// Per-block scales and words for the matrix-matrix kernel; `None` when the dot-product path runs.
         terms: Option<gemm::ActivationTerms<'a>>,
     },
 }

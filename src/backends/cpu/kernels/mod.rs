@@ -41,81 +41,139 @@ use crate::quant::{GgmlType, QuantError};
 /// Why a kernel refused its arguments. Every variant names the kernel.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum KernelError {
+    /// A slice does not have the exact length the sizes imply.
     #[error("{kernel}: {operand} has length {got}, expected {expected}")]
     Length {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// The slice (or size) at fault.
         operand: &'static str,
+        /// Length the other arguments imply.
         expected: usize,
+        /// Length given.
         got: usize,
     },
+    /// A length is not whole rows: a norm's `x` not whole rows of `d`, or a broadcast `a` not whole
+    /// rows of `b`.
     #[error("{kernel}: {operand} has length {got}, not a multiple of {multiple_of}")]
     NotMultiple {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// The slice at fault.
         operand: &'static str,
+        /// Its length.
         got: usize,
+        /// The row width it must be whole rows of.
         multiple_of: usize,
     },
+    /// A size is below a minimum: attention's `kv_stride` below n_head_kv * head_dim, or its K or V
+    /// slice too short for n_kv cells.
     #[error("{kernel}: {operand} = {got} is below the {needed} needed")]
     TooSmall {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// The size or slice at fault.
         operand: &'static str,
+        /// The minimum.
         needed: usize,
+        /// What was given.
         got: usize,
     },
+    /// A size that divides or shapes rows is zero (n_in, head_dim, n_head_kv, n_embd, d).
     #[error("{kernel}: {name} must not be zero")]
-    Zero { kernel: &'static str, name: &'static str },
+    Zero {
+        /// The kernel that refused.
+        kernel: &'static str,
+        /// The size that is zero.
+        name: &'static str,
+    },
+    /// A buffer size computed from the arguments does not fit in `usize`.
     #[error("{kernel}: the size of {operand} overflows usize")]
     Overflow {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// The buffer whose size overflows.
         operand: &'static str,
     },
+    /// n_head is not a whole number of groups of n_head_kv (grouped-query attention needs it).
     #[error("{kernel}: n_head = {n_head} is not a multiple of n_head_kv = {n_head_kv}")]
     HeadGroups {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// Query heads.
         n_head: usize,
+        /// KV heads.
         n_head_kv: usize,
     },
+    /// RoPE's n_rot is odd or exceeds head_dim.
     #[error("{kernel}: n_rot = {n_rot} must be even and at most head_dim = {head_dim}")]
     RotaryDims {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// Dimensions to rotate.
         n_rot: usize,
+        /// Per-head dimension.
         head_dim: usize,
     },
+    /// A position is negative or not below n_kv, so it names no KV cell (attention, kv_store).
     #[error("{kernel}: token {token} has position {pos}, outside the {n_kv} cells of the KV cache")]
     PositionOutOfRange {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// Index of the token in the batch.
         token: usize,
+        /// Its position.
         pos: i32,
+        /// Cells in the KV cache.
         n_kv: usize,
     },
+    /// A get_rows id is negative or not below the table's row count (e.g. a token id >= n_vocab).
     #[error("{kernel}: ids[{index}] = {id} is not a row of a table of {n_rows} rows")]
     RowIdOutOfRange {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// Index of the id in `ids`.
         index: usize,
+        /// The id.
         id: i32,
+        /// Rows in the table.
         n_rows: usize,
     },
+    /// A requested row range (matmul output rows, attention head rows) is reversed or runs past the end.
     #[error("{kernel}: rows {start}..{end} are not within the {n_out} output rows")]
     RowRange {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// First row requested.
         start: usize,
+        /// One past the last row requested.
         end: usize,
+        /// Rows available.
         n_out: usize,
     },
+    /// The prepared activations are not of the weight type's `vec_dot_type` (f32 for F32, F16 and
+    /// BF16 weights).
     #[error(
         "{kernel}: {wtype} weights take {} activations, got {}",
         act_name(*.expected),
         act_name(*.got)
     )]
     ActivationType {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// The weight's ggml type.
         wtype: GgmlType,
+        /// Activation type it needs (`None`: f32).
         expected: Option<GgmlType>,
+        /// Activation type given (`None`: f32).
         got: Option<GgmlType>,
     },
+    /// The quantization layer refused: an unsupported ggml type, or a row that is not whole blocks.
     #[error("{kernel}: {source}")]
     Quant {
+        /// The kernel that refused.
         kernel: &'static str,
+        /// The underlying error.
         #[source]
         source: QuantError,
     },
