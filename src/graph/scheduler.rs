@@ -91,8 +91,26 @@ impl BackendScheduler {
 
     /// [`Self::execute`] over splits computed once for the graph ([`Self::split_graph`]), with
     /// a reused buffer for each node's input list: what a cached graph runs every step, without
-    /// allocating.
+    /// allocating. A failed execution still waits for every backend, so that none is left with
+    /// work in flight (or counted as executing) when the error reaches the caller.
     pub fn execute_splits(
+        graph: &ComputeGraph,
+        splits: &[Split],
+        alloc: &mut GraphAllocator,
+        in_bufs: &mut Vec<BufRef>,
+    ) -> Result<(), GraphError> {
+        let result = Self::run_splits(graph, splits, alloc, in_bufs);
+        if result.is_err() {
+            for handle in splits.iter().map(|s| s.backend) {
+                if let Ok(backend) = alloc.backend_mut(handle) {
+                    backend.synchronize();
+                }
+            }
+        }
+        result
+    }
+
+    fn run_splits(
         graph: &ComputeGraph,
         splits: &[Split],
         alloc: &mut GraphAllocator,
