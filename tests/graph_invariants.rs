@@ -132,8 +132,8 @@ impl ComputeBackend for TestDevice {
         self.inner.supports_fused(fused)
     }
 
-    fn alloc_buffer(&mut self, len: usize) -> usize {
-        let id = self.inner.alloc_buffer(len);
+    fn alloc_buffer(&mut self, bytes: usize, dtype: DType) -> usize {
+        let id = self.inner.alloc_buffer(bytes, dtype);
         self.record_pool();
         id
     }
@@ -142,8 +142,8 @@ impl ComputeBackend for TestDevice {
         self.inner.free_buffer(id);
     }
 
-    fn alloc_fresh(&mut self, len: usize) -> usize {
-        let id = self.inner.alloc_fresh(len);
+    fn alloc_fresh(&mut self, bytes: usize, dtype: DType) -> usize {
+        let id = self.inner.alloc_fresh(bytes, dtype);
         self.record_pool();
         id
     }
@@ -163,20 +163,20 @@ impl ComputeBackend for TestDevice {
         self.inner.execute_node(node, in_bufs, out_buf, kv_pair)
     }
 
-    fn read_host(&self, id: usize) -> Option<&[f32]> {
-        self.inner.read_host(id)
+    fn buffer_info(&self, id: usize) -> Option<(usize, DType)> {
+        self.inner.buffer_info(id)
     }
 
-    fn write_host(&mut self, id: usize, data: &[f32]) -> Result<(), BackendError> {
-        self.inner.write_host(id, data)
+    fn read_buffer(&mut self, id: usize, offset: usize, dst: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read_buffer(id, offset, dst)
     }
 
-    fn write_host_window(&mut self, id: usize, offset: usize, data: &[f32]) -> Result<(), BackendError> {
-        self.inner.write_host_window(id, offset, data)
+    fn write_buffer(&mut self, id: usize, offset: usize, src: &[u8]) -> Result<(), BackendError> {
+        self.inner.write_buffer(id, offset, src)
     }
 
-    fn synchronize(&mut self) {
-        self.inner.synchronize();
+    fn synchronize(&mut self) -> Result<(), BackendError> {
+        self.inner.synchronize()
     }
 }
 
@@ -206,8 +206,10 @@ fn buf_of(graph: &ComputeGraph, alloc: &GraphAllocator, name: &str) -> BufRef {
         .unwrap_or_else(|| panic!("node '{name}' has no buffer"))
 }
 
-fn read(graph: &ComputeGraph, alloc: &GraphAllocator, name: &str) -> Vec<f32> {
-    alloc.read(id_of(graph, name)).unwrap().to_vec()
+fn read(graph: &ComputeGraph, alloc: &mut GraphAllocator, name: &str) -> Vec<f32> {
+    let mut values = Vec::new();
+    alloc.read_f32(graph, id_of(graph, name), &mut values).unwrap();
+    values
 }
 
 /// `x / (1 + exp(-x))` in f32, as ggml defines SiLU.
@@ -394,9 +396,9 @@ fn liveness_never_reuses_a_buffer_that_is_read_later() {
         // is the V row stored there, t4.
         let out = zip(&t4, &early, |x, y| x + y);
         let t6 = zip(&lv, &early, |x, y| x * y);
-        assert_close("late", &read(&graph, &alloc, "late"), &lv);
-        assert_close("t6", &read(&graph, &alloc, "t6"), &t6);
-        assert_close("out", &read(&graph, &alloc, "out"), &out);
+        assert_close("late", &read(&graph, &mut alloc, "late"), &lv);
+        assert_close("t6", &read(&graph, &mut alloc, "t6"), &t6);
+        assert_close("out", &read(&graph, &mut alloc, "out"), &out);
     }
 }
 
@@ -439,7 +441,7 @@ fn inputs_never_share_a_buffer() {
     BackendScheduler::execute(&graph, &mut alloc).unwrap();
     for (i, v) in values.iter().enumerate() {
         assert_eq!(
-            &read(&graph, &alloc, &format!("in{i}")),
+            &read(&graph, &mut alloc, &format!("in{i}")),
             v,
             "input in{i} was overwritten"
         );
@@ -448,7 +450,7 @@ fn inputs_never_share_a_buffer() {
     for _ in 1..6 {
         h = h.iter().map(|&x| silu(x) + x).collect();
     }
-    assert_close("h5", &read(&graph, &alloc, "h5"), &h);
+    assert_close("h5", &read(&graph, &mut alloc, "h5"), &h);
 }
 
 /// Build a graph with `f`, put the nodes `on_testdev` names on the test device and every other
@@ -777,27 +779,27 @@ fn fusion_rewrites_exactly_the_swiglu_pattern() {
     );
     assert_close(
         "mul_left",
-        &read(&graph, &alloc, "mul_left"),
+        &read(&graph, &mut alloc, "mul_left"),
         &zip(&xv, &yv, |g, u| silu(g) * u),
     );
     assert_close(
         "mul_right",
-        &read(&graph, &alloc, "mul_right"),
+        &read(&graph, &mut alloc, "mul_right"),
         &zip(&zv, &yv, |g, u| silu(g) * u),
     );
     assert_close(
         "mul_shared",
-        &read(&graph, &alloc, "mul_shared"),
+        &read(&graph, &mut alloc, "mul_shared"),
         &zip(&wv, &xv, |g, u| silu(g) * u),
     );
     assert_close(
         "add_shared",
-        &read(&graph, &alloc, "add_shared"),
+        &read(&graph, &mut alloc, "add_shared"),
         &zip(&wv, &yv, |g, u| silu(g) + u),
     );
     assert_close(
         "mul_plain",
-        &read(&graph, &alloc, "mul_plain"),
+        &read(&graph, &mut alloc, "mul_plain"),
         &zip(&xv, &yv, |a, b| a * b),
     );
 }
@@ -1014,7 +1016,7 @@ fn a_node_assigned_to_another_backend_than_its_buffer_is_a_split_mismatch_error(
     alloc.fill_input(&graph, "a", &[1.0; 4]).unwrap();
     alloc.fill_input(&graph, "b", &[2.0; 4]).unwrap();
     BackendScheduler::execute(&graph, &mut alloc).unwrap();
-    assert_eq!(read(&graph, &alloc, "product"), [6.0; 4]);
+    assert_eq!(read(&graph, &mut alloc, "product"), [6.0; 4]);
 
     let p = id_of(&graph, "product");
     assert_eq!(alloc.node_buffer(p).unwrap().backend, Backend::CPU);

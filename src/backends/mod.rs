@@ -8,7 +8,7 @@ pub mod cpu;
 
 pub use cpu::default_threads;
 
-use crate::graph::{Backend, BackendDevice, ComputeBackend, TensorSource};
+use crate::graph::{Backend, BackendDevice, BackendError, ComputeBackend, TensorSource};
 use std::sync::Arc;
 
 /// The process's backends, in priority order: made once from the fence and the weights, then
@@ -19,21 +19,27 @@ pub struct BackendSet {
 }
 
 impl BackendSet {
-    /// The devices of `fence` (in its order), resolving weights through `weights`; CPU work runs
-    /// on `n_threads` threads (`None`: one per physical core).
-    pub fn create(fence: &[Backend], weights: Arc<dyn TensorSource>, n_threads: Option<usize>) -> Self {
+    /// The devices of `fence` (in its order), resolving weights through `weights`, each having
+    /// prepared the weights named `weight_names` (the model's) once for the process; CPU work
+    /// runs on `n_threads` threads (`None`: one per physical core).
+    pub fn create(
+        fence: &[Backend],
+        weights: Arc<dyn TensorSource>,
+        weight_names: &[String],
+        n_threads: Option<usize>,
+    ) -> Result<Self, BackendError> {
         let n_threads = n_threads.unwrap_or_else(cpu::default_threads).max(1);
-        let devices = fence
-            .iter()
-            .filter_map(|&b| match b {
-                Backend::CPU => {
-                    Some(Arc::new(cpu::CpuDevice::new(Arc::clone(&weights), n_threads)) as Arc<dyn BackendDevice>)
-                }
+        let mut devices = Vec::new();
+        for &handle in fence {
+            let mut device: Box<dyn BackendDevice> = match handle {
+                Backend::CPU => Box::new(cpu::CpuDevice::new(Arc::clone(&weights), n_threads)),
                 // Backends this build does not contain never pass the registry's fence.
-                _ => None,
-            })
-            .collect();
-        BackendSet { devices }
+                _ => continue,
+            };
+            device.prepare_weights(weights.as_ref(), weight_names)?;
+            devices.push(Arc::from(device));
+        }
+        Ok(BackendSet { devices })
     }
 
     /// A set of devices made elsewhere (a test's own device, say), in priority order.

@@ -9,6 +9,7 @@
 use crate::backends::BackendSet;
 use crate::gguf::{GgufError, GgufFile};
 use crate::graph::registry::{fence_from, RegistryError};
+use crate::graph::{BackendError, CParams, GraphParams};
 use crate::models::{load_model, GgufWeights, HParams, ModelDef, ModelError};
 use crate::template::{ChatTemplate, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -37,7 +38,10 @@ pub enum LoadError {
     Template(#[from] TemplateError),
     /// The backend fence names an unknown, absent or unusable backend.
     #[error(transparent)]
-    Backend(#[from] RegistryError),
+    Fence(#[from] RegistryError),
+    /// A backend could not prepare the weights (upload, repack).
+    #[error(transparent)]
+    Backend(#[from] BackendError),
 }
 
 /// Where and how the model's forward passes run: options of the process's backend set, not
@@ -87,7 +91,14 @@ impl Model {
         let tokenizer = Arc::new(Tokenizer::from_metadata(file.metadata())?);
         let template = ChatTemplate::from_metadata(file.metadata())?;
         let weights = Arc::new(GgufWeights(Arc::clone(&file)));
-        let backends = BackendSet::create(&fence, weights, options.n_threads);
+        // Every weight the model's forward pass names, for the backends to prepare once: a
+        // prompt-shaped graph names them all (the decode fusions reuse the same weights).
+        let probe = def.build_graph(&GraphParams::new(
+            2,
+            1,
+            CParams::new(1, fence.iter().map(|b| b.0).collect()),
+        ));
+        let backends = BackendSet::create(&fence, weights, &probe.weight_names(), options.n_threads)?;
         Ok(Model {
             path: path.to_path_buf(),
             file,

@@ -29,6 +29,9 @@ pub struct Session {
     n_past: usize,
     /// Reused for the token ids, positions and output rows of each evaluation.
     input_ids: Vec<i32>,
+    /// The logits of the last evaluation, copied out of the backend (reused: a decode step
+    /// allocates nothing); empty before the first.
+    logits: Vec<f32>,
 }
 
 impl Session {
@@ -58,6 +61,7 @@ impl Session {
             params: GraphParams::new(1, 1, cparams),
             n_past: 0,
             input_ids: Vec::new(),
+            logits: Vec::new(),
         }
     }
 
@@ -162,14 +166,20 @@ impl Session {
         filled?;
         self.cache.execute()?;
         self.n_past += nt;
-
+        let (graph, alloc) = self.cache.parts().expect("executed");
+        if let Err(e) = alloc.read_f32(graph, graph.outputs[0], &mut self.logits) {
+            self.logits.clear();
+            return Err(e.into());
+        }
         self.last_logits()
     }
 
-    /// The logits rows of the last evaluation, read in place from the output node's buffer (no
-    /// copy of the vocabulary-sized rows).
+    /// The logits rows of the last evaluation (`n_out` rows of n_vocab values), copied out of
+    /// the backend once per evaluation.
     pub fn last_logits(&self) -> Result<&[f32], EngineError> {
-        let graph = self.cache.graph().ok_or(EngineError::NothingEvaluated)?;
-        Ok(self.cache.alloc().read(graph.outputs[0])?)
+        if self.logits.is_empty() {
+            return Err(EngineError::NothingEvaluated);
+        }
+        Ok(&self.logits)
     }
 }

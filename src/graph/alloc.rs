@@ -8,7 +8,7 @@
 
 use super::backend::{Backend, BackendError, ComputeBackend, KvProvider};
 use super::ops::{NodeMeta, Op};
-use super::{BufRef, ComputeGraph, DType, GraphError, NodeId};
+use super::{BufRef, CNode, ComputeGraph, DType, GraphError, NodeId};
 use std::collections::HashMap;
 
 /// Owns the backends' execution contexts and maps graph nodes to their buffers; keeps each
@@ -20,6 +20,9 @@ pub struct GraphAllocator {
     cross: HashMap<(NodeId, Backend), BufRef>,
     /// Per-layer persistent [K, V] regions; they outlive every graph.
     kv: HashMap<usize, [BufRef; 2]>,
+    /// Host bytes a cross-backend copy passes through, kept between executions so that a
+    /// reused graph's copies allocate nothing.
+    staging: Vec<u8>,
 }
 
 impl GraphAllocator {
@@ -30,6 +33,7 @@ impl GraphAllocator {
             node_to_buf: HashMap::new(),
             cross: HashMap::new(),
             kv: HashMap::new(),
+            staging: Vec::new(),
         }
     }
 
@@ -80,6 +84,7 @@ impl GraphAllocator {
 
     /// The layer's KV regions, allocating them on `backend` on first use.
     fn ensure_kv(&mut self, layer: usize, backend: Backend, len: usize) -> Result<[BufRef; 2], GraphError> {
+        let bytes = DType::F32.bytes(len);
         if let Some(pair) = self.kv.get(&layer) {
             return Ok(*pair);
         }
@@ -87,11 +92,11 @@ impl GraphAllocator {
         let pair = [
             BufRef {
                 backend,
-                id: b.alloc_fresh(len),
+                id: b.alloc_fresh(bytes, DType::F32),
             },
             BufRef {
                 backend,
-                id: b.alloc_fresh(len),
+                id: b.alloc_fresh(bytes, DType::F32),
             },
         ];
         self.kv.insert(layer, pair);
@@ -167,7 +172,7 @@ impl GraphAllocator {
             })?;
             let buf = BufRef {
                 backend,
-                id: self.backend_mut(backend)?.alloc_buffer(node.n_elements()),
+                id: self.backend_mut(backend)?.alloc_buffer(node.n_bytes(), node.out_dtype),
             };
             self.node_to_buf.insert(id, buf);
         }
@@ -204,7 +209,7 @@ impl GraphAllocator {
                     }
                     BufRef {
                         backend,
-                        id: self.backend_mut(backend)?.alloc_buffer(node.n_elements()),
+                        id: self.backend_mut(backend)?.alloc_buffer(node.n_bytes(), node.out_dtype),
                     }
                 }
             };
@@ -229,39 +234,50 @@ impl GraphAllocator {
             && self.node_to_buf.get(&src).is_some_and(|b| b.backend == backend)
     }
 
-    /// Stage `node`'s value for a consumer on `dst` (a host round trip). The staging buffer is
-    /// created once per graph and rewritten on every execution.
+    /// Stage `node`'s value for a consumer on `dst`: copied out of its backend into the host
+    /// staging bytes, then into a buffer of `dst`. The staging buffer is created once per graph
+    /// and rewritten on every execution; the host bytes are reused across executions.
     pub fn copy_across(&mut self, node: NodeId, dst: Backend) -> Result<BufRef, GraphError> {
         let src = self
             .node_to_buf
             .get(&node)
             .copied()
             .ok_or_else(|| GraphError::NoBuffer { node: node.to_string() })?;
-        let data = self
-            .backend(src.backend)?
-            .read_host(src.id)
-            .ok_or_else(|| BackendError::Buffer {
-                backend: src.backend.to_string(),
-                id: src.id,
-                problem: "cannot be read from the host".into(),
-            })?
-            .to_vec();
-        let staging = match self.cross.get(&(node, dst)) {
-            Some(b) => *b,
-            None => {
-                let b = BufRef {
-                    backend: dst,
-                    id: self.backend_mut(dst)?.alloc_fresh(data.len()),
-                };
-                self.cross.insert((node, dst), b);
-                b
-            }
-        };
-        self.backend_mut(dst)?.write_host(staging.id, &data)?;
-        Ok(staging)
+        let (bytes, dtype) = self.buffer_info(src)?;
+        let mut staging = std::mem::take(&mut self.staging);
+        staging.resize(bytes, 0);
+        let copied = (|| {
+            self.backend_mut(src.backend)?.read_buffer(src.id, 0, &mut staging)?;
+            let target = match self.cross.get(&(node, dst)) {
+                Some(b) => *b,
+                None => {
+                    let b = BufRef {
+                        backend: dst,
+                        id: self.backend_mut(dst)?.alloc_fresh(bytes, dtype),
+                    };
+                    self.cross.insert((node, dst), b);
+                    b
+                }
+            };
+            self.backend_mut(dst)?.write_buffer(target.id, 0, &staging)?;
+            Ok(target)
+        })();
+        self.staging = staging;
+        copied
     }
 
-    fn input_buffer(&self, graph: &ComputeGraph, name: &str) -> Result<(BufRef, usize), GraphError> {
+    /// The size and element type of `buf`.
+    fn buffer_info(&self, buf: BufRef) -> Result<(usize, DType), GraphError> {
+        self.backend(buf.backend)?.buffer_info(buf.id).ok_or_else(|| {
+            GraphError::Backend(BackendError::Buffer {
+                backend: buf.backend.to_string(),
+                id: buf.id,
+                problem: "does not exist".into(),
+            })
+        })
+    }
+
+    fn input_buffer<'g>(&self, graph: &'g ComputeGraph, name: &str) -> Result<(BufRef, &'g CNode), GraphError> {
         let node = graph
             .inputs
             .iter()
@@ -271,39 +287,73 @@ impl GraphAllocator {
         let buf = self.node_buffer(node.id).ok_or_else(|| GraphError::NoBuffer {
             node: node.name.clone(),
         })?;
-        Ok((buf, node.n_elements()))
+        Ok((buf, node))
+    }
+
+    /// Fill input `name` with `bytes`, which must be exactly its size.
+    pub fn fill_input_bytes(&mut self, graph: &ComputeGraph, name: &str, bytes: &[u8]) -> Result<(), GraphError> {
+        let (buf, node) = self.input_buffer(graph, name)?;
+        if bytes.len() != node.n_bytes() {
+            return Err(GraphError::InputSize {
+                name: name.to_string(),
+                expected: node.n_bytes(),
+                got: bytes.len(),
+            });
+        }
+        Ok(self.backend_mut(buf.backend)?.write_buffer(buf.id, 0, bytes)?)
     }
 
     /// Fill an F32 input.
     pub fn fill_input(&mut self, graph: &ComputeGraph, name: &str, data: &[f32]) -> Result<(), GraphError> {
-        let (buf, len) = self.input_buffer(graph, name)?;
-        if data.len() != len {
-            return Err(GraphError::InputSize {
+        self.fill_typed(graph, name, DType::F32, bytemuck::cast_slice(data))
+    }
+
+    /// Fill an I32 input.
+    pub fn fill_input_i32(&mut self, graph: &ComputeGraph, name: &str, data: &[i32]) -> Result<(), GraphError> {
+        self.fill_typed(graph, name, DType::I32, bytemuck::cast_slice(data))
+    }
+
+    fn fill_typed(&mut self, graph: &ComputeGraph, name: &str, dtype: DType, bytes: &[u8]) -> Result<(), GraphError> {
+        let (_, node) = self.input_buffer(graph, name)?;
+        if node.out_dtype != dtype {
+            return Err(GraphError::InputType {
                 name: name.to_string(),
-                expected: len,
-                got: data.len(),
+                expected: node.out_dtype.name(),
+                got: dtype.name(),
             });
         }
-        Ok(self.backend_mut(buf.backend)?.write_host(buf.id, data)?)
+        self.fill_input_bytes(graph, name, bytes)
     }
 
-    /// Fill an I32 input (stored as f32 bit patterns).
-    pub fn fill_input_i32(&mut self, graph: &ComputeGraph, name: &str, data: &[i32]) -> Result<(), GraphError> {
-        self.fill_input(graph, name, bytemuck::cast_slice(data))
+    /// Copy a node's output into `dst` (exactly its size in bytes).
+    pub fn read_bytes(&mut self, graph: &ComputeGraph, node: NodeId, dst: &mut [u8]) -> Result<(), GraphError> {
+        let buf = self.node_buffer(node).ok_or_else(|| GraphError::NoBuffer {
+            node: graph.nodes[node].name.clone(),
+        })?;
+        let expected = graph.nodes[node].n_bytes();
+        if dst.len() != expected {
+            return Err(GraphError::OutputSize {
+                node: graph.nodes[node].name.clone(),
+                expected,
+                got: dst.len(),
+            });
+        }
+        Ok(self.backend_mut(buf.backend)?.read_buffer(buf.id, 0, dst)?)
     }
 
-    /// Read a node's output from the host.
-    pub fn read(&self, node: NodeId) -> Result<&[f32], GraphError> {
-        let buf = self
-            .node_buffer(node)
-            .ok_or_else(|| GraphError::NoBuffer { node: node.to_string() })?;
-        self.backend(buf.backend)?.read_host(buf.id).ok_or_else(|| {
-            GraphError::Backend(BackendError::Buffer {
-                backend: buf.backend.to_string(),
-                id: buf.id,
-                problem: "cannot be read from the host".into(),
-            })
-        })
+    /// Copy an F32 node's output into `dst`, resized to its element count (a reused `dst`
+    /// allocates only when it must grow).
+    pub fn read_f32(&mut self, graph: &ComputeGraph, node: NodeId, dst: &mut Vec<f32>) -> Result<(), GraphError> {
+        let n = &graph.nodes[node];
+        if n.out_dtype != DType::F32 {
+            return Err(GraphError::InputType {
+                name: n.name.clone(),
+                expected: n.out_dtype.name(),
+                got: DType::F32.name(),
+            });
+        }
+        dst.resize(n.n_elements(), 0.0);
+        self.read_bytes(graph, node, bytemuck::cast_slice_mut(dst))
     }
 
     /// Buffers each backend's pool holds (to check that reuse does not grow them).

@@ -8,7 +8,7 @@
 //! forward pass writes (activations, KV) belongs to a context, so sessions never share a buffer.
 
 use super::ops::{FusedOp, Op};
-use super::{BufRef, CNode, DType};
+use super::{BufRef, CNode, DType, TensorSource};
 use std::fmt;
 
 /// A backend handle over a fixed id space. The ids are a file-format contract (saved KV
@@ -101,12 +101,22 @@ pub trait BackendDevice: Send + Sync {
     fn weights_bytes(&self) -> usize {
         0
     }
+    /// Prepare the weights named `names` once for the process, before any context exists:
+    /// upload them to device memory, repack them for the device's kernels, or (the default, a
+    /// device that reads the memory-mapped file in place) nothing. A weight the device cannot
+    /// hold is an error naming it, never a silent fallback.
+    fn prepare_weights(&mut self, source: &dyn TensorSource, names: &[String]) -> Result<(), BackendError> {
+        let _ = (source, names);
+        Ok(())
+    }
     /// A new execution context: an empty buffer pool over this device's weights and threads.
     fn new_context(&self) -> Box<dyn ComputeBackend>;
 }
 
-/// One session's execution context on a device. Buffers are f32 arrays in the backend's own pool,
-/// addressed by id; the allocator decides which node uses which buffer.
+/// One session's execution context on a device. Buffers are bytes of a [`DType`] in the
+/// backend's own memory, addressed by id, which the host never borrows: it writes and reads
+/// them by copy (ggml's `set_tensor` / `get_tensor`), so a device whose memory the host cannot
+/// touch fits the same seam. The allocator decides which node uses which buffer.
 pub trait ComputeBackend: Send {
     /// The handle of the device this context runs on.
     fn handle(&self) -> Backend;
@@ -117,13 +127,14 @@ pub trait ComputeBackend: Send {
     /// Whether the backend has the fused kernel `fused`, so the fusion pass may produce it.
     fn supports_fused(&self, fused: FusedOp) -> bool;
 
-    /// A buffer of `len` f32 values, recycled from the free list when one of that length is free.
-    fn alloc_buffer(&mut self, len: usize) -> usize;
+    /// A buffer of `bytes` bytes holding `dtype` values, recycled from the free list when one of
+    /// that size and type is free.
+    fn alloc_buffer(&mut self, bytes: usize, dtype: DType) -> usize;
     /// Return buffer `id` to the pool's free list for reuse.
     fn free_buffer(&mut self, id: usize);
     /// A buffer that bypasses the free list (split-boundary staging must not be recycled within
     /// one execution).
-    fn alloc_fresh(&mut self, len: usize) -> usize;
+    fn alloc_fresh(&mut self, bytes: usize, dtype: DType) -> usize;
     /// Buffers in the pool, free or in use.
     fn pool_len(&self) -> usize;
 
@@ -137,12 +148,14 @@ pub trait ComputeBackend: Send {
         kv_pair: Option<(usize, usize)>,
     ) -> Result<(), BackendError>;
 
-    /// The contents of buffer `id`, if it exists and lives in host memory.
-    fn read_host(&self, id: usize) -> Option<&[f32]>;
-    /// Overwrite buffer `id` with `data`, which must have exactly its length.
-    fn write_host(&mut self, id: usize, data: &[f32]) -> Result<(), BackendError>;
-    /// Write `data` at `offset` into buffer `id` (used to fill only part of a buffer).
-    fn write_host_window(&mut self, id: usize, offset: usize, data: &[f32]) -> Result<(), BackendError>;
-    /// Wait for all work submitted to this backend.
-    fn synchronize(&mut self);
+    /// The size in bytes and the element type of buffer `id`, if it exists.
+    fn buffer_info(&self, id: usize) -> Option<(usize, DType)>;
+    /// Copy `dst.len()` bytes of buffer `id`, from byte `offset`, into `dst`, once the work
+    /// that writes them is done. A range outside the buffer is an error naming both.
+    fn read_buffer(&mut self, id: usize, offset: usize, dst: &mut [u8]) -> Result<(), BackendError>;
+    /// Copy `src` into buffer `id` from byte `offset`. A range outside the buffer is an error.
+    fn write_buffer(&mut self, id: usize, offset: usize, src: &[u8]) -> Result<(), BackendError>;
+    /// Wait for all work submitted to this context; a device's asynchronous failure surfaces
+    /// here.
+    fn synchronize(&mut self) -> Result<(), BackendError>;
 }

@@ -3,7 +3,7 @@
 //! uses: after backend assignment and fusion.
 
 use super::ops::{NodeMeta, Op};
-use super::{Backend, ComputeGraph, DType};
+use super::{Backend, ComputeGraph};
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -106,7 +106,7 @@ impl ComputeGraph {
                     "op": n.op.name(),
                     "detail": op_detail(&n.op),
                     "shape": n.out_shape,
-                    "dtype": match n.out_dtype { DType::F32 => "f32", DType::I32 => "i32" },
+                    "dtype": n.out_dtype.name(),
                     "backend": n.backend.map(|b| b.to_string()),
                     "src": n.src,
                     "meta": meta_json(&n.meta),

@@ -8,7 +8,9 @@
 //!
 //! This module knows no model and no file format. Dimension order, stated once: shapes are
 //! `[ne0, ne1, ne2, ne3]` with ne0 contiguous; an activation `[d, n_tokens, 1, 1]` is stored as
-//! `n_tokens` rows of `d` f32 values; I32 inputs are stored as `f32::from_bits` bit patterns.
+//! `n_tokens` rows of `d` values. Buffers are bytes of a [`DType`] in a backend's own memory,
+//! which the host reaches only by copies through the seam ([`ComputeBackend`]); I32 values are
+//! little-endian `i32`.
 
 pub mod alloc;
 pub mod backend;
@@ -37,13 +39,39 @@ pub use weights::{TensorSource, Weight};
 /// always have smaller ids.
 pub type NodeId = usize;
 
-/// Element type of a node's output.
+/// Element type of a node's output and of a backend buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     /// 32-bit floats (activations, logits, KV values).
     F32,
-    /// Integers (token ids, positions) stored as f32 bit patterns.
+    /// 16-bit IEEE floats (an f16 KV cache, f16 activations on a device).
+    F16,
+    /// 32-bit little-endian integers (token ids, positions, row ids).
     I32,
+    /// ggml's Q8_0 blocks: 32 values as one f16 scale and 32 `i8` (34 bytes a block); the
+    /// activation type of the 32-value quantized matmuls.
+    Q8_0,
+}
+
+impl DType {
+    /// The name used in dumps and errors (`f32`, `q8_0`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::I32 => "i32",
+            DType::Q8_0 => "q8_0",
+        }
+    }
+
+    /// Bytes that hold `n` values (Q8_0: whole blocks of 32).
+    pub fn bytes(self, n: usize) -> usize {
+        match self {
+            DType::F32 | DType::I32 => n * 4,
+            DType::F16 => n * 2,
+            DType::Q8_0 => n.div_ceil(32) * 34,
+        }
+    }
 }
 
 /// A buffer in one backend's pool.
@@ -81,6 +109,11 @@ impl CNode {
     pub fn n_elements(&self) -> usize {
         self.out_shape.iter().product()
     }
+
+    /// Bytes of the node's output.
+    pub fn n_bytes(&self) -> usize {
+        self.out_dtype.bytes(self.n_elements())
+    }
 }
 
 /// One forward pass: nodes in build order (which is also the execution order), the inputs the
@@ -112,14 +145,34 @@ pub enum GraphError {
         /// The requested input name.
         name: String,
     },
-    /// The data given for an input does not match its element count.
-    #[error("input '{name}' holds {expected} values, {got} given")]
+    /// The data given for an input does not match its size.
+    #[error("input '{name}' holds {expected} bytes, {got} given")]
     InputSize {
         /// The input's name.
         name: String,
-        /// Values the input holds (the product of its shape).
+        /// Bytes the input holds (its element count in its dtype).
         expected: usize,
-        /// Values given.
+        /// Bytes given.
+        got: usize,
+    },
+    /// Data of one element type was given for (or asked of) a node of another.
+    #[error("'{name}' holds {expected} values, {got} given or asked for")]
+    InputType {
+        /// The node's name.
+        name: String,
+        /// The node's dtype.
+        expected: &'static str,
+        /// The dtype of the caller's data.
+        got: &'static str,
+    },
+    /// A read of a node's output into a slice of another size.
+    #[error("node '{node}' holds {expected} bytes, read into {got}")]
+    OutputSize {
+        /// The node's name.
+        node: String,
+        /// Bytes of its output.
+        expected: usize,
+        /// Bytes of the destination.
         got: usize,
     },
     /// No backend in the allocator supports the node's op and dtype, or a node reached allocation
@@ -188,6 +241,49 @@ impl ComputeGraph {
             }),
             None => Ok(order),
         }
+    }
+
+    /// Every weight the graph's nodes name (matmul weights and biases, norm weights, embedding
+    /// tables, those of fused nodes), each once, in first-use order: what a backend prepares.
+    pub fn weight_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let mut add = |name: &String| {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        };
+        let add_matmul = |m: &MatMulMeta, add: &mut dyn FnMut(&String)| {
+            add(&m.weight_name);
+            if let Some(bias) = &m.bias_name {
+                add(bias);
+            }
+        };
+        for node in &self.nodes {
+            match &node.meta {
+                NodeMeta::MatMul(m) => add_matmul(m, &mut add),
+                NodeMeta::Norm(m) => {
+                    if let Some(w) = &m.weight_name {
+                        add(w);
+                    }
+                }
+                NodeMeta::Embed(m) => add(&m.weight_name),
+                NodeMeta::FusedQkv(m) => {
+                    for p in [&m.q, &m.k, &m.v] {
+                        add_matmul(p, &mut add);
+                    }
+                    if let Some((q_norm, k_norm, _)) = &m.qk_norm {
+                        add(q_norm);
+                        add(k_norm);
+                    }
+                }
+                NodeMeta::FusedFfn(m) => {
+                    add_matmul(&m.gate, &mut add);
+                    add_matmul(&m.up, &mut add);
+                }
+                NodeMeta::None | NodeMeta::Rope(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => {}
+            }
+        }
+        names
     }
 
     /// The node named `name`.

@@ -102,8 +102,9 @@ impl BackendScheduler {
         let result = Self::run_splits(graph, splits, alloc, in_bufs);
         if result.is_err() {
             for handle in splits.iter().map(|s| s.backend) {
+                // The execution's own error is the one to report.
                 if let Ok(backend) = alloc.backend_mut(handle) {
-                    backend.synchronize();
+                    let _ = backend.synchronize();
                 }
             }
         }
@@ -119,7 +120,7 @@ impl BackendScheduler {
         let mut previous: Option<Backend> = None;
         for split in splits {
             if let Some(prev) = previous.filter(|&p| p != split.backend) {
-                alloc.backend_mut(prev)?.synchronize();
+                alloc.backend_mut(prev)?.synchronize()?;
             }
             for &src in &split.inputs {
                 alloc.copy_across(src, split.backend)?;
@@ -163,7 +164,7 @@ impl BackendScheduler {
             previous = Some(split.backend);
         }
         if let Some(prev) = previous {
-            alloc.backend_mut(prev)?.synchronize();
+            alloc.backend_mut(prev)?.synchronize()?;
         }
         Ok(())
     }

@@ -116,7 +116,10 @@ fn run_parallel<F: Fn(usize, usize) + Sync>(device: &DeviceShared, job: F) {
 
 /// One session's execution context on a [`CpuDevice`]: its buffer pool and scratch space.
 pub struct CpuBackend {
+    /// Each buffer's bytes, held as whole f32 words so kernels view f32 and i32 buffers in place.
     buffers: Vec<Vec<f32>>,
+    /// Each buffer's size in bytes and element type.
+    info: Vec<(usize, DType)>,
     free: Vec<usize>,
     weights: Arc<dyn TensorSource>,
     device: Arc<DeviceShared>,
@@ -179,6 +182,7 @@ impl CpuBackend {
     pub fn new(device: &CpuDevice) -> Self {
         CpuBackend {
             buffers: Vec::new(),
+            info: Vec::new(),
             free: Vec::new(),
             weights: Arc::clone(&device.shared.weights),
             device: Arc::clone(&device.shared),
@@ -188,6 +192,24 @@ impl CpuBackend {
             fused_v: Vec::new(),
             executing: false,
         }
+    }
+
+    /// Bytes `offset..offset + len` of buffer `id`, checked against its size.
+    fn byte_range(&self, id: usize, offset: usize, len: usize) -> Result<std::ops::Range<usize>, BackendError> {
+        let (bytes, _) = self.info.get(id).copied().ok_or_else(|| BackendError::Buffer {
+            backend: "cpu".into(),
+            id,
+            problem: "does not exist".into(),
+        })?;
+        offset
+            .checked_add(len)
+            .filter(|&end| end <= bytes)
+            .map(|end| offset..end)
+            .ok_or_else(|| BackendError::Buffer {
+                backend: "cpu".into(),
+                id,
+                problem: format!("bytes {offset}..{offset}+{len} are outside its {bytes}"),
+            })
     }
 
     /// Count this context in (or out of) the device's sessions executing a graph.
@@ -395,11 +417,11 @@ impl ComputeBackend for CpuBackend {
         matches!(fused, FusedOp::SwiGLU)
     }
 
-    fn alloc_buffer(&mut self, len: usize) -> usize {
-        if let Some(pos) = self.free.iter().position(|&id| self.buffers[id].len() == len) {
+    fn alloc_buffer(&mut self, bytes: usize, dtype: DType) -> usize {
+        if let Some(pos) = self.free.iter().position(|&id| self.info[id] == (bytes, dtype)) {
             return self.free.swap_remove(pos);
         }
-        self.alloc_fresh(len)
+        self.alloc_fresh(bytes, dtype)
     }
 
     fn free_buffer(&mut self, id: usize) {
@@ -408,8 +430,10 @@ impl ComputeBackend for CpuBackend {
         }
     }
 
-    fn alloc_fresh(&mut self, len: usize) -> usize {
-        self.buffers.push(vec![0.0; len]);
+    fn alloc_fresh(&mut self, bytes: usize, dtype: DType) -> usize {
+        // Whole f32 words, so that every kernel can view an f32 (or i32) buffer in place.
+        self.buffers.push(vec![0.0; bytes.div_ceil(4)]);
+        self.info.push((bytes, dtype));
         self.buffers.len() - 1
     }
 
@@ -436,48 +460,26 @@ impl ComputeBackend for CpuBackend {
         result
     }
 
-    fn read_host(&self, id: usize) -> Option<&[f32]> {
-        self.buffers.get(id).map(|b| b.as_slice())
+    fn buffer_info(&self, id: usize) -> Option<(usize, DType)> {
+        self.info.get(id).copied()
     }
 
-    fn write_host(&mut self, id: usize, data: &[f32]) -> Result<(), BackendError> {
-        let buf = self.buffers.get_mut(id).ok_or_else(|| BackendError::Buffer {
-            backend: "cpu".into(),
-            id,
-            problem: "does not exist".into(),
-        })?;
-        if buf.len() != data.len() {
-            return Err(BackendError::Buffer {
-                backend: "cpu".into(),
-                id,
-                problem: format!("holds {} values, {} written", buf.len(), data.len()),
-            });
-        }
-        buf.copy_from_slice(data);
+    fn read_buffer(&mut self, id: usize, offset: usize, dst: &mut [u8]) -> Result<(), BackendError> {
+        let range = self.byte_range(id, offset, dst.len())?;
+        dst.copy_from_slice(&bytemuck::cast_slice::<f32, u8>(&self.buffers[id])[range]);
         Ok(())
     }
 
-    fn write_host_window(&mut self, id: usize, offset: usize, data: &[f32]) -> Result<(), BackendError> {
-        let buf = self.buffers.get_mut(id).ok_or_else(|| BackendError::Buffer {
-            backend: "cpu".into(),
-            id,
-            problem: "does not exist".into(),
-        })?;
-        let end = offset
-            .checked_add(data.len())
-            .filter(|&e| e <= buf.len())
-            .ok_or_else(|| BackendError::Buffer {
-                backend: "cpu".into(),
-                id,
-                problem: format!("window {offset}+{} exceeds its {} values", data.len(), buf.len()),
-            })?;
-        buf[offset..end].copy_from_slice(data);
+    fn write_buffer(&mut self, id: usize, offset: usize, src: &[u8]) -> Result<(), BackendError> {
+        let range = self.byte_range(id, offset, src.len())?;
+        bytemuck::cast_slice_mut::<f32, u8>(&mut self.buffers[id])[range].copy_from_slice(src);
         Ok(())
     }
 
-    fn synchronize(&mut self) {
+    fn synchronize(&mut self) -> Result<(), BackendError> {
         // The graph (or this backend's split of it) is done.
         self.set_executing(false);
+        Ok(())
     }
 }
 
