@@ -186,6 +186,9 @@ pub struct Sampler {
     rng: Xoshiro256StarStar,
     candidates: Vec<Candidate>,
     window: Vec<u32>,
+    /// The sum of the candidates' weights, once [`Sampler::build_candidates`] has weighed them
+    /// (temperature above 0); `None` for a greedy pick.
+    total: Option<f64>,
 }
 
 impl Sampler {
@@ -199,6 +202,7 @@ impl Sampler {
             // The penalty window's scratch at its full size now, so that it does not grow during
             // a generation (bounded: the window is a user's number).
             window: Vec::with_capacity(params.penalty_last_n.min(1 << 16)),
+            total: None,
         })
     }
 
@@ -217,6 +221,18 @@ impl Sampler {
     /// every token so far, oldest first, prompt included as llama.cpp counts it; only its last
     /// `penalty_last_n` tokens are read. Neither input is modified.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32, SamplingError> {
+        self.build_candidates(logits, history)?;
+        self.draw()
+    }
+
+    /// The first half of [`Sampler::sample`]: the candidate list of one logits row after the
+    /// penalties and, above temperature 0, top-k, top-p and the temperature's weights. Whatever
+    /// constrains or inspects the choice (a grammar's mask, a speculative verifier's
+    /// probabilities) goes between this and [`Sampler::draw`].
+    pub fn build_candidates(&mut self, logits: &[f32], history: &[u32]) -> Result<&[Candidate], SamplingError> {
+        self.total = None;
+        // A failed build leaves no list behind for `draw` to pick from.
+        self.candidates.clear();
         check_row(logits)?;
         let window = &history[history.len().saturating_sub(self.params.penalty_last_n)..];
         if let Some(&token) = window.iter().find(|&&t| t as usize >= logits.len()) {
@@ -238,22 +254,38 @@ impl Sampler {
         if self.params.temperature == 0.0 {
             // Top-k and top-p always keep the best candidate (ties to the lowest id, as here), so
             // they cannot change a greedy pick and are skipped.
-            return greedy(&self.candidates);
+            return Ok(&self.candidates);
         }
         let sorted = apply_top_k(&mut self.candidates, self.params.top_k);
         apply_top_p(&mut self.candidates, self.params.top_p, sorted)?;
-        let total = weigh(&mut self.candidates, self.params.temperature)?;
-        Ok(draw(&self.candidates, total, self.rng.next_f64()))
+        self.total = Some(weigh(&mut self.candidates, self.params.temperature)?);
+        Ok(&self.candidates)
+    }
+
+    /// The second half of [`Sampler::sample`]: the token chosen from the list the last
+    /// [`Sampler::build_candidates`] left (the best one at temperature 0, else a draw of the
+    /// generator). Without a list it is an error.
+    pub fn draw(&mut self) -> Result<u32, SamplingError> {
+        if self.candidates.is_empty() {
+            return Err(SamplingError::EmptyLogits);
+        }
+        match self.total.take() {
+            None => greedy(&self.candidates),
+            Some(total) => Ok(draw(&self.candidates, total, self.rng.next_f64())),
+        }
     }
 }
 
-/// One entry of the candidate list; `weight` is an unnormalised probability, valid only right
-/// after [`weigh`].
+/// One entry of the candidate list.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Candidate {
-    id: u32,
-    logit: f32,
-    weight: f64,
+pub struct Candidate {
+    /// The token id.
+    pub id: u32,
+    /// The logit after the penalties.
+    pub logit: f32,
+    /// An unnormalised probability at the sampler's temperature; set only when the list was
+    /// weighed (temperature above 0), else 0.
+    pub weight: f64,
 }
 
 fn check_row(logits: &[f32]) -> Result<(), SamplingError> {
@@ -655,5 +687,30 @@ mod tests {
         assert_eq!(better(&list[0], &list[1]), Ordering::Less);
         assert_eq!(greedy(&list), Ok(0));
         assert_eq!(argmax(&[-0.0, 0.0]), Ok(0));
+    }
+
+    #[test]
+    fn building_the_candidates_then_drawing_is_sampling_in_two_steps() {
+        for temperature in [0.0, 0.7] {
+            let params = SamplingParams {
+                temperature,
+                seed: 9,
+                ..SamplingParams::default()
+            };
+            let (mut whole, mut split) = (Sampler::new(params).unwrap(), Sampler::new(params).unwrap());
+            let mut history = vec![3u32, 5, 3];
+            for row in 0..20 {
+                let logits = noisy_logits(300, row);
+                let expected = whole.sample(&logits, &history).unwrap();
+                let listed = split.build_candidates(&logits, &history).unwrap().len();
+                assert!(listed >= 1);
+                assert_eq!(split.draw().unwrap(), expected, "temperature {temperature}, row {row}");
+                history.push(expected);
+            }
+        }
+        // Without a list there is nothing to draw from.
+        let mut sampler = Sampler::new(SamplingParams::default()).unwrap();
+        assert!(sampler.build_candidates(&[], &[]).is_err());
+        assert_eq!(sampler.draw(), Err(SamplingError::EmptyLogits));
     }
 }

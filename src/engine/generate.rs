@@ -1,9 +1,10 @@
 //! The generation loop: prefill the prompt in one batch, then sample and decode one token at a
 //! time, streaming text as it completes, until an end-of-generation token, a stop string
-//! (matched across token boundaries) or the token limit.
+//! (matched across token boundaries) or the token limit. The decisions are the [`Sequence`]'s;
+//! this loop only drives a session with them.
 
-use super::{EngineError, Session};
-use crate::sampling::{Sampler, SamplingParams};
+use super::{EngineError, Sequence, Session};
+use crate::sampling::SamplingParams;
 use crate::tokenizer::Tokenizer;
 use std::time::{Duration, Instant};
 
@@ -99,59 +100,6 @@ pub struct GenerationResult {
     pub stats: GenerationStats,
 }
 
-/// Holds back text that may be the beginning of a stop string, and finds stop strings that
-/// span token boundaries.
-struct StopMatcher<'a> {
-    stops: &'a [String],
-    text: Vec<u8>,
-    emitted: usize,
-}
-
-impl<'a> StopMatcher<'a> {
-    /// Add bytes; returns what can be emitted now and whether a stop string was reached.
-    fn push(&mut self, bytes: &[u8]) -> (std::ops::Range<usize>, bool) {
-        let longest = self.stops.iter().map(String::len).max().unwrap_or(0);
-        let search_from = self.emitted.saturating_sub(longest);
-        self.text.extend_from_slice(bytes);
-        let found = self
-            .stops
-            .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| find(&self.text[search_from..], s.as_bytes()).map(|p| search_from + p))
-            .min();
-        if let Some(at) = found {
-            let range = self.emitted..at.max(self.emitted);
-            self.emitted = self.text.len();
-            self.text.truncate(at.max(range.start));
-            return (range, true);
-        }
-        // Hold back the longest suffix that is a proper prefix of a stop string.
-        let mut hold = 0;
-        for s in self.stops.iter().map(String::as_bytes) {
-            for k in (1..s.len()).rev() {
-                if k > hold && self.text.len() >= k && self.text.ends_with(&s[..k]) {
-                    hold = k;
-                    break;
-                }
-            }
-        }
-        let end = (self.text.len() - hold).max(self.emitted);
-        let range = self.emitted..end;
-        self.emitted = end;
-        (range, false)
-    }
-
-    fn flush(&mut self) -> std::ops::Range<usize> {
-        let range = self.emitted..self.text.len();
-        self.emitted = self.text.len();
-        range
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
 /// What the generation loop reports as it goes. Either method may return an error to end the
 /// generation at once (a closed output, a cancelled request); it comes back as
 /// [`EngineError::Output`].
@@ -183,7 +131,7 @@ pub fn generate(
     options: &GenerateOptions,
     on_text: impl FnMut(&[u8]) -> Result<(), String>,
 ) -> Result<GenerationResult, EngineError> {
-    run(session, tokenizer, prompt.to_vec(), 0, options, &mut TextOnly(on_text))
+    run(session, tokenizer, prompt, 0, options, &mut TextOnly(on_text))
 }
 
 /// Generate from `prompt`, the whole context, of which the session already holds the first
@@ -205,124 +153,44 @@ pub fn generate_cached(
             n_prompt: prompt.len(),
         });
     }
-    run(session, tokenizer, prompt.to_vec(), n_cached, options, observer)
+    run(session, tokenizer, prompt, n_cached, options, observer)
 }
 
-fn emit(
-    observer: &mut impl GenerationObserver,
-    stops: &StopMatcher,
-    range: std::ops::Range<usize>,
-) -> Result<(), EngineError> {
-    if range.is_empty() {
-        return Ok(());
-    }
-    observer.on_text(&stops.text[range]).map_err(EngineError::Output)
-}
-
-/// The loop: `history[n_cached..]` is prefilled, and the penalties read the whole `history`.
+/// The loop: prefill what the session does not hold, then sample, report and decode one token
+/// at a time on a [`Sequence`] until it finishes.
 fn run(
     session: &mut Session,
     tokenizer: &Tokenizer,
-    mut history: Vec<u32>,
+    prompt: &[u32],
     n_cached: usize,
     options: &GenerateOptions,
     observer: &mut impl GenerationObserver,
 ) -> Result<GenerationResult, EngineError> {
-    let mut sampler = Sampler::new(options.sampling)?;
+    let mut sequence = Sequence::new(tokenizer, prompt, options)?;
     let mut stats = GenerationStats {
-        n_prompt: history.len() - n_cached,
+        n_prompt: prompt.len() - n_cached,
         n_cached,
         ..Default::default()
     };
-    let mut decoder = tokenizer.stream_decoder(options.special);
-    let mut stops = StopMatcher {
-        stops: &options.stop,
-        text: Vec::new(),
-        emitted: 0,
-    };
-    let mut tokens = Vec::new();
     let start = Instant::now();
-    session.eval(&history[n_cached..], 1)?;
+    session.eval(&prompt[n_cached..], 1)?;
     stats.prompt_time = start.elapsed();
     let gen_start = Instant::now();
-
-    let mut reason = StopReason::MaxTokens;
-    while tokens.len() < options.max_tokens {
-        // Sampling reads the logits where the graph left them: no vocabulary-sized copy.
+    while sequence.finished().is_none() {
+        // Sampling reads the logits where the session keeps them: no vocabulary-sized copy.
         let logits = session.last_logits()?;
-        let token = sampler.sample(logits, &history)?;
+        let token = sequence.sample(logits)?;
         observer.on_token(token, logits).map_err(EngineError::Output)?;
-        tokens.push(token);
-        history.push(token);
-        if tokenizer.is_eog(token) && !options.ignore_eos {
-            reason = StopReason::EndOfGeneration;
-            break;
+        let step = sequence.accept(token);
+        let text = sequence.text(step.text);
+        if !text.is_empty() {
+            observer.on_text(text).map_err(EngineError::Output)?;
         }
-        let (range, stopped) = stops.push(&decoder.push(token));
-        emit(observer, &stops, range)?;
-        if stopped {
-            reason = StopReason::StopString;
-            break;
-        }
-        if tokens.len() == options.max_tokens {
-            break;
-        }
-        session.eval(&[token], 1)?;
-    }
-    if reason != StopReason::StopString {
-        let (range, stopped) = stops.push(&decoder.finish());
-        emit(observer, &stops, range)?;
-        if stopped {
-            reason = StopReason::StopString;
-        } else {
-            let range = stops.flush();
-            emit(observer, &stops, range)?;
+        if step.finished.is_none() {
+            session.eval(&[token], 1)?;
         }
     }
-    stats.n_generated = tokens.len();
+    stats.n_generated = sequence.generated().len();
     stats.gen_time = gen_start.elapsed();
-    let text = stops.text;
-    Ok(GenerationResult {
-        tokens,
-        text,
-        stop_reason: reason,
-        stats,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StopMatcher;
-
-    fn run(stops: &[&str], pieces: &[&str]) -> (String, bool) {
-        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let mut m = StopMatcher {
-            stops: &stops,
-            text: Vec::new(),
-            emitted: 0,
-        };
-        let mut out = Vec::new();
-        for p in pieces {
-            let (r, stopped) = m.push(p.as_bytes());
-            out.extend_from_slice(&m.text[r]);
-            if stopped {
-                return (String::from_utf8(out).unwrap(), true);
-            }
-        }
-        let r = m.flush();
-        out.extend_from_slice(&m.text[r]);
-        (String::from_utf8(out).unwrap(), false)
-    }
-
-    #[test]
-    fn a_stop_string_split_across_pieces_is_found_and_not_printed() {
-        assert_eq!(run(&["END"], &["hello E", "N", "D more"]), ("hello ".into(), true));
-        assert_eq!(run(&["\n\n"], &["a\n", "\nb"]), ("a".into(), true));
-    }
-
-    #[test]
-    fn a_partial_match_that_does_not_complete_is_printed() {
-        assert_eq!(run(&["END"], &["hello E", "N", "x"]), ("hello ENx".into(), false));
-        assert_eq!(run(&["END"], &["tail E"]), ("tail E".into(), false));
-    }
+    Ok(sequence.into_result(stats))
 }

@@ -29,13 +29,16 @@
 
 mod generate;
 mod model;
+mod sequence;
 mod session;
+mod stop;
 
 pub use crate::backends::default_threads;
 pub use generate::{
     generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats, StopReason,
 };
 pub use model::{encode_prompt, LoadError, Model, ModelOptions};
+pub use sequence::{Sequence, Step};
 pub use session::Session;
 
 use crate::graph::GraphError;

@@ -1,0 +1,165 @@
+//! One generation as a state machine: a [`Sequence`] holds the token history, the sampler, the
+//! stop-string matcher and the streaming detokenizer, takes a row of logits and returns the
+//! next step. Whatever drives the forward passes — the single-shot loop, a conversation, a
+//! batched scheduler, a speculative verifier — drives the same machine.
+//!
+//! It knows no session, no batch and no transport: the caller evaluates the tokens it accepts.
+
+use super::generate::{GenerateOptions, GenerationResult, GenerationStats, StopReason};
+use super::stop::StopMatcher;
+use super::EngineError;
+use crate::sampling::Sampler;
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+use std::ops::Range;
+
+/// What accepting a token produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The token accepted.
+    pub token: u32,
+    /// The bytes of text that became final with it: read them with [`Sequence::text`] before
+    /// the next step. Often empty (a token may end inside a character or a possible stop string).
+    pub text: Range<usize>,
+    /// Set when the generation ended with this token; the token is then not to be evaluated.
+    pub finished: Option<StopReason>,
+}
+
+/// A generation in progress; see the module documentation.
+///
+/// ```
+/// use minfer::engine::{GenerateOptions, Model, ModelOptions, Sequence, Session};
+///
+/// let model = Model::load("tests/fixtures/models/tiny-qwen2-Q8_0.gguf", &ModelOptions::default())?;
+/// let prompt = model.encode("Once upon a time");
+/// let mut session = Session::new(&model, 128);
+/// let mut sequence = Sequence::new(model.tokenizer(), &prompt, &GenerateOptions { max_tokens: 5, ..Default::default() })?;
+/// session.eval(&prompt, 1)?;
+/// while sequence.finished().is_none() {
+///     let token = sequence.sample(session.last_logits()?)?;
+///     let step = sequence.accept(token);
+///     print!("{}", String::from_utf8_lossy(sequence.text(step.text)));
+///     if step.finished.is_none() {
+///         session.eval(&[token], 1)?;
+///     }
+/// }
+/// assert!(sequence.generated().len() <= 5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Sequence<'t> {
+    tokenizer: &'t Tokenizer,
+    /// The prompt, then every accepted token: what the penalties look at.
+    history: Vec<u32>,
+    n_prompt: usize,
+    sampler: Sampler,
+    stops: StopMatcher,
+    decoder: StreamDecoder<'t>,
+    max_tokens: usize,
+    ignore_eos: bool,
+    finished: Option<StopReason>,
+}
+
+impl<'t> Sequence<'t> {
+    /// A generation continuing `prompt` (its whole context, already tokenized) under `options`.
+    /// With `max_tokens` 0 it is finished from the start.
+    pub fn new(tokenizer: &'t Tokenizer, prompt: &[u32], options: &GenerateOptions) -> Result<Self, EngineError> {
+        Ok(Sequence {
+            tokenizer,
+            history: prompt.to_vec(),
+            n_prompt: prompt.len(),
+            sampler: Sampler::new(options.sampling)?,
+            stops: StopMatcher::new(&options.stop),
+            decoder: tokenizer.stream_decoder(options.special),
+            max_tokens: options.max_tokens,
+            ignore_eos: options.ignore_eos,
+            finished: (options.max_tokens == 0).then_some(StopReason::MaxTokens),
+        })
+    }
+
+    /// The sampler, for whatever acts between building the candidates and the draw.
+    pub fn sampler_mut(&mut self) -> &mut Sampler {
+        &mut self.sampler
+    }
+
+    /// The next token from one row of logits (the model's output after the last accepted
+    /// token, or after the prompt), under the penalties of the history.
+    pub fn sample(&mut self, logits: &[f32]) -> Result<u32, EngineError> {
+        Ok(self.sampler.sample(logits, &self.history)?)
+    }
+
+    /// Take `token` as the next one of the generation (sampled here, or proposed elsewhere and
+    /// verified): its text is decoded and checked against the stop strings, and the generation
+    /// ends at an end-of-generation token, a stop string or the token limit.
+    pub fn accept(&mut self, token: u32) -> Step {
+        self.history.push(token);
+        let n_generated = self.history.len() - self.n_prompt;
+        if self.tokenizer.is_eog(token) && !self.ignore_eos {
+            return self.finish(token, None, StopReason::EndOfGeneration);
+        }
+        let (text, stopped) = self.stops.push(&self.decoder.push(token));
+        if stopped {
+            self.finished = Some(StopReason::StopString);
+            return Step {
+                token,
+                text,
+                finished: self.finished,
+            };
+        }
+        if n_generated >= self.max_tokens {
+            return self.finish(token, Some(text), StopReason::MaxTokens);
+        }
+        Step {
+            token,
+            text,
+            finished: None,
+        }
+    }
+
+    /// End the generation for `reason`, releasing the text held back (a partial character, a
+    /// partial stop string), which may itself complete a stop string.
+    fn finish(&mut self, token: u32, text: Option<Range<usize>>, reason: StopReason) -> Step {
+        let (tail, stopped) = self.stops.push(&self.decoder.finish());
+        let text = text.map_or(tail.start, |t| t.start)..tail.end;
+        let (text, reason) = if stopped {
+            (text, StopReason::StopString)
+        } else {
+            let rest = self.stops.flush();
+            (text.start..rest.end, reason)
+        };
+        self.finished = Some(reason);
+        Step {
+            token,
+            text,
+            finished: self.finished,
+        }
+    }
+
+    /// Bytes of the generated text (a [`Step`]'s range).
+    pub fn text(&self, range: Range<usize>) -> &[u8] {
+        &self.stops.text[range]
+    }
+
+    /// Why the generation ended, once it has.
+    pub fn finished(&self) -> Option<StopReason> {
+        self.finished
+    }
+
+    /// The prompt and every accepted token.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    /// The accepted tokens.
+    pub fn generated(&self) -> &[u32] {
+        &self.history[self.n_prompt..]
+    }
+
+    /// The result of a finished (or abandoned) generation, with the caller's timings.
+    pub fn into_result(self, stats: GenerationStats) -> GenerationResult {
+        GenerationResult {
+            tokens: self.history[self.n_prompt..].to_vec(),
+            text: self.stops.text,
+            stop_reason: self.finished.unwrap_or(StopReason::MaxTokens),
+            stats,
+        }
+    }
+}
