@@ -598,35 +598,64 @@ fn attn_meta() -> AttnMeta {
 
 /// KvcacheStore, KvcacheLoad and Attn, executed three times on one graph at successive
 /// positions (three tokens at a time, or one as in decoding), so that the KV written by one
-/// execution must persist in the backend's regions for the next.
+/// execution must persist in the backend's regions for the next; and the explicit-span form,
+/// with two sequences interleaved in the cells (one token of each per step), each token seeing
+/// its own sequence's cells only.
 fn attention_cases(rng: &mut Rng) -> Vec<Case> {
     let mut cases = Vec::new();
-    for nt in [3, 1] {
+    for (nt, explicit) in [(3, false), (1, false), (2, true)] {
         let kv_width = N_HEAD_KV * HEAD_DIM;
         let mut b = GraphBuilder::new();
         let q = b.input("q", [N_HEAD * HEAD_DIM, nt, 1, 1], DType::F32);
         let k = b.input("k", [kv_width, nt, 1, 1], DType::F32);
         let v = b.input("v", [kv_width, nt, 1, 1], DType::F32);
         let pos = b.input("positions", [nt, 1, 1, 1], DType::I32);
-        let store = b.kvcache_store("kv_store", 0, k, v, pos, kv_meta());
+        let cells = b.input("cells", [nt, 1, 1, 1], DType::I32);
+        let span = explicit.then(|| {
+            (
+                b.input("index", [2 * N_CTX, 1, 1, 1], DType::I32),
+                b.input("spans", [2, nt, 1, 1], DType::I32),
+            )
+        });
+        let store = b.kvcache_store("kv_store", 0, k, v, cells, kv_meta());
         let kv = b.kvcache_load("kv_load", 0, kv_meta());
-        let out = b.attn("out", q, kv, pos, attn_meta());
+        let out = b.attn("out", q, kv, pos, span, attn_meta());
         b.output(out);
         b.output(store);
         let steps = (0..3)
             .map(|step| {
-                let first = (step * nt) as i32;
-                let p: Vec<i32> = (first..first + nt as i32).collect();
-                vec![
+                let mut inputs = vec![
                     ("q", Data::F32(rng.vec(N_HEAD * HEAD_DIM * nt, 1.0))),
                     ("k", Data::F32(rng.vec(kv_width * nt, 1.0))),
                     ("v", Data::F32(rng.vec(kv_width * nt, 1.0))),
-                    ("positions", positions(&p)),
-                ]
+                ];
+                if explicit {
+                    // Sequence A at cells 0, 2, 4, ..., sequence B at 1, 3, 5, ...
+                    let p = step as i32;
+                    let a: Vec<i32> = (0..=p).map(|i| 2 * i).collect();
+                    let b_cells: Vec<i32> = (0..=p).map(|i| 2 * i + 1).collect();
+                    let mut index = [a, b_cells].concat();
+                    index.resize(2 * N_CTX, 0);
+                    inputs.push(("positions", positions(&[p, p])));
+                    inputs.push(("cells", positions(&[2 * p, 2 * p + 1])));
+                    inputs.push(("index", Data::I32(index)));
+                    inputs.push(("spans", positions(&[0, p + 1, p + 1, p + 1])));
+                } else {
+                    let first = (step * nt) as i32;
+                    let p: Vec<i32> = (first..first + nt as i32).collect();
+                    inputs.push(("positions", positions(&p)));
+                    inputs.push(("cells", positions(&p)));
+                }
+                inputs
             })
             .collect();
+        let form = if explicit {
+            "explicit span, 2 sequences"
+        } else {
+            "bounded by position"
+        };
         cases.push(Case {
-            name: format!("KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}), {nt} token(s) x 3 steps"),
+            name: format!("KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}), {nt} token(s) x 3 steps"),
             graph: b.build(),
             weights: Arc::new(MemWeights::default()),
             steps,
@@ -662,13 +691,28 @@ fn fused_cases(rng: &mut Rng) -> Vec<Case> {
         let mut b = GraphBuilder::new();
         let x = b.input("x", [n_embd, 1, 1, 1], DType::F32);
         let pos = b.input("positions", [1, 1, 1, 1], DType::I32);
-        let q = b.fused_qkv("qkv", 0, x, pos, meta);
+        // The cells are not the positions (the sequence starts at cell 3), so the attention
+        // reads an explicit span.
+        let cells = b.input("cells", [1, 1, 1, 1], DType::I32);
+        let index = b.input("index", [N_CTX, 1, 1, 1], DType::I32);
+        let spans = b.input("spans", [2, 1, 1, 1], DType::I32);
+        let q = b.fused_qkv("qkv", 0, x, (pos, cells), meta);
         let kv = b.kvcache_load("kv_load", 0, kv_meta());
-        let out = b.attn("out", q, kv, pos, attn_meta());
+        let out = b.attn("out", q, kv, pos, Some((index, spans)), attn_meta());
         b.output(q);
         b.output(out);
         let steps = (0..3)
-            .map(|p| vec![("x", Data::F32(rng.vec(n_embd, 1.0))), ("positions", positions(&[p]))])
+            .map(|p| {
+                let mut index: Vec<i32> = (3..=3 + p).collect();
+                index.resize(N_CTX, 0);
+                vec![
+                    ("x", Data::F32(rng.vec(n_embd, 1.0))),
+                    ("positions", positions(&[p])),
+                    ("cells", positions(&[3 + p])),
+                    ("index", Data::I32(index)),
+                    ("spans", positions(&[0, p + 1])),
+                ]
+            })
             .collect();
         let op = if qk_norm { "FusedQkvNorm" } else { "FusedQKV" };
         cases.push(Case {

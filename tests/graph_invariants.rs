@@ -362,7 +362,7 @@ fn liveness_never_reuses_a_buffer_that_is_read_later() {
         n_head_kv: 1,
         head_dim: 4,
     };
-    let attn = b.attn("attn", t6, load, pos, attn_meta);
+    let attn = b.attn("attn", t6, load, pos, None, attn_meta);
     let out = b.add("out", attn, early);
     b.output(out);
     b.output(t6);
@@ -593,6 +593,8 @@ fn base_params() -> GraphParams {
             backends: vec![0],
             fuse_qkv: true,
             fuse_ffn: true,
+            n_seq_max: 1,
+            explicit_span: false,
         },
         weights_version: 1,
     }
@@ -611,7 +613,7 @@ fn small_graph(p: &GraphParams) -> ComputeGraph {
 #[test]
 fn reuse_is_refused_when_any_param_differs_and_accepted_when_all_are_equal() {
     type Flip = fn(&mut GraphParams);
-    let flips: [(&str, Flip); 8] = [
+    let flips: [(&str, Flip); 10] = [
         ("n_tokens", |p| p.n_tokens = 2),
         ("n_out", |p| p.n_out = 2),
         ("gtype", |p| p.gtype = GraphType::Prefill),
@@ -619,6 +621,8 @@ fn reuse_is_refused_when_any_param_differs_and_accepted_when_all_are_equal() {
         ("backend fence", |p| p.cparams.backends = vec![0, 7]),
         ("fuse_qkv", |p| p.cparams.fuse_qkv = false),
         ("fuse_ffn", |p| p.cparams.fuse_ffn = false),
+        ("n_seq_max", |p| p.cparams.n_seq_max = 4),
+        ("explicit_span", |p| p.cparams.explicit_span = true),
         ("weights_version", |p| p.weights_version = 2),
     ];
     let base = base_params();
@@ -658,7 +662,7 @@ fn reuse_is_refused_when_any_param_differs_and_accepted_when_all_are_equal() {
         rebuilds += 1;
         assert_eq!(cache.rebuild_count(), rebuilds, "{field}");
     }
-    assert_eq!(rebuilds, 1 + 2 * 8);
+    assert_eq!(rebuilds, 1 + 2 * flips.len());
 }
 
 /// `norm = rms_norm(x, eps)`, `o = add(norm, y or x)`, and optionally a trailing Silu.

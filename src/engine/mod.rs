@@ -27,16 +27,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod batch;
 mod generate;
+mod kv_cells;
 mod model;
 mod sequence;
 mod session;
 mod stop;
 
 pub use crate::backends::default_threads;
+pub use batch::{Batch, SeqId};
 pub use generate::{
     generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats, StopReason,
 };
+pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use model::{encode_prompt, LoadError, Model, ModelOptions};
 pub use sequence::{Sequence, Step};
 pub use session::Session;
@@ -82,6 +86,40 @@ pub enum EngineError {
         n_past: usize,
         /// The prompt's length.
         n_prompt: usize,
+    },
+    /// A batch names a sequence the session's KV cache was not made for.
+    #[error("sequence {seq} is out of range: the session holds sequences 0..{n_seq_max}")]
+    SeqOutOfRange {
+        /// The sequence asked for.
+        seq: usize,
+        /// Sequences the session holds.
+        n_seq_max: usize,
+    },
+    /// A session was asked for more sequences than a cache can track.
+    #[error("{n_seq_max} sequences asked for; a session holds 1 to {max}")]
+    TooManySequences {
+        /// Sequences asked for.
+        n_seq_max: usize,
+        /// The most there can be.
+        max: usize,
+    },
+    /// A token's position does not rise above what its sequence already holds.
+    #[error("sequence {seq}: position {pos} does not follow position {after}, the last it holds")]
+    PositionOrder {
+        /// The sequence.
+        seq: usize,
+        /// The token's position.
+        pos: i32,
+        /// The highest position before it (-1 for none).
+        after: i32,
+    },
+    /// Logits were asked of a batch row that did not want them.
+    #[error("row {row} of the last batch has no logits (rows with logits: {n_outputs})")]
+    NoLogits {
+        /// The batch row.
+        row: usize,
+        /// Rows that had logits.
+        n_outputs: usize,
     },
     /// Logits were read before any evaluation.
     #[error("no logits yet: nothing has been evaluated in this session")]

@@ -1,14 +1,24 @@
-//! A session: one sequence over a model. It owns what its forward passes write (a graph cache
-//! with its allocator, and so the KV cache and activation buffers, in execution contexts of the
-//! model's shared backend set) and the position reached; the weights, the threads and the
-//! tokenizer belong to the [`Model`](super::Model).
+//! A session: the KV cache of one or more sequences over a model, and the forward passes that
+//! fill it. It owns what its passes write (a graph cache with its allocator, and so the KV
+//! regions and activation buffers, in execution contexts of the model's shared backend set)
+//! and the bookkeeping of which cell holds which token of which sequence ([`KvCells`]); the
+//! weights, the threads and the tokenizer belong to the [`Model`](super::Model).
+//!
+//! A [`Batch`] goes in; each token is placed in a cell, the graph's typed inputs are filled from
+//! the batch and the cells, and the logits of the rows that want them come out. One sequence
+//! whose cells are its positions (the CLI, a server slot) runs the attention bounded by
+//! position; anything else runs it over explicit per-sequence cell lists, which gives each
+//! sequence the bits it would get alone.
 
-use super::{EngineError, Model};
-use crate::graph::{Backend, CParams, ComputeBackend, ComputeGraph, GraphAllocator, GraphCache, GraphParams};
+use super::{Batch, EngineError, KvCells, Model, SeqId};
+use crate::graph::{
+    Backend, CParams, ComputeBackend, ComputeGraph, GraphAllocator, GraphCache, GraphError, GraphParams, InputKind,
+    NodeMeta,
+};
 use crate::models::ModelDef;
 use std::sync::Arc;
 
-/// One sequence's KV cache and activations over a [`Model`]; see the module documentation.
+/// The KV cache and activations of a model's sequences; see the module documentation.
 ///
 /// ```
 /// use minfer::engine::{Model, ModelOptions, Session};
@@ -21,48 +31,92 @@ use std::sync::Arc;
 /// assert_eq!(session.n_past(), prompt.len() + 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// Two sequences in one batch, each getting the logits it would get alone:
+///
+/// ```
+/// use minfer::engine::{Batch, Model, ModelOptions, Session};
+///
+/// let model = Model::load("tests/fixtures/models/tiny-qwen2-Q4_0.gguf", &ModelOptions::default())?;
+/// let mut session = Session::with_sequences(&model, 64, 2)?;
+/// let mut batch = Batch::for_sequence(&model.encode("red green"), 0, 0, 1);
+/// batch.push_sequence(&model.encode("one two three"), 0, 1, 1);
+/// session.decode(&batch)?;
+/// let last_of_seq_1 = session.logits_ith(batch.len() - 1)?;
+/// assert_eq!(last_of_seq_1.len(), model.hparams().n_vocab);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Session {
     model: Arc<dyn ModelDef>,
     cache: GraphCache,
     /// The params of the last graph: the context params, and the batch of the last step.
     params: GraphParams,
-    n_past: usize,
-    /// Reused for the token ids, positions and output rows of each evaluation.
-    input_ids: Vec<i32>,
-    /// The logits of the last evaluation, copied out of the backend (reused: a decode step
-    /// allocates nothing); empty before the first.
+    kv: KvCells,
+    /// The logits of the last batch's output rows, copied out of the backend (reused: a decode
+    /// step allocates nothing); empty before the first.
     logits: Vec<f32>,
+    /// For each row of the last batch, its row in `logits`, or -1.
+    output_rows: Vec<i32>,
+    scratch: Scratch,
+}
+
+/// Buffers reused by every step, so that a decode step allocates nothing.
+#[derive(Default)]
+struct Scratch {
+    batch: Batch,
+    cells: Vec<i32>,
+    ids: Vec<i32>,
+    index: Vec<i32>,
+    spans: Vec<i32>,
 }
 
 impl Session {
-    /// A session over `model` with a context of `n_ctx` tokens (clamped to 1 ..= the training
-    /// context): one new execution context per backend of the model's set. Sessions over one
-    /// model share its weights and threads, never a buffer.
+    /// A session over `model` holding one sequence (id 0) in `n_ctx` cells (clamped to
+    /// 1 ..= the training context): one new execution context per backend of the model's set.
+    /// Sessions over one model share its weights and threads, never a buffer.
     pub fn new(model: &Model, n_ctx: usize) -> Self {
-        Self::with_backends(
+        Self::with_sequences(model, n_ctx, 1).expect("one sequence is always allowed")
+    }
+
+    /// A session over `model` whose `n_ctx` cells (clamped as in [`Session::new`]) are shared
+    /// by up to `n_seq_max` sequences, ids `0..n_seq_max`.
+    pub fn with_sequences(model: &Model, n_ctx: usize, n_seq_max: usize) -> Result<Self, EngineError> {
+        Self::build(
             Arc::clone(model.def()),
             model.backends().new_contexts(),
             model.clamp_n_ctx(n_ctx),
+            n_seq_max,
         )
     }
 
-    /// A session over execution contexts made by the caller (in priority order) with a context
-    /// of exactly `n_ctx` tokens: for tests and tools that bring their own backend.
+    /// A one-sequence session over execution contexts made by the caller (in priority order)
+    /// with exactly `n_ctx` cells: for tests and tools that bring their own backend.
     pub fn with_backends(
         model: impl Into<Arc<dyn ModelDef>>,
         backends: Vec<Box<dyn ComputeBackend>>,
         n_ctx: usize,
     ) -> Self {
+        Self::build(model.into(), backends, n_ctx, 1).expect("one sequence is always allowed")
+    }
+
+    fn build(
+        model: Arc<dyn ModelDef>,
+        backends: Vec<Box<dyn ComputeBackend>>,
+        n_ctx: usize,
+        n_seq_max: usize,
+    ) -> Result<Self, EngineError> {
         let fence: Vec<u16> = backends.iter().map(|b| b.handle().0).collect();
-        let cparams = CParams::new(n_ctx, fence);
-        Session {
-            model: model.into(),
+        let mut cparams = CParams::new(n_ctx, fence);
+        cparams.n_seq_max = n_seq_max;
+        Ok(Session {
+            model,
             cache: GraphCache::new(GraphAllocator::new(backends)),
             params: GraphParams::new(1, 1, cparams),
-            n_past: 0,
-            input_ids: Vec::new(),
+            kv: KvCells::new(n_ctx, n_seq_max)?,
             logits: Vec::new(),
-        }
+            output_rows: Vec::new(),
+            scratch: Scratch::default(),
+        })
     }
 
     /// The architecture the session runs.
@@ -70,26 +124,72 @@ impl Session {
         self.model.as_ref()
     }
 
-    /// The context size in tokens.
+    /// The context size: KV cells in all.
     pub fn n_ctx(&self) -> usize {
         self.params.cparams.n_ctx
     }
 
-    /// Tokens already in the KV cache.
+    /// Sequences the session can hold.
+    pub fn n_seq_max(&self) -> usize {
+        self.kv.n_seq_max()
+    }
+
+    /// Which cell holds which token of which sequence.
+    pub fn kv(&self) -> &KvCells {
+        &self.kv
+    }
+
+    /// Tokens sequence 0 holds: the position its next token takes.
     pub fn n_past(&self) -> usize {
-        self.n_past
+        self.kv.seq_pos_max(0).map_or(0, |p| p as usize + 1)
     }
 
-    /// Forget the context (the KV contents become unreachable; positions restart at 0).
+    /// Forget every sequence (the cells are free; positions restart at 0).
     pub fn reset(&mut self) {
-        self.n_past = 0;
+        self.kv.clear();
     }
 
-    /// Keep only the first `n` tokens of the context (for reusing a shared prefix).
+    /// Keep only the first `n` tokens of sequence 0 (for reusing a shared prefix).
     pub fn truncate(&mut self, n: usize) {
-        self.n_past = self.n_past.min(n);
+        let _ = self.kv.seq_rm(Some(0), n.min(i32::MAX as usize) as i32, i32::MAX);
     }
 
+    /// Remove the tokens of `seq` (every sequence if `None`) at positions `p0..p1`.
+    pub fn seq_rm(&mut self, seq: Option<SeqId>, p0: i32, p1: i32) -> Result<(), EngineError> {
+        self.kv.seq_rm(seq, p0, p1)
+    }
+
+    /// Give `dst` the tokens `src` holds at positions `p0..p1` (their cells are shared).
+    pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: i32, p1: i32) -> Result<(), EngineError> {
+        self.kv.seq_cp(src, dst, p0, p1)
+    }
+
+    /// Remove every sequence but `seq`.
+    pub fn seq_keep(&mut self, seq: SeqId) -> Result<(), EngineError> {
+        self.kv.seq_keep(seq)
+    }
+
+    /// Shift the positions of `seq`'s tokens at `p0..p1` by `delta` (bookkeeping only until
+    /// context shifting re-rotates K; see [`KvCells::seq_add`]).
+    pub fn seq_add(&mut self, seq: SeqId, p0: i32, p1: i32, delta: i32) -> Result<(), EngineError> {
+        self.kv.seq_add(seq, p0, p1, delta)
+    }
+
+    /// The tokens `seq` holds, in position order.
+    pub fn seq_tokens(&self, seq: SeqId) -> Vec<u32> {
+        self.kv.seq_tokens(seq).collect()
+    }
+
+    /// Prepare `seq` to generate from `prompt`, its whole context: keep the longest prefix of
+    /// what it holds that `prompt` starts with (at most all of `prompt` but its last token,
+    /// whose logits are needed), drop the rest, and return the length kept, which is where
+    /// prefilling starts.
+    pub fn reuse_prefix(&mut self, seq: SeqId, prompt: &[u32]) -> Result<usize, EngineError> {
+        let held = self.kv.seq_tokens(seq).zip(prompt).take_while(|(a, b)| a == *b).count();
+        let kept = held.min(prompt.len().saturating_sub(1));
+        self.kv.seq_rm(Some(seq), kept as i32, i32::MAX)?;
+        Ok(kept)
+    }
     /// Turn the decode fusions on or off (the default comes from `MINFER_NO_FUSE_QKV` /
     /// `MINFER_NO_FUSE_FFN`). The flags are part of the graph's identity, so the next step
     /// rebuilds.
@@ -122,64 +222,128 @@ impl Session {
         Ok(self.cache.graph().expect("prepared"))
     }
 
-    /// Append `tokens` to the context and return the logits of the last `n_out` of them,
-    /// `n_out` rows of n_vocab values.
+    /// Append `tokens` to sequence 0 and return the logits of the last `n_out` of them (at
+    /// least one), `n_out` rows of n_vocab values.
     pub fn eval(&mut self, tokens: &[u32], n_out: usize) -> Result<&[f32], EngineError> {
-        let nt = tokens.len();
+        let mut batch = std::mem::take(&mut self.scratch.batch);
+        batch.clear();
+        batch.push_sequence(tokens, self.n_past(), 0, n_out.max(1));
+        let result = self.decode(&batch);
+        self.scratch.batch = batch;
+        result?;
+        self.last_logits()
+    }
+
+    /// Run one forward pass over `batch`: each token takes a KV cell of its sequence, and the
+    /// logits of the rows that want them are kept ([`Session::logits_ith`],
+    /// [`Session::last_logits`]). On error the cache holds what it held before.
+    pub fn decode(&mut self, batch: &Batch) -> Result<(), EngineError> {
+        let nt = batch.len();
         if nt == 0 {
             return Err(EngineError::EmptyBatch);
         }
-        let n_ctx = self.params.cparams.n_ctx;
-        if self.n_past + nt > n_ctx {
-            return Err(EngineError::ContextFull {
-                n_past: self.n_past,
-                n_tokens: nt,
-                needed: self.n_past + nt,
-                n_ctx,
-            });
-        }
         let n_vocab = self.model.hparams().n_vocab;
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+        if let Some(&id) = batch.tokens().iter().find(|&&t| t as usize >= n_vocab) {
             return Err(EngineError::TokenOutOfRange { id, n_vocab });
         }
-        let n_out = n_out.clamp(1, nt);
-        self.prepare_graph(nt, n_out)?;
-
-        // One reused buffer for the three I32 inputs: a decode step allocates nothing.
-        let mut ids = std::mem::take(&mut self.input_ids);
-        let filled = (|| {
-            let (graph, alloc) = self.cache.parts().expect("prepared");
-            ids.clear();
-            ids.extend(tokens.iter().map(|&t| t as i32));
-            alloc.fill_input_i32(graph, "token_ids", &ids)?;
-            ids.clear();
-            ids.extend((self.n_past..self.n_past + nt).map(|p| p as i32));
-            alloc.fill_input_i32(graph, "positions", &ids)?;
-            if n_out < nt {
-                ids.clear();
-                ids.extend(((nt - n_out)..nt).map(|i| i as i32));
-                alloc.fill_input_i32(graph, "tail_ids", &ids)?;
+        let mut cells = std::mem::take(&mut self.scratch.cells);
+        // A refused placement places nothing; a pass that fails after it gives the cells back.
+        let result = self.kv.place(batch, &mut cells).and_then(|()| {
+            let run = self.run(batch, &cells);
+            if run.is_err() {
+                self.kv.unplace(&cells);
             }
-            Ok::<_, EngineError>(())
-        })();
-        self.input_ids = ids;
-        filled?;
+            run
+        });
+        self.scratch.cells = cells;
+        result
+    }
+
+    /// The forward pass of a placed batch.
+    fn run(&mut self, batch: &Batch, cells: &[i32]) -> Result<(), EngineError> {
+        let nt = batch.len();
+        let n_outputs = batch.n_outputs();
+        // A batch that wants no logits still computes its last row's (the head needs a row).
+        let n_out = n_outputs.max(1);
+        let first_seq = batch.seq_ids()[0];
+        let one_sequence = batch.seq_ids().iter().all(|&s| s == first_seq);
+        self.params.set_batch(nt, n_out);
+        self.params.cparams.explicit_span = !(one_sequence && self.kv.is_identity(first_seq));
+        let model = &self.model;
+        self.cache.prepare(&self.params, |p| model.build_graph(p))?;
+        self.fill_inputs(batch, cells)?;
         self.cache.execute()?;
-        self.n_past += nt;
         let (graph, alloc) = self.cache.parts().expect("executed");
         if let Err(e) = alloc.read_f32(graph, graph.outputs[0], &mut self.logits) {
             self.logits.clear();
             return Err(e.into());
         }
-        self.last_logits()
+        self.output_rows.clear();
+        let mut next = 0;
+        for &wanted in batch.logits() {
+            self.output_rows.push(if wanted { next } else { -1 });
+            next += i32::from(wanted);
+        }
+        Ok(())
     }
 
-    /// The logits rows of the last evaluation (`n_out` rows of n_vocab values), copied out of
-    /// the backend once per evaluation.
+    /// Fill every input of the prepared graph from `batch` and its cells, by the input's kind.
+    fn fill_inputs(&mut self, batch: &Batch, cells: &[i32]) -> Result<(), EngineError> {
+        let Scratch { ids, index, spans, .. } = &mut self.scratch;
+        let (graph, alloc) = self.cache.parts().expect("prepared");
+        if let Some(kv_index) = graph.input_of(InputKind::KvIndex) {
+            index.resize(graph.nodes[kv_index].n_elements(), 0);
+            self.kv.fill_spans(batch, index, spans);
+        }
+        for &input in &graph.inputs {
+            let node = &graph.nodes[input];
+            let NodeMeta::Input(kind) = node.meta else {
+                return Err(EngineError::Graph(GraphError::NoSuchInput {
+                    name: format!("{} (an input of no kind the engine fills)", node.name),
+                }));
+            };
+            let data: &[i32] = match kind {
+                InputKind::TokenIds => {
+                    ids.clear();
+                    ids.extend(batch.tokens().iter().map(|&t| t as i32));
+                    ids
+                }
+                InputKind::Positions => batch.positions(),
+                InputKind::KvCells => cells,
+                InputKind::OutIds => {
+                    ids.clear();
+                    ids.extend((0..batch.len()).filter(|&i| batch.logits()[i]).map(|i| i as i32));
+                    if ids.is_empty() {
+                        ids.push(batch.len() as i32 - 1);
+                    }
+                    ids
+                }
+                InputKind::KvIndex => index,
+                InputKind::KvSpan => spans,
+            };
+            alloc.fill_input_i32(graph, &node.name, data)?;
+        }
+        Ok(())
+    }
+
+    /// The logits of every output row of the last batch, row after row (n_vocab values each).
     pub fn last_logits(&self) -> Result<&[f32], EngineError> {
         if self.logits.is_empty() {
             return Err(EngineError::NothingEvaluated);
         }
         Ok(&self.logits)
+    }
+
+    /// The logits of row `row` of the last batch (llama.cpp's `llama_get_logits_ith`); the row
+    /// must have wanted them.
+    pub fn logits_ith(&self, row: usize) -> Result<&[f32], EngineError> {
+        let n_vocab = self.model.hparams().n_vocab;
+        match self.output_rows.get(row) {
+            Some(&r) if r >= 0 => Ok(&self.logits[r as usize * n_vocab..][..n_vocab]),
+            _ => Err(EngineError::NoLogits {
+                row,
+                n_outputs: self.output_rows.iter().filter(|&&r| r >= 0).count(),
+            }),
+        }
     }
 }

@@ -50,9 +50,16 @@ impl GraphBuilder {
         id
     }
 
-    /// A leaf the host fills before every execution.
+    /// A leaf the host fills by name before every execution.
     pub fn input(&mut self, name: &str, shape: [usize; 4], dtype: DType) -> NodeId {
         let id = self.node(name, Op::Input, &[], shape, dtype, NodeMeta::None);
+        self.graph.inputs.push(id);
+        id
+    }
+
+    /// An I32 leaf the engine fills from the batch by its `kind` (named after it).
+    pub fn typed_input(&mut self, kind: InputKind, shape: [usize; 4]) -> NodeId {
+        let id = self.node(kind.name(), Op::Input, &[], shape, DType::I32, NodeMeta::Input(kind));
         self.graph.inputs.push(id);
         id
     }
@@ -153,15 +160,15 @@ impl GraphBuilder {
         self.binary(name, Op::SwiGLU, gate, up)
     }
 
-    /// Write this step's K and V rows into the layer's persistent regions at the cells the
-    /// positions give. Its output is the K region.
+    /// Write this step's K and V rows into the layer's persistent regions at the cells
+    /// `kv_cells` (I32 `[nt]`) gives. Its output is the K region.
     pub fn kvcache_store(
         &mut self,
         name: &str,
         layer: usize,
         k: NodeId,
         v: NodeId,
-        positions: NodeId,
+        kv_cells: NodeId,
         meta: KvcacheMeta,
     ) -> NodeId {
         assert_eq!(self.shape(k)[0], meta.n_kv_embd, "{name}: K width");
@@ -170,7 +177,7 @@ impl GraphBuilder {
         self.node(
             name,
             Op::KvcacheStore { layer },
-            &[k, v, positions],
+            &[k, v, kv_cells],
             shape,
             DType::F32,
             NodeMeta::Kvcache(meta),
@@ -191,19 +198,46 @@ impl GraphBuilder {
         )
     }
 
-    /// Attention of `q` over the layer's cache; the output width comes from the meta.
-    pub fn attn(&mut self, name: &str, q: NodeId, kv: NodeId, positions: NodeId, meta: AttnMeta) -> NodeId {
+    /// Attention of `q` over the layer's cache; the output width comes from the meta. With
+    /// `span` (the [`InputKind::KvIndex`] and [`InputKind::KvSpan`] inputs) each token sees the
+    /// cells its span lists; without, cells `0..=position`.
+    pub fn attn(
+        &mut self,
+        name: &str,
+        q: NodeId,
+        kv: NodeId,
+        positions: NodeId,
+        span: Option<(NodeId, NodeId)>,
+        meta: AttnMeta,
+    ) -> NodeId {
         let nt = self.shape(q)[1];
         let out = [meta.n_head * meta.head_dim, nt, 1, 1];
         let op = Op::Attn {
             mode: AttnMode::Gqa,
-            explicit_span: false,
+            explicit_span: span.is_some(),
         };
-        self.node(name, op, &[q, kv, positions], out, DType::F32, NodeMeta::Attn(meta))
+        match span {
+            Some((index, spans)) => self.node(
+                name,
+                op,
+                &[q, kv, positions, index, spans],
+                out,
+                DType::F32,
+                NodeMeta::Attn(meta),
+            ),
+            None => self.node(name, op, &[q, kv, positions], out, DType::F32, NodeMeta::Attn(meta)),
+        }
     }
 
     /// The decode Q/K/V block in one node (see [`Op::FusedQKV`]): output `[n_head*head_dim, nt]`.
-    pub fn fused_qkv(&mut self, name: &str, layer: usize, x: NodeId, positions: NodeId, meta: FusedQkvMeta) -> NodeId {
+    pub fn fused_qkv(
+        &mut self,
+        name: &str,
+        layer: usize,
+        x: NodeId,
+        (positions, kv_cells): (NodeId, NodeId),
+        meta: FusedQkvMeta,
+    ) -> NodeId {
         let shape = self.shape(x);
         assert_eq!(shape[0], meta.q.in_dim, "{name}: input width");
         let op = if meta.qk_norm.is_some() {
@@ -212,7 +246,14 @@ impl GraphBuilder {
             Op::FusedQKV { layer }
         };
         let out = [meta.q.out_dim, shape[1], 1, 1];
-        self.node(name, op, &[x, positions], out, DType::F32, NodeMeta::FusedQkv(meta))
+        self.node(
+            name,
+            op,
+            &[x, positions, kv_cells],
+            out,
+            DType::F32,
+            NodeMeta::FusedQkv(meta),
+        )
     }
 
     /// `silu(gate(x)) * up(x)` in one node: output `[n_ff, nt]`.

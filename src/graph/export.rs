@@ -34,6 +34,7 @@ pub fn op_detail(op: &Op) -> String {
 fn meta_json(meta: &NodeMeta) -> Value {
     match meta {
         NodeMeta::None => Value::Null,
+        NodeMeta::Input(kind) => serde_json::json!({ "input": kind.name() }),
         NodeMeta::MatMul(m) => json!({
             "weight": m.weight_name, "type": m.weight_type.name(), "bias": m.bias_name,
             "in_dim": m.in_dim, "out_dim": m.out_dim,

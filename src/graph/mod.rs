@@ -29,8 +29,8 @@ pub use backend::{Backend, BackendDevice, BackendError, ComputeBackend, KvProvid
 pub use builder::GraphBuilder;
 pub use cache::GraphCache;
 pub use ops::{
-    AttnMeta, AttnMode, EmbedMeta, FusedFfnMeta, FusedOp, FusedQkvMeta, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta,
-    Op, RopeMeta, RopeStyle,
+    AttnMeta, AttnMode, EmbedMeta, FusedFfnMeta, FusedOp, FusedQkvMeta, InputKind, KvcacheMeta, MatMulMeta, NodeMeta,
+    NormMeta, Op, RopeMeta, RopeStyle,
 };
 pub use params::{CParams, GraphParams, GraphType};
 pub use weights::{TensorSource, Weight};
@@ -280,10 +280,18 @@ impl ComputeGraph {
                     add_matmul(&m.gate, &mut add);
                     add_matmul(&m.up, &mut add);
                 }
-                NodeMeta::None | NodeMeta::Rope(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => {}
+                NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Rope(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => {}
             }
         }
         names
+    }
+
+    /// The typed input of `kind`, if the graph has one.
+    pub fn input_of(&self, kind: InputKind) -> Option<NodeId> {
+        self.inputs
+            .iter()
+            .copied()
+            .find(|&i| self.nodes[i].meta == NodeMeta::Input(kind))
     }
 
     /// The node named `name`.

@@ -15,6 +15,41 @@ pub enum RopeStyle {
     Normal,
 }
 
+/// What a graph input holds, so that the engine fills each from a batch by kind (llama.cpp's
+/// `llm_graph_input_*` with `set_input`) rather than finding buffers by name. All are I32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InputKind {
+    /// `[n_tokens]`: the token ids.
+    TokenIds,
+    /// `[n_tokens]`: each token's position in its sequence (RoPE, causality).
+    Positions,
+    /// `[n_tokens]`: the KV cell each token's K and V are stored in.
+    KvCells,
+    /// `[n_out]`: the batch rows whose logits are wanted (llama.cpp's `inp_out_ids`), present
+    /// when fewer rows than tokens are.
+    OutIds,
+    /// `[n_ctx * n_seq_max]`: the cells each sequence of the batch may attend to, ordered by
+    /// position, one sequence's list after another (explicit-span attention only).
+    KvIndex,
+    /// `[2, n_tokens]`: per token, the offset of its sequence's list in [`InputKind::KvIndex`]
+    /// and how many of its cells it sees (explicit-span attention only).
+    KvSpan,
+}
+
+impl InputKind {
+    /// The input node's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            InputKind::TokenIds => "token_ids",
+            InputKind::Positions => "positions",
+            InputKind::KvCells => "kv_cells",
+            InputKind::OutIds => "out_ids",
+            InputKind::KvIndex => "kv_index",
+            InputKind::KvSpan => "kv_span",
+        }
+    }
+}
+
 /// How attention groups query heads over KV heads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttnMode {
@@ -67,16 +102,18 @@ pub enum Op {
     /// Rotary position embedding of `src = [x, positions]`; the pairing style and frequencies are
     /// in the node's [`RopeMeta`].
     RoPE,
-    /// Attention over the layer's KV cache; `src = [q, kv, positions]`. Softmax is fused in the
-    /// kernel. `explicit_span`: the positions cannot bound the node (several sequences, or a
-    /// window not starting at cell 0), so only a backend that reads an explicit span may take it.
+    /// Attention over the layer's KV cache; `src = [q, kv, positions]`, where token `t` sees
+    /// cells `0..=positions[t]`. Softmax is fused in the kernel. `explicit_span`: the positions
+    /// cannot bound the node (several sequences, or cells not in position order), so the node
+    /// reads `src = [q, kv, positions, kv_index, kv_span]` ([`InputKind::KvIndex`],
+    /// [`InputKind::KvSpan`]) and only a backend that reads an explicit span may take it.
     Attn {
         /// How query heads share KV heads.
         mode: AttnMode,
         /// Set when the positions alone cannot bound the attended cells (see above).
         explicit_span: bool,
     },
-    /// Writes K and V rows at the cells given by the positions input; `src = [k, v, positions]`.
+    /// Writes K and V rows at the cells given by the KV-cells input; `src = [k, v, kv_cells]`.
     /// The output is the layer's K region; V is reached through `kv_pair(layer)`.
     KvcacheStore {
         /// The layer whose K and V regions are written.
@@ -89,7 +126,7 @@ pub enum Op {
     },
     /// Decode-time Q/K/V block of Qwen2, built by the model when `CParams::fuse_qkv` is on:
     /// the three projections from one activation, their biases, RoPE on Q and K, and the K/V
-    /// store at the positions. `src = [x, positions]`; the output is the roped Q.
+    /// store at the cells. `src = [x, positions, kv_cells]`; the output is the roped Q.
     FusedQKV {
         /// The layer whose K and V regions the node writes.
         layer: usize,
@@ -252,8 +289,10 @@ pub struct FusedFfnMeta {
 /// Per-node metadata, a concrete enum so the structural check can compare it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeMeta {
-    /// No payload: Input, Add, Mul, Silu, SwiGLU, and GetRows over an activation.
+    /// No payload: a named Input, Add, Mul, Silu, SwiGLU, and GetRows over an activation.
     None,
+    /// What a typed Input holds.
+    Input(InputKind),
     /// The weight (and bias) of a MatMul.
     MatMul(MatMulMeta),
     /// The weight of an RmsNorm or QkNorm.

@@ -22,6 +22,13 @@ pub struct CParams {
     pub fuse_qkv: bool,
     /// Decode FFN fusion (`MINFER_NO_FUSE_FFN=1` disables); part of the reuse identity.
     pub fuse_ffn: bool,
+    /// Sequences the KV cache may hold at once (the `kv_index` input has `n_ctx` cells for
+    /// each).
+    pub n_seq_max: usize,
+    /// Attention reads each token's cells from explicit lists (`kv_index`, `kv_span`) instead of
+    /// `0..=position`: needed when several sequences share the cache or a sequence's cells are
+    /// not its positions. One sequence whose cells are its positions never needs it.
+    pub explicit_span: bool,
 }
 
 impl CParams {
@@ -38,6 +45,8 @@ impl CParams {
             backends,
             fuse_qkv: device && !off("MINFER_NO_FUSE_QKV"),
             fuse_ffn: device && !off("MINFER_NO_FUSE_FFN"),
+            n_seq_max: 1,
+            explicit_span: false,
         }
     }
 }

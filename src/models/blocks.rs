@@ -10,28 +10,41 @@ use crate::quant::GgmlType;
 /// A weight by name and type.
 pub type WeightRef = (String, GgmlType);
 
-/// The graph's inputs: token ids, positions and (when fewer logits rows than tokens are
-/// wanted) the tail ids, declared at the head of the graph so they never cut a device run.
+/// The graph's inputs, typed ([`InputKind`]) so the engine fills them from its batch, and
+/// declared at the head of the graph so they never cut a device run.
 pub struct Inputs {
-    /// Token ids, I32 `[n_tokens]`.
+    /// Token ids.
     pub token_ids: NodeId, // I32 [n_tokens]
-    /// Each token's position (its KV cell), I32 `[n_tokens]`.
+    /// Each token's position in its sequence.
     pub positions: NodeId, // I32 [n_tokens]
-    /// The ids of the rows whose logits are wanted, I32 `[n_out]`; `None` when every token's are.
-    pub tail_ids: Option<NodeId>, // I32 [n_out]
+    /// The KV cell each token's K and V go to.
+    pub kv_cells: NodeId, // I32 [n_tokens]
+    /// The rows whose logits are wanted; `None` when every token's are.
+    pub out_ids: Option<NodeId>, // I32 [n_out]
+    /// The cells each token attends to, when the positions cannot say (`explicit_span`).
+    pub span: Option<(NodeId, NodeId)>, // I32 [n_ctx * n_seq_max], I32 [2, n_tokens]
 }
 
-/// Declare the graph's inputs for `params` (`tail_ids` only when n_out < n_tokens).
+/// Declare the graph's inputs for `params` (`out_ids` only when n_out < n_tokens, the span
+/// lists only with `explicit_span`).
 pub fn inputs(b: &mut GraphBuilder, params: &GraphParams) -> Inputs {
     let nt = params.n_tokens;
     let n_out = params.n_out.min(nt);
-    let token_ids = b.input("token_ids", [nt, 1, 1, 1], DType::I32);
-    let positions = b.input("positions", [nt, 1, 1, 1], DType::I32);
-    let tail_ids = (n_out < nt).then(|| b.input("tail_ids", [n_out, 1, 1, 1], DType::I32));
+    let cparams = &params.cparams;
+    let token_ids = b.typed_input(InputKind::TokenIds, [nt, 1, 1, 1]);
+    let positions = b.typed_input(InputKind::Positions, [nt, 1, 1, 1]);
+    let kv_cells = b.typed_input(InputKind::KvCells, [nt, 1, 1, 1]);
+    let out_ids = (n_out < nt).then(|| b.typed_input(InputKind::OutIds, [n_out, 1, 1, 1]));
+    let span = cparams.explicit_span.then(|| {
+        let index = b.typed_input(InputKind::KvIndex, [cparams.n_ctx * cparams.n_seq_max, 1, 1, 1]);
+        (index, b.typed_input(InputKind::KvSpan, [2, nt, 1, 1]))
+    });
     Inputs {
         token_ids,
         positions,
-        tail_ids,
+        kv_cells,
+        out_ids,
+        span,
     }
 }
 
@@ -59,23 +72,22 @@ pub fn matmul_meta((name, ty): &WeightRef, bias: Option<&String>, in_dim: usize,
 }
 
 /// From projected Q, K, V to the attention output projection: RoPE (the model's style) on Q
-/// and K, the KV
-/// store at the positions, attention over the layer's cache, and `wo`.
-#[allow(clippy::too_many_arguments)]
+/// and K at the positions, the KV store at the cells, attention over the layer's cache, and
+/// `wo`.
 pub fn attention(
     b: &mut GraphBuilder,
     hp: &HParams,
     params: &GraphParams,
     il: usize,
-    positions: NodeId,
+    inp: &Inputs,
     (q, k, v): (NodeId, NodeId, NodeId),
     wo: &WeightRef,
 ) -> NodeId {
     let kv_meta = kv_meta(hp, params);
-    let q = b.rope(&format!("q_rope-{il}"), q, positions, rope_meta(hp, hp.n_head));
-    let k = b.rope(&format!("k_rope-{il}"), k, positions, rope_meta(hp, hp.n_head_kv));
-    b.kvcache_store(&format!("kv_store-{il}"), il, k, v, positions, kv_meta);
-    attend(b, hp, params, il, positions, q, wo)
+    let q = b.rope(&format!("q_rope-{il}"), q, inp.positions, rope_meta(hp, hp.n_head));
+    let k = b.rope(&format!("k_rope-{il}"), k, inp.positions, rope_meta(hp, hp.n_head_kv));
+    b.kvcache_store(&format!("kv_store-{il}"), il, k, v, inp.kv_cells, kv_meta);
+    attend(b, hp, params, il, inp, q, wo)
 }
 
 /// Attention of an already roped Q over the layer's cache (whose K/V this step were stored
@@ -85,7 +97,7 @@ pub fn attend(
     hp: &HParams,
     params: &GraphParams,
     il: usize,
-    positions: NodeId,
+    inp: &Inputs,
     q: NodeId,
     wo: &WeightRef,
 ) -> NodeId {
@@ -97,7 +109,7 @@ pub fn attend(
         n_head_kv: hp.n_head_kv,
         head_dim: hp.head_dim,
     };
-    let attn = b.attn(&format!("attn-{il}"), q, kv, positions, meta);
+    let attn = b.attn(&format!("attn-{il}"), q, kv, inp.positions, inp.span, meta);
     b.matmul(
         &format!("attn_out-{il}"),
         attn,
@@ -143,7 +155,7 @@ pub fn fused_attention(
     hp: &HParams,
     params: &GraphParams,
     il: usize,
-    positions: NodeId,
+    inp: &Inputs,
     normed: NodeId,
     (q, k, v): (MatMulMeta, MatMulMeta, MatMulMeta),
     qk_norm: Option<(String, String, f32)>,
@@ -158,25 +170,25 @@ pub fn fused_attention(
         n_head_kv: hp.n_head_kv,
         kv: kv_meta(hp, params),
     };
-    let q = b.fused_qkv(&format!("qkv-{il}"), il, normed, positions, meta);
-    attend(b, hp, params, il, positions, q, wo)
+    let q = b.fused_qkv(&format!("qkv-{il}"), il, normed, (inp.positions, inp.kv_cells), meta);
+    attend(b, hp, params, il, inp, q, wo)
 }
 
-/// The residual add after attention. On the last layer, with tail ids, only the rows whose
+/// The residual add after attention. On the last layer, with output ids, only the rows whose
 /// logits are wanted go on (llama.cpp's `inp_out_ids`), so the last FFN and the head run on
 /// n_out rows.
 pub fn attention_residual(
     b: &mut GraphBuilder,
     il: usize,
     last: bool,
-    tail_ids: Option<NodeId>,
+    out_ids: Option<NodeId>,
     h: NodeId,
     wo: NodeId,
 ) -> NodeId {
     let (mut residual, mut wo) = (h, wo);
-    if let (true, Some(tail)) = (last, tail_ids) {
-        wo = b.get_rows("attn_out_tail", wo, tail);
-        residual = b.get_rows("residual_tail", residual, tail);
+    if let (true, Some(rows)) = (last, out_ids) {
+        wo = b.get_rows("attn_out_tail", wo, rows);
+        residual = b.get_rows("residual_tail", residual, rows);
     }
     b.add(&format!("attn_residual-{il}"), residual, wo)
 }

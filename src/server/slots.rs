@@ -1,10 +1,12 @@
 //! Slots and the scheduler: `--n-slots` generation threads, each owning one [`Session`] (its
 //! own graph cache and KV cache) over the one shared [`Model`] (weights, backends and their
-//! thread pool, which the slots take in turn), and the FIFO queue of jobs waiting for one.
+//! thread pool: a slot generating alone uses every thread), and the FIFO queue of jobs waiting
+//! for one.
 //!
 //! A job goes to an idle slot at once, preferring the slot whose cached tokens share the
 //! longest prefix with its prompt; with none idle it queues, and a slot that finishes takes the
-//! oldest queued job. A slot keeps its KV after a job, so a follow-up that extends the same
+//! oldest queued job. A slot keeps its KV after a job, and its session knows which tokens that KV
+//! holds (`Session::reuse_prefix`), so a follow-up that extends the same
 //! conversation prefills only its new tokens. Tokens flow back to the HTTP side over a channel;
 //! a job whose receiver is gone (the client disconnected) or whose cancel flag is set stops at
 //! its next token and frees the slot. A failure or a panic inside a generation is reported to
@@ -186,12 +188,10 @@ impl Scheduler {
 }
 
 fn worker(id: usize, mut session: Session, rx: mpsc::Receiver<Job>, shared: &Shared) {
-    // The tokens in the session's KV cache, in order.
-    let mut cached: Vec<u32> = Vec::new();
     while let Ok(job) = rx.recv() {
         let mut next = Some(job);
         while let Some(job) = next.take() {
-            run_job(id, &mut session, &mut cached, &job, shared);
+            run_job(id, &mut session, &job, shared);
             // The job (and with it the response's channel) is dropped only after the slot is
             // marked idle, so a client that has seen its response complete sees a free slot.
             let _finished = job;
@@ -207,24 +207,30 @@ fn worker(id: usize, mut session: Session, rx: mpsc::Receiver<Job>, shared: &Sha
             if next.is_none() {
                 let slot = &mut state.slots[id];
                 slot.idle = true;
-                slot.cached.clone_from(&cached);
+                // What the session's KV holds, for choosing the slot of the next prompt.
+                slot.cached = session.seq_tokens(0);
                 shared.metrics.slots_busy.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
 }
 
-fn run_job(id: usize, session: &mut Session, cached: &mut Vec<u32>, job: &Job, shared: &Shared) {
+fn run_job(id: usize, session: &mut Session, job: &Job, shared: &Shared) {
     for run in &job.runs {
         if job.abandoned() || shared.stop_all.load(Ordering::Relaxed) {
             shared.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
             eprintln!("slot {id}: request cancelled before choice {}", run.index);
             return;
         }
-        // The last prompt token is always evaluated: its logits give the first new token.
-        let n_cached = common_prefix(cached, &run.prompt).min(run.prompt.len().saturating_sub(1));
-        session.truncate(n_cached);
-        cached.truncate(n_cached);
+        // The session keeps the longest prefix it holds (never the last prompt token, whose
+        // logits give the first new one).
+        let n_cached = match session.reuse_prefix(0, &run.prompt) {
+            Ok(n) => n,
+            Err(_) => {
+                session.reset();
+                0
+            }
+        };
         let mut options = job.options.clone();
         options.sampling.seed = run.seed;
         options.max_tokens = run.max_tokens;
@@ -251,8 +257,6 @@ fn run_job(id: usize, session: &mut Session, cached: &mut Vec<u32>, job: &Job, s
         }));
         let failure = match result {
             Ok(Ok(result)) => {
-                *cached = [run.prompt.as_slice(), &result.tokens].concat();
-                cached.truncate(session.n_past());
                 let tail = std::mem::take(&mut observer.pending);
                 let _ = observer.send(Event::Text {
                     index: run.index,
@@ -281,9 +285,7 @@ fn run_job(id: usize, session: &mut Session, cached: &mut Vec<u32>, job: &Job, s
                 continue;
             }
             Ok(Err(_)) if observer.stopped() => {
-                // Everything evaluated so far is still valid context for the next job.
-                *cached = [run.prompt.as_slice(), &observer.tokens].concat();
-                cached.truncate(session.n_past());
+                // Everything evaluated so far stays in the session for the next job.
                 shared.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
                     "slot {id}: request cancelled after {} tokens; slot freed",
@@ -299,7 +301,6 @@ fn run_job(id: usize, session: &mut Session, cached: &mut Vec<u32>, job: &Job, s
                 .unwrap_or_else(|| "a generation thread panicked".into()),
         };
         session.reset();
-        cached.clear();
         shared.metrics.internal_errors.fetch_add(1, Ordering::Relaxed);
         eprintln!("slot {id}: internal error: {failure}; slot reset");
         let _ = job.events.send(Event::Failed(failure));

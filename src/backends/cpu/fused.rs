@@ -50,6 +50,19 @@ impl CpuBackend {
             None => return Err(self.err(node, format!("no buffer {}", in_bufs[1].id))),
         };
         let positions = ids_of(&position_bits);
+        let cells_buf = match in_bufs.get(2) {
+            Some(b) => *b,
+            None => return Err(self.err(node, "a fused Q/K/V node needs the kv_cells input")),
+        };
+        // The cells' buffer is a different input, unless a caller passed the positions twice.
+        let cell_bits = match cells_buf.id != in_bufs[1].id {
+            true => match self.buffers.get_mut(cells_buf.id) {
+                Some(b) => Some(std::mem::take(b)),
+                None => return Err(self.err(node, format!("no buffer {}", cells_buf.id))),
+            },
+            false => None,
+        };
+        let cells = cell_bits.as_deref().map_or(positions, ids_of);
         let mut k = std::mem::take(&mut self.fused_k);
         let mut v = std::mem::take(&mut self.fused_v);
         k.resize(m.k.out_dim * nt, 0.0);
@@ -93,12 +106,15 @@ impl CpuBackend {
             let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
             let mut k_region = std::mem::take(&mut self.buffers[k_id]);
             let mut v_region = std::mem::take(&mut self.buffers[v_id]);
-            let stored = kernels::kv_store(positions, &k, &v, m.kv.n_kv_embd, &mut k_region, &mut v_region);
+            let stored = kernels::kv_store(cells, &k, &v, m.kv.n_kv_embd, &mut k_region, &mut v_region);
             self.buffers[k_id] = k_region;
             self.buffers[v_id] = v_region;
             stored.map_err(|e| self.err(node, e))
         })();
         self.buffers[in_bufs[0].id] = x;
+        if let Some(bits) = cell_bits {
+            self.buffers[cells_buf.id] = bits;
+        }
         self.buffers[in_bufs[1].id] = position_bits;
         self.fused_k = k;
         self.fused_v = v;

@@ -591,15 +591,23 @@ impl CpuBackend {
                 self.buffers[v_id] = v_region;
                 result
             }
-            (
-                Op::Attn {
-                    explicit_span: false, ..
-                },
-                NodeMeta::Attn(m),
-            ) => {
+            (Op::Attn { explicit_span, .. }, NodeMeta::Attn(m)) => {
                 let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
                 let q = self.buffer(node, in_bufs[0])?;
-                let positions = ids_of(self.buffer(node, in_bufs[2])?);
+                let visible = if *explicit_span {
+                    let (index, spans) = match in_bufs {
+                        [_, _, _, index, spans] => (*index, *spans),
+                        _ => return Err(self.err(node, "explicit-span attention needs kv_index and kv_span")),
+                    };
+                    kernels::Visible::Spans {
+                        index: ids_of(self.buffer(node, index)?),
+                        spans: ids_of(self.buffer(node, spans)?),
+                    }
+                } else {
+                    kernels::Visible::Prefix {
+                        positions: ids_of(self.buffer(node, in_bufs[2])?),
+                    }
+                };
                 let k = self.buffer(
                     node,
                     BufRef {
@@ -620,7 +628,7 @@ impl CpuBackend {
                 let n_threads = self.device.n_threads;
                 if n_threads == 1 || n_rows <= 1 || hd == 0 || out.len() != n_rows * hd {
                     // One thread, nothing to split, or sizes the kernel will refuse.
-                    return kernels::attention(q, k, v, positions, nt, m.n_head, m.n_head_kv, hd, stride, n_kv, out)
+                    return kernels::attention(q, k, v, visible, nt, m.n_head, m.n_head_kv, hd, stride, n_kv, out)
                         .map_err(kerr);
                 }
                 // Later tokens attend to more cells: hand out the chunks last first, so the
@@ -635,7 +643,7 @@ impl CpuBackend {
                             q,
                             k,
                             v,
-                            positions,
+                            visible,
                             nt,
                             m.n_head,
                             m.n_head_kv,

@@ -20,15 +20,15 @@ impl Qwen2 {
             let k = matmul_meta(&w.k, Some(&w.k_bias), hp.n_embd, kv_out);
             let v = matmul_meta(&w.v, Some(&w.v_bias), hp.n_embd, kv_out);
             let wo = if blocks::fuse_qkv(params) {
-                blocks::fused_attention(&mut b, hp, params, il, inp.positions, normed, (q, k, v), None, &w.wo)
+                blocks::fused_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), None, &w.wo)
             } else {
                 let q = b.matmul(&format!("q-{il}"), normed, q);
                 let k = b.matmul(&format!("k-{il}"), normed, k);
                 let v = b.matmul(&format!("v-{il}"), normed, v);
-                blocks::attention(&mut b, hp, params, il, inp.positions, (q, k, v), &w.wo)
+                blocks::attention(&mut b, hp, params, il, &inp, (q, k, v), &w.wo)
             };
             let last = il + 1 == self.layers.len();
-            h = blocks::attention_residual(&mut b, il, last, inp.tail_ids, h, wo);
+            h = blocks::attention_residual(&mut b, il, last, inp.out_ids, h, wo);
             h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);
         }
         blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]

@@ -14,18 +14,37 @@ use super::math::{exp_f32, is_wide};
 use super::{check_len, check_nonzero, size, KernelError};
 use std::ops::Range;
 
+/// Which cells each token attends to.
+#[derive(Clone, Copy, Debug)]
+pub enum Visible<'a> {
+    /// Token `t` sees cells `0..=positions[t]`: one sequence whose cells are its positions.
+    Prefix {
+        /// I32 `[n_tokens]`.
+        positions: &'a [i32],
+    },
+    /// Token `t` sees the cells `index[spans[2t]..spans[2t] + spans[2t + 1]]`, in that order
+    /// (its sequence's cells by position, up to its own): several sequences, or cells that are
+    /// not positions. A token whose list is `0..=p` gets exactly [`Visible::Prefix`]'s bits.
+    Spans {
+        /// Cell ids, I32.
+        index: &'a [i32],
+        /// I32 `[2, n_tokens]`: offset into `index` and count, per token.
+        spans: &'a [i32],
+    },
+}
+
 /// `out[t, h] = softmax_c(q[t, h] · k[c, h / g] / sqrt(head_dim)) · v[c, h / g]` over the cells
-/// `c` in `0..=positions[t]`, with `g = n_head / n_head_kv`.
+/// `c` token `t` sees ([`Visible`]), with `g = n_head / n_head_kv`.
 ///
 /// `q` and `out` are `[head_dim * n_head, n_tokens]`. `k` and `v` are KV cache regions of `n_kv`
 /// cells; cell `c` starts at `c * kv_stride` and holds its `n_head_kv` heads of `head_dim` values
-/// one after the other. A position outside `0..n_kv` is an error.
+/// one after the other. A cell outside `0..n_kv` (or a span outside the index) is an error.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    positions: &[i32],
+    visible: Visible<'_>,
     n_tokens: usize,
     n_head: usize,
     n_head_kv: usize,
@@ -36,14 +55,14 @@ pub fn attention(
 ) -> Result<(), KernelError> {
     const K: &str = "attention";
     check(
-        K, q, k, v, positions, n_tokens, n_head, n_head_kv, head_dim, kv_stride, n_kv,
+        K, q, k, v, visible, n_tokens, n_head, n_head_kv, head_dim, kv_stride, n_kv,
     )?;
     check_len(K, "out", out.len(), q.len())?;
     attend(
         q,
         k,
         v,
-        positions,
+        visible,
         n_head,
         n_head_kv,
         head_dim,
@@ -64,7 +83,7 @@ pub fn attention_heads(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    positions: &[i32],
+    visible: Visible<'_>,
     n_tokens: usize,
     n_head: usize,
     n_head_kv: usize,
@@ -76,7 +95,7 @@ pub fn attention_heads(
 ) -> Result<(), KernelError> {
     const K: &str = "attention_heads";
     check(
-        K, q, k, v, positions, n_tokens, n_head, n_head_kv, head_dim, kv_stride, n_kv,
+        K, q, k, v, visible, n_tokens, n_head, n_head_kv, head_dim, kv_stride, n_kv,
     )?;
     let n_rows = size(K, "out", n_tokens, n_head)?;
     if heads.start > heads.end || heads.end > n_rows {
@@ -88,7 +107,7 @@ pub fn attention_heads(
         });
     }
     check_len(K, "out", out.len(), heads.len() * head_dim)?;
-    attend(q, k, v, positions, n_head, n_head_kv, head_dim, kv_stride, heads, out);
+    attend(q, k, v, visible, n_head, n_head_kv, head_dim, kv_stride, heads, out);
     Ok(())
 }
 
@@ -99,7 +118,7 @@ fn check(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    positions: &[i32],
+    visible: Visible<'_>,
     n_tokens: usize,
     n_head: usize,
     n_head_kv: usize,
@@ -119,7 +138,7 @@ fn check(
     let n_embd_q = size(kernel, "q", head_dim, n_head)?;
     let n_embd_kv = size(kernel, "k", head_dim, n_head_kv)?;
     check_len(kernel, "q", q.len(), size(kernel, "q", n_embd_q, n_tokens)?)?;
-    check_len(kernel, "positions", positions.len(), n_tokens)?;
+    let cells_ok = |c: i32| usize::try_from(c).is_ok_and(|c| c < n_kv);
     if kv_stride < n_embd_kv {
         return Err(KernelError::TooSmall {
             kernel,
@@ -144,17 +163,44 @@ fn check(
             });
         }
     }
-    if let Some((token, &pos)) = positions
-        .iter()
-        .enumerate()
-        .find(|&(_, &p)| usize::try_from(p).map_or(true, |p| p >= n_kv))
-    {
-        return Err(KernelError::PositionOutOfRange {
-            kernel,
-            token,
-            pos,
-            n_kv,
-        });
+    match visible {
+        Visible::Prefix { positions } => {
+            check_len(kernel, "positions", positions.len(), n_tokens)?;
+            if let Some((token, &pos)) = positions.iter().enumerate().find(|&(_, &p)| !cells_ok(p)) {
+                return Err(KernelError::PositionOutOfRange {
+                    kernel,
+                    token,
+                    pos,
+                    n_kv,
+                });
+            }
+        }
+        Visible::Spans { index, spans } => {
+            check_len(kernel, "kv_span", spans.len(), size(kernel, "kv_span", 2, n_tokens)?)?;
+            for (token, span) in spans.chunks_exact(2).enumerate() {
+                let list = usize::try_from(span[0])
+                    .ok()
+                    .zip(usize::try_from(span[1]).ok())
+                    .and_then(|(off, n)| index.get(off..off.checked_add(n)?));
+                let Some(list) = list else {
+                    return Err(KernelError::SpanOutOfRange {
+                        kernel,
+                        token,
+                        offset: span[0],
+                        count: span[1],
+                        len: index.len(),
+                    });
+                };
+                if let Some(&cell) = list.iter().find(|&&c| !cells_ok(c)) {
+                    return Err(KernelError::PositionOutOfRange {
+                        kernel,
+                        token,
+                        pos: cell,
+                        n_kv,
+                    });
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -168,7 +214,7 @@ struct Operands<'a> {
     q: &'a [f32],
     k: &'a [f32],
     v: &'a [f32],
-    positions: &'a [i32],
+    visible: Visible<'a>,
     n_head: usize,
     n_head_kv: usize,
     head_dim: usize,
@@ -182,7 +228,7 @@ fn attend(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    positions: &[i32],
+    visible: Visible<'_>,
     n_head: usize,
     n_head_kv: usize,
     head_dim: usize,
@@ -194,7 +240,7 @@ fn attend(
         q,
         k,
         v,
-        positions,
+        visible,
         n_head,
         n_head_kv,
         head_dim,
@@ -247,11 +293,31 @@ fn attend_rows<const WIDE: bool>(ops: Operands<'_>, heads: Range<usize>, out: &m
 /// One head row into `acc` (`head_dim` values), with `scores` as the block's scratch.
 #[inline(always)]
 fn attend_row<const WIDE: bool>(ops: Operands<'_>, row: usize, acc: &mut [f32], scores: &mut [f32; BLOCK]) {
+    let t = row / ops.n_head;
+    match ops.visible {
+        Visible::Prefix { positions } => attend_cells::<WIDE>(ops, row, acc, scores, positions[t] as usize + 1, |j| j),
+        Visible::Spans { index, spans } => {
+            let list = &index[spans[2 * t] as usize..][..spans[2 * t + 1] as usize];
+            attend_cells::<WIDE>(ops, row, acc, scores, list.len(), |j| list[j] as usize)
+        }
+    }
+}
+
+/// [`attend_row`] over `n_cells` cells, the `j`-th being `cell(j)`: the same operations in the
+/// same order whatever maps `j` to a cell, so a list `0..n` gives the prefix's bits.
+#[inline(always)]
+fn attend_cells<const WIDE: bool>(
+    ops: Operands<'_>,
+    row: usize,
+    acc: &mut [f32],
+    scores: &mut [f32; BLOCK],
+    n_cells: usize,
+    cell: impl Fn(usize) -> usize,
+) {
     let Operands {
         q,
         k,
         v,
-        positions,
         n_head,
         n_head_kv,
         kv_stride,
@@ -261,9 +327,8 @@ fn attend_row<const WIDE: bool>(ops: Operands<'_>, row: usize, acc: &mut [f32], 
     let head_dim = acc.len();
     let group = n_head / n_head_kv;
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let (t, h) = (row / n_head, row % n_head);
+    let h = row % n_head;
     let qh = &q[row * head_dim..][..head_dim];
-    let n_cells = positions[t] as usize + 1;
     let kv_off = (h / group) * head_dim;
     acc.fill(0.0);
     let mut max = f32::NEG_INFINITY;
@@ -272,7 +337,8 @@ fn attend_row<const WIDE: bool>(ops: Operands<'_>, row: usize, acc: &mut [f32], 
         let cells = start..n_cells.min(start + BLOCK);
         let scores = &mut scores[..cells.len()];
         let mut block_max = f32::NEG_INFINITY;
-        for (s, c) in scores.iter_mut().zip(cells.clone()) {
+        for (s, j) in scores.iter_mut().zip(cells.clone()) {
+            let c = cell(j);
             let kc = &k[c * kv_stride + kv_off..][..head_dim];
             *s = if WIDE {
                 // SAFETY: only `attend_wide`, compiled for AVX-512, instantiates WIDE.
@@ -297,7 +363,8 @@ fn attend_row<const WIDE: bool>(ops: Operands<'_>, row: usize, acc: &mut [f32], 
         for s in scores.iter_mut() {
             *s = exp_f32(*s - max);
         }
-        for (&w, c) in scores.iter().zip(cells) {
+        for (&w, j) in scores.iter().zip(cells) {
+            let c = cell(j);
             sum += w;
             for (a, &x) in acc.iter_mut().zip(&v[c * kv_stride + kv_off..][..head_dim]) {
                 *a += x * w;
@@ -375,6 +442,10 @@ unsafe fn dot_wide(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pre(positions: &[i32]) -> Visible<'_> {
+        Visible::Prefix { positions }
+    }
     use crate::test_util::XorShift;
 
     struct Case {
@@ -422,7 +493,7 @@ mod tests {
             q,
             k,
             v,
-            &c.positions,
+            pre(&c.positions),
             n_tokens,
             c.n_head,
             c.n_head_kv,
@@ -517,7 +588,7 @@ mod tests {
             q: &q,
             k: &k,
             v: &v,
-            positions: &c.positions,
+            visible: pre(&c.positions),
             n_head: 14,
             n_head_kv: 2,
             head_dim: 64,
@@ -566,12 +637,12 @@ mod tests {
         };
         let (q, k, v) = (vec![0.0; 16], vec![0.0; 12], vec![0.0; 12]);
         let mut out = vec![0.0; 16];
-        let err = attention(&q, &k, &v, &c.positions, 2, 2, 1, 4, 4, 3, &mut out).unwrap_err();
+        let err = attention(&q, &k, &v, pre(&c.positions), 2, 2, 1, 4, 4, 3, &mut out).unwrap_err();
         assert_eq!(
             err.to_string(),
             "attention: token 1 has position 3, outside the 3 cells of the KV cache"
         );
-        let err = attention(&q, &k, &v, &[-1, 0], 2, 2, 1, 4, 4, 3, &mut out).unwrap_err();
+        let err = attention(&q, &k, &v, pre(&[-1, 0]), 2, 2, 1, 4, 4, 3, &mut out).unwrap_err();
         assert!(matches!(err, KernelError::PositionOutOfRange { token: 0, pos: -1, .. }));
     }
 
@@ -597,7 +668,7 @@ mod tests {
                     &q,
                     &k,
                     &v,
-                    &c.positions,
+                    pre(&c.positions),
                     c.positions.len(),
                     c.n_head,
                     c.n_head_kv,
@@ -619,32 +690,165 @@ mod tests {
         let (q, k, v) = (vec![0.0; 16], vec![0.0; 12], vec![0.0; 12]);
         let mut out = vec![0.0; 8];
         // 2 tokens x 2 heads = 4 head rows of 4 values.
-        let err = attention_heads(&q, &k, &v, &[0, 1], 2, 2, 1, 4, 4, 3, 3..5, &mut out).unwrap_err();
+        let err = attention_heads(&q, &k, &v, pre(&[0, 1]), 2, 2, 1, 4, 4, 3, 3..5, &mut out).unwrap_err();
         assert_eq!(
             err.to_string(),
             "attention_heads: rows 3..5 are not within the 4 output rows"
         );
-        let err = attention_heads(&q, &k, &v, &[0, 1], 2, 2, 1, 4, 4, 3, 1..4, &mut out).unwrap_err();
+        let err = attention_heads(&q, &k, &v, pre(&[0, 1]), 2, 2, 1, 4, 4, 3, 1..4, &mut out).unwrap_err();
         assert_eq!(err.to_string(), "attention_heads: out has length 8, expected 12");
-        attention_heads(&q, &k, &v, &[0, 1], 2, 2, 1, 4, 4, 3, 2..4, &mut out).unwrap();
+        attention_heads(&q, &k, &v, pre(&[0, 1]), 2, 2, 1, 4, 4, 3, 2..4, &mut out).unwrap();
     }
 
     #[test]
     fn bad_sizes_are_refused_naming_the_kernel_and_the_sizes() {
         let (q, k, v) = (vec![0.0; 48], vec![0.0; 8], vec![0.0; 8]);
         let mut out = vec![0.0; 48];
-        let err = attention(&q, &k, &v, &[0], 1, 12, 5, 4, 20, 1, &mut out).unwrap_err();
+        let err = attention(&q, &k, &v, pre(&[0]), 1, 12, 5, 4, 20, 1, &mut out).unwrap_err();
         assert_eq!(
             err.to_string(),
             "attention: n_head = 12 is not a multiple of n_head_kv = 5"
         );
-        let err = attention(&q, &k, &v, &[0], 1, 12, 2, 4, 8, 2, &mut out).unwrap_err();
+        let err = attention(&q, &k, &v, pre(&[0]), 1, 12, 2, 4, 8, 2, &mut out).unwrap_err();
         assert_eq!(err.to_string(), "attention: k length = 8 is below the 16 needed");
-        let err = attention(&q, &k, &v, &[0], 1, 12, 2, 4, 6, 1, &mut out).unwrap_err();
+        let err = attention(&q, &k, &v, pre(&[0]), 1, 12, 2, 4, 6, 1, &mut out).unwrap_err();
         assert_eq!(err.to_string(), "attention: kv_stride = 6 is below the 8 needed");
-        let err = attention(&q, &k, &v, &[0], 1, 12, 2, 4, 8, 1, &mut out[..47]).unwrap_err();
+        let err = attention(&q, &k, &v, pre(&[0]), 1, 12, 2, 4, 8, 1, &mut out[..47]).unwrap_err();
         assert_eq!(err.to_string(), "attention: out has length 47, expected 48");
-        let err = attention(&q, &k, &v, &[0, 0], 1, 12, 2, 4, 8, 1, &mut out).unwrap_err();
+        let err = attention(&q, &k, &v, pre(&[0, 0]), 1, 12, 2, 4, 8, 1, &mut out).unwrap_err();
         assert_eq!(err.to_string(), "attention: positions has length 2, expected 1");
+    }
+
+    /// [`naive`] over explicit per-token cell lists.
+    fn naive_lists(c: &Case, lists: &[Vec<usize>], q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
+        let (hd, nh) = (c.head_dim, c.n_head);
+        let group = c.n_head / c.n_head_kv;
+        let mut out = vec![0.0f64; q.len()];
+        for (t, cells) in lists.iter().enumerate() {
+            for h in 0..nh {
+                let qh = &q[t * nh * hd + h * hd..][..hd];
+                let kv = (h / group) * hd;
+                let scores: Vec<f64> = cells
+                    .iter()
+                    .map(|&cell| {
+                        let kc = &k[cell * c.kv_stride + kv..][..hd];
+                        qh.iter().zip(kc).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                for (&cell, w) in cells.iter().zip(&weights) {
+                    let vc = &v[cell * c.kv_stride + kv..][..hd];
+                    for i in 0..hd {
+                        out[t * nh * hd + h * hd + i] += w / total * vc[i] as f64;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn run_spans(c: &Case, index: &[i32], spans: &[i32], q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
+        let mut out = vec![f32::NAN; q.len()];
+        let visible = Visible::Spans { index, spans };
+        let n_tokens = spans.len() / 2;
+        attention(
+            q,
+            k,
+            v,
+            visible,
+            n_tokens,
+            c.n_head,
+            c.n_head_kv,
+            c.head_dim,
+            c.kv_stride,
+            c.n_kv,
+            &mut out,
+        )
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_span_listing_cells_zero_to_the_position_gives_the_prefix_bits() {
+        let mut r = XorShift(64);
+        let c = Case {
+            n_head: 14,
+            n_head_kv: 2,
+            head_dim: 64,
+            kv_stride: 128,
+            n_kv: 300,
+            positions: vec![0, 7, 130, 299],
+        };
+        let (q, k, v) = inputs(&mut r, &c);
+        let prefix = run(&c, &q, &k, &v);
+        let index: Vec<i32> = (0..300).collect();
+        let spans: Vec<i32> = c.positions.iter().flat_map(|&p| [0, p + 1]).collect();
+        let spanned = run_spans(&c, &index, &spans, &q, &k, &v);
+        assert!(prefix.iter().zip(&spanned).all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+
+    #[test]
+    fn a_span_of_scattered_cells_attends_to_exactly_those_cells() {
+        let mut r = XorShift(65);
+        let c = Case {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 16,
+            kv_stride: 40,
+            n_kv: 200,
+            positions: vec![0; 3],
+        };
+        let (q, mut k, mut v) = inputs(&mut r, &c);
+        // Two sequences' lists in one index: A = 5, 17, 3, then 150 cells from 40; B = 1, 2.
+        let a: Vec<i32> = [5, 17, 3].into_iter().chain(40..190).collect();
+        let index: Vec<i32> = a.iter().copied().chain([1, 2]).collect();
+        let b_at = a.len() as i32;
+        // Token 0 (A) sees its first 2 cells, token 1 (A) all of A's, token 2 (B) both of B's.
+        let spans = [0, 2, 0, b_at, b_at, 2];
+        let lists: Vec<Vec<usize>> = vec![vec![5, 17], a.iter().map(|&c| c as usize).collect(), vec![1, 2]];
+        let got = run_spans(&c, &index, &spans, &q, &k, &v);
+        let want = naive_lists(&c, &lists, &q, &k, &v);
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(&g, &w)| (g as f64 - w).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-5, "max |error| {worst}");
+        // A cell no list names (0, 4, 20) reaches no token.
+        for cell in [0usize, 4, 20] {
+            for x in &mut v[cell * 40..cell * 40 + 32] {
+                *x += 50.0;
+            }
+            for x in &mut k[cell * 40..cell * 40 + 32] {
+                *x = 9.0;
+            }
+        }
+        assert_eq!(run_spans(&c, &index, &spans, &q, &k, &v), got);
+    }
+
+    #[test]
+    fn a_span_outside_the_index_or_a_listed_cell_outside_the_cache_is_refused() {
+        let (q, k, v) = (vec![0.0; 8], vec![0.0; 12], vec![0.0; 12]);
+        let mut out = vec![0.0; 8];
+        let visible = Visible::Spans {
+            index: &[0, 1, 2],
+            spans: &[0, 2, 2, 2],
+        };
+        let err = attention(&q, &k, &v, visible, 2, 1, 1, 4, 4, 3, &mut out).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "attention: token 1's span 2+2 lies outside the 3 cells listed"
+        );
+        let visible = Visible::Spans {
+            index: &[0, 5],
+            spans: &[0, 1, 0, 2],
+        };
+        let err = attention(&q, &k, &v, visible, 2, 1, 1, 4, 4, 3, &mut out).unwrap_err();
+        assert!(
+            matches!(err, KernelError::PositionOutOfRange { token: 1, pos: 5, .. }),
+            "{err}"
+        );
     }
 }

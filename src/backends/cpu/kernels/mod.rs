@@ -23,7 +23,7 @@ mod matmul;
 mod norm;
 mod rope;
 
-pub use attention::{attention, attention_heads};
+pub use attention::{attention, attention_heads, Visible};
 pub use elementwise::{
     add, add_inplace, add_row_broadcast, add_row_broadcast_inplace, mul, mul_inplace, mul_row_broadcast,
     mul_row_broadcast_inplace, silu, silu_inplace, swiglu, swiglu_inplace,
@@ -126,6 +126,20 @@ pub enum KernelError {
         pos: i32,
         /// Cells in the KV cache.
         n_kv: usize,
+    },
+    /// A token's span of visible cells lies outside the cell index.
+    #[error("{kernel}: token {token}'s span {offset}+{count} lies outside the {len} cells listed")]
+    SpanOutOfRange {
+        /// The kernel that refused.
+        kernel: &'static str,
+        /// Index of the token in the batch.
+        token: usize,
+        /// The span's offset into the index.
+        offset: i32,
+        /// The span's cell count.
+        count: i32,
+        /// Cells the index lists.
+        len: usize,
     },
     /// A get_rows id is negative or not below the table's row count (e.g. a token id >= n_vocab).
     #[error("{kernel}: ids[{index}] = {id} is not a row of a table of {n_rows} rows")]
