@@ -69,12 +69,13 @@ struct LoadArgs {
 }
 
 impl LoadArgs {
-    fn options(&self) -> minfer::cli::run::LoadOptions {
-        minfer::cli::run::LoadOptions {
+    fn options(&self) -> anyhow::Result<minfer::cli::run::LoadOptions> {
+        anyhow::ensure!(self.n_ctx >= 1, "--n-ctx 0 is out of range: it must be at least 1");
+        Ok(minfer::cli::run::LoadOptions {
             n_ctx: self.n_ctx,
             n_threads: self.threads,
             backend: self.backend.clone(),
-        }
+        })
     }
 }
 
@@ -84,7 +85,7 @@ struct SamplingArgs {
     #[arg(long = "temp", default_value_t = 0.8)]
     temperature: f32,
     /// Keep the K most likely tokens (0 = all).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, allow_negative_numbers = true)]
     top_k: i32,
     /// Keep the smallest set of tokens whose probability reaches P.
     #[arg(long, default_value_t = 0.95)]
@@ -108,11 +109,16 @@ struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    fn params(&self) -> minfer::sampling::SamplingParams {
+    fn params(&self) -> anyhow::Result<minfer::sampling::SamplingParams> {
+        anyhow::ensure!(
+            self.top_k >= 0,
+            "--top-k {} is out of range: it must be 0 (off) or more",
+            self.top_k
+        );
         if self.greedy {
-            return minfer::sampling::SamplingParams::greedy();
+            return Ok(minfer::sampling::SamplingParams::greedy());
         }
-        minfer::sampling::SamplingParams {
+        Ok(minfer::sampling::SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
@@ -121,7 +127,7 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             penalty_last_n: self.repeat_last_n,
             seed: self.seed,
-        }
+        })
     }
 }
 
@@ -340,7 +346,9 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     let model = args
         .model
         .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
-    let mut loaded = run::load(&model, &args.load.options())?;
+    // Bad flags are refused before the model is read.
+    let sampling = args.sampling.params()?;
+    let mut loaded = run::load(&model, &args.load.options()?)?;
     if args.dump_graph.is_some() || args.dump_graph_json.is_some() {
         let tokens = run::prompt_tokens(&loaded, args.prompt.as_deref().unwrap_or("Hello"), args.no_template)?;
         let arch = loaded.session.model().arch();
@@ -369,7 +377,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         max_tokens: args.n_predict,
         stop: args.stop,
         ignore_eos: args.ignore_eos,
-        sampling: args.sampling.params(),
+        sampling,
         special: false,
     };
     let mut stdout = std::io::stdout().lock();
@@ -380,6 +388,13 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         stdout.write_all(b"\n")?;
     }
     stdout.flush()?;
+    if result.stop_reason == minfer::engine::StopReason::ContextFull {
+        eprintln!(
+            "generation stopped after {} tokens: the context of {} tokens is full (raise --n-ctx)",
+            result.tokens.len(),
+            loaded.session.n_ctx()
+        );
+    }
     eprintln!("{}", result.stats.summary());
     Ok(())
 }
@@ -489,7 +504,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             load,
         } => {
-            let mut loaded = minfer::cli::run::load(&model, &load.options())?;
+            let mut loaded = minfer::cli::run::load(&model, &load.options()?)?;
             let logits = minfer::cli::run::eval_last_logits(&mut loaded, &text)?;
             if let Some(path) = out {
                 let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -541,6 +556,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     "{flag} must be a number of seconds above 0"
                 );
             }
+            // clap reads an empty MINFER_API_KEY as unset; an empty key must be refused as the
+            // flag's is, not turn authentication off.
+            let api_key = api_key.or_else(|| std::env::var("MINFER_API_KEY").ok());
             minfer::server::serve(minfer::server::ServerConfig {
                 model,
                 host,
@@ -561,11 +579,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The error and its causes on one line, each cause once: a library error often names its
+/// cause in its own message too, and anyhow's `{:#}` would repeat it.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }

@@ -329,6 +329,17 @@ fn an_api_key_is_required_when_set_except_for_health() {
 }
 
 #[test]
+fn the_bearer_scheme_is_case_insensitive() {
+    let server = Server::start(&tiny(), &["--n-slots", "1", "--api-key", "sesame"], &[]);
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let header = format!("Authorization: {scheme} sesame\r\n");
+        assert_eq!(server.request("GET", "/v1/models", &header, b"").0, 200, "{scheme}");
+    }
+    let (status, body) = server.request("GET", "/v1/models", "Authorization: Basic sesame\r\n", b"");
+    assert_eq!(status, 401, "{body}");
+}
+
+#[test]
 fn an_internal_failure_is_a_500_that_frees_the_slot_and_the_server_serves_on() {
     let server = Server::start(&tiny(), &["--n-slots", "1"], &[("MINFER_SERVE_FAULT", "EXPLODE")]);
     let boom = r#"{"messages": [{"role": "user", "content": "EXPLODE"}], "max_tokens": 4}"#;

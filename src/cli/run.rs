@@ -105,16 +105,12 @@ pub fn run_generation(
     options: &GenerateOptions,
     out: &mut impl Write,
 ) -> Result<GenerationResult, RunError> {
-    let mut options = options.clone();
-    // Generation ends when the context is full, like the token limit.
-    options.max_tokens = options
-        .max_tokens
-        .min(loaded.session.n_ctx().saturating_sub(tokens.len()));
+    // Generation also ends when the context is full (StopReason::ContextFull).
     let result = generate(
         &mut loaded.session,
         loaded.model.tokenizer(),
         tokens,
-        &options,
+        options,
         |bytes| {
             out.write_all(bytes)
                 .and_then(|_| out.flush())

@@ -44,6 +44,8 @@ pub enum StopReason {
     StopString,
     /// `max_tokens` were generated.
     MaxTokens,
+    /// The KV cache is full: the last token was sampled but there is no cell to evaluate it in.
+    ContextFull,
 }
 
 /// Counts and timings of one generation, in llama.cpp's two calibres (prefill, decode).
@@ -187,6 +189,14 @@ fn run(
             observer.on_text(text).map_err(EngineError::Output)?;
         }
         if step.finished.is_none() {
+            if session.kv().n_used() >= session.n_ctx() {
+                let text = sequence.stop(StopReason::ContextFull);
+                let text = sequence.text(text);
+                if !text.is_empty() {
+                    observer.on_text(text).map_err(EngineError::Output)?;
+                }
+                break;
+            }
             session.eval(&[token], 1)?;
         }
     }

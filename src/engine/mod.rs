@@ -41,7 +41,7 @@ pub use generate::{
     generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats, StopReason,
 };
 pub use kv_cells::{KvCells, MAX_SEQUENCES};
-pub use model::{encode_prompt, LoadError, Model, ModelOptions};
+pub use model::{encode_prompt, max_threads, LoadError, Model, ModelOptions};
 pub use sequence::{Sequence, Step};
 pub use session::Session;
 

@@ -39,6 +39,14 @@ pub enum LoadError {
     /// The backend fence names an unknown, absent or unusable backend.
     #[error(transparent)]
     Fence(#[from] RegistryError),
+    /// A thread count of 0, or more than [`max_threads`].
+    #[error("{n_threads} threads is out of range: use 1 to {max} (4 per logical CPU here)")]
+    Threads {
+        /// The count asked for.
+        n_threads: usize,
+        /// The most allowed on this machine.
+        max: usize,
+    },
     /// A backend could not prepare the weights (upload, repack).
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -82,6 +90,12 @@ impl Model {
     /// before the file is read.
     pub fn load(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Model, LoadError> {
         let path = path.as_ref();
+        if let Some(n_threads) = options.n_threads.filter(|&n| n == 0 || n > max_threads()) {
+            return Err(LoadError::Threads {
+                n_threads,
+                max: max_threads(),
+            });
+        }
         let fence = fence_from(options.backend.as_deref())?;
         let file = Arc::new(GgufFile::open(path).map_err(|source| LoadError::Open {
             path: path.display().to_string(),
@@ -161,6 +175,12 @@ impl Model {
     pub fn clamp_n_ctx(&self, n_ctx: usize) -> usize {
         n_ctx.clamp(1, self.hparams().n_ctx_train.max(1))
     }
+}
+
+/// The most CPU threads a model runs on: four per logical CPU. More only adds threads waiting
+/// for a core, and a count in the thousands would spend memory on stacks for nothing.
+pub fn max_threads() -> usize {
+    4 * std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The tokens of a rendered prompt with `tokenizer`: special-token text parsed, a BOS only if

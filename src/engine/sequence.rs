@@ -133,6 +133,17 @@ impl<'t> Sequence<'t> {
         }
     }
 
+    /// End the generation now for a reason the caller decides (a full context, a cancellation),
+    /// releasing the text held back; returns its range, for [`Sequence::text`]. A sequence that
+    /// already ended keeps its reason.
+    pub fn stop(&mut self, reason: StopReason) -> Range<usize> {
+        if self.finished.is_some() {
+            return 0..0;
+        }
+        let token = self.history.last().copied().unwrap_or(0);
+        self.finish(token, None, reason).text
+    }
+
     /// Bytes of the generated text (a [`Step`]'s range).
     pub fn text(&self, range: Range<usize>) -> &[u8] {
         &self.stops.text[range]

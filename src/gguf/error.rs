@@ -16,6 +16,15 @@ pub enum GgufError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The path names a directory, a FIFO, a device or a socket: refused before opening it, since
+    /// opening a FIFO blocks until a writer comes.
+    #[error("{path} is {what}, not a model file")]
+    NotAFile {
+        /// The path as given.
+        path: PathBuf,
+        /// What it is (`a directory`, `a FIFO`, ...).
+        what: &'static str,
+    },
     /// The first four bytes are not `GGUF`.
     #[error("not a GGUF file: magic {found:02x?} at offset 0, expected \"GGUF\"")]
     BadMagic {
@@ -233,7 +242,10 @@ impl GgufError {
     /// Attach the file the error came from (once).
     pub fn in_file(self, path: &std::path::Path) -> GgufError {
         match self {
-            e @ (GgufError::Io { .. } | GgufError::InFile { .. } | GgufError::Split { .. }) => e,
+            e @ (GgufError::Io { .. }
+            | GgufError::InFile { .. }
+            | GgufError::Split { .. }
+            | GgufError::NotAFile { .. }) => e,
             e => GgufError::InFile {
                 path: path.to_path_buf(),
                 source: Box::new(e),

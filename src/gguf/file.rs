@@ -31,6 +31,13 @@ fn map_file(path: &Path) -> Result<Mmap> {
         path: path.to_path_buf(),
         source,
     };
+    let kind = std::fs::metadata(path).map_err(io)?.file_type();
+    if !kind.is_file() {
+        return Err(GgufError::NotAFile {
+            path: path.to_path_buf(),
+            what: describe(kind),
+        });
+    }
     let file = File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
     if len < 4 {
@@ -45,6 +52,28 @@ fn map_file(path: &Path) -> Result<Mmap> {
     // SAFETY: the map is read-only. Another process truncating or rewriting the file while we
     // hold it is outside what any mmap-based reader (llama.cpp included) can defend against.
     unsafe { Mmap::map(&file) }.map_err(io)
+}
+
+/// What a path that is not a regular file is, for the error.
+fn describe(kind: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    }
 }
 
 fn open_part(path: &Path) -> Result<(Part, Header)> {

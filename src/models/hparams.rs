@@ -90,9 +90,25 @@ impl HParams {
             head_dim,
             n_ff: uint(m, arch, "feed_forward_length")?,
             n_rot: opt_uint(m, arch, "rope.dimension_count")?.unwrap_or(head_dim),
-            rms_eps: float(m, arch, "attention.layer_norm_rms_epsilon")?,
-            rope_freq_base: opt_float(m, arch, "rope.freq_base")?.unwrap_or(10000.0),
+            rms_eps: positive_float("rms_eps", float(m, arch, "attention.layer_norm_rms_epsilon")?)?,
+            rope_freq_base: positive_float(
+                "rope_freq_base",
+                opt_float(m, arch, "rope.freq_base")?.unwrap_or(10000.0),
+            )?,
             rope_style,
+        })
+    }
+}
+
+/// `value` if it is finite and above 0 (NaN fails the test too).
+fn positive_float(name: &'static str, value: f32) -> Result<f32, ModelError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(ModelError::BadFloatHParam {
+            name,
+            value,
+            reason: "must be a finite number above 0",
         })
     }
 }

@@ -64,6 +64,26 @@ pub enum ModelError {
         /// Why it is invalid.
         reason: String,
     },
+    /// A float hyper-parameter is NaN, infinite, or not positive where it must be.
+    #[error("hyper-parameter {name} = {value} is invalid: {reason}")]
+    BadFloatHParam {
+        /// The hyper-parameter (or its metadata key).
+        name: &'static str,
+        /// Its value.
+        value: f32,
+        /// Why it is invalid.
+        reason: &'static str,
+    },
+    /// A norm weight or bias holds a NaN or an infinity, which would poison every logit.
+    #[error("tensor '{name}' holds {value} at index {index}; its values must be finite")]
+    NonFiniteWeight {
+        /// The tensor.
+        name: String,
+        /// The first bad value's index.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
 }
 
 /// What the engine needs of a model.
@@ -128,11 +148,36 @@ pub(crate) fn layer_weight(
 
 /// Layer `il`'s F32 vector `blk.{il}.{suffix}` (norm weights, biases) of length `len`.
 pub(crate) fn layer_f32(file: &GgufFile, il: usize, suffix: &str, len: u64) -> Result<String, ModelError> {
-    let (name, ty) = layer_weight(file, il, suffix, &[len])?;
-    if ty != GgmlType::F32 {
-        return Err(ModelError::UnsupportedType { name, ggml_type: ty });
-    }
+    let name = format!("blk.{il}.{suffix}");
+    f32_vector(file, &name, len)?;
     Ok(name)
+}
+
+/// Check that `name` is an F32 vector of `len` finite values (a norm weight or a bias: small,
+/// read whole at load).
+pub(crate) fn f32_vector(file: &GgufFile, name: &str, len: u64) -> Result<(), ModelError> {
+    let ty = check_tensor(file, name, &[len])?;
+    if ty != GgmlType::F32 {
+        return Err(ModelError::UnsupportedType {
+            name: name.to_string(),
+            ggml_type: ty,
+        });
+    }
+    let info = file.tensor(name)?;
+    let bytes = file.tensor_data(info);
+    let bad = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .enumerate()
+        .find(|(_, v)| !v.is_finite());
+    match bad {
+        Some((index, value)) => Err(ModelError::NonFiniteWeight {
+            name: name.to_string(),
+            index,
+            value,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The output head: `output.weight`, or — when the file ties the head to the embedding and

@@ -57,6 +57,13 @@ pub struct ServerConfig {
     pub max_connections: usize,
 }
 
+/// The most slots a server runs: each is a thread with its own KV cache, and past a few dozen
+/// they only divide the same cores further.
+pub const MAX_SLOTS: usize = 256;
+/// The most connections a server keeps open (far above any slot count, within common
+/// file-descriptor limits).
+pub const MAX_CONNECTIONS: usize = 65_536;
+
 /// A default request-body limit: far above any prompt that fits a context, far below memory.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 << 20;
 /// Default seconds for a request's headers: ample for any client on any link, short enough
@@ -92,16 +99,27 @@ pub(crate) fn unix_time() -> u64 {
 /// Loads the model, starts the slots, serves until SIGINT or SIGTERM, then shuts down within
 /// `shutdown_timeout`. Progress and one line per generation go to standard error.
 pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
-    if config.n_slots == 0 {
-        return Err(ServerError::Config("--n-slots must be at least 1".into()));
-    }
-    if config.max_connections == 0
-        || config.max_connections > tokio::sync::Semaphore::MAX_PERMITS.min(u32::MAX as usize)
-    {
+    if !(1..=MAX_SLOTS).contains(&config.n_slots) {
         return Err(ServerError::Config(format!(
-            "--max-connections must be from 1 to {}",
-            u32::MAX
+            "--n-slots {} is out of range: it must be from 1 to {MAX_SLOTS}",
+            config.n_slots
         )));
+    }
+    if !(1..=MAX_CONNECTIONS).contains(&config.max_connections) {
+        return Err(ServerError::Config(format!(
+            "--max-connections {} is out of range: it must be from 1 to {MAX_CONNECTIONS}",
+            config.max_connections
+        )));
+    }
+    if config.n_ctx == 0 {
+        return Err(ServerError::Config(
+            "--n-ctx 0 is out of range: it must be at least 1".into(),
+        ));
+    }
+    if config.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        return Err(ServerError::Config(
+            "the API key (--api-key or MINFER_API_KEY) is empty: give a key, or unset it to serve without one".into(),
+        ));
     }
     if config.header_timeout.is_zero() || config.body_timeout.is_zero() {
         return Err(ServerError::Config(
@@ -134,7 +152,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         n_ctx,
         n_vocab,
         n_slots: config.n_slots,
-        api_key: config.api_key.clone().filter(|k| !k.is_empty()),
+        api_key: config.api_key.clone(),
         max_body_bytes: config.max_body_bytes,
         body_timeout: config.body_timeout,
         created: unix_time(),
@@ -175,7 +193,7 @@ async fn run_server(
         if app.api_key.is_some() {
             " | API key required"
         } else {
-            ""
+            " | no API key"
         }
     );
     eprintln!("minfer serve: listening on http://{local}");

@@ -78,7 +78,7 @@ impl Usage {
 fn finish_reason(reason: Option<StopReason>, tool_calls: bool) -> &'static str {
     match reason {
         _ if tool_calls => "tool_calls",
-        Some(StopReason::MaxTokens) => "length",
+        Some(StopReason::MaxTokens | StopReason::ContextFull) => "length",
         Some(StopReason::EndOfGeneration | StopReason::StopString) | None => "stop",
     }
 }

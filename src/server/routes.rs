@@ -95,11 +95,14 @@ async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
 async fn authenticate(State(app): State<App>, req: Request, next: Next) -> Response {
     if let Some(key) = &app.api_key {
         if req.uri().path() != "/health" {
+            // The scheme is case-insensitive (RFC 9110 §11.1): `bearer KEY` is as good.
             let given = req
                 .headers()
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
+                .and_then(|v| v.trim_start().split_once(' '))
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, key)| key);
             let ok = given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), key.as_bytes()));
             if !ok {
                 let message = if given.is_none() {

@@ -13,6 +13,12 @@ use minijinja::{AutoEscape, Environment, Error, ErrorKind, Value};
 /// The name the template is compiled under; minijinja's messages say `(in chat_template:LINE)`.
 pub(super) const TEMPLATE_NAME: &str = "chat_template";
 
+/// Instructions one render may execute: a template comes with a model file, and one that loops
+/// without end must be refused, not run. Real templates use a few thousand per message (the
+/// longest tested conversation with tools, under 100,000 in all); the bound stops a runaway
+/// loop within about a second.
+pub const TEMPLATE_FUEL: u64 = 30_000_000;
+
 pub(super) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     let syntax = SyntaxConfig::builder()
@@ -23,6 +29,7 @@ pub(super) fn environment() -> Environment<'static> {
         // Only custom delimiters can make this fail, and these are the defaults.
         .expect("the default Jinja delimiters are valid");
     env.set_syntax(syntax);
+    env.set_fuel(Some(TEMPLATE_FUEL));
     // Templates are not HTML: a tool schema must reach the model unescaped.
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);

@@ -26,6 +26,19 @@ pub enum TemplateError {
         /// minijinja's message with the causes it wraps (a `raise_exception` text included).
         message: String,
     },
+    /// The render ran past its instruction budget (minijinja's fuel): a template that loops
+    /// without end, refused at load or for the conversation that triggers it.
+    #[error("chat template ran out of fuel: it executed more than {fuel} instructions (the per-render budget)")]
+    OutOfFuel {
+        /// The budget, in minijinja instructions.
+        fuel: u64,
+    },
+    /// The render produced more than the output limit.
+    #[error("chat template output exceeds {limit} bytes (the per-render output limit)")]
+    TooLong {
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// A message cannot be handed to a template. `field` is empty when the message itself is at
     /// fault (e.g. not a JSON object).
     #[error("invalid message {index}{}: {reason}", field_suffix(.field))]

@@ -25,6 +25,7 @@ mod tojson;
 pub use error::TemplateError;
 
 use crate::gguf::{Array, GgufError, Metadata, ValueType};
+pub use environment::TEMPLATE_FUEL;
 use environment::TEMPLATE_NAME;
 use error::describe;
 use minijinja::{Environment, Value};
@@ -187,11 +188,27 @@ impl ChatTemplate {
                 message: describe(&err),
             })?;
         // Later pairs replace earlier ones, which is how an extra overrides `bos_token`.
-        template
-            .render(Value::from_pairs(context))
-            .map_err(|err| TemplateError::Render {
+        let mut out = Bounded {
+            bytes: Vec::new(),
+            full: false,
+        };
+        let rendered = template.render_captured_to(Value::from_pairs(context), &mut out);
+        if out.full {
+            return Err(TemplateError::TooLong {
+                limit: TEMPLATE_MAX_OUTPUT,
+            });
+        }
+        match rendered {
+            Err(err) if err.kind() == minijinja::ErrorKind::OutOfFuel => {
+                Err(TemplateError::OutOfFuel { fuel: TEMPLATE_FUEL })
+            }
+            Err(err) => Err(TemplateError::Render {
                 message: describe(&err),
-            })
+            }),
+            Ok(_) => String::from_utf8(out.bytes).map_err(|e| TemplateError::Render {
+                message: format!("the output is not UTF-8: {e}"),
+            }),
+        }
     }
 
     /// Renders the probe conversations; a template that renders none of them (or renders them as
@@ -207,10 +224,37 @@ impl ChatTemplate {
                 Ok(prompt) if !prompt.is_empty() => return Ok(()),
                 Ok(_) => failure = "it renders a conversation as an empty prompt".into(),
                 Err(TemplateError::Render { message }) => failure = message,
+                // A budget the probe exhausts, every request would: refuse it by name.
+                Err(e @ (TemplateError::OutOfFuel { .. } | TemplateError::TooLong { .. })) => return Err(e),
                 Err(other) => failure = other.to_string(),
             }
         }
         Err(TemplateError::Probe { message: failure })
+    }
+}
+
+/// Bytes one render may produce: far beyond any prompt a context holds (a 128K-token context
+/// is well under 1 MiB of text), a bound on a template that writes without end.
+pub const TEMPLATE_MAX_OUTPUT: usize = 16 << 20;
+
+/// The render's output, refusing to grow past [`TEMPLATE_MAX_OUTPUT`].
+struct Bounded {
+    bytes: Vec<u8>,
+    full: bool,
+}
+
+impl std::io::Write for &mut Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > TEMPLATE_MAX_OUTPUT {
+            self.full = true;
+            return Err(std::io::Error::other("the template output limit is reached"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

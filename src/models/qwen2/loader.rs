@@ -4,7 +4,7 @@
 use crate::gguf::GgufFile;
 use crate::graph::{ComputeGraph, GraphParams, RopeStyle};
 use crate::models::blocks::WeightRef;
-use crate::models::{check_tensor, layer_f32, layer_weight, output_weight, HParams, ModelDef, ModelError};
+use crate::models::{check_tensor, f32_vector, layer_f32, layer_weight, output_weight, HParams, ModelDef, ModelError};
 use crate::quant::GgmlType;
 
 /// Names and types of one layer's weights.
@@ -44,7 +44,7 @@ impl Qwen2 {
         let ff = hp.n_ff as u64;
 
         let token_embd = check_tensor(file, "token_embd.weight", &[e, v])?;
-        check_tensor(file, "output_norm.weight", &[e])?;
+        f32_vector(file, "output_norm.weight", e)?;
         let output = output_weight(file, &hp, token_embd)?;
         let layers = (0..hp.n_layer)
             .map(|il| {

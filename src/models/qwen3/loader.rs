@@ -3,7 +3,7 @@
 use crate::gguf::GgufFile;
 use crate::graph::{ComputeGraph, GraphParams, RopeStyle};
 use crate::models::blocks::WeightRef;
-use crate::models::{check_tensor, layer_f32, layer_weight, output_weight, HParams, ModelDef, ModelError};
+use crate::models::{check_tensor, f32_vector, layer_f32, layer_weight, output_weight, HParams, ModelDef, ModelError};
 use crate::quant::GgmlType;
 
 #[derive(Clone, Debug)]
@@ -52,7 +52,7 @@ impl Qwen3 {
         let (hd, ff) = (hp.head_dim as u64, hp.n_ff as u64);
 
         let token_embd = check_tensor(file, "token_embd.weight", &[e, v])?;
-        check_tensor(file, "output_norm.weight", &[e])?;
+        f32_vector(file, "output_norm.weight", e)?;
         let output = output_weight(file, &hp, token_embd)?;
         let layers = (0..hp.n_layer)
             .map(|il| {

@@ -1,0 +1,260 @@
+//! Hostile and careless input that used to get through (the hardening issue's table), each now
+//! refused with one clear line: runaway chat templates (by their budget), unreadable model paths
+//! (named for what they are, a FIFO without blocking), counts out of range, NaN in the
+//! hyper-parameters or norm weights, and a full context (said, not silent). The server's
+//! bearer-scheme row is in `tests/server.rs`.
+//!
+//! Every child process runs under a 30-second guard against a hang; the template tests also
+//! read the child's peak memory from `/proc` (no wall-clock figure is asserted).
+
+mod common;
+
+use minfer::gguf::{GgufFile, GgufWriter, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a guarded child did: its output, and its peak resident memory in kB when `/proc` said.
+struct Run {
+    output: Output,
+    peak_kb: Option<u64>,
+}
+
+impl Run {
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+}
+
+/// Run `minfer ARGS` with `env`, killing it after 30 s (a hang fails the test), sampling its
+/// peak RSS (`VmHWM`) while it runs.
+fn minfer(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .args(args)
+        .env_remove("MINFER_API_KEY")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status_path = format!("/proc/{}/status", child.id());
+    let start = Instant::now();
+    let mut peak_kb = None;
+    loop {
+        if let Ok(status) = std::fs::read_to_string(&status_path) {
+            if let Some(kb) = status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                peak_kb = Some(kb);
+            }
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            child.kill().unwrap();
+            panic!("minfer {args:?} ran past the 30 s guard");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Run {
+        output: child.wait_with_output().unwrap(),
+        peak_kb,
+    }
+}
+
+/// A copy of the tiny qwen2 Q8_0 model with `meta` applied to its metadata and `tensor` to
+/// each tensor's bytes.
+fn edited(dir: &Path, meta: impl Fn(&mut GgufWriter), tensor: impl Fn(&str, &mut Vec<u8>)) -> PathBuf {
+    let src = GgufFile::open(common::tiny_model("qwen2", "Q8_0")).unwrap();
+    let mut w = GgufWriter::new();
+    w.set_all(src.metadata());
+    meta(&mut w);
+    for t in src.tensors() {
+        let mut data = src.tensor_data(t).to_vec();
+        tensor(&t.name, &mut data);
+        w.add_tensor(&t.name, t.ggml_type, &t.shape, data).unwrap();
+    }
+    let path = dir.join("edited.gguf");
+    w.write_file(&path).unwrap();
+    path
+}
+
+fn with_template(dir: &Path, source: &str) -> PathBuf {
+    let source = source.to_string();
+    edited(
+        dir,
+        move |w| {
+            w.set("tokenizer.chat_template", Value::String(source.clone()));
+        },
+        |_, _| {},
+    )
+}
+
+/// The error line, asserting it is one line.
+fn one_error_line(run: &Run) -> String {
+    assert!(!run.output.status.success(), "expected a refusal");
+    let err = run.stderr();
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line expected: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    lines[0].to_string()
+}
+
+#[test]
+fn runaway_chat_templates_are_refused_at_load_naming_the_budget_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ messages[0].content }}",
+            "ran out of fuel",
+        ),
+        (
+            "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+            "output exceeds",
+        ),
+    ];
+    for (source, refusal) in cases {
+        let model = with_template(dir.path(), source);
+        for args in [
+            vec![model.to_str().unwrap(), "hi", "-n", "1"],
+            vec!["serve", model.to_str().unwrap(), "--port", "0"],
+        ] {
+            let run = minfer(&args, &[]);
+            let line = one_error_line(&run);
+            assert!(line.contains(refusal), "{args:?}: {line}");
+            let peak = run.peak_kb.expect("the child's /proc status was read");
+            assert!(peak < 100 * 1024, "{args:?}: peak RSS {peak} kB");
+        }
+    }
+}
+
+#[test]
+fn unreadable_model_paths_get_one_line_naming_what_they_are_and_a_fifo_does_not_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.gguf");
+    std::fs::write(&empty, b"").unwrap();
+    let line = one_error_line(&minfer(&[empty.to_str().unwrap(), "hi"], &[]));
+    assert_eq!(line.matches("file truncated").count(), 1, "{line}");
+    assert!(line.contains("empty.gguf"), "{line}");
+
+    let sub = dir.path().join("a-directory.gguf");
+    std::fs::create_dir(&sub).unwrap();
+    let line = one_error_line(&minfer(&[sub.to_str().unwrap(), "hi"], &[]));
+    assert!(
+        line.contains("a-directory.gguf is a directory, not a model file"),
+        "{line}"
+    );
+
+    let fifo = dir.path().join("fifo.gguf");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let line = one_error_line(&minfer(&[fifo.to_str().unwrap(), "hi"], &[]));
+    assert!(line.contains("fifo.gguf is a FIFO, not a model file"), "{line}");
+    let line = one_error_line(&minfer(&["info", fifo.to_str().unwrap()], &[]));
+    assert!(line.contains("is a FIFO"), "{line}");
+}
+
+#[test]
+fn counts_out_of_range_are_refused_naming_the_range() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let m = model.to_str().unwrap();
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 8] = [
+        (&[m, "hi", "--n-ctx", "0"], &[], "--n-ctx 0 is out of range"),
+        (&[m, "hi", "-t", "0"], &[], "0 threads is out of range"),
+        (&[m, "hi", "-t", "100000"], &[], "100000 threads is out of range"),
+        (&[m, "hi", "--top-k", "-5"], &[], "--top-k -5 is out of range"),
+        (
+            &["serve", m, "--n-slots", "100000"],
+            &[],
+            "--n-slots 100000 is out of range",
+        ),
+        (
+            &["serve", m, "--max-connections", "0"],
+            &[],
+            "--max-connections 0 is out of range",
+        ),
+        (
+            &["serve", m, "--api-key", ""],
+            &[],
+            "API key (--api-key or MINFER_API_KEY) is empty",
+        ),
+        (
+            &["serve", m],
+            &[("MINFER_API_KEY", "")],
+            "API key (--api-key or MINFER_API_KEY) is empty",
+        ),
+    ];
+    for (args, env, refusal) in cases {
+        let run = minfer(args, env);
+        let line = one_error_line(&run);
+        assert!(line.contains(refusal), "{args:?}: {line}");
+    }
+}
+
+#[test]
+fn a_generation_that_fills_the_context_says_so() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let run = minfer(
+        &[
+            model.to_str().unwrap(),
+            "hi",
+            "-n",
+            "5000",
+            "--n-ctx",
+            "64",
+            "--ignore-eos",
+            "--greedy",
+        ],
+        &[],
+    );
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let err = run.stderr();
+    assert!(err.contains("the context of 64 tokens is full"), "{err}");
+}
+
+#[test]
+fn nan_in_hyper_parameters_or_norm_weights_is_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let nan_key = |key: &'static str| {
+        edited(
+            dir.path(),
+            move |w| {
+                w.set(key, Value::F32(f32::NAN));
+            },
+            |_, _| {},
+        )
+    };
+    for (key, name) in [
+        ("qwen2.rope.freq_base", "rope_freq_base"),
+        ("qwen2.attention.layer_norm_rms_epsilon", "rms_eps"),
+    ] {
+        let model = nan_key(key);
+        let line = one_error_line(&minfer(&[model.to_str().unwrap(), "hi"], &[]));
+        assert!(
+            line.contains(&format!("hyper-parameter {name} = NaN is invalid")),
+            "{line}"
+        );
+    }
+    for bad in [f32::NAN, f32::INFINITY] {
+        let model = edited(
+            dir.path(),
+            |_| {},
+            move |name, data| {
+                if name == "blk.1.ffn_norm.weight" {
+                    data[8..12].copy_from_slice(&bad.to_le_bytes());
+                }
+            },
+        );
+        let line = one_error_line(&minfer(&[model.to_str().unwrap(), "hi"], &[]));
+        assert!(
+            line.contains(&format!("tensor 'blk.1.ffn_norm.weight' holds {bad} at index 2")),
+            "{line}"
+        );
+    }
+}
