@@ -20,4 +20,16 @@ impl XorShift {
     pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| self.signed_unit() * scale).collect()
     }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// Random bytes.
+    pub fn fill(&mut self, bytes: &mut [u8]) {
+        for b in bytes {
+            *b = self.next() as u8;
+        }
+    }
 }

@@ -167,20 +167,23 @@ fn every_feature_writer() -> GgufWriter {
                 Array::String(vec!["y".into(), "z".into()]),
             ])),
         );
-    let values: Vec<f32> = (0..512).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.031).collect();
-    for (name, ty, shape) in [
-        ("a.f32", GgmlType::F32, vec![5u64]),
-        ("b.f16", GgmlType::F16, vec![16, 2]),
-        ("c.bf16", GgmlType::BF16, vec![4, 2, 3]),
-        ("d.q4_0", GgmlType::Q4_0, vec![64, 2]),
-        ("e.q8_0", GgmlType::Q8_0, vec![32, 3, 2, 1]),
-        ("f.q4_k", GgmlType::Q4_K, vec![256, 2]),
-        ("g.q6_k", GgmlType::Q6_K, vec![256]),
-    ] {
+    // One tensor of every weight type minfer computes with (the weight rows of its type table),
+    // of ranks 1 to 4 in turn, and an F32 tensor of an odd length. (The activation-only Q8_1
+    // is left out: gguf-py sizes its blocks as ggml's old f32 `d` and `s`, 40 bytes, where
+    // ggml's and ours are 36.)
+    let value = |i: u64| ((i * 37 % 101) as f32 - 50.0) * 0.031;
+    let mut tensors = vec![("odd.f32".to_string(), GgmlType::F32, vec![5u64])];
+    for (i, row) in minfer::quant::traits::computable().enumerate() {
+        let b = row.block_size as u64;
+        let shape = [vec![b], vec![b, 2], vec![b, 2, 3], vec![b, 3, 2, 1]][i % 4].clone();
+        tensors.push((format!("t{i}.{}", row.ty.name().to_lowercase()), row.ty, shape));
+    }
+    for (name, ty, shape) in tensors {
         let n: u64 = shape.iter().product();
+        let values: Vec<f32> = (0..n).map(value).collect();
         let mut data = vec![0u8; ty.row_size(shape[0]).unwrap() as usize * (n / shape[0]) as usize];
-        quantize_row(ty, &values[..n as usize], &mut data).unwrap();
-        w.add_tensor(name, ty, &shape, data).unwrap();
+        quantize_row(ty, &values, &mut data).unwrap();
+        w.add_tensor(&name, ty, &shape, data).unwrap();
     }
     w
 }

@@ -9,10 +9,16 @@
 //! float accumulation order.
 //!
 //! [`simd`] holds the SIMD forms of the dot products, chosen at run time for the CPU and
-//! bit-identical to the scalar ones.
+//! bit-identical to the scalar ones; [`traits`] is the per-type table (ggml-cpu's
+//! `type_traits_cpu`) through which everything above reaches a type's functions, and the entry
+//! points here ([`quantize_row`], [`dequantize_row`], [`vec_dot`], ...) check sizes and read it.
 //!
-//! Adding a type touches one block module and one row of [`GgmlType`]'s tables.
+//! Adding a type costs its block module (the `#[repr(C)]` struct with the scalar
+//! `quantize_row_ref`, `dequantize_row` and `vec_dot_ref`, and its test generator), its SIMD
+//! kernels in `simd/x86` if it has any, and one row of the table in [`traits`]. (The GGUF
+//! metadata of every ggml type, [`GgmlType`], is here already.)
 
+pub mod float;
 pub mod fp16;
 pub mod gemm;
 pub mod k_quants;
@@ -27,13 +33,16 @@ pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
 pub mod simd;
+pub mod traits;
 
 #[cfg(test)]
 mod dot_tests;
+#[cfg(test)]
+pub(crate) mod testing;
 
-use bytemuck::Pod;
 use std::fmt;
 
+pub use float::{vec_dot_bf16_ref, vec_dot_f16_ref, vec_dot_f32_ref};
 pub use k_quants::QK_K;
 pub use simd::simd_level;
 
@@ -96,17 +105,17 @@ macro_rules! ggml_types {
             }
 
             /// The name ggml prints (`Q4_K`, `BF16`, ...).
-            pub fn name(self) -> &'static str {
+            pub const fn name(self) -> &'static str {
                 match self { $(GgmlType::$variant => $name,)* }
             }
 
             /// Values per block.
-            pub fn block_size(self) -> usize {
+            pub const fn block_size(self) -> usize {
                 match self { $(GgmlType::$variant => $block,)* }
             }
 
             /// Bytes per block.
-            pub fn type_size(self) -> usize {
+            pub const fn type_size(self) -> usize {
                 match self { $(GgmlType::$variant => $size,)* }
             }
         }
@@ -186,22 +195,9 @@ ggml_types! {
 }
 
 impl GgmlType {
-    /// The types minfer can dequantize (and so load as weights).
-    pub const SUPPORTED: &'static [GgmlType] = &[
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::BF16,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::Q8_1,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-        GgmlType::Q8_K,
-    ];
+    /// The types minfer can dequantize (and so load as weights): the rows of the type table
+    /// ([`traits`]), in its order.
+    pub const SUPPORTED: &'static [GgmlType] = traits::TYPES;
 
     /// Whether [`dequantize_row`] and [`quantize_row`] handle this type.
     pub fn is_supported(self) -> bool {
@@ -219,7 +215,7 @@ impl GgmlType {
     /// weights of a dot product (the integer types, F64, and the activation-only Q8_1 and Q8_K).
     /// Types with a ggml dot product that minfer does not implement still name their activation
     /// type; [`vec_dot`] refuses them.
-    pub fn vec_dot_type(self) -> Option<GgmlType> {
+    pub const fn vec_dot_type(self) -> Option<GgmlType> {
         use GgmlType::*;
         match self {
             Q4_0 | Q5_0 | Q8_0 | IQ4_NL | MXFP4 => Some(Q8_0),
@@ -270,163 +266,54 @@ fn check_sizes(ty: GgmlType, op: &'static str, n: usize, bytes: usize) -> Result
     Ok(())
 }
 
-/// View `bytes` as blocks; copies only when the bytes are not aligned for the block type
-/// (tensor data in a GGUF file always is; arbitrary slices may not be).
-fn with_blocks<B: Pod, R>(bytes: &[u8], f: impl FnOnce(&[B]) -> R) -> R {
-    match bytemuck::try_cast_slice::<u8, B>(bytes) {
-        Ok(blocks) => f(blocks),
-        Err(_) => {
-            let copied: Vec<B> = bytes
-                .chunks_exact(std::mem::size_of::<B>())
-                .map(bytemuck::pod_read_unaligned)
-                .collect();
-            f(&copied)
-        }
-    }
+/// The row of `ty` in the type table, after checking that `bytes` hold exactly `n` values of it.
+fn checked_row(
+    ty: GgmlType,
+    op: &'static str,
+    n: usize,
+    bytes: usize,
+) -> Result<&'static traits::TypeTraits, QuantError> {
+    check_sizes(ty, op, n, bytes)?;
+    traits::get(ty).ok_or(QuantError::UnsupportedType { ggml_type: ty, op })
 }
 
-/// Quantize into a block vector, then copy out: the destination may be unaligned.
-fn into_blocks<B: Pod>(dst: &mut [u8], f: impl FnOnce(&mut [B])) {
-    match bytemuck::try_cast_slice_mut::<u8, B>(dst) {
-        Ok(blocks) => f(blocks),
-        Err(_) => {
-            let mut blocks = vec![B::zeroed(); dst.len() / std::mem::size_of::<B>()];
-            f(&mut blocks);
-            dst.copy_from_slice(bytemuck::cast_slice(&blocks));
-        }
-    }
-}
-
-/// [`quantize_row`] for the activation types Q8_0, Q8_1 and Q8_K (any other type goes to
-/// `quantize_row`), inlined into its caller with the quantizer, so that a caller compiled for
-/// wider vectors vectorizes the quantizer too. The bytes are `quantize_row`'s.
-#[inline(always)]
+/// [`quantize_row`] with the quantizer the type table chose for this CPU: the reference
+/// compiled for AVX-512 where that was chosen, which vectorizes the activation quantizers'
+/// loops. The bytes are `quantize_row`'s.
+#[inline]
 pub fn quantize_activation_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    match ty {
-        GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K => check_sizes(ty, "quantize", src.len(), dst.len())?,
-        _ => return quantize_row(ty, src, dst),
-    }
-    // Direct calls on blocks viewed in place (no closure for the compiler to leave out of line);
-    // an unaligned destination takes `quantize_row`'s copying path.
-    match ty {
-        GgmlType::Q8_0 => match bytemuck::try_cast_slice_mut(dst) {
-            Ok(blocks) => q8_0::quantize_row_ref(src, blocks),
-            Err(_) => return quantize_row(ty, src, dst),
-        },
-        GgmlType::Q8_1 => match bytemuck::try_cast_slice_mut(dst) {
-            Ok(blocks) => q8_1::quantize_row_ref(src, blocks),
-            Err(_) => return quantize_row(ty, src, dst),
-        },
-        _ => match bytemuck::try_cast_slice_mut(dst) {
-            Ok(blocks) => q8_k::quantize_row_ref(src, blocks),
-            Err(_) => return quantize_row(ty, src, dst),
-        },
-    }
+    checked_row(ty, "quantize", src.len(), dst.len())?.quantize(src, dst);
     Ok(())
 }
 
 /// Convert `src` (a whole number of blocks of `ty`) to f32 values in `dst`.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
-    const OP: &str = "dequantize";
-    check_sizes(ty, OP, dst.len(), src.len())?;
-    match ty {
-        GgmlType::F32 => {
-            for (out, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
-                *out = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            }
-        }
-        GgmlType::F16 => {
-            for (out, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *out = fp16::f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-            }
-        }
-        GgmlType::BF16 => {
-            for (out, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *out = fp16::bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-            }
-        }
-        GgmlType::Q4_0 => with_blocks(src, |b| q4_0::dequantize_row(b, dst)),
-        GgmlType::Q4_1 => with_blocks(src, |b| q4_1::dequantize_row(b, dst)),
-        GgmlType::Q5_0 => with_blocks(src, |b| q5_0::dequantize_row(b, dst)),
-        GgmlType::Q5_1 => with_blocks(src, |b| q5_1::dequantize_row(b, dst)),
-        GgmlType::Q8_0 => with_blocks(src, |b| q8_0::dequantize_row(b, dst)),
-        GgmlType::Q8_1 => with_blocks(src, |b| q8_1::dequantize_row(b, dst)),
-        GgmlType::Q4_K => with_blocks(src, |b| q4_k::dequantize_row(b, dst)),
-        GgmlType::Q5_K => with_blocks(src, |b| q5_k::dequantize_row(b, dst)),
-        GgmlType::Q6_K => with_blocks(src, |b| q6_k::dequantize_row(b, dst)),
-        GgmlType::Q8_K => with_blocks(src, |b| q8_k::dequantize_row(b, dst)),
-        _ => return Err(QuantError::UnsupportedType { ggml_type: ty, op: OP }),
-    }
+    checked_row(ty, "dequantize", dst.len(), src.len())?.dequantize(src, dst);
     Ok(())
 }
 
 /// Quantize the f32 values `src` (a whole number of blocks of `ty`) into `dst` with ggml's
 /// reference quantizer for the type.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    const OP: &str = "quantize";
-    check_sizes(ty, OP, src.len(), dst.len())?;
-    match ty {
-        GgmlType::F32 => {
-            for (b, v) in dst.chunks_exact_mut(4).zip(src) {
-                b.copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        GgmlType::F16 => {
-            for (b, &v) in dst.chunks_exact_mut(2).zip(src) {
-                b.copy_from_slice(&fp16::f32_to_f16(v).to_le_bytes());
-            }
-        }
-        GgmlType::BF16 => {
-            for (b, &v) in dst.chunks_exact_mut(2).zip(src) {
-                b.copy_from_slice(&fp16::f32_to_bf16(v).to_le_bytes());
-            }
-        }
-        GgmlType::Q4_0 => into_blocks(dst, |b| q4_0::quantize_row_ref(src, b)),
-        GgmlType::Q4_1 => into_blocks(dst, |b| q4_1::quantize_row_ref(src, b)),
-        GgmlType::Q5_0 => into_blocks(dst, |b| q5_0::quantize_row_ref(src, b)),
-        GgmlType::Q5_1 => into_blocks(dst, |b| q5_1::quantize_row_ref(src, b)),
-        GgmlType::Q8_0 => into_blocks(dst, |b| q8_0::quantize_row_ref(src, b)),
-        GgmlType::Q8_1 => into_blocks(dst, |b| q8_1::quantize_row_ref(src, b)),
-        GgmlType::Q4_K => into_blocks(dst, |b| q4_k::quantize_row_ref(src, b)),
-        GgmlType::Q5_K => into_blocks(dst, |b| q5_k::quantize_row_ref(src, b)),
-        GgmlType::Q6_K => into_blocks(dst, |b| q6_k::quantize_row_ref(src, b)),
-        GgmlType::Q8_K => into_blocks(dst, |b| q8_k::quantize_row_ref(src, b)),
-        _ => return Err(QuantError::UnsupportedType { ggml_type: ty, op: OP }),
-    }
+    checked_row(ty, "quantize", src.len(), dst.len())?.quantize_ref(src, dst);
     Ok(())
 }
 
 /// Dot product of one weight row of `ty` (`w`, `n` values) with one activation row already
 /// quantized to `ty.vec_dot_type()` (`a`, `n` values), with ggml's generic block arithmetic,
-/// computed by the kernels of [`simd::kernels`] (bit-identical to the scalar references).
+/// computed by the kernels of the type table ([`traits`], bit-identical to the scalar
+/// references).
 ///
 /// Block slices are viewed in place when aligned for their block type (rows of GGUF tensor data
 /// always are) and copied otherwise.
 pub fn vec_dot(ty: GgmlType, w: &[u8], a: &[u8], n: usize) -> Result<f32, QuantError> {
-    const OP: &str = "vec_dot";
-    let unsupported = QuantError::UnsupportedType { ggml_type: ty, op: OP };
-    let Some(aty) = ty.vec_dot_type() else {
-        return Err(unsupported);
-    };
+    let dots = traits::block_dots(ty)?;
+    let aty = ty
+        .vec_dot_type()
+        .expect("a type with a dot product has an activation type");
     check_sizes(ty, "vec_dot weight", n, w.len())?;
     check_sizes(aty, "vec_dot activation", n, a.len())?;
-    let k = simd::kernels();
-    let dot = match ty {
-        GgmlType::Q4_0 => dot_blocks(w, a, |x, y| k.q4_0(x, y)),
-        GgmlType::Q4_1 => dot_blocks(w, a, |x, y| k.q4_1(x, y)),
-        GgmlType::Q5_0 => dot_blocks(w, a, |x, y| k.q5_0(x, y)),
-        GgmlType::Q5_1 => dot_blocks(w, a, |x, y| k.q5_1(x, y)),
-        GgmlType::Q8_0 => dot_blocks(w, a, |x, y| k.q8_0(x, y)),
-        GgmlType::Q4_K => dot_blocks(w, a, |x, y| k.q4_k(x, y)),
-        GgmlType::Q5_K => dot_blocks(w, a, |x, y| k.q5_k(x, y)),
-        GgmlType::Q6_K => dot_blocks(w, a, |x, y| k.q6_k(x, y)),
-        _ => return Err(unsupported),
-    };
-    Ok(dot)
-}
-
-fn dot_blocks<W: Pod, A: Pod>(w: &[u8], a: &[u8], dot: impl FnOnce(&[W], &[A]) -> f32) -> f32 {
-    with_blocks(w, |x| with_blocks(a, |y| dot(x, y)))
+    Ok(dots.dot(w, a))
 }
 
 /// Dot product of one weight row of a float type (F32, F16 or BF16; `w`, `x.len()` values,
@@ -436,61 +323,12 @@ fn dot_blocks<W: Pod, A: Pod>(w: &[u8], a: &[u8], dot: impl FnOnce(&[W], &[A]) -
 /// The accumulation order is part of the result: eight running sums, lane `l` taking the
 /// products `i` with `i % 8 == l` of the leading multiple of 8; the lanes are then added in order
 /// and the remaining products after them. Eight independent sums are what lets the compiler keep
-/// them in one vector register. Computed by the kernels of [`simd::kernels`].
+/// them in one vector register. Computed by the kernels of the type table ([`traits`]).
 pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<f32, QuantError> {
     const OP: &str = "vec_dot_f32";
-    if !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return Err(QuantError::UnsupportedType { ggml_type: ty, op: OP });
-    }
+    let dot = traits::float_dot(ty)?;
     check_sizes(ty, OP, x.len(), w.len())?;
-    let k = simd::kernels();
-    Ok(match ty {
-        GgmlType::F32 => k.f32(w, x),
-        GgmlType::F16 => k.f16(w, x),
-        _ => k.bf16(w, x),
-    })
-}
-
-/// The scalar reference of [`vec_dot_f32`] for F32 weights (`w` holds `4 * x.len()` bytes).
-pub fn vec_dot_f32_ref(w: &[u8], x: &[f32]) -> f32 {
-    dot_widened(w, x, f32::from_le_bytes)
-}
-
-/// The scalar reference of [`vec_dot_f32`] for F16 weights (`w` holds `2 * x.len()` bytes).
-pub fn vec_dot_f16_ref(w: &[u8], x: &[f32]) -> f32 {
-    dot_widened(w, x, |b| fp16::f16_to_f32(u16::from_le_bytes(b)))
-}
-
-/// The scalar reference of [`vec_dot_f32`] for BF16 weights (`w` holds `2 * x.len()` bytes).
-pub fn vec_dot_bf16_ref(w: &[u8], x: &[f32]) -> f32 {
-    dot_widened(w, x, |b| fp16::bf16_to_f32(u16::from_le_bytes(b)))
-}
-
-/// The lane accumulation of [`vec_dot_f32`] for weights of `W` bytes each; generic so that the
-/// widening is inlined into the loop.
-fn dot_widened<const W: usize>(w: &[u8], x: &[f32], widen: impl Fn([u8; W]) -> f32) -> f32 {
-    let widen_at = |b: &[u8]| {
-        let mut bytes = [0u8; W];
-        bytes.copy_from_slice(b);
-        widen(bytes)
-    };
-    let mut lanes = [0.0f32; 8];
-    let w_chunks = w.chunks_exact(8 * W);
-    let x_chunks = x.chunks_exact(8);
-    let (w_tail, x_tail) = (w_chunks.remainder(), x_chunks.remainder());
-    for (wc, xc) in w_chunks.zip(x_chunks) {
-        for ((lane, wv), &xv) in lanes.iter_mut().zip(wc.chunks_exact(W)).zip(xc) {
-            *lane += widen_at(wv) * xv;
-        }
-    }
-    let mut sum = 0.0f32;
-    for lane in lanes {
-        sum += lane;
-    }
-    for (wv, &xv) in w_tail.chunks_exact(W).zip(x_tail) {
-        sum += widen_at(wv) * xv;
-    }
-    sum
+    Ok(dot.dot(w, x))
 }
 
 #[cfg(test)]
@@ -505,21 +343,6 @@ mod tests {
         }
         assert_eq!(GgmlType::from_id(4), None, "Q4_2 was removed from ggml");
         assert_eq!(GgmlType::from_name("q4_k"), Some(GgmlType::Q4_K));
-    }
-
-    #[test]
-    fn block_sizes_match_the_repr_c_blocks() {
-        use std::mem::size_of;
-        assert_eq!(GgmlType::Q4_0.type_size(), size_of::<q4_0::BlockQ4_0>());
-        assert_eq!(GgmlType::Q4_1.type_size(), size_of::<q4_1::BlockQ4_1>());
-        assert_eq!(GgmlType::Q5_0.type_size(), size_of::<q5_0::BlockQ5_0>());
-        assert_eq!(GgmlType::Q5_1.type_size(), size_of::<q5_1::BlockQ5_1>());
-        assert_eq!(GgmlType::Q8_0.type_size(), size_of::<q8_0::BlockQ8_0>());
-        assert_eq!(GgmlType::Q8_1.type_size(), size_of::<q8_1::BlockQ8_1>());
-        assert_eq!(GgmlType::Q4_K.type_size(), size_of::<q4_k::BlockQ4K>());
-        assert_eq!(GgmlType::Q5_K.type_size(), size_of::<q5_k::BlockQ5K>());
-        assert_eq!(GgmlType::Q6_K.type_size(), size_of::<q6_k::BlockQ6K>());
-        assert_eq!(GgmlType::Q8_K.type_size(), size_of::<q8_k::BlockQ8K>());
     }
 
     #[test]

@@ -86,3 +86,11 @@ pub(crate) fn signed_absmax(xs: &[f32]) -> (f32, f32) {
     }
     (amax, max)
 }
+
+/// The float fields of the tests' random blocks.
+#[cfg(test)]
+impl super::testing::TestBlock for BlockQ4_0 {
+    fn set_floats(&mut self, r: &mut crate::test_util::XorShift, mode: super::testing::Mode) {
+        self.d = r.scale(mode, 0.5);
+    }
+}

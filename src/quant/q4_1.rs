@@ -88,3 +88,16 @@ pub(crate) fn min_max(xs: &[f32]) -> (f32, f32) {
     }
     (min, max)
 }
+
+/// The float fields of the tests' random blocks.
+#[cfg(test)]
+impl super::testing::TestBlock for BlockQ4_1 {
+    fn set_floats(&mut self, r: &mut crate::test_util::XorShift, mode: super::testing::Mode) {
+        self.d = r.scale(mode, 0.5);
+        self.m = r.scale(mode.for_min(), 4.0);
+    }
+
+    fn stored_sum_factor(&self) -> f32 {
+        f16_to_f32(self.m)
+    }
+}

@@ -102,3 +102,12 @@ pub fn vec_dot_ref(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     }
     sumf
 }
+
+/// The float fields of the tests' random blocks.
+#[cfg(test)]
+impl super::testing::TestBlock for BlockQ4K {
+    fn set_floats(&mut self, r: &mut crate::test_util::XorShift, mode: super::testing::Mode) {
+        self.d = r.scale(mode, 0.02);
+        self.dmin = r.scale(mode.for_min(), 0.02);
+    }
+}

@@ -91,3 +91,16 @@ pub fn vec_dot_ref(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
     }
     sumf
 }
+
+/// The float fields of the tests' random blocks.
+#[cfg(test)]
+impl super::testing::TestBlock for BlockQ5_1 {
+    fn set_floats(&mut self, r: &mut crate::test_util::XorShift, mode: super::testing::Mode) {
+        self.d = r.scale(mode, 0.25);
+        self.m = r.scale(mode.for_min(), 4.0);
+    }
+
+    fn stored_sum_factor(&self) -> f32 {
+        f16_to_f32(self.m)
+    }
+}

@@ -124,3 +124,12 @@ pub fn vec_dot_ref(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     }
     sumf
 }
+
+/// The float fields of the tests' random blocks.
+#[cfg(test)]
+impl super::testing::TestBlock for BlockQ5K {
+    fn set_floats(&mut self, r: &mut crate::test_util::XorShift, mode: super::testing::Mode) {
+        self.d = r.scale(mode, 0.01);
+        self.dmin = r.scale(mode.for_min(), 0.02);
+    }
+}

@@ -145,3 +145,11 @@ pub fn vec_dot_ref(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     }
     sumf
 }
+
+/// The float fields of the tests' random blocks.
+#[cfg(test)]
+impl super::testing::TestBlock for BlockQ6K {
+    fn set_floats(&mut self, r: &mut crate::test_util::XorShift, mode: super::testing::Mode) {
+        self.d = r.scale(mode, 0.002);
+    }
+}

@@ -60,3 +60,11 @@ pub fn vec_dot_ref(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     }
     sumf
 }
+
+/// The float fields of the tests' random blocks.
+#[cfg(test)]
+impl super::testing::TestBlock for BlockQ8_0 {
+    fn set_floats(&mut self, r: &mut crate::test_util::XorShift, mode: super::testing::Mode) {
+        self.d = r.scale(mode, 0.05);
+    }
+}

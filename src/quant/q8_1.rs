@@ -56,3 +56,17 @@ pub fn dequantize_row(x: &[BlockQ8_1], y: &mut [f32]) {
         }
     }
 }
+
+/// The float fields of the tests' random blocks.
+#[cfg(test)]
+impl super::testing::TestBlock for BlockQ8_1 {
+    fn set_floats(&mut self, r: &mut crate::test_util::XorShift, mode: super::testing::Mode) {
+        self.d = r.scale(mode, 0.05);
+        let sum: i32 = self.qs.iter().map(|&q| i32::from(q)).sum();
+        self.s = f32_to_f16(sum as f32 * f16_to_f32(self.d));
+    }
+
+    fn stored_sum(&self) -> f32 {
+        f16_to_f32(self.s)
+    }
+}

@@ -58,6 +58,17 @@ pub fn dequantize_row(x: &[BlockQ8K], y: &mut [f32]) {
     }
 }
 
+/// The float fields of the tests' random blocks.
+#[cfg(test)]
+impl super::testing::TestBlock for BlockQ8K {
+    fn set_floats(&mut self, r: &mut crate::test_util::XorShift, mode: super::testing::Mode) {
+        self.d = r.scale_f32(mode, 0.05);
+        for (s, g) in self.bsums.iter_mut().zip(self.qs.chunks_exact(16)) {
+            *s = g.iter().map(|&q| i16::from(q)).sum();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

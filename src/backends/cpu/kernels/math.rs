@@ -27,7 +27,7 @@ pub fn wide<R>(f: impl FnOnce() -> R) -> R {
 /// Whether [`wide`] compiles for AVX-512 F and VL: the CPU has them and `MINFER_NO_AVX512`
 /// does not turn them off.
 pub fn is_wide() -> bool {
-    cfg!(target_arch = "x86_64") && crate::quant::simd::kernels().isa() == crate::quant::simd::Isa::Avx512
+    cfg!(target_arch = "x86_64") && crate::quant::simd::isa() == crate::quant::simd::Isa::Avx512
 }
 
 /// 1.5 · 2^23: adding and subtracting it rounds an f32 of magnitude below 2^22 to the nearest

@@ -3,16 +3,17 @@
 //! `vec_dot_type`, then every output is one block dot product of `crate::quant`.
 //!
 //! This file owns the loop over rows and tokens and the activation quantization; the arithmetic
-//! of a dot product belongs to `crate::quant` and must not be re-implemented here. The dot
-//! products are the kernels `crate::quant::simd::kernels` chose for this CPU, bit-identical to
-//! the scalar references whatever the instruction set. Splitting the rows across threads is the
-//! caller's business: [`matmul_rows`] computes any subset of output rows with bit-identical
-//! results, because each output is a single, complete dot product.
+//! of a dot product belongs to `crate::quant` and must not be re-implemented here. Like ggml's
+//! `ggml_compute_forward_mul_mat`, it reads the weight type's row of the type table
+//! (`crate::quant::traits`: its dot products for the instruction set chosen at start-up, and
+//! its panel kernel) and never switches on the type. The kernels are bit-identical to the scalar
+//! references whatever the instruction set. Splitting the rows across threads is the caller's
+//! business: [`matmul_rows`] computes any subset of output rows with bit-identical results,
+//! because each output is a single, complete dot product.
 
-use super::math::is_wide;
 use super::{check_len, check_nonzero, row_bytes, size, KernelError};
-use crate::quant::{self, gemm, simd, GgmlType};
-use bytemuck::Pod;
+use crate::quant::gemm::{self, PanelKernel};
+use crate::quant::{self, traits, GgmlType};
 use std::ops::Range;
 
 /// One batch of activation rows (`n_tokens` rows of `n_in` values) in the form the weight
@@ -80,7 +81,8 @@ pub struct ActivationBuffers<'a> {
     data: &'a mut [u8],
     d: &'a mut [f32],
     aux: &'a mut [i32],
-    with_terms: bool,
+    /// The panel kernel whose terms the chunks compute, when it will take the product.
+    panel: Option<PanelKernel>,
 }
 
 /// The rows of some tokens of an [`ActivationBuffers`]: their f32 input and their outputs.
@@ -91,7 +93,7 @@ pub struct ActivationChunk<'b> {
     data: &'b mut [u8],
     d: &'b mut [f32],
     aux: &'b mut [i32],
-    with_terms: bool,
+    panel: Option<PanelKernel>,
 }
 
 impl<'a> ActivationBuffers<'a> {
@@ -115,18 +117,18 @@ impl<'a> ActivationBuffers<'a> {
                 data: &mut [],
                 d: &mut [],
                 aux: &mut [],
-                with_terms: false,
+                panel: None,
             });
         };
         let row = row_bytes(K, aty, n_in)?;
         let total = size(K, "scratch", row, n_tokens)?;
-        let with_terms = n_tokens >= gemm::MIN_TOKENS && gemm::is_available(wtype);
-        let n_terms = if with_terms {
+        let panel = gemm::kernel(wtype).filter(|_| n_tokens >= gemm::MIN_TOKENS);
+        let n_terms = if panel.is_some() {
             n_tokens * (n_in / aty.block_size())
         } else {
             0
         };
-        let n_aux = n_terms * gemm::aux_words_per_block(aty);
+        let n_aux = n_terms * panel.map_or(0, |p| p.aux_words());
         // The quantized rows, then (from a multiple of SCRATCH_ALIGN) the terms' scales and the
         // kernel's words, 4 bytes each.
         let data_len = total.next_multiple_of(SCRATCH_ALIGN);
@@ -151,14 +153,14 @@ impl<'a> ActivationBuffers<'a> {
             data: &mut data[..total],
             d,
             aux: bytemuck::cast_slice_mut(aux),
-            with_terms,
+            panel,
         })
     }
 
     /// The chunks of `tokens_per_chunk` tokens (the last may be shorter); none for float
     /// weights, which need no preparation.
     pub fn chunks(&mut self, tokens_per_chunk: usize) -> impl Iterator<Item = ActivationChunk<'_>> {
-        let (n_in, with_terms) = (self.n_in, self.with_terms);
+        let (n_in, panel) = (self.n_in, self.panel);
         let ty = self.ty.unwrap_or(GgmlType::F32);
         let per = tokens_per_chunk.max(1);
         let n_tokens = if self.ty.is_some() { self.x.len() / n_in } else { 0 };
@@ -176,17 +178,17 @@ impl<'a> ActivationBuffers<'a> {
                 n_in,
                 x,
                 data,
-                d: if with_terms {
+                d: if panel.is_some() {
                     d.next().unwrap_or_default()
                 } else {
                     &mut []
                 },
-                aux: if with_terms {
+                aux: if panel.is_some() {
                     aux.next().unwrap_or_default()
                 } else {
                     &mut []
                 },
-                with_terms,
+                panel,
             })
     }
 
@@ -197,7 +199,7 @@ impl<'a> ActivationBuffers<'a> {
             Some(ty) => Activations::Quantized {
                 ty,
                 data: self.data,
-                terms: self.with_terms.then_some(gemm::ActivationTerms {
+                terms: self.panel.is_some().then_some(gemm::ActivationTerms {
                     d: self.d,
                     aux: self.aux,
                 }),
@@ -206,45 +208,22 @@ impl<'a> ActivationBuffers<'a> {
     }
 }
 
-/// Quantizes a chunk's rows with the reference quantizer, and computes their kernel terms.
+/// Quantizes a chunk's rows with the reference quantizer (compiled for the chosen instruction
+/// set by the type table), and computes their kernel terms.
 pub fn quantize_chunk(chunk: ActivationChunk<'_>) -> Result<(), KernelError> {
     const K: &str = "quantize_activations";
     let quant_err = |source| KernelError::Quant { kernel: K, source };
     let row = chunk.data.len() / (chunk.x.len() / chunk.n_in).max(1);
-    if is_wide() {
-        // SAFETY: `is_wide` checked AVX-512 F and VL (and AVX2).
-        unsafe { quantize_rows_wide(chunk.ty, chunk.n_in, chunk.x, chunk.data, row) }
-    } else {
-        quantize_rows(chunk.ty, chunk.n_in, chunk.x, chunk.data, row)
+    for (xr, dr) in chunk.x.chunks_exact(chunk.n_in).zip(chunk.data.chunks_exact_mut(row)) {
+        quant::quantize_activation_row(chunk.ty, xr, dr).map_err(quant_err)?;
     }
-    .map_err(quant_err)?;
-    if chunk.with_terms {
+    if let Some(panel) = chunk.panel {
         let nb = chunk.n_in / chunk.ty.block_size();
-        gemm::activation_terms(chunk.ty, chunk.data, nb, chunk.d, chunk.aux).map_err(quant_err)?;
+        panel
+            .activation_terms(chunk.data, nb, chunk.d, chunk.aux)
+            .map_err(quant_err)?;
     }
     Ok(())
-}
-
-/// The reference quantizer over rows of `n_in` values into rows of `row` bytes.
-#[inline(always)]
-fn quantize_rows(ty: GgmlType, n_in: usize, x: &[f32], data: &mut [u8], row: usize) -> Result<(), quant::QuantError> {
-    for (xr, dr) in x.chunks_exact(n_in).zip(data.chunks_exact_mut(row)) {
-        quant::quantize_activation_row(ty, xr, dr)?;
-    }
-    Ok(())
-}
-
-/// [`quantize_rows`] compiled for AVX-512, where the quantizer's loops (absolute maximum,
-/// scaling, rounding) vectorize; the same operations, so the same bytes.
-#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f,avx512vl,avx2"))]
-unsafe fn quantize_rows_wide(
-    ty: GgmlType,
-    n_in: usize,
-    x: &[f32],
-    data: &mut [u8],
-    row: usize,
-) -> Result<(), quant::QuantError> {
-    quantize_rows(ty, n_in, x, data, row)
 }
 
 /// `y[t * n_out + o] = dot(weight row o, x row t)` for a weight `w` of `n_out` rows of `n_in`
@@ -312,30 +291,20 @@ pub fn matmul_rows(
         });
     }
     let quant_err = |source| KernelError::Quant { kernel: K, source };
-    // Ask the dot products themselves, on an empty row, whether they handle `wtype`: refused
-    // even when there is nothing to compute, and the list of types stays in `crate::quant`.
-    match act.ty() {
-        None => quant::vec_dot_f32(wtype, &[], &[]).map(drop),
-        Some(_) => quant::vec_dot(wtype, &[], &[], 0).map(drop),
-    }
-    .map_err(quant_err)?;
-    let k = simd::kernels();
+    let nr = rows.len();
+    let weights = w[rows.start * w_row..rows.end * w_row].chunks_exact(w_row);
     match act {
         Activations::F32(x) => {
+            let dot = traits::float_dot(wtype).map_err(quant_err)?;
             check_len(K, "x", x.len(), size(K, "x", n_in, n_tokens)?)?;
-            let dot = match wtype {
-                GgmlType::F32 => simd::DotKernels::f32,
-                GgmlType::F16 => simd::DotKernels::f16,
-                _ => simd::DotKernels::bf16,
-            };
-            let nr = rows.len();
-            for (i, wr) in w[rows.start * w_row..rows.end * w_row].chunks_exact(w_row).enumerate() {
+            for (i, wr) in weights.enumerate() {
                 for (t, xr) in x.chunks_exact(n_in).enumerate() {
-                    y[t * nr + i] = dot(k, wr, xr);
+                    y[t * nr + i] = dot.dot(wr, xr);
                 }
             }
         }
         Activations::Quantized { ty, data, terms } => {
+            let dots = traits::block_dots(wtype).map_err(quant_err)?;
             let a_row = row_bytes(K, ty, n_in)?;
             check_len(K, "activations", data.len(), size(K, "activations", a_row, n_tokens)?)?;
             if let Some(terms) = terms {
@@ -344,41 +313,19 @@ pub fn matmul_rows(
                     return Ok(());
                 }
             }
-            let shape = Shape {
-                nb: n_in / wtype.block_size(),
-                rows: rows.clone(),
-            };
             // Each weight row against the tokens two at a time (the kernels unpack a weight block
             // once for both), then the odd one.
-            macro_rules! in_place {
-                ($one:ident, $two:ident) => {
-                    rows_in_place(
-                        w,
-                        data,
-                        &shape,
-                        y,
-                        |x, a| k.$one(x, a),
-                        |x, a, b| k.$two(x, a, b),
-                    )
-                };
-            }
-            let done = match wtype {
-                GgmlType::Q4_0 => in_place!(q4_0, q4_0_x2),
-                GgmlType::Q4_1 => in_place!(q4_1, q4_1_x2),
-                GgmlType::Q5_0 => in_place!(q5_0, q5_0_x2),
-                GgmlType::Q5_1 => in_place!(q5_1, q5_1_x2),
-                GgmlType::Q8_0 => in_place!(q8_0, q8_0_x2),
-                GgmlType::Q4_K => in_place!(q4_k, q4_k_x2),
-                GgmlType::Q5_K => in_place!(q5_k, q5_k_x2),
-                GgmlType::Q6_K => in_place!(q6_k, q6_k_x2),
-                _ => false,
-            };
-            if !done {
-                let nr = rows.len();
-                for (i, wr) in w[rows.start * w_row..rows.end * w_row].chunks_exact(w_row).enumerate() {
-                    for (t, ar) in data.chunks_exact(a_row).enumerate() {
-                        y[t * nr + i] = quant::vec_dot(wtype, wr, ar, n_in).map_err(quant_err)?;
-                    }
+            for (i, wr) in weights.enumerate() {
+                let mut pairs = data.chunks_exact(2 * a_row);
+                for (p, ar) in (&mut pairs).enumerate() {
+                    let (a0, a1) = ar.split_at(a_row);
+                    let [d0, d1] = dots.dot_x2(wr, a0, a1);
+                    y[2 * p * nr + i] = d0;
+                    y[(2 * p + 1) * nr + i] = d1;
+                }
+                let last = pairs.remainder();
+                if !last.is_empty() {
+                    y[(n_tokens - 1) * nr + i] = dots.dot(wr, last);
                 }
             }
         }
@@ -399,47 +346,6 @@ fn check_weight(
     Ok(w_row)
 }
 
-struct Shape {
-    /// Blocks per row, the same count on both sides of every supported pair.
-    nb: usize,
-    rows: Range<usize>,
-}
-
-/// The quantized row loop on block slices viewed in place: each weight row is dotted with the
-/// tokens in pairs (`dot_x2`, bit-identical to two `dot`s) and the last odd token alone. Returns
-/// `false`, having written nothing, when either side is not aligned for its block type.
-fn rows_in_place<W: Pod, A: Pod>(
-    w: &[u8],
-    a: &[u8],
-    shape: &Shape,
-    y: &mut [f32],
-    dot: impl Fn(&[W], &[A]) -> f32,
-    dot_x2: impl Fn(&[W], &[A], &[A]) -> [f32; 2],
-) -> bool {
-    let (Ok(wb), Ok(ab)) = (
-        bytemuck::try_cast_slice::<u8, W>(w),
-        bytemuck::try_cast_slice::<u8, A>(a),
-    ) else {
-        return false;
-    };
-    let Shape { nb, ref rows } = *shape;
-    let nr = rows.len();
-    for (i, wr) in wb[rows.start * nb..rows.end * nb].chunks_exact(nb).enumerate() {
-        let mut pairs = ab.chunks_exact(2 * nb);
-        for (p, ar) in (&mut pairs).enumerate() {
-            let (a0, a1) = ar.split_at(nb);
-            let [d0, d1] = dot_x2(wr, a0, a1);
-            y[2 * p * nr + i] = d0;
-            y[(2 * p + 1) * nr + i] = d1;
-        }
-        let last = pairs.remainder();
-        if !last.is_empty() {
-            y[(ab.len() / nb - 1) * nr + i] = dot(wr, last);
-        }
-    }
-    true
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,25 +357,16 @@ mod tests {
         w
     }
 
-    const WEIGHT_TYPES: &[GgmlType] = &[
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::BF16,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-    ];
+    /// The weight types, from the type table.
+    fn weight_types() -> impl Iterator<Item = GgmlType> {
+        traits::computable().map(|row| row.ty)
+    }
 
     #[test]
     fn every_output_is_the_dot_product_of_a_weight_row_with_a_quantized_token_row() {
         let mut r = XorShift(11);
         let (n_in, n_out, n_tokens) = (512, 5, 3);
-        for &ty in WEIGHT_TYPES {
+        for ty in weight_types() {
             let w = quantized_weight(ty, &r.vec(n_in * n_out, 1.0));
             let x = r.vec(n_in * n_tokens, 2.0);
             let mut y = vec![0.0; n_out * n_tokens];
@@ -507,7 +404,7 @@ mod tests {
     fn row_ranges_reproduce_the_full_product_bit_for_bit() {
         let mut r = XorShift(12);
         let (n_in, n_out, n_tokens) = (256, 7, 4);
-        for &ty in WEIGHT_TYPES {
+        for ty in weight_types() {
             let w = quantized_weight(ty, &r.vec(n_in * n_out, 1.0));
             let x = r.vec(n_in * n_tokens, 1.0);
             let mut full = vec![0.0; n_out * n_tokens];
@@ -534,16 +431,17 @@ mod tests {
     #[test]
     fn unaligned_weights_give_the_same_result() {
         let mut r = XorShift(13);
-        let (n_in, n_out) = (256, 3);
-        for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32] {
+        // Three tokens: a pair for the two-row kernels and an odd one.
+        let (n_in, n_out, n_tokens) = (256, 3, 3);
+        for ty in weight_types() {
             let w = quantized_weight(ty, &r.vec(n_in * n_out, 1.0));
             let mut shifted = vec![0u8; w.len() + 1];
             shifted[1..].copy_from_slice(&w);
-            let x = r.vec(n_in, 1.0);
-            let (mut a, mut b) = (vec![0.0; n_out], vec![0.0; n_out]);
+            let x = r.vec(n_in * n_tokens, 1.0);
+            let (mut a, mut b) = (vec![0.0; n_out * n_tokens], vec![0.0; n_out * n_tokens]);
             let mut scratch = Vec::new();
-            matmul(&w, ty, n_in, n_out, &x, 1, &mut a, &mut scratch).unwrap();
-            matmul(&shifted[1..], ty, n_in, n_out, &x, 1, &mut b, &mut scratch).unwrap();
+            matmul(&w, ty, n_in, n_out, &x, n_tokens, &mut a, &mut scratch).unwrap();
+            matmul(&shifted[1..], ty, n_in, n_out, &x, n_tokens, &mut b, &mut scratch).unwrap();
             assert_eq!(a, b, "{ty}");
         }
     }

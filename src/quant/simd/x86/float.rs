@@ -59,18 +59,18 @@ unsafe fn bf16x8(w: &[u8]) -> __m256 {
 
 /// F32 weights (little-endian bytes).
 #[target_feature(enable = "avx2")]
-pub(in crate::quant::simd) unsafe fn vec_dot_f32(w: &[u8], x: &[f32]) -> f32 {
+pub(in crate::quant) unsafe fn vec_dot_f32(w: &[u8], x: &[f32]) -> f32 {
     lanes_dot!(w, x, 4, f32x8, f32::from_le_bytes)
 }
 
 /// F16 weights.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant::simd) unsafe fn vec_dot_f16(w: &[u8], x: &[f32]) -> f32 {
+pub(in crate::quant) unsafe fn vec_dot_f16(w: &[u8], x: &[f32]) -> f32 {
     lanes_dot!(w, x, 2, f16x8_bytes, |b| f16_to_f32(u16::from_le_bytes(b)))
 }
 
 /// BF16 weights.
 #[target_feature(enable = "avx2")]
-pub(in crate::quant::simd) unsafe fn vec_dot_bf16(w: &[u8], x: &[f32]) -> f32 {
+pub(in crate::quant) unsafe fn vec_dot_bf16(w: &[u8], x: &[f32]) -> f32 {
     lanes_dot!(w, x, 2, bf16x8, |b| bf16_to_f32(u16::from_le_bytes(b)))
 }

@@ -31,7 +31,7 @@ pub(crate) const Q5_1: u8 = 3;
 pub(crate) const Q8_0: u8 = 4;
 
 /// Whether blocks of `KIND` carry a minimum (and take Q8_1 activations).
-const fn has_min(kind: u8) -> bool {
+pub(crate) const fn has_min(kind: u8) -> bool {
     kind == Q4_1 || kind == Q5_1
 }
 

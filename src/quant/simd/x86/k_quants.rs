@@ -97,10 +97,8 @@ unsafe fn scale_min_floats(
 
 /// `q4_k::vec_dot_ref` of the weight row `x` with each of the activation rows `ys`.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant::simd) unsafe fn vec_dot_q4_k<const VNNI: bool, const N: usize>(
-    x: &[BlockQ4K],
-    ys: [&[BlockQ8K]; N],
-) -> [f32; N] {
+pub(in crate::quant) unsafe fn vec_dot_q4_k<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ4K, BlockQ8K, N>(x, ys);
     let (n, ys) = common_len(x, ys);
     let pairs = residue_pairs();
     let m4 = _mm256_set1_epi8(0x0f);
@@ -136,10 +134,8 @@ pub(in crate::quant::simd) unsafe fn vec_dot_q4_k<const VNNI: bool, const N: usi
 
 /// `q5_k::vec_dot_ref` of the weight row `x` with each of the activation rows `ys`.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant::simd) unsafe fn vec_dot_q5_k<const VNNI: bool, const N: usize>(
-    x: &[BlockQ5K],
-    ys: [&[BlockQ8K]; N],
-) -> [f32; N] {
+pub(in crate::quant) unsafe fn vec_dot_q5_k<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ5K, BlockQ8K, N>(x, ys);
     let (n, ys) = common_len(x, ys);
     let pairs = residue_pairs();
     let m4 = _mm256_set1_epi8(0x0f);
@@ -182,10 +178,8 @@ pub(in crate::quant::simd) unsafe fn vec_dot_q5_k<const VNNI: bool, const N: usi
 /// `q6_k::vec_dot_ref` of the weight row `x` with each of the activation rows `ys`. The signed
 /// levels `q - 32` are dotted as `q * y - 32 * y` (exact for every activation, -128 included).
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant::simd) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(
-    x: &[BlockQ6K],
-    ys: [&[BlockQ8K]; N],
-) -> [f32; N] {
+pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ6K, BlockQ8K, N>(x, ys);
     let (n, ys) = common_len(x, ys);
     let pairs = residue_pairs();
     let m4 = _mm256_set1_epi8(0x0f);

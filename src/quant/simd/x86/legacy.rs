@@ -89,10 +89,8 @@ const _: () = {
 
 /// `q4_0::vec_dot_ref`: `sumf += sumi * d_x * d_y`, i.e. `(sumi * d_x) * d_y`.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant::simd) unsafe fn vec_dot_q4_0<const VNNI: bool, const N: usize>(
-    x: &[BlockQ4_0],
-    ys: [&[BlockQ8_0]; N],
-) -> [f32; N] {
+pub(in crate::quant) unsafe fn vec_dot_q4_0<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ4_0, BlockQ8_0, N>(x, ys);
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn prep(x: &BlockQ4_0) -> __m256i {
@@ -121,10 +119,8 @@ unsafe fn five_bits(qs: &[u8; 16], qh: [u8; 4]) -> __m256i {
 
 /// `q5_0::vec_dot_ref`: `sumf += (d_x * d_y) * sumi`.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant::simd) unsafe fn vec_dot_q5_0<const VNNI: bool, const N: usize>(
-    x: &[BlockQ5_0],
-    ys: [&[BlockQ8_0]; N],
-) -> [f32; N] {
+pub(in crate::quant) unsafe fn vec_dot_q5_0<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ5_0, BlockQ8_0, N>(x, ys);
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn prep(x: &BlockQ5_0) -> __m256i {
@@ -146,10 +142,8 @@ pub(in crate::quant::simd) unsafe fn vec_dot_q5_0<const VNNI: bool, const N: usi
 
 /// `q8_0::vec_dot_ref`: `sumf += sumi * (d_x * d_y)`.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant::simd) unsafe fn vec_dot_q8_0<const VNNI: bool, const N: usize>(
-    x: &[BlockQ8_0],
-    ys: [&[BlockQ8_0]; N],
-) -> [f32; N] {
+pub(in crate::quant) unsafe fn vec_dot_q8_0<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ8_0, BlockQ8_0, N>(x, ys);
     /// With VNNI, `x + 128` (unsigned); without, `x` itself.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -208,10 +202,8 @@ unsafe fn dot_q8_1<const VNNI: bool>(u: __m256i, y: &BlockQ8_1) -> __m256i {
 
 /// `q4_1::vec_dot_ref`.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant::simd) unsafe fn vec_dot_q4_1<const VNNI: bool, const N: usize>(
-    x: &[BlockQ4_1],
-    ys: [&[BlockQ8_1]; N],
-) -> [f32; N] {
+pub(in crate::quant) unsafe fn vec_dot_q4_1<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ4_1, BlockQ8_1, N>(x, ys);
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn prep(x: &BlockQ4_1) -> __m256i {
@@ -222,10 +214,8 @@ pub(in crate::quant::simd) unsafe fn vec_dot_q4_1<const VNNI: bool, const N: usi
 
 /// `q5_1::vec_dot_ref`.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant::simd) unsafe fn vec_dot_q5_1<const VNNI: bool, const N: usize>(
-    x: &[BlockQ5_1],
-    ys: [&[BlockQ8_1]; N],
-) -> [f32; N] {
+pub(in crate::quant) unsafe fn vec_dot_q5_1<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ5_1, BlockQ8_1, N>(x, ys);
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn prep(x: &BlockQ5_1) -> __m256i {

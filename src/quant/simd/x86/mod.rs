@@ -13,30 +13,39 @@
 //! they were written before the crate's minimum Rust reached 1.89 (which stabilised the
 //! `avx512*` intrinsics and target features); the 512-bit panel kernel of `gemm` uses the
 //! intrinsics. The functions using either only run after run-time detection of the features
-//! (see `super::Isa::Avx512` and `crate::quant::gemm::is_available`).
+//! (see `super::Isa::Avx512` and `crate::quant::gemm::kernel`).
+//!
+//! The dot products take their rows as bytes and are the entries of the type table
+//! (`crate::quant::traits`) as they are; a type's kernels here and its row there are all it
+//! takes to dispatch them.
 //!
 //! All functions here are `unsafe` because they require CPU features: callers must have
 //! checked that the CPU has AVX2 and F16C (and AVX-512 F, VL and VNNI when `VNNI` is true).
 //! Memory accesses are all within the fixed-size arrays or slices whose bounds are checked.
 
-pub(super) mod float;
+pub(in crate::quant) mod float;
 pub(crate) mod gemm;
 pub(crate) mod gemm_k;
-mod k_quants;
-mod legacy;
-
-/// The quantized kernels under the names the dispatch tables use.
-pub(super) mod kernels {
-    pub(in crate::quant::simd) use super::k_quants::{
-        vec_dot_q4_k as q4_k, vec_dot_q5_k as q5_k, vec_dot_q6_k as q6_k,
-    };
-    pub(in crate::quant::simd) use super::legacy::{
-        vec_dot_q4_0 as q4_0, vec_dot_q4_1 as q4_1, vec_dot_q5_0 as q5_0, vec_dot_q5_1 as q5_1, vec_dot_q8_0 as q8_0,
-    };
-}
+pub(in crate::quant) mod k_quants;
+pub(in crate::quant) mod legacy;
 
 use std::arch::asm;
 use std::arch::x86_64::*;
+
+/// The byte rows of a dot product as blocks: the weight row `x` as `W`, the activation rows `ys`
+/// as `A`. The kernels take bytes so that the type table can hold them as they are (one call per
+/// dot product, no wrapper in between).
+///
+/// # Panics
+/// If a row is not aligned for its blocks or not a whole number of them; the table's safe
+/// entries (`crate::quant::traits::BlockDots`) pass only rows that are.
+#[inline(always)]
+fn block_rows<'a, W: bytemuck::Pod, A: bytemuck::Pod, const N: usize>(
+    x: &'a [u8],
+    ys: [&'a [u8]; N],
+) -> (&'a [W], [&'a [A]; N]) {
+    (bytemuck::cast_slice(x), ys.map(bytemuck::cast_slice))
+}
 
 /// How far ahead of the weight block in hand the kernels prefetch, in bytes. Weight rows stream
 /// from memory once per product and a matmul's rows are contiguous, so the hint runs on into the
