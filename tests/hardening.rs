@@ -258,3 +258,75 @@ fn nan_in_hyper_parameters_or_norm_weights_is_refused_naming_them() {
         );
     }
 }
+
+/// Cancels once it has been asked `allow` times; keeps the first token's logits.
+struct CancelAfter {
+    asked: std::cell::Cell<usize>,
+    allow: usize,
+    first_logits: Option<Vec<f32>>,
+}
+
+impl minfer::engine::GenerationObserver for CancelAfter {
+    fn on_token(&mut self, _token: u32, logits: &[f32]) -> Result<(), String> {
+        self.first_logits.get_or_insert_with(|| logits.to_vec());
+        Ok(())
+    }
+
+    fn on_text(&mut self, _text: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn cancelled(&self) -> bool {
+        let n = self.asked.get();
+        self.asked.set(n + 1);
+        n >= self.allow
+    }
+}
+
+#[test]
+fn a_cancelled_request_stops_within_one_chunk_of_its_prompt_and_chunks_change_no_logit() {
+    use minfer::engine::{generate_cached, GenerateOptions, Model, ModelOptions, Session, PREFILL_CHUNK};
+    let options = ModelOptions {
+        n_threads: Some(2),
+        backend: Some("cpu".into()),
+    };
+    let model = Model::load(common::tiny_model("qwen2", "Q8_0"), &options).unwrap();
+    let n_vocab = model.hparams().n_vocab as u32;
+    let prompt: Vec<u32> = (0..2 * PREFILL_CHUNK as u32 + 300)
+        .map(|i| (i * 7919) % n_vocab)
+        .collect();
+    let generation = GenerateOptions {
+        max_tokens: 1,
+        sampling: minfer::sampling::SamplingParams::greedy(),
+        ..GenerateOptions::default()
+    };
+    let tokenizer = model.tokenizer();
+
+    let mut session = Session::new(&model, 2048);
+    let mut observer = CancelAfter {
+        asked: Default::default(),
+        allow: 1,
+        first_logits: None,
+    };
+    let result = generate_cached(&mut session, tokenizer, &prompt, 0, &generation, &mut observer);
+    assert!(result.is_err(), "the generation was cancelled");
+    assert_eq!(
+        session.n_past(),
+        PREFILL_CHUNK,
+        "one chunk was read, then the request stopped"
+    );
+
+    // Not cancelled: the prompt read in three chunks gives the logits of one pass over it.
+    let mut session = Session::new(&model, 2048);
+    let mut observer = CancelAfter {
+        asked: Default::default(),
+        allow: usize::MAX,
+        first_logits: None,
+    };
+    generate_cached(&mut session, tokenizer, &prompt, 0, &generation, &mut observer).unwrap();
+    assert_eq!(observer.asked.get(), 3);
+    let mut whole = Session::new(&model, 2048);
+    let expected = whole.eval(&prompt, 1).unwrap();
+    let got = observer.first_logits.unwrap();
+    assert!(got.iter().zip(expected).all(|(a, b)| a.to_bits() == b.to_bits()));
+}

@@ -114,7 +114,18 @@ pub trait GenerationObserver {
 
     /// Called with each piece of text as it becomes final.
     fn on_text(&mut self, text: &[u8]) -> Result<(), String>;
+
+    /// Asked before each chunk of the prompt is prefilled: `true` ends the generation there
+    /// (a client that left while a long prompt was being read), with [`EngineError::Output`].
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
+
+/// Prompt tokens prefilled per forward pass (llama.cpp's default `n_ubatch`): a long prompt is
+/// read in chunks, so a cancellation takes effect within one chunk. Each row is computed
+/// independently of the others in its batch, so the chunking changes no logit.
+pub const PREFILL_CHUNK: usize = 512;
 
 struct TextOnly<F>(F);
 
@@ -175,7 +186,12 @@ fn run(
         ..Default::default()
     };
     let start = Instant::now();
-    session.eval(&prompt[n_cached..], 1)?;
+    for chunk in prompt[n_cached..].chunks(PREFILL_CHUNK) {
+        if observer.cancelled() {
+            return Err(EngineError::Output("cancelled while reading the prompt".into()));
+        }
+        session.eval(chunk, 1)?;
+    }
     stats.prompt_time = start.elapsed();
     let gen_start = Instant::now();
     while sequence.finished().is_none() {

@@ -334,6 +334,10 @@ impl Observer<'_> {
 }
 
 impl GenerationObserver for Observer<'_> {
+    fn cancelled(&self) -> bool {
+        self.stopped()
+    }
+
     fn on_token(&mut self, token: u32, logits: &[f32]) -> Result<(), String> {
         if self.stopped() {
             return Err("cancelled".into());
