@@ -58,7 +58,7 @@ pub enum BackendError {
         /// What went wrong.
         message: String,
     },
-    /// A node names a weight its backend's [`TensorSource`](super::TensorSource) does not have.
+    /// A node names a weight its backend's [`TensorSource`] does not have.
     #[error("{backend}: node '{node}' names weight '{weight}', which is not registered")]
     MissingWeight {
         /// The backend's name.
