@@ -457,33 +457,10 @@ mod tests {
         positions: Vec<i32>,
     }
 
-    /// Scores materialised, softmax and weighted sum, all in f64.
+    /// Scores materialised, softmax and weighted sum, all in f64, over cells `0..=position`.
     fn naive(c: &Case, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
-        let (hd, nh) = (c.head_dim, c.n_head);
-        let group = c.n_head / c.n_head_kv;
-        let mut out = vec![0.0f64; q.len()];
-        for (t, &pos) in c.positions.iter().enumerate() {
-            for h in 0..nh {
-                let qh = &q[t * nh * hd + h * hd..][..hd];
-                let kv = (h / group) * hd;
-                let scores: Vec<f64> = (0..=pos as usize)
-                    .map(|cell| {
-                        let kc = &k[cell * c.kv_stride + kv..][..hd];
-                        qh.iter().zip(kc).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() / (hd as f64).sqrt()
-                    })
-                    .collect();
-                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let total: f64 = weights.iter().sum();
-                for (cell, w) in weights.iter().enumerate() {
-                    let vc = &v[cell * c.kv_stride + kv..][..hd];
-                    for i in 0..hd {
-                        out[t * nh * hd + h * hd + i] += w / total * vc[i] as f64;
-                    }
-                }
-            }
-        }
-        out
+        let lists: Vec<Vec<usize>> = c.positions.iter().map(|&p| (0..=p as usize).collect()).collect();
+        naive_lists(c, &lists, q, k, v)
     }
 
     fn run(c: &Case, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
@@ -719,7 +696,7 @@ mod tests {
         assert_eq!(err.to_string(), "attention: positions has length 2, expected 1");
     }
 
-    /// [`naive`] over explicit per-token cell lists.
+    /// Scores materialised, softmax and weighted sum, all in f64, over each token's listed cells.
     fn naive_lists(c: &Case, lists: &[Vec<usize>], q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
         let (hd, nh) = (c.head_dim, c.n_head);
         let group = c.n_head / c.n_head_kv;
