@@ -286,6 +286,10 @@ enum Command {
         /// Seconds a request's body may take to arrive after its headers (slower ones get 408).
         #[arg(long, default_value_t = minfer::server::DEFAULT_BODY_TIMEOUT_S)]
         body_timeout: f64,
+        /// Seconds a response write may make no progress (a client that does not read) before
+        /// the connection is closed.
+        #[arg(long, default_value_t = minfer::server::DEFAULT_WRITE_TIMEOUT_S)]
+        write_timeout: f64,
         /// Most connections open at once; further ones wait in the listen backlog.
         #[arg(long, default_value_t = minfer::server::DEFAULT_MAX_CONNECTIONS)]
         max_connections: usize,
@@ -543,6 +547,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             shutdown_timeout,
             header_timeout,
             body_timeout,
+            write_timeout,
             max_connections,
             backend,
         } => {
@@ -550,7 +555,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 shutdown_timeout.is_finite() && shutdown_timeout >= 0.0,
                 "--shutdown-timeout must be a number of seconds >= 0"
             );
-            for (flag, seconds) in [("--header-timeout", header_timeout), ("--body-timeout", body_timeout)] {
+            for (flag, seconds) in [
+                ("--header-timeout", header_timeout),
+                ("--body-timeout", body_timeout),
+                ("--write-timeout", write_timeout),
+            ] {
                 anyhow::ensure!(
                     seconds.is_finite() && seconds > 0.0 && seconds < 1e9,
                     "{flag} must be a number of seconds above 0"
@@ -572,6 +581,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 shutdown_timeout: std::time::Duration::from_secs_f64(shutdown_timeout),
                 header_timeout: std::time::Duration::from_secs_f64(header_timeout),
                 body_timeout: std::time::Duration::from_secs_f64(body_timeout),
+                write_timeout: std::time::Duration::from_secs_f64(write_timeout),
                 max_connections,
             })?
         }

@@ -329,6 +329,57 @@ fn an_api_key_is_required_when_set_except_for_health() {
 }
 
 #[test]
+fn streams_nobody_reads_are_closed_at_the_write_timeout_and_free_their_connections() {
+    // Four connections, all the server allows, each streaming four long completions with
+    // log-probabilities (about 0.8 kB per token, 6.7 MB in all) to a client that never reads
+    // and keeps a 4 kB receive buffer: the socket buffers fill and the server's writes stall.
+    // The write timeout closes those connections, so a fifth client is served; without it, it
+    // waits in the backlog for as long as the stalled writes last (for ever).
+    let server = Server::start(
+        &tiny(),
+        &[
+            "--n-slots",
+            "4",
+            "--n-ctx",
+            "2048",
+            "--max-connections",
+            "4",
+            "--write-timeout",
+            "1",
+        ],
+        &[],
+    );
+    let body =
+        r#"{"prompt": "a", "max_tokens": 2000, "temperature": 1.0, "seed": 1, "stream": true, "logprobs": 20, "n": 4}"#;
+    let addr: std::net::SocketAddr = server.addr.parse().unwrap();
+    let silent: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).unwrap();
+            socket.set_recv_buffer_size(4096).unwrap();
+            socket.connect(&addr.into()).unwrap();
+            let mut s: TcpStream = socket.into();
+            write!(
+                s,
+                "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            s
+        })
+        .collect();
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let reply = read_until_closed(&mut s, Duration::from_secs(60));
+    assert!(
+        reply.contains(" 200 "),
+        "the fifth client was not served: {reply:?}\n{}",
+        server.log()
+    );
+    drop(silent);
+}
+
+#[test]
 fn the_bearer_scheme_is_case_insensitive() {
     let server = Server::start(&tiny(), &["--n-slots", "1", "--api-key", "sesame"], &[]);
     for scheme in ["bearer", "BEARER", "Bearer"] {

@@ -17,6 +17,7 @@ mod response;
 mod routes;
 mod slots;
 mod tool_calls;
+mod write_timeout;
 
 pub use error::{ApiError, ServerError};
 
@@ -53,6 +54,9 @@ pub struct ServerConfig {
     pub header_timeout: Duration,
     /// How long a request's body may take to arrive once its headers have.
     pub body_timeout: Duration,
+    /// How long a response write may make no progress (a client that does not read) before
+    /// the connection is closed.
+    pub write_timeout: Duration,
     /// Most connections served at once; further ones wait in the listen backlog.
     pub max_connections: usize,
 }
@@ -71,6 +75,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 8 << 20;
 pub const DEFAULT_HEADER_TIMEOUT_S: f64 = 10.0;
 /// Default seconds for a request's body (8 MiB at 300 KiB/s).
 pub const DEFAULT_BODY_TIMEOUT_S: f64 = 30.0;
+/// Default seconds a response write may stall: a client that reads nothing for that long has
+/// gone, or will never read.
+pub const DEFAULT_WRITE_TIMEOUT_S: f64 = 30.0;
 /// Default bound on open connections: far above the slots (waiting requests hold connections
 /// too), far below the process's file-descriptor limit.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
@@ -121,9 +128,9 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
             "the API key (--api-key or MINFER_API_KEY) is empty: give a key, or unset it to serve without one".into(),
         ));
     }
-    if config.header_timeout.is_zero() || config.body_timeout.is_zero() {
+    if config.header_timeout.is_zero() || config.body_timeout.is_zero() || config.write_timeout.is_zero() {
         return Err(ServerError::Config(
-            "--header-timeout and --body-timeout must be above 0".into(),
+            "--header-timeout, --body-timeout and --write-timeout must be above 0".into(),
         ));
     }
     let options = ModelOptions {
@@ -210,6 +217,7 @@ async fn run_server(
     });
     let limits = Limits {
         header_timeout: config.header_timeout,
+        write_timeout: config.write_timeout,
         max_connections: config.max_connections,
     };
     let mut server = std::pin::pin!(accept_loop(listener, routes::router(app), limits, rx.clone()));
@@ -230,6 +238,7 @@ async fn run_server(
 /// What bounds the connections.
 struct Limits {
     header_timeout: Duration,
+    write_timeout: Duration,
     max_connections: usize,
 }
 
@@ -272,8 +281,10 @@ async fn accept_loop(
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
         let http = Arc::clone(&http);
         let mut stop = stop.clone();
+        let write_timeout = limits.write_timeout;
         tokio::spawn(async move {
             let _permit = permit;
+            let stream = write_timeout::WriteTimeout::new(stream, write_timeout);
             let connection = http.serve_connection(TokioIo::new(stream), service);
             let mut connection = std::pin::pin!(connection);
             // Errors here belong to one client (a timeout, a reset, bad HTTP): the connection
