@@ -11,6 +11,9 @@
 //! kernels on unscrambled copies, so it is exact; what it proves is the seam, not arithmetic.
 //! One test breaks one of its ops on purpose and checks that the harness names exactly that op.
 
+mod common;
+
+use common::Rng;
 use minfer::backends::cpu::{CpuBackend, CpuDevice};
 use minfer::backends::BackendSet;
 use minfer::graph::fusion::FusionPass;
@@ -36,27 +39,6 @@ fn weight_types() -> Vec<GgmlType> {
         .copied()
         .filter(|t| !matches!(t, GgmlType::Q8_1 | GgmlType::Q8_K))
         .collect()
-}
-
-/// A seeded xorshift generator: the cases are the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform in [-scale, scale).
-    fn f32(&mut self, scale: f32) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-    }
-
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32(scale)).collect()
-    }
 }
 
 /// Weights held in memory, quantized from random values: the cases' model file.

@@ -21,19 +21,10 @@ fn load(path: &Path) -> Model {
 /// Distinct pseudo-random prompts of the given lengths.
 fn prompts(model: &Model, lengths: &[usize]) -> Vec<Vec<u32>> {
     let n_vocab = model.hparams().n_vocab as u64;
-    let mut seed = 0x5851_f42d_4c95_7f2du64;
+    let mut rng = common::Rng(0x5851_f42d_4c95_7f2d);
     lengths
         .iter()
-        .map(|&n| {
-            (0..n)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    (seed % n_vocab.min(3000)) as u32
-                })
-                .collect()
-        })
+        .map(|&n| (0..n).map(|_| (rng.next() % n_vocab.min(3000)) as u32).collect())
         .collect()
 }
 

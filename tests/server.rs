@@ -418,23 +418,7 @@ fn an_internal_failure_is_a_500_that_frees_the_slot_and_the_server_serves_on() {
     }
 }
 
-/// A small deterministic generator, so a failure replays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn hostile_value(rng: &mut Rng, depth: usize) -> serde_json::Value {
+fn hostile_value(rng: &mut common::Rng, depth: usize) -> serde_json::Value {
     use serde_json::json;
     match rng.below(if depth > 3 { 9 } else { 12 }) {
         0 => json!(null),
@@ -490,7 +474,7 @@ fn hostile_bodies_at_every_endpoint_never_crash_hang_or_5xx_the_server() {
         "repeat_penalty",
         "repeat_last_n",
     ];
-    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut rng = common::Rng(0x9e3779b97f4a7c15);
     let mut seen = std::collections::BTreeMap::new();
     let started = Instant::now();
     for i in 0..600 {

@@ -77,22 +77,7 @@ fn the_real_tokenizer_reports_its_special_ids() {
     );
 }
 
-/// Deterministic pseudo-random generator for the property tests.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn random_text(rng: &mut XorShift) -> Vec<u8> {
+fn random_text(rng: &mut common::Rng) -> Vec<u8> {
     const PIECES: &[&str] = &[
         "the",
         " quick",
@@ -162,7 +147,7 @@ fn random_text(rng: &mut XorShift) -> Vec<u8> {
 #[test]
 fn decoding_the_encoding_of_any_bytes_gives_them_back() {
     let t = qwen25();
-    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut rng = common::Rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..3000 {
         let text = random_text(&mut rng);
         let ids = t.encode_bytes(&text, false, false);
@@ -173,7 +158,7 @@ fn decoding_the_encoding_of_any_bytes_gives_them_back() {
 #[test]
 fn streamed_decoding_equals_one_shot_decoding_and_never_splits_a_character() {
     let t = qwen25();
-    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    let mut rng = common::Rng(0x2545_f491_4f6c_dd1d);
     for _ in 0..3000 {
         let text = random_text(&mut rng);
         let ids = t.encode_bytes(&text, false, true);
@@ -288,7 +273,7 @@ pub const QWEN2_PATTERN: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL]
 #[test]
 fn the_hand_written_qwen2_splitter_agrees_with_the_regex_on_random_text() {
     let re = fancy_regex::Regex::new(QWEN2_PATTERN).unwrap();
-    let mut rng = XorShift(0x1234_5678_9abc_def1);
+    let mut rng = common::Rng(0x1234_5678_9abc_def1);
     let mut checked = 0;
     for _ in 0..5000 {
         let lossy = String::from_utf8_lossy(&random_text(&mut rng)).into_owned();

@@ -42,11 +42,6 @@ impl BackendSet {
         Ok(BackendSet { devices })
     }
 
-    /// A set of devices made elsewhere (a test's own device, say), in priority order.
-    pub fn from_devices(devices: Vec<Arc<dyn BackendDevice>>) -> Self {
-        BackendSet { devices }
-    }
-
     /// The devices, in priority order.
     pub fn devices(&self) -> &[Arc<dyn BackendDevice>] {
         &self.devices

@@ -117,15 +117,11 @@ impl KvCells {
                 n_ctx: self.n_ctx(),
             });
         }
-        for (i, (&seq, &pos)) in batch.seq_ids().iter().zip(batch.positions()).enumerate() {
+        // Each sequence's last position so far in the batch (checked to rise, so the highest).
+        let mut last_in_batch = [None::<i32>; MAX_SEQUENCES];
+        for (&seq, &pos) in batch.seq_ids().iter().zip(batch.positions()) {
             self.check_seq(seq)?;
-            let before = batch.seq_ids()[..i]
-                .iter()
-                .zip(batch.positions())
-                .filter(|&(&s, _)| s == seq)
-                .map(|(_, &p)| p)
-                .max()
-                .or(self.seq_pos_max(seq));
+            let before = last_in_batch[seq].or(self.seq_pos_max(seq));
             if pos < 0 || before.is_some_and(|b| pos <= b) {
                 return Err(EngineError::PositionOrder {
                     seq,
@@ -133,6 +129,7 @@ impl KvCells {
                     after: before.unwrap_or(-1),
                 });
             }
+            last_in_batch[seq] = Some(pos);
         }
         cells.clear();
         let mut next_free = 0;

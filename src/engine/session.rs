@@ -321,7 +321,7 @@ impl Session {
                 InputKind::KvIndex => index,
                 InputKind::KvSpan => spans,
             };
-            alloc.fill_input_i32(graph, &node.name, data)?;
+            alloc.fill_node_i32(graph, input, data)?;
         }
         Ok(())
     }

@@ -8,7 +8,7 @@
 
 use super::backend::{Backend, BackendError, ComputeBackend, KvProvider};
 use super::ops::{NodeMeta, Op};
-use super::{BufRef, CNode, ComputeGraph, DType, GraphError, NodeId};
+use super::{BufRef, ComputeGraph, DType, GraphError, NodeId};
 use std::collections::HashMap;
 
 /// Owns the backends' execution contexts and maps graph nodes to their buffers; keeps each
@@ -277,52 +277,72 @@ impl GraphAllocator {
         })
     }
 
-    fn input_buffer<'g>(&self, graph: &'g ComputeGraph, name: &str) -> Result<(BufRef, &'g CNode), GraphError> {
-        let node = graph
+    /// The input node named `name`.
+    fn input_named(graph: &ComputeGraph, name: &str) -> Result<NodeId, GraphError> {
+        graph
             .inputs
             .iter()
-            .map(|&i| &graph.nodes[i])
-            .find(|n| n.name == name)
-            .ok_or_else(|| GraphError::NoSuchInput { name: name.to_string() })?;
-        let buf = self.node_buffer(node.id).ok_or_else(|| GraphError::NoBuffer {
-            node: node.name.clone(),
-        })?;
-        Ok((buf, node))
+            .copied()
+            .find(|&i| graph.nodes[i].name == name)
+            .ok_or_else(|| GraphError::NoSuchInput { name: name.to_string() })
     }
 
     /// Fill input `name` with `bytes`, which must be exactly its size.
     pub fn fill_input_bytes(&mut self, graph: &ComputeGraph, name: &str, bytes: &[u8]) -> Result<(), GraphError> {
-        let (buf, node) = self.input_buffer(graph, name)?;
-        if bytes.len() != node.n_bytes() {
-            return Err(GraphError::InputSize {
-                name: name.to_string(),
-                expected: node.n_bytes(),
-                got: bytes.len(),
-            });
-        }
-        Ok(self.backend_mut(buf.backend)?.write_buffer(buf.id, 0, bytes)?)
+        self.fill_node(graph, Self::input_named(graph, name)?, None, bytes)
     }
 
     /// Fill an F32 input.
     pub fn fill_input(&mut self, graph: &ComputeGraph, name: &str, data: &[f32]) -> Result<(), GraphError> {
-        self.fill_typed(graph, name, DType::F32, bytemuck::cast_slice(data))
+        let id = Self::input_named(graph, name)?;
+        self.fill_node(graph, id, Some(DType::F32), bytemuck::cast_slice(data))
     }
 
     /// Fill an I32 input.
     pub fn fill_input_i32(&mut self, graph: &ComputeGraph, name: &str, data: &[i32]) -> Result<(), GraphError> {
-        self.fill_typed(graph, name, DType::I32, bytemuck::cast_slice(data))
+        let id = Self::input_named(graph, name)?;
+        self.fill_node(graph, id, Some(DType::I32), bytemuck::cast_slice(data))
     }
 
-    fn fill_typed(&mut self, graph: &ComputeGraph, name: &str, dtype: DType, bytes: &[u8]) -> Result<(), GraphError> {
-        let (_, node) = self.input_buffer(graph, name)?;
-        if node.out_dtype != dtype {
+    /// Fill the I32 input node `input` (as the engine does, by the node it found by kind).
+    pub fn fill_node_i32(&mut self, graph: &ComputeGraph, input: NodeId, data: &[i32]) -> Result<(), GraphError> {
+        self.fill_node(graph, input, Some(DType::I32), bytemuck::cast_slice(data))
+    }
+
+    /// Write `bytes` into input node `id`'s buffer, checking that it is an input, that `dtype`
+    /// (when given) is its element type and that `bytes` is exactly its size.
+    fn fill_node(
+        &mut self,
+        graph: &ComputeGraph,
+        id: NodeId,
+        dtype: Option<DType>,
+        bytes: &[u8],
+    ) -> Result<(), GraphError> {
+        let node = graph
+            .nodes
+            .get(id)
+            .filter(|_| graph.inputs.contains(&id))
+            .ok_or_else(|| GraphError::NoSuchInput {
+                name: format!("node #{id}"),
+            })?;
+        if let Some(dtype) = dtype.filter(|&d| d != node.out_dtype) {
             return Err(GraphError::InputType {
-                name: name.to_string(),
+                name: node.name.clone(),
                 expected: node.out_dtype.name(),
                 got: dtype.name(),
             });
         }
-        self.fill_input_bytes(graph, name, bytes)
+        if bytes.len() != node.n_bytes() {
+            return Err(GraphError::InputSize {
+                name: node.name.clone(),
+                expected: node.n_bytes(),
+                got: bytes.len(),
+            });
+        }
+        let buf = self.node_buffer(id).ok_or_else(|| GraphError::NoBuffer {
+            node: node.name.clone(),
+        })?;
+        Ok(self.backend_mut(buf.backend)?.write_buffer(buf.id, 0, bytes)?)
     }
 
     /// Copy a node's output into `dst` (exactly its size in bytes).

@@ -246,41 +246,29 @@ impl ComputeGraph {
     /// Every weight the graph's nodes name (matmul weights and biases, norm weights, embedding
     /// tables, those of fused nodes), each once, in first-use order: what a backend prepares.
     pub fn weight_names(&self) -> Vec<String> {
+        fn matmul(m: &MatMulMeta) -> impl Iterator<Item = &String> {
+            std::iter::once(&m.weight_name).chain(&m.bias_name)
+        }
         let mut names: Vec<String> = Vec::new();
-        let mut add = |name: &String| {
-            if !names.contains(name) {
-                names.push(name.clone());
-            }
-        };
-        let add_matmul = |m: &MatMulMeta, add: &mut dyn FnMut(&String)| {
-            add(&m.weight_name);
-            if let Some(bias) = &m.bias_name {
-                add(bias);
-            }
-        };
         for node in &self.nodes {
-            match &node.meta {
-                NodeMeta::MatMul(m) => add_matmul(m, &mut add),
-                NodeMeta::Norm(m) => {
-                    if let Some(w) = &m.weight_name {
-                        add(w);
-                    }
+            let named: Vec<&String> = match &node.meta {
+                NodeMeta::MatMul(m) => matmul(m).collect(),
+                NodeMeta::Norm(m) => m.weight_name.iter().collect(),
+                NodeMeta::Embed(m) => vec![&m.weight_name],
+                NodeMeta::FusedQkv(m) => [&m.q, &m.k, &m.v]
+                    .into_iter()
+                    .flat_map(matmul)
+                    .chain(m.qk_norm.iter().flat_map(|(q_norm, k_norm, _)| [q_norm, k_norm]))
+                    .collect(),
+                NodeMeta::FusedFfn(m) => matmul(&m.gate).chain(matmul(&m.up)).collect(),
+                NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Rope(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => {
+                    Vec::new()
                 }
-                NodeMeta::Embed(m) => add(&m.weight_name),
-                NodeMeta::FusedQkv(m) => {
-                    for p in [&m.q, &m.k, &m.v] {
-                        add_matmul(p, &mut add);
-                    }
-                    if let Some((q_norm, k_norm, _)) = &m.qk_norm {
-                        add(q_norm);
-                        add(k_norm);
-                    }
+            };
+            for name in named {
+                if !names.contains(name) {
+                    names.push(name.clone());
                 }
-                NodeMeta::FusedFfn(m) => {
-                    add_matmul(&m.gate, &mut add);
-                    add_matmul(&m.up, &mut add);
-                }
-                NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Rope(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => {}
             }
         }
         names

@@ -123,3 +123,30 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     }
     ab / (aa.sqrt() * bb.sqrt())
 }
+
+/// A seeded xorshift64 generator (13, 7, 17): deterministic, so a failing case replays.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// Uniform in [-scale, scale).
+    pub fn f32(&mut self, scale: f32) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    }
+
+    /// `n` values of [`Rng::f32`].
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32(scale)).collect()
+    }
+}

@@ -55,12 +55,13 @@ impl CpuBackend {
             None => return Err(self.err(node, "a fused Q/K/V node needs the kv_cells input")),
         };
         // The cells' buffer is a different input, unless a caller passed the positions twice.
-        let cell_bits = match cells_buf.id != in_bufs[1].id {
-            true => match self.buffers.get_mut(cells_buf.id) {
+        let cell_bits = if cells_buf.id == in_bufs[1].id {
+            None
+        } else {
+            match self.buffers.get_mut(cells_buf.id) {
                 Some(b) => Some(std::mem::take(b)),
                 None => return Err(self.err(node, format!("no buffer {}", cells_buf.id))),
-            },
-            false => None,
+            }
         };
         let cells = cell_bits.as_deref().map_or(positions, ids_of);
         let mut k = std::mem::take(&mut self.fused_k);

@@ -464,13 +464,17 @@ mod tests {
     }
 
     fn run(c: &Case, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
+        run_visible(c, pre(&c.positions), c.positions.len(), q, k, v)
+    }
+
+    /// [`attention`] of `n_tokens` tokens over the cells `visible` gives them.
+    fn run_visible(c: &Case, visible: Visible<'_>, n_tokens: usize, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
         let mut out = vec![f32::NAN; q.len()];
-        let n_tokens = c.positions.len();
         attention(
             q,
             k,
             v,
-            pre(&c.positions),
+            visible,
             n_tokens,
             c.n_head,
             c.n_head_kv,
@@ -727,24 +731,7 @@ mod tests {
     }
 
     fn run_spans(c: &Case, index: &[i32], spans: &[i32], q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
-        let mut out = vec![f32::NAN; q.len()];
-        let visible = Visible::Spans { index, spans };
-        let n_tokens = spans.len() / 2;
-        attention(
-            q,
-            k,
-            v,
-            visible,
-            n_tokens,
-            c.n_head,
-            c.n_head_kv,
-            c.head_dim,
-            c.kv_stride,
-            c.n_kv,
-            &mut out,
-        )
-        .unwrap();
-        out
+        run_visible(c, Visible::Spans { index, spans }, spans.len() / 2, q, k, v)
     }
 
     #[test]
