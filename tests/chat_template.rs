@@ -296,3 +296,31 @@ fn rendering_odd_json_returns_errors_instead_of_panicking() {
         "{err:?}"
     );
 }
+
+#[test]
+fn the_largest_conversation_a_request_can_carry_renders_within_the_fuel_budget() {
+    // The server's limits (8 MiB body, 2,048 messages, 128 tools), filled: every fixture template
+    // must render it, or the fuel that stops hostile templates would refuse real requests.
+    let content = "word ".repeat(800);
+    let messages: Vec<Json> = (0..2048)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": content}))
+        .collect();
+    let tools: Vec<Json> = (0..128)
+        .map(|i| {
+            json!({"type": "function", "function": {
+                "name": format!("f{i}"), "description": "d".repeat(500),
+                "parameters": {"type": "object", "properties": {"a": {"type": "string", "description": "x".repeat(300)}}}
+            }})
+        })
+        .collect();
+    let mut sources = vec![read(chat_fixtures().join("qwen25.jinja"))];
+    for entry in std::fs::read_dir(chat_fixtures().join("templates")).unwrap() {
+        sources.push(read(entry.unwrap().path()));
+    }
+    assert_eq!(sources.len(), 5);
+    for source in &sources {
+        let template = ChatTemplate::new(source, "", "<|im_end|>").unwrap();
+        let rendered = template.render(&messages, Some(&tools), true, &no_extra()).unwrap();
+        assert!(rendered.len() > 8_000_000);
+    }
+}

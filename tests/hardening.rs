@@ -117,6 +117,11 @@ fn runaway_chat_templates_are_refused_at_load_naming_the_budget_in_bounded_memor
             "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
             "output exceeds",
         ),
+        // Few instructions, but 2^40 bytes: fuel charges for the data a template builds.
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+            "ran out of fuel",
+        ),
     ];
     for (source, refusal) in cases {
         let model = with_template(dir.path(), source);

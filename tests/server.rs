@@ -111,6 +111,16 @@ impl Server {
             .unwrap_or_else(|| panic!("{name} missing from {text}"))
     }
 
+    /// A `/proc/PID/status` figure of the server, in kB (`VmRSS`, `VmHWM`).
+    fn memory_kb(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in {status}"))
+    }
+
     fn terminate(&mut self, timeout: Duration) -> ExitStatus {
         let pid = self.child.id().to_string();
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
@@ -849,4 +859,33 @@ fn connections_beyond_max_connections_wait_until_one_closes() {
         waited >= Duration::from_millis(1800) && waited < Duration::from_secs(20),
         "served after {waited:?}"
     );
+}
+
+#[test]
+fn bodies_of_two_hundred_thousand_messages_are_refused_in_bounded_memory_that_is_given_back() {
+    let server = Server::start(&tiny(), &[], &[]);
+    let messages = vec![serde_json::json!({"role": "user", "content": ""}); 200_000];
+    let body = serde_json::json!({ "messages": messages }).to_string();
+    assert!(body.len() > 5_000_000);
+    let before = server.memory_kb("VmRSS");
+    std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..12)
+            .map(|_| scope.spawn(|| server.post("/v1/chat/completions", &body)))
+            .collect();
+        for client in clients {
+            let (status, reply) = client.join().unwrap();
+            assert_eq!(status, 400, "{reply}");
+            assert!(reply.contains("more than 262144 JSON values"), "{reply}");
+        }
+    });
+    // The twelve bodies themselves are 70 MB; their parsed values stop at the budget.
+    let peak = server.memory_kb("VmHWM");
+    assert!(peak < before + 250_000, "peak RSS {peak} kB from {before} kB");
+    let after = server.memory_kb("VmRSS");
+    assert!(
+        after < before + 30_000,
+        "RSS {after} kB after the burst, {before} kB before"
+    );
+    let (status, _) = server.post("/v1/chat/completions", HI);
+    assert_eq!(status, 200);
 }

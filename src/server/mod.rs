@@ -10,6 +10,7 @@
 //! timeout and a bound on how many are open) and graceful shutdown; it must not know the API's
 //! shapes itself.
 
+mod body;
 mod error;
 mod metrics;
 mod request;
@@ -164,6 +165,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         body_timeout: config.body_timeout,
         created: unix_time(),
         fault_marker: std::env::var("MINFER_SERVE_FAULT").ok().filter(|m| !m.is_empty()),
+        parsing: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
     });
     // The async side only parses, routes and copies bytes; two threads keep it responsive
     // without taking cores from the model's pool.

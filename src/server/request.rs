@@ -18,6 +18,9 @@ const MAX_STOPS: usize = 16;
 const MAX_STOP_LEN: usize = 256;
 /// Most alternatives per position that `top_logprobs` / `logprobs` may ask for.
 pub const MAX_TOP_LOGPROBS: usize = 20;
+/// Most messages in one chat request, and most tools: OpenAI's own limits.
+pub const MAX_MESSAGES: usize = 2048;
+pub const MAX_TOOLS: usize = 128;
 
 /// What both endpoints share: sampling, limits, streaming.
 #[derive(Debug, Clone)]
@@ -295,6 +298,15 @@ pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
         Some(Json::Array(items)) if items.is_empty() => {
             return Err(ApiError::field("messages", "messages must hold at least one message"))
         }
+        Some(Json::Array(items)) if items.len() > MAX_MESSAGES => {
+            return Err(ApiError::field(
+                "messages",
+                format!(
+                    "messages has {} messages; at most {MAX_MESSAGES} are allowed",
+                    items.len()
+                ),
+            ))
+        }
         Some(Json::Array(items)) => items
             .iter()
             .enumerate()
@@ -304,6 +316,12 @@ pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
     };
     let tools = match f.get("tools") {
         None => None,
+        Some(Json::Array(items)) if items.len() > MAX_TOOLS => {
+            return Err(ApiError::field(
+                "tools",
+                format!("tools has {} tools; at most {MAX_TOOLS} are allowed", items.len()),
+            ))
+        }
         Some(Json::Array(items)) => Some(
             items
                 .iter()
@@ -627,6 +645,18 @@ mod tests {
             assert_eq!(err.param.as_deref(), Some(field), "{body}: {}", err.message);
             assert!(err.message.contains(field), "{body}: {}", err.message);
         }
+    }
+
+    #[test]
+    fn more_messages_or_tools_than_openai_allows_are_refused_by_count() {
+        let message = json!({"role": "user", "content": "x"});
+        let err = chat(&json!({"messages": vec![message.clone(); MAX_MESSAGES + 1]})).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("messages"));
+        assert!(err.message.contains("at most 2048"), "{}", err.message);
+        assert!(chat(&json!({"messages": vec![message.clone(); MAX_MESSAGES]})).is_ok());
+        let tool = json!({"type": "function", "function": {"name": "f"}});
+        let err = chat(&json!({"messages": [message], "tools": vec![tool; MAX_TOOLS + 1]})).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("tools"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! with `response`. Nothing here generates, and nothing here blocks: the only waits are on
 //! channels.
 
+use super::body;
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::request::{self, Common, Prompt, ToolChoice};
@@ -44,6 +45,8 @@ pub struct AppState {
     pub created: u64,
     /// A prompt containing this text fails inside its slot (`MINFER_SERVE_FAULT`).
     pub fault_marker: Option<String>,
+    /// Bodies parsed at once: one per CPU.
+    pub parsing: tokio::sync::Semaphore,
 }
 
 type App = Arc<AppState>;
@@ -168,8 +171,14 @@ async fn metrics(State(app): State<App>) -> Response {
 }
 
 /// Reads the body within the body timeout (a client trickling it in would otherwise hold its
-/// connection and task for as long as it likes) and parses it as JSON.
-async fn read_json(app: &AppState, req: Request) -> Result<Value, ApiError> {
+/// connection and task for as long as it likes), then parses it as JSON and reads it with
+/// `read` (`request::chat`, `request::completion`) on the blocking pool: a body of megabytes
+/// takes milliseconds to parse, which would stall every other connection on the async threads.
+async fn read_request<T: Send + 'static>(
+    app: &AppState,
+    req: Request,
+    read: fn(&Value) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
     let body = tokio::time::timeout(app.body_timeout, Bytes::from_request(req, &()))
         .await
         .map_err(|_| {
@@ -181,25 +190,43 @@ async fn read_json(app: &AppState, req: Request) -> Result<Value, ApiError> {
                 ),
             )
         })?;
-    parse_body(app, body)
+    let max_body_bytes = app.max_body_bytes;
+    // Parsing is all CPU: more parses at once than cores only adds memory (each body's values
+    // live until it is read).
+    let _permit = app
+        .parsing
+        .acquire()
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    blocking(move || {
+        let bytes = body_bytes(max_body_bytes, body)?;
+        let large = bytes.len() >= LARGE_BODY_BYTES;
+        let result = body::parse(&bytes, body::MAX_JSON_VALUES)
+            .map_err(|e| ApiError::bad_request(e.to_string()))
+            .and_then(|value| read(&value));
+        if large {
+            drop(bytes);
+            body::release_freed_memory();
+        }
+        result
+    })
+    .await
 }
 
-fn parse_body(app: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
-    let bytes = body.map_err(|rejection| match rejection.status() {
+/// A body past this size is followed by handing the freed memory back to the system.
+const LARGE_BODY_BYTES: usize = 1 << 20;
+
+fn body_bytes(max_body_bytes: usize, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the request body is larger than the limit of {} bytes",
-                app.max_body_bytes
-            ),
+            format!("the request body is larger than the limit of {max_body_bytes} bytes"),
         ),
         status => ApiError::new(
             status,
             format!("cannot read the request body: {}", rejection.body_text()),
         ),
-    })?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+    })
 }
 
 /// Runs blocking work (template rendering, tokenization) off the async threads.
@@ -211,8 +238,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
 
 async fn chat(State(app): State<App>, req: Request) -> Response {
     let result = async {
-        let body = read_json(&app, req).await?;
-        let req = request::chat(&body)?;
+        let req = read_request(&app, req, request::chat).await?;
         let tools: Vec<String> = req
             .tools
             .iter()
@@ -251,8 +277,7 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
 
 async fn completions(State(app): State<App>, req: Request) -> Response {
     let result = async {
-        let body = read_json(&app, req).await?;
-        let req = request::completion(&body)?;
+        let req = read_request(&app, req, request::completion).await?;
         let fault = match &app.fault_marker {
             Some(m) => req
                 .prompts

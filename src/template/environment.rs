@@ -13,11 +13,23 @@ use minijinja::{AutoEscape, Environment, Error, ErrorKind, Value};
 /// The name the template is compiled under; minijinja's messages say `(in chat_template:LINE)`.
 pub(super) const TEMPLATE_NAME: &str = "chat_template";
 
-/// Instructions one render may execute: a template comes with a model file, and one that loops
-/// without end must be refused, not run. Real templates use a few thousand per message (the
-/// longest tested conversation with tools, under 100,000 in all); the bound stops a runaway
-/// loop within about a second.
-pub const TEMPLATE_FUEL: u64 = 30_000_000;
+/// The fuel every render gets, whatever its input. minijinja charges one fuel per instruction
+/// and one per 64 bytes of data a template builds (strings, lists, output), so fuel bounds both
+/// the time and the memory of a render: a template that loops without end or doubles a string
+/// in a loop is refused within a few tens of megabytes. A short conversation uses a few
+/// thousand.
+pub const TEMPLATE_FUEL: u64 = 1_000_000;
+
+/// Extra fuel per byte of input (message and tool strings): rendering copies, trims and joins
+/// its input a few times over. The five Qwen-family templates in the test fixtures render an
+/// 8 MiB conversation (2,048 messages of 4 KB, 128 tools) with 0.5 to 1 million fuel in all,
+/// so 1/4 per byte (2 million for that conversation, plus the base) leaves them twice that.
+pub const TEMPLATE_FUEL_PER_INPUT_BYTE: f64 = 0.25;
+
+/// The fuel of a render whose message and tool strings hold `input_bytes` bytes.
+pub fn template_fuel(input_bytes: usize) -> u64 {
+    TEMPLATE_FUEL + (input_bytes as f64 * TEMPLATE_FUEL_PER_INPUT_BYTE) as u64
+}
 
 pub(super) fn environment() -> Environment<'static> {
     let mut env = Environment::new();

@@ -26,11 +26,14 @@ pub enum TemplateError {
         /// minijinja's message with the causes it wraps (a `raise_exception` text included).
         message: String,
     },
-    /// The render ran past its instruction budget (minijinja's fuel): a template that loops
-    /// without end, refused at load or for the conversation that triggers it.
-    #[error("chat template ran out of fuel: it executed more than {fuel} instructions (the per-render budget)")]
+    /// The render ran past its budget (minijinja's fuel: one per instruction, one per 64 bytes of
+    /// data built): a template that loops without end or builds without bound, refused at load
+    /// or for the conversation that triggers it.
+    #[error(
+        "chat template ran out of fuel: it used more than its budget of {fuel} (one per instruction and per 64 bytes it builds)"
+    )]
     OutOfFuel {
-        /// The budget, in minijinja instructions.
+        /// The budget of this render.
         fuel: u64,
     },
     /// The render produced more than the output limit.

@@ -25,8 +25,8 @@ mod tojson;
 pub use error::TemplateError;
 
 use crate::gguf::{Array, GgufError, Metadata, ValueType};
-pub use environment::TEMPLATE_FUEL;
 use environment::TEMPLATE_NAME;
+pub use environment::{template_fuel, TEMPLATE_FUEL, TEMPLATE_FUEL_PER_INPUT_BYTE};
 use error::describe;
 use minijinja::{Environment, Value};
 use serde_json::{json, Map, Value as Json};
@@ -156,6 +156,7 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         extra: &Map<String, Json>,
     ) -> Result<String, TemplateError> {
+        let fuel = template_fuel(input_bytes(messages) + tools.map_or(0, input_bytes));
         let messages = input::messages(messages)?;
         let tools = match tools {
             Some(tools) => input::tools(tools)?,
@@ -181,12 +182,14 @@ impl ChatTemplate {
             ("documents".to_string(), Value::from(())),
             ("add_generation_prompt".to_string(), Value::from(add_generation_prompt)),
         ]);
-        let template = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|err| TemplateError::Render {
-                message: describe(&err),
-            })?;
+        // The budget grows with the input, so a large conversation renders while a hostile
+        // template on a small one stops early; environments share their compiled templates, so
+        // the clone is cheap.
+        let mut env = self.env.clone();
+        env.set_fuel(Some(fuel));
+        let template = env.get_template(TEMPLATE_NAME).map_err(|err| TemplateError::Render {
+            message: describe(&err),
+        })?;
         // Later pairs replace earlier ones, which is how an extra overrides `bos_token`.
         let mut out = Bounded {
             bytes: Vec::new(),
@@ -199,9 +202,7 @@ impl ChatTemplate {
             });
         }
         match rendered {
-            Err(err) if err.kind() == minijinja::ErrorKind::OutOfFuel => {
-                Err(TemplateError::OutOfFuel { fuel: TEMPLATE_FUEL })
-            }
+            Err(err) if err.kind() == minijinja::ErrorKind::OutOfFuel => Err(TemplateError::OutOfFuel { fuel }),
             Err(err) => Err(TemplateError::Render {
                 message: describe(&err),
             }),
@@ -231,6 +232,19 @@ impl ChatTemplate {
         }
         Err(TemplateError::Probe { message: failure })
     }
+}
+
+/// The bytes of every string (keys included) in `values`.
+fn input_bytes(values: &[Json]) -> usize {
+    fn walk(v: &Json) -> usize {
+        match v {
+            Json::String(s) => s.len(),
+            Json::Array(items) => items.iter().map(walk).sum(),
+            Json::Object(map) => map.iter().map(|(k, v)| k.len() + walk(v)).sum(),
+            _ => 0,
+        }
+    }
+    values.iter().map(walk).sum()
 }
 
 /// Bytes one render may produce: far beyond any prompt a context holds (a 128K-token context
