@@ -293,6 +293,11 @@ enum Command {
         /// Most connections open at once; further ones wait in the listen backlog.
         #[arg(long, default_value_t = minfer::server::DEFAULT_MAX_CONNECTIONS)]
         max_connections: usize,
+        /// Read control-token text in messages (`<|im_start|>`, `<|im_end|>`) as control tokens,
+        /// as llama.cpp's server does. By default it stays plain text, so a user cannot forge
+        /// a system turn; the template's own markers are control tokens either way.
+        #[arg(long)]
+        special_in_content: bool,
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
@@ -549,6 +554,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             body_timeout,
             write_timeout,
             max_connections,
+            special_in_content,
             backend,
         } => {
             anyhow::ensure!(
@@ -583,6 +589,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 body_timeout: std::time::Duration::from_secs_f64(body_timeout),
                 write_timeout: std::time::Duration::from_secs_f64(write_timeout),
                 max_connections,
+                special_in_content,
             })?
         }
     }

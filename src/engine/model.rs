@@ -11,7 +11,7 @@ use crate::gguf::{GgufError, GgufFile};
 use crate::graph::registry::{fence_from, RegistryError};
 use crate::graph::{BackendError, CParams, GraphParams};
 use crate::models::{load_model, GgufWeights, HParams, ModelDef, ModelError};
-use crate::template::{ChatTemplate, TemplateError};
+use crate::template::{ChatTemplate, Rendered, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -168,6 +168,13 @@ impl Model {
     /// the model asks for one (as llama.cpp does for a chat prompt).
     pub fn encode(&self, text: &str) -> Vec<u32> {
         encode_prompt(&self.tokenizer, text)
+    }
+
+    /// [`Model::encode`] for a prompt rendered with guarded strings: control-token text inside
+    /// `rendered.literal` stays text.
+    pub fn encode_rendered(&self, rendered: &Rendered) -> Vec<u32> {
+        self.tokenizer
+            .encode_with_literal_spans(&rendered.text, true, &rendered.literal)
     }
 
     /// The context a session gets for a requested `n_ctx`: at least 1, at most the training

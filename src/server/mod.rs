@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub write_timeout: Duration,
     /// Most connections served at once; further ones wait in the listen backlog.
     pub max_connections: usize,
+    /// Control-token text in message content is read as control tokens (llama.cpp's way)
+    /// instead of as text.
+    pub special_in_content: bool,
 }
 
 /// The most slots a server runs: each is a thread with its own KV cache, and past a few dozen
@@ -149,6 +152,11 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         .model
         .file_stem()
         .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
+    let control_texts = if config.special_in_content {
+        Vec::new()
+    } else {
+        model.tokenizer().control_token_texts()
+    };
     let metrics = Arc::new(metrics::Metrics::default());
     let scheduler =
         slots::Scheduler::start(sessions, Arc::clone(&model), Arc::clone(&metrics)).map_err(ServerError::Runtime)?;
@@ -165,6 +173,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         body_timeout: config.body_timeout,
         created: unix_time(),
         fault_marker: std::env::var("MINFER_SERVE_FAULT").ok().filter(|m| !m.is_empty()),
+        control_texts,
         parsing: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
     });
     // The async side only parses, routes and copies bytes; two threads keep it responsive

@@ -45,6 +45,9 @@ pub struct AppState {
     pub created: u64,
     /// A prompt containing this text fails inside its slot (`MINFER_SERVE_FAULT`).
     pub fault_marker: Option<String>,
+    /// The control-token texts kept as text where they come from a message (empty with
+    /// `--special-in-content`).
+    pub control_texts: Vec<String>,
     /// Bodies parsed at once: one per CPU.
     pub parsing: tokio::sync::Semaphore,
 }
@@ -255,16 +258,22 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
         let state = Arc::clone(&app);
         let prompt_end = prefill.clone();
         let (text, tokens) = blocking(move || {
-            let mut text = state
+            let mut rendered = state
                 .model
                 .template()
-                .render(&req.messages, req.tools.as_deref(), true, &serde_json::Map::new())
+                .render_guarded(
+                    &req.messages,
+                    req.tools.as_deref(),
+                    true,
+                    &serde_json::Map::new(),
+                    &state.control_texts,
+                )
                 .map_err(|e| {
                     ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
                 })?;
-            text.push_str(&prompt_end);
-            let tokens = state.model.encode(&text);
-            Ok((text, tokens))
+            rendered.text.push_str(&prompt_end);
+            let tokens = state.model.encode_rendered(&rendered);
+            Ok((rendered.text, tokens))
         })
         .await?;
         let fault = app.fault_marker.as_deref().is_some_and(|m| text.contains(m));

@@ -17,12 +17,14 @@
 
 mod environment;
 mod error;
+mod guard;
 mod input;
 mod python;
 mod strftime;
 mod tojson;
 
 pub use error::TemplateError;
+pub use guard::Rendered;
 
 use crate::gguf::{Array, GgufError, Metadata, ValueType};
 use environment::TEMPLATE_NAME;

@@ -15,6 +15,7 @@ pub use stream::StreamDecoder;
 
 use crate::gguf::{Array, GgufError, Metadata};
 use std::collections::HashMap;
+use std::ops::Range;
 
 /// A token's type, as `tokenizer.ggml.token_type` stores it (llama.cpp's `llama_token_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -372,13 +373,37 @@ impl Tokenizer {
     /// [`Tokenizer::encode`] for arbitrary bytes: invalid UTF-8 is tokenized byte by byte, so
     /// `decode(encode_bytes(b)) == b` for every byte string.
     pub fn encode_bytes(&self, text: &[u8], add_special: bool, parse_special: bool) -> Vec<u32> {
+        self.encode_spans(text, add_special, parse_special, &[])
+    }
+
+    /// [`Tokenizer::encode`] with special tokens parsed except inside `literal`: control-token
+    /// text that overlaps one of those byte ranges stays plain text. A server renders messages
+    /// into one prompt and marks where the messages' own text landed, so that the template's
+    /// `<|im_start|>` is a control token and a user's `<|im_start|>` is not, in one pass (BPE
+    /// splits stay what tokenizing the whole prompt gives).
+    pub fn encode_with_literal_spans(&self, text: &str, add_special: bool, literal: &[Range<usize>]) -> Vec<u32> {
+        self.encode_spans(text.as_bytes(), add_special, true, literal)
+    }
+
+    /// The texts of the control tokens (`<|im_start|>`, `<|endoftext|>`, ...): what
+    /// `parse_special` turns into tokens, and what must stay text when it comes from a user.
+    pub fn control_token_texts(&self) -> Vec<String> {
+        self.specials
+            .iter()
+            .filter(|&&id| self.types[id as usize] != TokenType::UserDefined)
+            .map(|&id| self.texts[id as usize].clone())
+            .filter(|text| !text.is_empty())
+            .collect()
+    }
+
+    fn encode_spans(&self, text: &[u8], add_special: bool, parse_special: bool, literal: &[Range<usize>]) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
             out.extend(self.bos);
         }
         let mut words = Vec::new();
         let mut symbols = Vec::new();
-        for fragment in self.partition_specials(text, parse_special) {
+        for fragment in self.partition_specials(text, parse_special, literal) {
             match fragment {
                 Fragment::Token(id) => out.push(id),
                 Fragment::Text(range) => {
@@ -397,8 +422,9 @@ impl Tokenizer {
     }
 
     /// Split `text` into special tokens and the text between them, matching the longest
-    /// special token first (llama.cpp's `tokenizer_st_partition`).
-    fn partition_specials(&self, text: &[u8], parse_special: bool) -> Vec<Fragment> {
+    /// special token first (llama.cpp's `tokenizer_st_partition`). A control token overlapping
+    /// a `literal` range is not matched there.
+    fn partition_specials(&self, text: &[u8], parse_special: bool, literal: &[Range<usize>]) -> Vec<Fragment> {
         let mut fragments = vec![Fragment::Text(0..text.len())];
         for &id in &self.specials {
             let ty = self.types[id as usize];
@@ -413,12 +439,19 @@ impl Tokenizer {
                     continue;
                 };
                 let mut start = range.start;
-                while let Some(at) = find(&text[start..range.end], needle) {
-                    if at > 0 {
-                        next.push(Fragment::Text(start..start + at));
+                let mut search = range.start;
+                while let Some(at) = find(&text[search..range.end], needle).map(|at| search + at) {
+                    let end = at + needle.len();
+                    if ty != TokenType::UserDefined && literal.iter().any(|l| l.start < end && at < l.end) {
+                        search = at + 1;
+                        continue;
+                    }
+                    if at > start {
+                        next.push(Fragment::Text(start..at));
                     }
                     next.push(Fragment::Token(id));
-                    start += at + needle.len();
+                    start = end;
+                    search = end;
                 }
                 if start < range.end {
                     next.push(Fragment::Text(start..range.end));
