@@ -338,7 +338,7 @@ fn a_cancelled_request_stops_within_one_chunk_of_its_prompt_and_chunks_change_no
 
 #[test]
 fn control_token_text_in_message_content_stays_text_while_the_templates_markers_stay_special() {
-    let model = minfer::engine::Model::load(&common::tiny_model("qwen2", "Q8_0"), &Default::default()).unwrap();
+    let model = minfer::engine::Model::load(common::tiny_model("qwen2", "Q8_0"), &Default::default()).unwrap();
     let tokenizer = model.tokenizer();
     let im_start = tokenizer.token_id("<|im_start|>").unwrap();
     let im_end = tokenizer.token_id("<|im_end|>").unwrap();
