@@ -910,3 +910,32 @@ fn control_token_text_in_a_message_is_text_unless_special_in_content_is_set() {
         "{as_text} tokens as text, {as_tokens} as control tokens"
     );
 }
+
+#[test]
+fn a_client_that_half_closes_after_its_request_still_gets_the_response() {
+    let server = Server::start(&tiny(), &[], &[]);
+    let chat = r#"{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "temperature": 0}"#;
+    let requests = [
+        "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(),
+        "GET /health HTTP/1.0\r\n\r\n".to_string(),
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{chat}",
+            chat.len()
+        ),
+    ];
+    for request in &requests {
+        let mut s = TcpStream::connect(&server.addr).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let reply = read_until_closed(&mut s, Duration::from_secs(30));
+        let first = request.lines().next().unwrap();
+        assert!(
+            reply.starts_with("HTTP/1.1 200 OK") || reply.starts_with("HTTP/1.0 200 OK"),
+            "{first}: {reply:?}"
+        );
+        if first.starts_with("POST") {
+            assert!(reply.contains("\"completion_tokens\":4"), "{reply}");
+        }
+    }
+    assert_eq!(server.metric("minfer_requests_cancelled_total"), 0.0);
+}

@@ -13,6 +13,7 @@
 mod body;
 mod error;
 mod metrics;
+mod peer;
 mod request;
 mod response;
 mod routes;
@@ -26,6 +27,25 @@ use crate::engine::{Model, ModelOptions, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The endpoints that take a JSON body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyKind {
+    /// `/v1/chat/completions`.
+    Chat,
+    /// `/v1/completions`.
+    Completion,
+}
+
+/// Reads `body` as the handler for `kind` does before it renders or tokenizes anything: the
+/// JSON parse under its value budget, then the check of every field. The server runs exactly
+/// these steps; this entry point is for tests and fuzzing.
+pub fn read_request_body(kind: BodyKind, body: &[u8]) -> Result<(), ApiError> {
+    match kind {
+        BodyKind::Chat => request::from_body(body, request::chat).map(drop),
+        BodyKind::Completion => request::from_body(body, request::completion).map(drop),
+    }
+}
 
 /// How `minfer serve` runs.
 #[derive(Clone, Debug)]
@@ -268,7 +288,11 @@ async fn accept_loop(
     use hyper_util::rt::{TokioIo, TokioTimer};
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    // Half-closed: a client that shuts down its sending side after the request still gets the
+    // response (a generation notices a client that left through `peer` instead).
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .half_close(true);
     let http = Arc::new(http);
     loop {
         let permit = tokio::select! {
@@ -289,7 +313,15 @@ async fn accept_loop(
             _ = stop.wait_for(|v| *v) => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        // Every request of the connection carries its peer, for the generation to watch.
+        let peer = peer::Peer::of(&stream).map(Arc::new);
+        let inner = hyper_util::service::TowerToHyperService::new(router.clone());
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            if let Some(peer) = &peer {
+                request.extensions_mut().insert(Arc::clone(peer));
+            }
+            hyper::service::Service::call(&inner, request)
+        });
         let http = Arc::clone(&http);
         let mut stop = stop.clone();
         let write_timeout = limits.write_timeout;

@@ -22,6 +22,14 @@ pub const MAX_TOP_LOGPROBS: usize = 20;
 pub const MAX_MESSAGES: usize = 2048;
 pub const MAX_TOOLS: usize = 128;
 
+/// Parses `bytes` under the JSON value budget and reads the value with `read` (`chat`,
+/// `completion`): all a handler does before it renders or tokenizes.
+pub fn from_body<T>(bytes: &[u8], read: fn(&Json) -> Result<T, ApiError>) -> Result<T, ApiError> {
+    let value =
+        super::body::parse(bytes, super::body::MAX_JSON_VALUES).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    read(&value)
+}
+
 /// What both endpoints share: sampling, limits, streaming.
 #[derive(Debug, Clone)]
 pub struct Common {

@@ -9,6 +9,7 @@
 use super::body;
 use super::error::ApiError;
 use super::metrics::Metrics;
+use super::peer::Peer;
 use super::request::{self, Common, Prompt, ToolChoice};
 use super::response::{Collector, Endpoint, Reply, Streamer};
 use super::slots::{Job, Run, Scheduler};
@@ -204,9 +205,7 @@ async fn read_request<T: Send + 'static>(
     blocking(move || {
         let bytes = body_bytes(max_body_bytes, body)?;
         let large = bytes.len() >= LARGE_BODY_BYTES;
-        let result = body::parse(&bytes, body::MAX_JSON_VALUES)
-            .map_err(|e| ApiError::bad_request(e.to_string()))
-            .and_then(|value| read(&value));
+        let result = request::from_body(&bytes, read);
         if large {
             drop(bytes);
             body::release_freed_memory();
@@ -241,7 +240,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
 
 async fn chat(State(app): State<App>, req: Request) -> Response {
     let result = async {
+        let peer = peer_of(&req);
         let req = read_request(&app, req, request::chat).await?;
+        let peer = watched(peer);
         let tools: Vec<String> = req
             .tools
             .iter()
@@ -278,7 +279,7 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
         .await?;
         let fault = app.fault_marker.as_deref().is_some_and(|m| text.contains(m));
         let reply = ReplyTools { names: tools, prefill };
-        start(&app, Endpoint::Chat, req.common, vec![tokens], reply, fault).await
+        start(&app, Endpoint::Chat, req.common, vec![tokens], reply, fault, peer).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -286,7 +287,9 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
 
 async fn completions(State(app): State<App>, req: Request) -> Response {
     let result = async {
+        let peer = peer_of(&req);
         let req = read_request(&app, req, request::completion).await?;
+        let peer = watched(peer);
         let fault = match &app.fault_marker {
             Some(m) => req
                 .prompts
@@ -326,11 +329,23 @@ async fn completions(State(app): State<App>, req: Request) -> Response {
             prompts,
             ReplyTools::default(),
             fault,
+            peer,
         )
         .await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The connection's peer, to watch for a hang-up while the request runs.
+fn peer_of(req: &Request) -> Option<Arc<Peer>> {
+    req.extensions().get::<Arc<Peer>>().cloned()
+}
+
+/// The peer to watch once the body is read: none if the client has already shut down its side,
+/// as that is a half-close, and the client is waiting for the answer.
+fn watched(peer: Option<Arc<Peer>>) -> Option<Arc<Peer>> {
+    peer.filter(|peer| !peer.hung_up())
 }
 
 /// Sets the job's cancel flag when the response is dropped: the client went away, or the
@@ -360,6 +375,7 @@ async fn start(
     prompts: Vec<Vec<u32>>,
     tools: ReplyTools,
     fault: bool,
+    peer: Option<Arc<Peer>>,
 ) -> Result<Response, ApiError> {
     let n_ctx = app.n_ctx;
     let mut runs = Vec::new();
@@ -417,6 +433,7 @@ async fn start(
         logprobs: common.logprobs,
         events,
         cancel,
+        peer,
         arrived: Instant::now(),
         fault,
     });

@@ -16,6 +16,7 @@
 //! events.
 
 use super::metrics::Metrics;
+use super::peer::Peer;
 use crate::engine::{generate_cached, GenerateOptions, GenerationObserver, Model, Session, StopReason};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -43,6 +44,9 @@ pub struct Job {
     pub logprobs: Option<usize>,
     pub events: UnboundedSender<Event>,
     pub cancel: Arc<AtomicBool>,
+    /// The client's socket, watched for a hang-up between tokens; `None` when it was already
+    /// half-closed as the request started (it waits for the answer) or cannot be watched.
+    pub peer: Option<Arc<Peer>>,
     pub arrived: Instant,
     /// Fail inside the slot on purpose (the server's fault injection, for testing recovery).
     pub fault: bool,
@@ -50,7 +54,9 @@ pub struct Job {
 
 impl Job {
     fn abandoned(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed) || self.events.is_closed()
+        self.cancel.load(Ordering::Relaxed)
+            || self.events.is_closed()
+            || self.peer.as_ref().is_some_and(|p| p.hung_up())
     }
 }
 

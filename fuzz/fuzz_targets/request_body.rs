@@ -1,0 +1,116 @@
+//! Fuzz the server's request reader: `minfer::server::read_request_body` on arbitrary bytes, as
+//! a chat body and as a completion body, then, for a chat body it accepts, the built-in ChatML
+//! template's guarded render of its messages (control-token text kept apart).
+//!
+//! What must hold for every input:
+//! * nothing panics, hangs or aborts, and every refusal is a 4xx (a body can be wrong, never
+//!   the server);
+//! * the reader allocates at most a constant factor of the input's size plus a fixed allowance
+//!   (checked with a counting allocator, see `MAX_AMPLIFICATION`): its JSON value budget, not
+//!   the body size alone, bounds what a body becomes;
+//! * a guarded render gives back exactly the plain render's text, and each marked range holds a
+//!   control-token text.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use minfer::server::{read_request_body, BodyKind};
+use minfer::template::ChatTemplate;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// Bytes the reader may have allocated at once, per byte of input: a parsed JSON value costs
+/// a few tens of bytes however short its text (`0,` is two bytes).
+const MAX_AMPLIFICATION: usize = 96;
+/// Allowance for fixed costs (error messages, the first buckets of maps).
+const FIXED_ALLOWANCE: usize = 1 << 20;
+
+/// The system allocator, counting live bytes and their peak.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn record_alloc(size: usize) {
+    let live = LIVE.fetch_add(size, Relaxed) + size;
+    PEAK.fetch_max(live, Relaxed);
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            record_alloc(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc_zeroed(layout);
+        if !p.is_null() {
+            record_alloc(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        LIVE.fetch_sub(layout.size(), Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = System.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            LIVE.fetch_sub(layout.size(), Relaxed);
+            record_alloc(new_size);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const GUARDED: [&str; 3] = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"];
+
+fuzz_target!(|data: &[u8]| {
+    for kind in [BodyKind::Chat, BodyKind::Completion] {
+        PEAK.store(LIVE.load(Relaxed), Relaxed);
+        let start = LIVE.load(Relaxed);
+        let result = read_request_body(kind, data);
+        let used = PEAK.load(Relaxed) - start;
+        assert!(
+            used <= MAX_AMPLIFICATION * data.len() + FIXED_ALLOWANCE,
+            "{kind:?}: {used} bytes at once for a {}-byte body",
+            data.len()
+        );
+        if let Err(e) = &result {
+            assert!(e.status.is_client_error(), "{kind:?}: {} {}", e.status, e.message);
+        }
+        if kind == BodyKind::Chat && result.is_ok() {
+            render(data);
+        }
+    }
+});
+
+/// The accepted chat body's messages through ChatML, guarded and plain.
+fn render(data: &[u8]) {
+    let body: serde_json::Value = serde_json::from_slice(data).expect("an accepted body is JSON");
+    let Some(messages) = body["messages"].as_array() else {
+        panic!("an accepted chat body has messages");
+    };
+    let guarded: Vec<String> = GUARDED.map(String::from).to_vec();
+    let chatml = ChatTemplate::chatml();
+    let extra = serde_json::Map::new();
+    let plain = chatml.render(messages, None, true, &extra);
+    match chatml.render_guarded(messages, None, true, &extra, &guarded) {
+        Ok(rendered) => {
+            assert_eq!(Some(&rendered.text), plain.as_ref().ok(), "guarded and plain renders differ");
+            for range in &rendered.literal {
+                let text = rendered.text.get(range.clone()).expect("a marked range lies on char boundaries");
+                assert!(GUARDED.contains(&text), "marked {text:?}");
+            }
+        }
+        Err(e) => assert!(plain.is_err(), "only the guarded render failed: {e}"),
+    }
+}
