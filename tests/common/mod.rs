@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: where fixtures and the default model live.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::PathBuf;
 
 pub const DEFAULT_MODEL_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
