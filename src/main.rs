@@ -34,9 +34,22 @@ struct RunArgs {
     /// Send the prompt as raw text, without the chat template.
     #[arg(long)]
     no_template: bool,
-    /// Most tokens to generate.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
-    n_predict: usize,
+    /// Most tokens to generate (per reply with --cnv); -1: no limit (with context shifting,
+    /// until stopped).
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
+    n_predict: i64,
+    /// When the context fills, keep this many tokens from its start and discard half of the
+    /// rest (-1: the whole prompt). Default: 0, or the system prompt with --cnv.
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
+    keep: Option<i64>,
+    /// Stop with an error when the context is full, instead of shifting it.
+    #[arg(long)]
+    no_context_shift: bool,
     /// Stop before this text (repeatable; matched across token boundaries).
     #[arg(long = "stop", value_name = "STR")]
     stop: Vec<String>,
@@ -382,12 +395,20 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         }
     };
     let tokens = run::prompt_tokens(&loaded, &prompt, args.no_template)?;
+    let n_keep = match args.keep {
+        None => 0,
+        Some(-1) => tokens.len(),
+        Some(n) => usize::try_from(n).map_err(|_| {
+            anyhow::anyhow!("--keep {n} is out of range: it must be -1 (the whole prompt) or 0 or more")
+        })?,
+    };
     let options = minfer::engine::GenerateOptions {
-        max_tokens: args.n_predict,
+        max_tokens: n_predict(args.n_predict)?,
         stop: args.stop,
         ignore_eos: args.ignore_eos,
         sampling,
         special: false,
+        context_shift: (!args.no_context_shift).then_some(n_keep),
     };
     let mut stdout = std::io::stdout().lock();
     let result = run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?;
@@ -397,15 +418,23 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         stdout.write_all(b"\n")?;
     }
     stdout.flush()?;
-    if result.stop_reason == minfer::engine::StopReason::ContextFull {
-        eprintln!(
-            "generation stopped after {} tokens: the context of {} tokens is full (raise --n-ctx)",
-            result.tokens.len(),
-            loaded.session.n_ctx()
-        );
-    }
+    anyhow::ensure!(
+        result.stop_reason != minfer::engine::StopReason::ContextFull,
+        "generation stopped after {} tokens: the context of {} tokens is full (raise --n-ctx, or drop --no-context-shift)",
+        result.tokens.len(),
+        loaded.session.n_ctx()
+    );
     eprintln!("{}", result.stats.summary());
     Ok(())
+}
+
+/// `-n`: a count, or -1 for no limit.
+fn n_predict(n: i64) -> anyhow::Result<usize> {
+    match n {
+        -1 => Ok(usize::MAX),
+        n => usize::try_from(n)
+            .map_err(|_| anyhow::anyhow!("-n {n} is out of range: it must be -1 (no limit) or 0 or more")),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

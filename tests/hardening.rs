@@ -203,7 +203,7 @@ fn counts_out_of_range_are_refused_naming_the_range() {
 }
 
 #[test]
-fn a_generation_that_fills_the_context_says_so() {
+fn a_generation_that_fills_the_context_without_shifting_is_an_error_that_says_so() {
     let model = common::tiny_model("qwen2", "Q8_0");
     let run = minfer(
         &[
@@ -215,12 +215,12 @@ fn a_generation_that_fills_the_context_says_so() {
             "64",
             "--ignore-eos",
             "--greedy",
+            "--no-context-shift",
         ],
         &[],
     );
-    assert!(run.output.status.success(), "{}", run.stderr());
-    let err = run.stderr();
-    assert!(err.contains("the context of 64 tokens is full"), "{err}");
+    let line = one_error_line(&run);
+    assert!(line.contains("the context of 64 tokens is full"), "{line}");
 }
 
 #[test]

@@ -21,6 +21,10 @@ pub struct GenerateOptions {
     pub sampling: SamplingParams,
     /// Render control tokens as text in the output.
     pub special: bool,
+    /// When the context fills: `Some(n_keep)` shifts it (llama.cpp's context shift: keep the
+    /// first `n_keep` tokens, discard half of the rest, go on); `None` stops the generation
+    /// with [`StopReason::ContextFull`].
+    pub context_shift: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -31,6 +35,7 @@ impl Default for GenerateOptions {
             ignore_eos: false,
             sampling: SamplingParams::default(),
             special: false,
+            context_shift: None,
         }
     }
 }
@@ -61,6 +66,8 @@ pub struct GenerationStats {
     pub n_generated: usize,
     /// Wall time of the decode steps and sampling.
     pub gen_time: Duration,
+    /// Context shifts made while generating.
+    pub n_shifts: usize,
 }
 
 impl GenerationStats {
@@ -76,8 +83,12 @@ impl GenerationStats {
 
     /// The timing line printed at the end of a run.
     pub fn summary(&self) -> String {
+        let shifts = match self.n_shifts {
+            0 => String::new(),
+            n => format!(" | Context shifts: {n}"),
+        };
         format!(
-            "Prefill: {} tokens in {:.2} s ({:.1} tok/s) | Generated: {} tokens in {:.2} s ({:.1} tok/s) | Total: {:.2} s",
+            "Prefill: {} tokens in {:.2} s ({:.1} tok/s) | Generated: {} tokens in {:.2} s ({:.1} tok/s) | Total: {:.2} s{shifts}",
             self.n_prompt,
             self.prompt_time.as_secs_f64(),
             self.prompt_tok_per_s(),
@@ -206,6 +217,15 @@ fn run(
         }
         if step.finished.is_none() {
             if session.kv().n_used() >= session.n_ctx() {
+                if let Some(n_keep) = options.context_shift {
+                    let n_past = session.n_past();
+                    let n_keep = n_keep.min(n_past.saturating_sub(2));
+                    let n_discard = (n_past - n_keep) / 2;
+                    session.shift_context(n_keep, n_discard)?;
+                    stats.n_shifts += 1;
+                    session.eval(&[token], 1)?;
+                    continue;
+                }
                 let text = sequence.stop(StopReason::ContextFull);
                 let text = sequence.text(text);
                 if !text.is_empty() {

@@ -268,6 +268,31 @@ impl KvCells {
         Ok(())
     }
 
+    /// Move `seq`'s cells to cells `0, 1, ...` in position order (llama.cpp's defragmentation,
+    /// for the one-sequence case), in a cache that holds no other sequence. Returns, for each
+    /// new cell, the cell whose K and V rows it must take. Positions do not change, so a
+    /// sequence whose positions run from 0 without a gap is then an identity.
+    pub fn compact(&mut self, seq: SeqId) -> Result<Vec<u32>, EngineError> {
+        self.check_seq(seq)?;
+        if let Some(other) = (0..self.lists.len()).find(|&s| s != seq && !self.lists[s].is_empty()) {
+            return Err(EngineError::ShiftSharedCache { seq, other });
+        }
+        let from = self.lists[seq].clone();
+        let moved: Vec<(i32, u32)> = from
+            .iter()
+            .map(|&c| (self.pos[c as usize], self.tokens[c as usize]))
+            .collect();
+        self.clear();
+        for (cell, (pos, token)) in moved.into_iter().enumerate() {
+            self.pos[cell] = pos;
+            self.seqs[cell] = 1 << seq;
+            self.tokens[cell] = token;
+            self.lists[seq].push(cell as u32);
+        }
+        self.n_used = from.len();
+        Ok(from)
+    }
+
     /// Free every cell.
     pub fn clear(&mut self) {
         self.pos.fill(-1);

@@ -88,6 +88,24 @@ pub enum EngineError {
         /// The prompt's length.
         n_prompt: usize,
     },
+    /// Context shifting moves one sequence's cells, so the cache must hold no other.
+    #[error("cannot shift the context of sequence {seq}: sequence {other} also holds cells")]
+    ShiftSharedCache {
+        /// The sequence being shifted.
+        seq: usize,
+        /// Another sequence with cells.
+        other: usize,
+    },
+    /// A context shift that does not fit what the sequence holds.
+    #[error("cannot keep {n_keep} tokens and discard {n_discard} of a context of {n_past}")]
+    BadShift {
+        /// Tokens kept at the start.
+        n_keep: usize,
+        /// Tokens discarded after them.
+        n_discard: usize,
+        /// Tokens held.
+        n_past: usize,
+    },
     /// A batch names a sequence the session's KV cache was not made for.
     #[error("sequence {seq} is out of range: the session holds sequences 0..{n_seq_max}")]
     SeqOutOfRange {

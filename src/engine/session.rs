@@ -11,6 +11,7 @@
 //! sequence the bits it would get alone.
 
 use super::{Batch, EngineError, KvCells, Model, SeqId};
+use crate::backends::cpu::kernels;
 use crate::graph::{
     Backend, CParams, ComputeBackend, ComputeGraph, GraphAllocator, GraphCache, GraphError, GraphParams, InputKind,
     NodeMeta,
@@ -173,6 +174,85 @@ impl Session {
     /// context shifting re-rotates K; see [`KvCells::seq_add`]).
     pub fn seq_add(&mut self, seq: SeqId, p0: i32, p1: i32, delta: i32) -> Result<(), EngineError> {
         self.kv.seq_add(seq, p0, p1, delta)
+    }
+
+    /// llama.cpp's context shift, on sequence 0 (the only one the cache may hold): keep the
+    /// first `n_keep` tokens, discard the `n_discard` after them, and move the rest down by
+    /// `n_discard` positions. Nothing is evaluated again: each moved K row is turned back by
+    /// `n_discard` positions' worth of RoPE (a rotation, so exact up to rounding), the rows
+    /// are packed into cells `0..` so that attention stays bounded by position, and
+    /// generation goes on from `n_past() - n_discard`.
+    ///
+    /// The KV regions are read and written through the backend seam and rotated on the host
+    /// with the CPU backend's RoPE kernel: a shift happens once per half a context, not per
+    /// token.
+    pub fn shift_context(&mut self, n_keep: usize, n_discard: usize) -> Result<(), EngineError> {
+        let n_past = self.n_past();
+        let bad = EngineError::BadShift {
+            n_keep,
+            n_discard,
+            n_past,
+        };
+        if n_discard == 0 || n_keep + n_discard > n_past {
+            return Err(bad);
+        }
+        let (p0, p1) = (n_keep as i32, (n_keep + n_discard) as i32);
+        // Refused before anything moves when another sequence holds cells.
+        if let Some(other) = (1..self.kv.n_seq_max()).find(|&s| !self.kv.seq_cells(s).is_empty()) {
+            return Err(EngineError::ShiftSharedCache { seq: 0, other });
+        }
+        self.kv.seq_rm(Some(0), p0, p1)?;
+        self.kv.seq_add(0, p1, i32::MAX, -(n_discard as i32))?;
+        let from = self.kv.compact(0)?;
+        let hp = self.model.hparams();
+        let row = hp.n_kv_embd();
+        let n_ctx = self.kv.n_ctx();
+        let style = match hp.rope_style {
+            crate::graph::RopeStyle::Neox => kernels::RopeStyle::Neox,
+            crate::graph::RopeStyle::Normal => kernels::RopeStyle::Normal,
+        };
+        let (n_head_kv, head_dim, n_rot, freq_base) = (hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_freq_base);
+        let n_moved = from.len() - n_keep;
+        let shift = vec![-(n_discard as i32); n_moved];
+        let alloc = self.cache.alloc_mut();
+        let mut region = vec![0f32; n_ctx * row];
+        let mut packed = vec![0f32; from.len() * row];
+        for layer in alloc.kv_layers() {
+            for v in [false, true] {
+                alloc.read_kv(layer, v, bytemuck::cast_slice_mut(&mut region))?;
+                for (dst, &src) in packed.chunks_exact_mut(row).zip(&from) {
+                    dst.copy_from_slice(&region[src as usize * row..][..row]);
+                }
+                if !v {
+                    kernels::rope(
+                        &mut packed[n_keep * row..],
+                        &shift,
+                        n_moved,
+                        n_head_kv,
+                        head_dim,
+                        n_rot,
+                        freq_base,
+                        style,
+                    )
+                    .map_err(|e| EngineError::Output(format!("context shift: {e}")))?;
+                }
+                alloc.write_kv(layer, v, bytemuck::cast_slice(&packed))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The K (`v = false`) or V rows of `layer`, one per cell (`n_kv_embd` values each), read
+    /// through the backend seam: for tests and tools that check what the cache holds. Empty
+    /// before the first forward pass.
+    pub fn kv_rows(&mut self, layer: usize, v: bool) -> Result<Vec<f32>, EngineError> {
+        let alloc = self.cache.alloc_mut();
+        if !alloc.kv_layers().contains(&layer) {
+            return Ok(Vec::new());
+        }
+        let mut rows = vec![0f32; self.kv.n_ctx() * self.model.hparams().n_kv_embd()];
+        alloc.read_kv(layer, v, bytemuck::cast_slice_mut(&mut rows))?;
+        Ok(rows)
     }
 
     /// The tokens `seq` holds, in position order.

@@ -103,6 +103,34 @@ impl GraphAllocator {
         Ok(pair)
     }
 
+    /// The layers whose KV regions exist (those a graph has run with), in order.
+    pub fn kv_layers(&self) -> Vec<usize> {
+        let mut layers: Vec<usize> = self.kv.keys().copied().collect();
+        layers.sort_unstable();
+        layers
+    }
+
+    /// Read the start of a layer's K (`v = false`) or V region into `dst`, through its backend.
+    pub fn read_kv(&mut self, layer: usize, v: bool, dst: &mut [u8]) -> Result<(), GraphError> {
+        let buf = self.kv_buffer(layer, v)?;
+        Ok(self.backend_mut(buf.backend)?.read_buffer(buf.id, 0, dst)?)
+    }
+
+    /// Overwrite the start of a layer's K or V region with `src`, through its backend.
+    pub fn write_kv(&mut self, layer: usize, v: bool, src: &[u8]) -> Result<(), GraphError> {
+        let buf = self.kv_buffer(layer, v)?;
+        Ok(self.backend_mut(buf.backend)?.write_buffer(buf.id, 0, src)?)
+    }
+
+    fn kv_buffer(&self, layer: usize, v: bool) -> Result<BufRef, GraphError> {
+        self.kv
+            .get(&layer)
+            .map(|pair| pair[usize::from(v)])
+            .ok_or_else(|| GraphError::NoSuchInput {
+                name: format!("the KV region of layer {layer}"),
+            })
+    }
+
     fn is_kv_buffer(&self, buf: BufRef) -> bool {
         self.kv.values().any(|pair| pair.contains(&buf))
     }

@@ -429,6 +429,7 @@ async fn start(
             ignore_eos: false,
             sampling: common.sampling,
             special: false,
+            context_shift: None,
         },
         logprobs: common.logprobs,
         events,
