@@ -50,6 +50,12 @@ struct RunArgs {
     /// Stop with an error when the context is full, instead of shifting it.
     #[arg(long)]
     no_context_shift: bool,
+    /// A conversation in the terminal (llama.cpp's -cnv): type a turn, read the reply, go on.
+    #[arg(long, alias = "conversation", conflicts_with_all = ["prompt", "no_template"])]
+    cnv: bool,
+    /// The system prompt of the conversation (llama.cpp's -sys).
+    #[arg(long, value_name = "TEXT", requires = "cnv")]
+    system_prompt: Option<String>,
     /// Stop before this text (repeatable; matched across token boundaries).
     #[arg(long = "stop", value_name = "STR")]
     stop: Vec<String>,
@@ -367,6 +373,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     use minfer::cli::run;
     let model = args
         .model
+        .clone()
         .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
     // Bad flags are refused before the model is read.
     let sampling = args.sampling.params()?;
@@ -387,6 +394,9 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
             std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
         }
         return Ok(());
+    }
+    if args.cnv {
+        return run_conversation(args, sampling, loaded);
     }
     let prompt = match args.prompt {
         Some(p) => p,
@@ -426,6 +436,75 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     );
     eprintln!("{}", result.stats.summary());
     Ok(())
+}
+
+/// `--cnv`: the conversation, on a line editor when a person is at the terminal, else one turn
+/// per line of standard input.
+fn run_conversation(
+    args: RunArgs,
+    sampling: minfer::sampling::SamplingParams,
+    mut loaded: minfer::cli::run::Loaded,
+) -> anyhow::Result<()> {
+    use minfer::cli::conversation::{run_conversation, ConversationOptions, LineSource};
+    use minfer::cli::terminal;
+    use std::io::IsTerminal;
+    let keep = match args.keep {
+        None | Some(-1) => None,
+        Some(n) => Some(usize::try_from(n).map_err(|_| {
+            anyhow::anyhow!("--keep {n} is out of range: it must be -1 (the system prompt) or 0 or more")
+        })?),
+    };
+    let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let options = ConversationOptions {
+        system: args.system_prompt,
+        generate: minfer::engine::GenerateOptions {
+            max_tokens: n_predict(args.n_predict)?,
+            stop: args.stop,
+            ignore_eos: args.ignore_eos,
+            sampling,
+            special: false,
+            context_shift: None,
+        },
+        keep,
+        context_shift: !args.no_context_shift,
+        interactive,
+    };
+    terminal::install_ctrl_c().context("cannot catch Ctrl-C")?;
+    let mut input: Box<dyn LineSource> = if interactive {
+        Box::new(terminal::Editor::new().context("cannot start the line editor")?)
+    } else {
+        Box::new(terminal::Lines(std::io::stdin().lock()))
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr().lock();
+    terminal::GENERATING.store(false, std::sync::atomic::Ordering::SeqCst);
+    run_conversation(
+        &mut loaded,
+        &options,
+        &mut Generating(input.as_mut()),
+        &mut stdout,
+        &mut stderr,
+        &terminal::INTERRUPT,
+    )?;
+    Ok(())
+}
+
+/// A line source that marks the time between two reads as generating, so that Ctrl-C then
+/// stops the reply rather than the process.
+struct Generating<'a>(&'a mut dyn minfer::cli::conversation::LineSource);
+
+impl minfer::cli::conversation::LineSource for Generating<'_> {
+    fn read_line(&mut self, prompt: &str) -> std::io::Result<minfer::cli::conversation::Input> {
+        use std::sync::atomic::Ordering::SeqCst;
+        minfer::cli::terminal::GENERATING.store(false, SeqCst);
+        let line = self.0.read_line(prompt);
+        minfer::cli::terminal::GENERATING.store(true, SeqCst);
+        line
+    }
+
+    fn remember(&mut self, turn: &str) {
+        self.0.remember(turn);
+    }
 }
 
 /// `-n`: a count, or -1 for no limit.
@@ -642,7 +721,14 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let args = match minfer::cli::llama_flags::expand(std::env::args_os()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(Cli::parse_from(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));

@@ -1,7 +1,10 @@
 //! What the command-line surfaces print. The binary parses flags and calls these; nothing here
-//! touches the terminal or exits the process.
+//! exits the process, and only `terminal` touches the terminal (the line editor and Ctrl-C).
 
 pub mod bench;
+pub mod conversation;
 pub mod info;
+pub mod llama_flags;
 pub mod run;
+pub mod terminal;
 pub mod tokenize;

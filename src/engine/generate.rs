@@ -51,6 +51,8 @@ pub enum StopReason {
     MaxTokens,
     /// The KV cache is full: the last token was sampled but there is no cell to evaluate it in.
     ContextFull,
+    /// The observer asked to stop ([`GenerationObserver::interrupted`]): a user's Ctrl-C.
+    Interrupted,
 }
 
 /// Counts and timings of one generation, in llama.cpp's two calibres (prefill, decode).
@@ -68,6 +70,8 @@ pub struct GenerationStats {
     pub gen_time: Duration,
     /// Context shifts made while generating.
     pub n_shifts: usize,
+    /// Tokens the context shifts discarded.
+    pub n_discarded: usize,
 }
 
 impl GenerationStats {
@@ -129,6 +133,12 @@ pub trait GenerationObserver {
     /// Asked before each chunk of the prompt is prefilled: `true` ends the generation there
     /// (a client that left while a long prompt was being read), with [`EngineError::Output`].
     fn cancelled(&self) -> bool {
+        false
+    }
+
+    /// Asked before each token is sampled: `true` ends the generation there, as a normal
+    /// result with [`StopReason::Interrupted`] (what was generated so far stays in the session).
+    fn interrupted(&self) -> bool {
         false
     }
 }
@@ -206,6 +216,14 @@ fn run(
     stats.prompt_time = start.elapsed();
     let gen_start = Instant::now();
     while sequence.finished().is_none() {
+        if observer.interrupted() {
+            let text = sequence.stop(StopReason::Interrupted);
+            let text = sequence.text(text);
+            if !text.is_empty() {
+                observer.on_text(text).map_err(EngineError::Output)?;
+            }
+            break;
+        }
         // Sampling reads the logits where the session keeps them: no vocabulary-sized copy.
         let logits = session.last_logits()?;
         let token = sequence.sample(logits)?;
@@ -223,6 +241,7 @@ fn run(
                     let n_discard = (n_past - n_keep) / 2;
                     session.shift_context(n_keep, n_discard)?;
                     stats.n_shifts += 1;
+                    stats.n_discarded += n_discard;
                     session.eval(&[token], 1)?;
                     continue;
                 }

@@ -28,6 +28,7 @@
 //! ```
 
 mod batch;
+mod conversation;
 mod generate;
 mod kv_cells;
 mod model;
@@ -37,6 +38,7 @@ mod stop;
 
 pub use crate::backends::default_threads;
 pub use batch::{Batch, SeqId};
+pub use conversation::{Prepared, TokenStream};
 pub use generate::{
     generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats, StopReason,
     PREFILL_CHUNK,

@@ -79,7 +79,7 @@ fn finish_reason(reason: Option<StopReason>, tool_calls: bool) -> &'static str {
     match reason {
         _ if tool_calls => "tool_calls",
         Some(StopReason::MaxTokens | StopReason::ContextFull) => "length",
-        Some(StopReason::EndOfGeneration | StopReason::StopString) | None => "stop",
+        Some(StopReason::EndOfGeneration | StopReason::StopString | StopReason::Interrupted) | None => "stop",
     }
 }
 
