@@ -161,3 +161,59 @@ fn the_cli_generates_all_700_tokens_asked_for_in_a_256_token_context() {
     assert!(err.contains("Generated: 700 tokens"), "{err}");
     assert!(err.contains("Context shifts:"), "{err}");
 }
+
+#[test]
+fn a_token_stream_keeps_the_common_prefix_and_prefills_only_what_follows() {
+    use minfer::engine::TokenStream;
+    let model = load("qwen2", "Q8_0");
+    let mut session = Session::new(&model, 64);
+    let mut stream = TokenStream::new();
+    let first = prompt(&model, 20, 5);
+    let prepared = stream.prepare(&mut session, &first, 0, true).unwrap();
+    assert_eq!((prepared.n_cached, prepared.prompt.len()), (0, 20));
+    session.eval(&prepared.prompt, 1).unwrap();
+    stream.record(&session, 0);
+    // The next turn extends the first: only its new tokens (and the last old one, whose
+    // logits are needed) are left to prefill.
+    let mut second = first.clone();
+    second.extend(prompt(&model, 10, 6));
+    let prepared = stream.prepare(&mut session, &second, 0, true).unwrap();
+    assert_eq!(prepared.n_cached, 20);
+    assert_eq!(prepared.prompt, second);
+    session.eval(&prepared.prompt[prepared.n_cached..], 1).unwrap();
+    stream.record(&session, 0);
+    // A rewrite at token 12 keeps 12 and reads the rest again.
+    let mut rewritten = second.clone();
+    rewritten[12] = (rewritten[12] + 1) % 3000;
+    let prepared = stream.prepare(&mut session, &rewritten, 0, true).unwrap();
+    assert_eq!(prepared.n_cached, 12);
+    assert_eq!(session.n_past(), 12);
+}
+
+#[test]
+fn a_token_stream_longer_than_the_context_shifts_keeping_its_start() {
+    use minfer::engine::TokenStream;
+    let model = load("qwen2", "Q8_0");
+    let mut session = Session::new(&model, 64);
+    let mut stream = TokenStream::new();
+    let mut tokens = prompt(&model, 40, 8);
+    let prepared = stream.prepare(&mut session, &tokens, 4, true).unwrap();
+    session.eval(&prepared.prompt, 1).unwrap();
+    stream.record(&session, 0);
+    // 30 more do not fit beside 40: half of the 36 after the kept 4 goes.
+    tokens.extend(prompt(&model, 30, 9));
+    let prepared = stream.prepare(&mut session, &tokens, 4, true).unwrap();
+    assert_eq!(prepared.n_discarded, 18);
+    assert_eq!(stream.dropped(), 18);
+    assert_eq!(prepared.n_cached, 22);
+    assert_eq!(&prepared.prompt[..4], &tokens[..4]);
+    assert_eq!(&prepared.prompt[4..], &tokens[22..]);
+    // Without shifting, the same turn is refused and the session is left as it was.
+    let mut session = Session::new(&model, 64);
+    let mut stream = TokenStream::new();
+    let prepared = stream.prepare(&mut session, &tokens[..40], 4, false).unwrap();
+    session.eval(&prepared.prompt, 1).unwrap();
+    stream.record(&session, 0);
+    let err = stream.prepare(&mut session, &tokens, 4, false).unwrap_err();
+    assert!(matches!(err, minfer::engine::EngineError::ContextFull { .. }), "{err}");
+}

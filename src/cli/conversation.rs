@@ -110,7 +110,10 @@ pub fn run_conversation(
         }
         input.remember(&turn);
         messages.push(json!({"role": "user", "content": turn}));
-        let text = loaded.model.template().render(&messages, None, true, &Default::default())?;
+        let text = loaded
+            .model
+            .template()
+            .render(&messages, None, true, &Default::default())?;
         let tokens = loaded.model.encode(&text);
         let prepared = match stream.prepare(&mut loaded.session, &tokens, n_keep, options.context_shift) {
             Ok(p) => p,
@@ -145,7 +148,7 @@ pub fn run_conversation(
             .map_err(write_err("the reply"))?;
         match result {
             Ok(result) => {
-                stream.record(&loaded.session, &prepared, result.stats.n_discarded);
+                stream.record(&loaded.session, result.stats.n_discarded);
                 messages.push(json!({"role": "assistant", "content": text}));
                 let note = match result.stop_reason {
                     StopReason::Interrupted => " | interrupted",
@@ -175,7 +178,10 @@ fn system_tokens(loaded: &Loaded, system: &[Json]) -> Result<usize, RunError> {
     if system.is_empty() {
         return Ok(0);
     }
-    let alone = loaded.model.template().render(system, None, false, &Default::default())?;
+    let alone = loaded
+        .model
+        .template()
+        .render(system, None, false, &Default::default())?;
     let with_turn = loaded.model.template().render(
         &[system[0].clone(), json!({"role": "user", "content": "x"})],
         None,
@@ -258,7 +264,10 @@ mod tests {
     #[test]
     fn a_line_ending_with_a_backslash_goes_on_on_the_next_one() {
         let mut input = script(&["first\\", "second\\", "third", "next"]);
-        assert_eq!(read_turn(&mut input, false).unwrap().as_deref(), Some("first\nsecond\nthird"));
+        assert_eq!(
+            read_turn(&mut input, false).unwrap().as_deref(),
+            Some("first\nsecond\nthird")
+        );
         assert_eq!(read_turn(&mut input, false).unwrap().as_deref(), Some("next"));
         assert_eq!(read_turn(&mut input, false).unwrap(), None);
     }

@@ -18,12 +18,21 @@ pub const TABLE: &[(&str, Mapping)] = &[
     ("-sys", Mapping::Long("--system-prompt")),
     ("-np", Mapping::Long("--n-slots")),
     ("-ngl", Mapping::Unsupported("there is no GPU backend yet")),
-    ("-fa", Mapping::Unsupported("minfer's attention kernel is always the fused one")),
+    (
+        "-fa",
+        Mapping::Unsupported("minfer's attention kernel is always the fused one"),
+    ),
     ("-ub", Mapping::Unsupported("minfer prefills in chunks of 512 tokens")),
-    ("-tb", Mapping::Unsupported("minfer uses one thread count for prefill and decode (-t)")),
+    (
+        "-tb",
+        Mapping::Unsupported("minfer uses one thread count for prefill and decode (-t)"),
+    ),
     ("-ctk", Mapping::Unsupported("the KV cache is f32 for now")),
     ("-ctv", Mapping::Unsupported("the KV cache is f32 for now")),
-    ("-mli", Mapping::Unsupported("end a line with \\ to go on on the next one")),
+    (
+        "-mli",
+        Mapping::Unsupported("end a line with \\ to go on on the next one"),
+    ),
 ];
 
 /// `args` (the program name first) with llama.cpp's flags rewritten; arguments after `--` are
@@ -60,7 +69,17 @@ mod tests {
     fn llama_cpp_flags_become_long_flags_and_the_rest_stays() {
         assert_eq!(
             expanded(&["minfer", "m.gguf", "-cnv", "-sys", "Be brief.", "-n", "8", "-t", "2"]).unwrap(),
-            ["minfer", "m.gguf", "--cnv", "--system-prompt", "Be brief.", "-n", "8", "-t", "2"]
+            [
+                "minfer",
+                "m.gguf",
+                "--cnv",
+                "--system-prompt",
+                "Be brief.",
+                "-n",
+                "8",
+                "-t",
+                "2"
+            ]
         );
         assert_eq!(
             expanded(&["minfer", "serve", "m.gguf", "-np", "2"]).unwrap(),

@@ -15,7 +15,9 @@ pub struct Editor(rustyline::DefaultEditor);
 impl Editor {
     /// An editor on the process's terminal.
     pub fn new() -> std::io::Result<Self> {
-        rustyline::DefaultEditor::new().map(Editor).map_err(std::io::Error::other)
+        rustyline::DefaultEditor::new()
+            .map(Editor)
+            .map_err(std::io::Error::other)
     }
 }
 

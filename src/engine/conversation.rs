@@ -90,13 +90,30 @@ impl TokenStream {
         }
         let n_past = session.n_past();
         if n_past + new.len() >= n_ctx {
-            return Err(EngineError::ContextFull {
-                needed: n_past + new.len() + 1,
-                n_past,
-                n_tokens: new.len(),
-                n_ctx,
+            if !shift {
+                return Err(EngineError::ContextFull {
+                    needed: n_past + new.len() + 1,
+                    n_past,
+                    n_tokens: new.len(),
+                    n_ctx,
+                });
+            }
+            // More new tokens than the context holds: start over from the kept start and the
+            // most recent tokens, half a context of them, as a shift would have left it.
+            let keep = n_keep.min(n_ctx / 2).min(tokens.len() - 1);
+            let tail = ((n_ctx - keep) / 2).max(1).min(tokens.len() - keep);
+            session.reset();
+            self.history = tokens.to_vec();
+            self.dropped = tokens.len() - keep - tail;
+            let mut prompt = tokens[..keep].to_vec();
+            prompt.extend_from_slice(&tokens[tokens.len() - tail..]);
+            return Ok(Prepared {
+                prompt,
+                n_cached: 0,
+                n_discarded: n_discarded + self.dropped,
             });
         }
+        self.history.extend_from_slice(new);
         let mut prompt = session.seq_tokens(0);
         let n_cached = prompt.len();
         prompt.extend_from_slice(new);
@@ -107,15 +124,15 @@ impl TokenStream {
         })
     }
 
-    /// Record what a generation evaluated after [`TokenStream::prepare`]: the new prompt
-    /// tokens and the generated ones that went into the cache, with `n_discarded` tokens
+    /// Record what a generation evaluated after [`TokenStream::prepare`] (which recorded the
+    /// prompt): the generated tokens that went into the cache, with `n_discarded` tokens
     /// shifted out while it ran.
-    pub fn record(&mut self, session: &Session, prepared: &Prepared, n_discarded: usize) {
-        self.history.extend_from_slice(&prepared.prompt[prepared.n_cached..]);
+    pub fn record(&mut self, session: &Session, n_discarded: usize) {
         self.dropped += n_discarded;
         let held = session.seq_tokens(0);
         let evaluated = (self.dropped + held.len()).saturating_sub(self.history.len());
-        self.history.extend_from_slice(&held[held.len() - evaluated.min(held.len())..]);
+        self.history
+            .extend_from_slice(&held[held.len() - evaluated.min(held.len())..]);
     }
 
     /// Forget everything (the session must be reset with it, or hold a prefix of what comes

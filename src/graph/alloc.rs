@@ -249,6 +249,19 @@ impl GraphAllocator {
                 }
             }
         }
+        // What this graph did not take back from the pools is memory no step of it uses.
+        for backend in &mut self.backends {
+            let handle = backend.handle();
+            let used: std::collections::HashSet<usize> = self
+                .node_to_buf
+                .values()
+                .chain(self.cross.values())
+                .chain(self.kv.values().flatten())
+                .filter(|b| b.backend == handle)
+                .map(|b| b.id)
+                .collect();
+            backend.trim_free(&used);
+        }
         Ok(())
     }
 

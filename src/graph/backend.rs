@@ -127,8 +127,8 @@ pub trait ComputeBackend: Send {
     /// Whether the backend has the fused kernel `fused`, so the fusion pass may produce it.
     fn supports_fused(&self, fused: FusedOp) -> bool;
 
-    /// A buffer of `bytes` bytes holding `dtype` values, recycled from the free list when one of
-    /// that size and type is free.
+    /// A buffer of `bytes` bytes holding `dtype` values, recycled from the free list when one
+    /// is free (a backend may reuse a larger one).
     fn alloc_buffer(&mut self, bytes: usize, dtype: DType) -> usize;
     /// Return buffer `id` to the pool's free list for reuse.
     fn free_buffer(&mut self, id: usize);
@@ -137,6 +137,11 @@ pub trait ComputeBackend: Send {
     fn alloc_fresh(&mut self, bytes: usize, dtype: DType) -> usize;
     /// Buffers in the pool, free or in use.
     fn pool_len(&self) -> usize;
+    /// Give back the memory of the buffers on the free list that are not in `used` (their ids
+    /// stay valid for reuse): called once a graph has all its buffers (`used`: those its nodes
+    /// were given, freed again for later nodes or not), so that buffers no node of the current
+    /// graph uses do not pile up as prompt lengths vary. Nothing by default.
+    fn trim_free(&mut self, _used: &std::collections::HashSet<usize>) {}
 
     /// Execute one node. `in_bufs[i]` holds `node.src[i]`; `kv_pair` is the layer's (K, V)
     /// regions for KV and attention nodes. An unsupported node is an error, never a fallback.

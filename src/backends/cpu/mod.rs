@@ -114,6 +114,11 @@ fn run_parallel<F: Fn(usize, usize) + Sync>(device: &DeviceShared, job: F) {
     }
 }
 
+/// Graph allocations a free buffer survives unused before its memory is given back: two keep
+/// the buffers of alternating graphs (a prefill and the decode step after it, `bench`'s
+/// repetitions) while the buffers of shapes that do not come back (prompt lengths) go.
+const STALE_AFTER: u8 = 2;
+
 /// One session's execution context on a [`CpuDevice`]: its buffer pool and scratch space.
 pub struct CpuBackend {
     /// Each buffer's bytes, held as whole f32 words so kernels view f32 and i32 buffers in place.
@@ -121,6 +126,9 @@ pub struct CpuBackend {
     /// Each buffer's size in bytes and element type.
     info: Vec<(usize, DType)>,
     free: Vec<usize>,
+    /// Per buffer: graph allocations in a row that left it free; at [`STALE_AFTER`] its memory
+    /// is given back (the id stays, empty, for reuse).
+    idle: Vec<u8>,
     weights: Arc<dyn TensorSource>,
     device: Arc<DeviceShared>,
     /// Quantized activations of the current matmul, reused across calls.
@@ -184,6 +192,7 @@ impl CpuBackend {
             buffers: Vec::new(),
             info: Vec::new(),
             free: Vec::new(),
+            idle: Vec::new(),
             weights: Arc::clone(&device.shared.weights),
             device: Arc::clone(&device.shared),
             scratch: Vec::new(),
@@ -418,10 +427,37 @@ impl ComputeBackend for CpuBackend {
     }
 
     fn alloc_buffer(&mut self, bytes: usize, dtype: DType) -> usize {
-        if let Some(pos) = self.free.iter().position(|&id| self.info[id] == (bytes, dtype)) {
-            return self.free.swap_remove(pos);
+        // Only an exact size is recycled: within one graph a buffer passes from node to node,
+        // and every node must find it at its own size. An emptied slot takes any size.
+        let pick = self
+            .free
+            .iter()
+            .position(|&id| self.info[id] == (bytes, dtype))
+            .or_else(|| self.free.iter().position(|&id| self.buffers[id].capacity() == 0));
+        let Some(pos) = pick else {
+            return self.alloc_fresh(bytes, dtype);
+        };
+        let id = self.free.swap_remove(pos);
+        if self.info[id] != (bytes, dtype) {
+            self.buffers[id] = vec![0.0; bytes.div_ceil(4)];
+            self.info[id] = (bytes, dtype);
         }
-        self.alloc_fresh(bytes, dtype)
+        self.idle[id] = 0;
+        id
+    }
+
+    fn trim_free(&mut self, used: &std::collections::HashSet<usize>) {
+        for id in 0..self.buffers.len() {
+            if used.contains(&id) || !self.free.contains(&id) {
+                self.idle[id] = 0;
+                continue;
+            }
+            self.idle[id] = self.idle[id].saturating_add(1);
+            if self.idle[id] >= STALE_AFTER {
+                self.buffers[id] = Vec::new();
+                self.info[id] = (0, DType::F32);
+            }
+        }
     }
 
     fn free_buffer(&mut self, id: usize) {
@@ -434,6 +470,7 @@ impl ComputeBackend for CpuBackend {
         // Whole f32 words, so that every kernel can view an f32 (or i32) buffer in place.
         self.buffers.push(vec![0.0; bytes.div_ceil(4)]);
         self.info.push((bytes, dtype));
+        self.idle.push(0);
         self.buffers.len() - 1
     }
 
