@@ -53,6 +53,11 @@ struct RunArgs {
     /// A conversation in the terminal (llama.cpp's -cnv): type a turn, read the reply, go on.
     #[arg(long, alias = "conversation", conflicts_with_all = ["prompt", "no_template"])]
     cnv: bool,
+    /// Save the session (tokens and KV cache) to FILE after the prompt is read (after each
+    /// turn with --cnv), and start from it when it exists: a prompt sharing its prefix
+    /// prefills only the rest (llama.cpp's --prompt-cache).
+    #[arg(long, alias = "prompt-cache", value_name = "FILE")]
+    session: Option<PathBuf>,
     /// The system prompt of the conversation (llama.cpp's -sys).
     #[arg(long, value_name = "TEXT", requires = "cnv")]
     system_prompt: Option<String>,
@@ -421,7 +426,17 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         context_shift: (!args.no_context_shift).then_some(n_keep),
     };
     let mut stdout = std::io::stdout().lock();
-    let result = run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?;
+    let result = match &args.session {
+        Some(path) => run::run_generation_saved(
+            &mut loaded,
+            &tokens,
+            &options,
+            path,
+            &mut stdout,
+            &mut std::io::stderr().lock(),
+        )?,
+        None => run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?,
+    };
     // stdout carries only the generated text; a terminal gets a final newline so that the
     // timing line on stderr starts on a line of its own.
     if std::io::IsTerminal::is_terminal(&stdout) {
@@ -468,6 +483,7 @@ fn run_conversation(
         keep,
         context_shift: !args.no_context_shift,
         interactive,
+        session: args.session,
     };
     terminal::install_ctrl_c().context("cannot catch Ctrl-C")?;
     let mut input: Box<dyn LineSource> = if interactive {

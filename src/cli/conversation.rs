@@ -8,7 +8,9 @@
 //! are the binary's: it passes a [`LineSource`] and the flag, and the writers to print on.
 
 use super::run::{Loaded, RunError};
-use crate::engine::{generate_cached, EngineError, GenerateOptions, GenerationObserver, StopReason, TokenStream};
+use crate::engine::{
+    generate_cached, session_file, EngineError, GenerateOptions, GenerationObserver, StopReason, TokenStream,
+};
 use serde_json::{json, Value as Json};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +49,8 @@ pub struct ConversationOptions {
     pub context_shift: bool,
     /// Show the prompt (`> `) and the hints: someone is at a terminal.
     pub interactive: bool,
+    /// A saved session to start from when it exists, and to save after each turn.
+    pub session: Option<std::path::PathBuf>,
 }
 
 /// The commands a user may type at the prompt.
@@ -83,6 +87,11 @@ pub fn run_conversation(
         None => system_tokens(loaded, &system)?,
     };
     let mut stream = TokenStream::new();
+    if let Some(path) = options.session.as_deref().filter(|p| p.exists()) {
+        let tokens = session_file::load(&mut loaded.session, &loaded.model, path)?;
+        writeln!(log, "session {}: {} tokens loaded", path.display(), tokens.len()).map_err(write_err("the log"))?;
+        stream = TokenStream::resume(tokens);
+    }
     if options.interactive {
         writeln!(
             log,
@@ -157,6 +166,10 @@ pub fn run_conversation(
                 };
                 let cached = format!(" | Cached: {} tokens", prepared.n_cached);
                 writeln!(log, "{}{cached}{note}", result.stats.summary()).map_err(write_err("the log"))?;
+                if let Some(path) = &options.session {
+                    session_file::save(&mut loaded.session, &loaded.model, path)?;
+                    // Saving packs the cache; the stream's window is unchanged.
+                }
             }
             // Ctrl-C while the prompt was being read: the turn is dropped, and the cache, which
             // holds part of it, starts over.

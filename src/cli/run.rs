@@ -4,7 +4,8 @@
 //! the engine's ([`Model::load`]); this file only adds what a single command-line run needs.
 
 use crate::engine::{
-    generate, EngineError, GenerateOptions, GenerationResult, LoadError, Model, ModelOptions, Session,
+    generate, generate_cached, session_file, EngineError, GenerateOptions, GenerationObserver, GenerationResult,
+    LoadError, Model, ModelOptions, Session,
 };
 use crate::template::TemplateError;
 use std::io::Write;
@@ -32,6 +33,9 @@ pub enum RunError {
         /// The model's training context, the most `--n-ctx` can give.
         n_ctx_train: usize,
     },
+    /// A saved session could not be loaded or written.
+    #[error(transparent)]
+    SessionFile(#[from] crate::engine::session_file::SessionFileError),
     /// Output could not be written.
     #[error("cannot write {what}: {source}")]
     Write {
@@ -118,6 +122,61 @@ pub fn run_generation(
         },
     )?;
     Ok(result)
+}
+
+/// [`run_generation`] with a saved session (`--session FILE`): the file, when it exists, is
+/// loaded first and the prompt's common prefix with it is not prefilled again; the session is
+/// saved once the prompt is read, before generating. One line about it goes to `log`.
+pub fn run_generation_saved(
+    loaded: &mut Loaded,
+    tokens: &[u32],
+    options: &GenerateOptions,
+    path: &Path,
+    out: &mut impl Write,
+    log: &mut impl Write,
+) -> Result<GenerationResult, RunError> {
+    let restored = if path.exists() {
+        session_file::load(&mut loaded.session, &loaded.model, path)?.len()
+    } else {
+        0
+    };
+    let n_cached = loaded.session.reuse_prefix(0, tokens)?;
+    let last = tokens.len() - 1;
+    if n_cached < last {
+        loaded.session.eval(&tokens[n_cached..last], 1)?;
+    }
+    let saved = session_file::save(&mut loaded.session, &loaded.model, path)?;
+    writeln!(
+        log,
+        "session {}: {n_cached} of the prompt's {} tokens reused (the file held {restored}); {saved} saved",
+        path.display(),
+        tokens.len()
+    )
+    .map_err(|source| RunError::Write {
+        what: "the log".into(),
+        source,
+    })?;
+    let result = generate_cached(
+        &mut loaded.session,
+        loaded.model.tokenizer(),
+        tokens,
+        last,
+        options,
+        &mut Streamed(out),
+    )?;
+    Ok(result)
+}
+
+/// Streams the text to a writer.
+struct Streamed<'a, W: Write>(&'a mut W);
+
+impl<W: Write> GenerationObserver for Streamed<'_, W> {
+    fn on_text(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.0
+            .write_all(bytes)
+            .and_then(|_| self.0.flush())
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// `eval`: the logits at the last position of a raw text (specials parsed, no template).

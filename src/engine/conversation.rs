@@ -41,6 +41,14 @@ impl TokenStream {
         Self::default()
     }
 
+    /// A stream whose session already holds `tokens` in sequence 0 (a saved session loaded).
+    pub fn resume(tokens: Vec<u32>) -> Self {
+        TokenStream {
+            history: tokens,
+            dropped: 0,
+        }
+    }
+
     /// Tokens discarded by context shifts so far.
     pub fn dropped(&self) -> usize {
         self.dropped

@@ -293,6 +293,29 @@ impl KvCells {
         Ok(from)
     }
 
+    /// Empty the cache and give `seq` the cells `0..tokens.len()`, token `i` at position `i`
+    /// (a saved session coming back; its K and V rows are written by the caller).
+    pub fn restore(&mut self, seq: SeqId, tokens: &[u32]) -> Result<(), EngineError> {
+        self.check_seq(seq)?;
+        if tokens.len() > self.n_ctx() {
+            return Err(EngineError::ContextFull {
+                needed: tokens.len(),
+                n_past: 0,
+                n_tokens: tokens.len(),
+                n_ctx: self.n_ctx(),
+            });
+        }
+        self.clear();
+        for (cell, &token) in tokens.iter().enumerate() {
+            self.pos[cell] = cell as i32;
+            self.seqs[cell] = 1 << seq;
+            self.tokens[cell] = token;
+            self.lists[seq].push(cell as u32);
+        }
+        self.n_used = tokens.len();
+        Ok(())
+    }
+
     /// Free every cell.
     pub fn clear(&mut self) {
         self.pos.fill(-1);

@@ -34,6 +34,7 @@ mod kv_cells;
 mod model;
 mod sequence;
 mod session;
+pub mod session_file;
 mod stop;
 
 pub use crate::backends::default_threads;
@@ -46,7 +47,7 @@ pub use generate::{
 pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use model::{encode_prompt, max_threads, LoadError, Model, ModelOptions};
 pub use sequence::{Sequence, Step};
-pub use session::Session;
+pub use session::{LayerRows, Session};
 
 use crate::graph::GraphError;
 

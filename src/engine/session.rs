@@ -19,6 +19,9 @@ use crate::graph::{
 use crate::models::ModelDef;
 use std::sync::Arc;
 
+/// One layer's K rows and V rows, `n_kv_embd` values a token each.
+pub type LayerRows = (Vec<f32>, Vec<f32>);
+
 /// The KV cache and activations of a model's sequences; see the module documentation.
 ///
 /// ```
@@ -204,9 +207,9 @@ impl Session {
         self.kv.seq_rm(Some(0), p0, p1)?;
         self.kv.seq_add(0, p1, i32::MAX, -(n_discard as i32))?;
         let from = self.kv.compact(0)?;
+        self.move_rows(&from)?;
         let hp = self.model.hparams();
         let row = hp.n_kv_embd();
-        let n_ctx = self.kv.n_ctx();
         let style = match hp.rope_style {
             crate::graph::RopeStyle::Neox => kernels::RopeStyle::Neox,
             crate::graph::RopeStyle::Normal => kernels::RopeStyle::Normal,
@@ -215,29 +218,21 @@ impl Session {
         let n_moved = from.len() - n_keep;
         let shift = vec![-(n_discard as i32); n_moved];
         let alloc = self.cache.alloc_mut();
-        let mut region = vec![0f32; n_ctx * row];
-        let mut packed = vec![0f32; from.len() * row];
+        let mut k = vec![0f32; from.len() * row];
         for layer in alloc.kv_layers() {
-            for v in [false, true] {
-                alloc.read_kv(layer, v, bytemuck::cast_slice_mut(&mut region))?;
-                for (dst, &src) in packed.chunks_exact_mut(row).zip(&from) {
-                    dst.copy_from_slice(&region[src as usize * row..][..row]);
-                }
-                if !v {
-                    kernels::rope(
-                        &mut packed[n_keep * row..],
-                        &shift,
-                        n_moved,
-                        n_head_kv,
-                        head_dim,
-                        n_rot,
-                        freq_base,
-                        style,
-                    )
-                    .map_err(|e| EngineError::Output(format!("context shift: {e}")))?;
-                }
-                alloc.write_kv(layer, v, bytemuck::cast_slice(&packed))?;
-            }
+            alloc.read_kv(layer, false, bytemuck::cast_slice_mut(&mut k))?;
+            kernels::rope(
+                &mut k[n_keep * row..],
+                &shift,
+                n_moved,
+                n_head_kv,
+                head_dim,
+                n_rot,
+                freq_base,
+                style,
+            )
+            .map_err(|e| EngineError::Output(format!("context shift: {e}")))?;
+            alloc.write_kv(layer, false, bytemuck::cast_slice(&k))?;
         }
         Ok(())
     }
@@ -253,6 +248,81 @@ impl Session {
         let mut rows = vec![0f32; self.kv.n_ctx() * self.model.hparams().n_kv_embd()];
         alloc.read_kv(layer, v, bytemuck::cast_slice_mut(&mut rows))?;
         Ok(rows)
+    }
+
+    /// Sequence 0's tokens and, per layer, their K and V rows (`n_kv_embd` values a token),
+    /// for a saved session. Its cells are packed first when they are not its positions.
+    pub fn export_state(&mut self) -> Result<(Vec<u32>, Vec<LayerRows>), EngineError> {
+        if !self.kv.is_identity(0) {
+            let from = self.kv.compact(0)?;
+            self.move_rows(&from)?;
+        }
+        let tokens = self.seq_tokens(0);
+        let row = self.model.hparams().n_kv_embd();
+        let mut layers = Vec::new();
+        for layer in 0..self.model.hparams().n_layer {
+            let mut pair = (Vec::new(), Vec::new());
+            for v in [false, true] {
+                let mut rows = self.kv_rows(layer, v)?;
+                rows.truncate(tokens.len() * row);
+                if rows.len() != tokens.len() * row {
+                    return Err(EngineError::Output(format!("layer {layer} has no KV rows to save")));
+                }
+                if v {
+                    pair.1 = rows;
+                } else {
+                    pair.0 = rows;
+                }
+            }
+            layers.push(pair);
+        }
+        Ok((tokens, layers))
+    }
+
+    /// Replace everything the cache holds with `tokens` in sequence 0 at positions `0..`, and
+    /// their K and V rows (one pair per layer, as [`Session::export_state`] gives them).
+    pub fn import_state(&mut self, tokens: &[u32], layers: &[(&[f32], &[f32])]) -> Result<(), EngineError> {
+        let hp = self.model.hparams();
+        let row = hp.n_kv_embd();
+        if layers.len() != hp.n_layer
+            || layers
+                .iter()
+                .any(|(k, v)| k.len() != tokens.len() * row || v.len() != k.len())
+        {
+            return Err(EngineError::Output(format!(
+                "a saved state needs {} layers of {} K and V values",
+                hp.n_layer,
+                tokens.len() * row
+            )));
+        }
+        // The regions exist once a graph has been allocated.
+        self.prepare_graph(1, 1)?;
+        self.kv.restore(0, tokens)?;
+        let alloc = self.cache.alloc_mut();
+        for (layer, (k, v)) in layers.iter().enumerate() {
+            alloc.write_kv(layer, false, bytemuck::cast_slice(k))?;
+            alloc.write_kv(layer, true, bytemuck::cast_slice(v))?;
+        }
+        Ok(())
+    }
+
+    /// Copy each layer's K and V rows so that new cell `i` holds old cell `from[i]`'s.
+    fn move_rows(&mut self, from: &[u32]) -> Result<(), EngineError> {
+        let row = self.model.hparams().n_kv_embd();
+        let n_ctx = self.kv.n_ctx();
+        let alloc = self.cache.alloc_mut();
+        let mut region = vec![0f32; n_ctx * row];
+        let mut packed = vec![0f32; from.len() * row];
+        for layer in alloc.kv_layers() {
+            for v in [false, true] {
+                alloc.read_kv(layer, v, bytemuck::cast_slice_mut(&mut region))?;
+                for (dst, &src) in packed.chunks_exact_mut(row).zip(from) {
+                    dst.copy_from_slice(&region[src as usize * row..][..row]);
+                }
+                alloc.write_kv(layer, v, bytemuck::cast_slice(&packed))?;
+            }
+        }
+        Ok(())
     }
 
     /// The tokens `seq` holds, in position order.

@@ -1,0 +1,285 @@
+//! Saved sessions (llama.cpp's `--prompt-cache`): the tokens of sequence 0 and their K and V
+//! rows, written to a file so that a later run whose prompt shares a prefix prefills only the
+//! rest.
+//!
+//! The file is a fixed header, then the payload:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 8 | magic `MINFSESS` |
+//! | 4 | format version ([`VERSION`]) |
+//! | 8 | model identity: a hash of the model's tensor table and file size |
+//! | 4 | KV cache type ([`KvType`]) |
+//! | 4, 4 | n_layer, n_kv_embd |
+//! | 4 | n_ctx of the session that saved it |
+//! | 4 | token count |
+//! | 8 | FNV-1a hash of the payload |
+//! | ... | payload: the tokens (u32 each), then per layer the K rows and the V rows (f32) |
+//!
+//! All little-endian. A file is checked whole before anything is touched: every refusal
+//! ([`SessionFileError`]) names the check that failed, and a refused file leaves the session
+//! as it was. Writing goes to a temporary file beside the target, renamed over it once
+//! complete, so a crash mid-save leaves the previous file intact.
+
+use super::{EngineError, Model, Session};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The file's first bytes.
+pub const MAGIC: &[u8; 8] = b"MINFSESS";
+/// The format version this build writes and reads.
+pub const VERSION: u32 = 1;
+const HEADER_BYTES: usize = 8 + 4 + 8 + 4 + 4 + 4 + 4 + 4 + 8;
+
+/// How the KV cache stores K and V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvType {
+    /// 32-bit floats (id 0).
+    F32,
+}
+
+impl KvType {
+    fn id(self) -> u32 {
+        match self {
+            KvType::F32 => 0,
+        }
+    }
+
+    /// The name of a type id, for messages.
+    fn name_of(id: u32) -> String {
+        match id {
+            0 => "f32".into(),
+            1 => "f16".into(),
+            8 => "q8_0".into(),
+            other => format!("unknown type {other}"),
+        }
+    }
+}
+
+/// Why a session file was not written or not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionFileError {
+    /// The file could not be read or written.
+    #[error("session file {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// A check failed; `check` says which, `path` which file.
+    #[error("session file {path} refused: {check}")]
+    Refused {
+        /// The file.
+        path: String,
+        /// The failed check, with the values compared.
+        check: String,
+    },
+    /// Reading or writing the cache failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// The model's identity as a session file records it: a hash of its tensor table (names,
+/// types, shapes, offsets) and its size on disk. Another model, or another quantization of the
+/// same one, has another identity.
+pub fn model_identity(model: &Model) -> u64 {
+    let mut h = Fnv::new();
+    h.write(&model.file().file_size().to_le_bytes());
+    for t in model.file().tensors() {
+        h.write(t.name.as_bytes());
+        h.write(format!("{:?}", t.ggml_type).as_bytes());
+        for d in &t.shape {
+            h.write(&d.to_le_bytes());
+        }
+        h.write(&t.offset.to_le_bytes());
+    }
+    h.finish()
+}
+
+/// Save sequence 0 of `session` (its tokens, and their K and V rows) to `path`, atomically.
+/// Returns the number of tokens saved.
+pub fn save(session: &mut Session, model: &Model, path: &Path) -> Result<usize, SessionFileError> {
+    let (tokens, layers) = session.export_state()?;
+    let hp = model.hparams();
+    let mut payload =
+        Vec::with_capacity(tokens.len() * 4 + layers.iter().map(|(k, v)| (k.len() + v.len()) * 4).sum::<usize>());
+    for &t in &tokens {
+        payload.extend_from_slice(&t.to_le_bytes());
+    }
+    for (k, v) in &layers {
+        for x in k.iter().chain(v) {
+            payload.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    let mut header = Vec::with_capacity(HEADER_BYTES);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(&model_identity(model).to_le_bytes());
+    header.extend_from_slice(&KvType::F32.id().to_le_bytes());
+    header.extend_from_slice(&(hp.n_layer as u32).to_le_bytes());
+    header.extend_from_slice(&(hp.n_kv_embd() as u32).to_le_bytes());
+    header.extend_from_slice(&(session.n_ctx() as u32).to_le_bytes());
+    header.extend_from_slice(&(tokens.len() as u32).to_le_bytes());
+    let mut h = Fnv::new();
+    h.write(&payload);
+    header.extend_from_slice(&h.finish().to_le_bytes());
+    write_atomic(path, |file| {
+        file.write_all(&header)?;
+        file.write_all(&payload)
+    })?;
+    Ok(tokens.len())
+}
+
+/// Load `path` into `session` (replacing what sequence 0 holds) after checking it whole;
+/// returns the tokens it holds. A refused file changes nothing.
+pub fn load(session: &mut Session, model: &Model, path: &Path) -> Result<Vec<u32>, SessionFileError> {
+    let name = path.display().to_string();
+    let io = |source| SessionFileError::Io {
+        path: name.clone(),
+        source,
+    };
+    let refuse = |check: String| SessionFileError::Refused {
+        path: name.clone(),
+        check,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    if len < HEADER_BYTES as u64 {
+        return Err(refuse(format!(
+            "truncated: {len} bytes, shorter than the {HEADER_BYTES}-byte header"
+        )));
+    }
+    let mut header = [0u8; HEADER_BYTES];
+    std::io::Read::read_exact(&mut file, &mut header).map_err(io)?;
+    let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+    if &header[..8] != MAGIC {
+        return Err(refuse("not a minfer session file (bad magic)".into()));
+    }
+    let version = u32_at(8);
+    if version != VERSION {
+        return Err(refuse(format!(
+            "format version {version}, this build reads version {VERSION}"
+        )));
+    }
+    let identity = u64_at(12);
+    if identity != model_identity(model) {
+        return Err(refuse(format!(
+            "it was saved with another model (identity {identity:016x}, this model's is {:016x})",
+            model_identity(model)
+        )));
+    }
+    let kv_type = u32_at(20);
+    if kv_type != KvType::F32.id() {
+        return Err(refuse(format!(
+            "its KV cache type is {}, this session's is f32",
+            KvType::name_of(kv_type)
+        )));
+    }
+    let hp = model.hparams();
+    let (n_layer, n_kv_embd) = (u32_at(24) as usize, u32_at(28) as usize);
+    if (n_layer, n_kv_embd) != (hp.n_layer, hp.n_kv_embd()) {
+        return Err(refuse(format!(
+            "its cache has {n_layer} layers of {n_kv_embd} values per token, this model's {} of {}",
+            hp.n_layer,
+            hp.n_kv_embd()
+        )));
+    }
+    let n_tokens = u32_at(36) as usize;
+    if n_tokens > session.n_ctx() {
+        return Err(refuse(format!(
+            "it holds {n_tokens} tokens, more than this session's context of {} (it was saved with n_ctx {})",
+            session.n_ctx(),
+            u32_at(32)
+        )));
+    }
+    // Bounded by n_ctx above, so this cannot overflow or ask for more than a cache holds.
+    let payload_len = n_tokens * 4 + 2 * n_layer * n_tokens * n_kv_embd * 4;
+    if len != (HEADER_BYTES + payload_len) as u64 {
+        return Err(refuse(format!(
+            "{len} bytes where a header saying {n_tokens} tokens needs {}: truncated or extended",
+            HEADER_BYTES + payload_len
+        )));
+    }
+    let mut payload = vec![0u8; payload_len];
+    std::io::Read::read_exact(&mut file, &mut payload).map_err(io)?;
+    let mut h = Fnv::new();
+    h.write(&payload);
+    if h.finish() != u64_at(40) {
+        return Err(refuse(
+            "the payload's checksum does not match: the file is corrupted".into(),
+        ));
+    }
+    let (token_bytes, rows) = payload.split_at(n_tokens * 4);
+    let tokens: Vec<u32> = token_bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect();
+    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= hp.n_vocab) {
+        return Err(refuse(format!(
+            "token {bad} is outside the vocabulary of {}",
+            hp.n_vocab
+        )));
+    }
+    let floats: Vec<f32> = rows
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect();
+    let per = n_tokens * n_kv_embd;
+    let layers: Vec<(&[f32], &[f32])> = floats.chunks_exact(2 * per.max(1)).map(|c| c.split_at(per)).collect();
+    let layers: Vec<(&[f32], &[f32])> = if per == 0 {
+        vec![(&[][..], &[][..]); n_layer]
+    } else {
+        layers
+    };
+    session.import_state(&tokens, &layers)?;
+    Ok(tokens)
+}
+
+/// Write a file through `fill` into a temporary file beside `path`, then rename it over
+/// `path`: readers see the old file or the new one, never a part. On failure the temporary
+/// file is removed and `path` is untouched.
+pub fn write_atomic(
+    path: &Path,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> Result<(), SessionFileError> {
+    let io = |source| SessionFileError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut tmp = PathBuf::from(path);
+    let name = path
+        .file_name()
+        .map_or_else(|| "session".into(), |n| n.to_string_lossy().into_owned());
+    tmp.set_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let result = std::fs::File::create(&tmp).and_then(|mut file| {
+        fill(&mut file)?;
+        file.sync_all()
+    });
+    if let Err(e) = result.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(e));
+    }
+    Ok(())
+}
+
+/// FNV-1a, 64 bits: a checksum against corruption, not an adversary.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= b as u64;
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
