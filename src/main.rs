@@ -90,6 +90,19 @@ struct LoadArgs {
     /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+/// How the KV cache stores K and V.
+#[derive(clap::Args, Clone)]
+struct CacheArgs {
+    /// How the KV cache stores K: f32, f16 or q8_0 (llama.cpp's -ctk).
+    #[arg(long, default_value = "f16", value_parser = minfer::graph::DType::kv_cache_type)]
+    cache_type_k: minfer::graph::DType,
+    /// How the KV cache stores V: f32, f16 or q8_0 (llama.cpp's -ctv).
+    #[arg(long, default_value = "f16", value_parser = minfer::graph::DType::kv_cache_type)]
+    cache_type_v: minfer::graph::DType,
 }
 
 impl LoadArgs {
@@ -99,6 +112,7 @@ impl LoadArgs {
             n_ctx: self.n_ctx,
             n_threads: self.threads,
             backend: self.backend.clone(),
+            kv_types: (self.cache.cache_type_k, self.cache.cache_type_v),
         })
     }
 }
@@ -322,6 +336,8 @@ enum Command {
         /// a system turn; the template's own markers are control tokens either way.
         #[arg(long)]
         special_in_content: bool,
+        #[command(flatten)]
+        cache: CacheArgs,
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
@@ -679,6 +695,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             write_timeout,
             max_connections,
             special_in_content,
+            cache,
             backend,
         } => {
             anyhow::ensure!(
@@ -714,6 +731,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 write_timeout: std::time::Duration::from_secs_f64(write_timeout),
                 max_connections,
                 special_in_content,
+                kv_types: (cache.cache_type_k, cache.cache_type_v),
             })?
         }
     }

@@ -8,6 +8,7 @@
 mod common;
 
 use minfer::engine::{Batch, Model, ModelOptions, Session};
+use minfer::graph::DType;
 
 fn load(arch: &str, ty: &str) -> Model {
     let options = ModelOptions {
@@ -15,6 +16,12 @@ fn load(arch: &str, ty: &str) -> Model {
         backend: Some("cpu".into()),
     };
     Model::load(common::tiny_model(arch, ty), &options).unwrap()
+}
+
+/// Exactness is defined for an f32 cache: an f16 one rounds each shifted row again.
+fn f32_cache(mut session: Session) -> Session {
+    session.set_kv_types(DType::F32, DType::F32).unwrap();
+    session
 }
 
 fn prompt(model: &Model, n: usize, seed: u64) -> Vec<u32> {
@@ -44,7 +51,7 @@ fn shifted_k_rows_equal_an_f64_rope_of_the_same_keys_at_their_new_positions() {
     for arch in ["qwen2", "qwen3"] {
         let model = load(arch, "F32");
         let row = model.hparams().n_kv_embd();
-        let mut session = Session::new(&model, 64);
+        let mut session = f32_cache(Session::new(&model, 64));
         session.eval(&prompt(&model, 40, 7), 1).unwrap();
         let (n_keep, n_discard) = (4, 10);
         let before: Vec<Vec<f32>> = (0..model.hparams().n_layer)
@@ -94,13 +101,13 @@ fn a_sequence_shifted_back_gives_the_logits_of_prefilling_it_at_the_shifted_posi
         let next = tokens[3];
         let delta = 20;
         // Prefilled at positions 20..50, then moved to 0..30.
-        let mut shifted = Session::new(&model, 64);
+        let mut shifted = f32_cache(Session::new(&model, 64));
         shifted.decode(&Batch::for_sequence(&tokens, delta, 0, 1)).unwrap();
         shifted.shift_context(0, delta).unwrap();
         assert_eq!(shifted.n_past(), tokens.len());
         shifted.eval(&[next], 1).unwrap();
         // Prefilled at 0..30 directly.
-        let mut direct = Session::new(&model, 64);
+        let mut direct = f32_cache(Session::new(&model, 64));
         direct.eval(&tokens, 1).unwrap();
         direct.eval(&[next], 1).unwrap();
         let (a, b) = (shifted.last_logits().unwrap(), direct.last_logits().unwrap());

@@ -98,8 +98,12 @@ fn every_bad_session_file_is_refused_by_name_and_changes_nothing() {
     version[8..12].copy_from_slice(&2u32.to_le_bytes());
     check(&version, "format version 2", &mut session);
     let mut cache_type = good.clone();
-    cache_type[20..24].copy_from_slice(&1u32.to_le_bytes());
-    check(&cache_type, "KV cache type is f16", &mut session);
+    cache_type[20..24].copy_from_slice(&(8u32 | 8 << 16).to_le_bytes());
+    check(
+        &cache_type,
+        "stores K as q8_0 and V as q8_0, this session K as f16",
+        &mut session,
+    );
     let mut count = good.clone();
     count[36..40].copy_from_slice(&1000u32.to_le_bytes());
     check(&count, "1000 tokens, more than this session's context", &mut session);

@@ -324,6 +324,8 @@ pub fn run_bench(
             n_ctx: needed,
             n_threads: Some(n_threads),
             backend: options.backend.clone(),
+            // llama-bench's default cache, so that the figures compare.
+            kv_types: (crate::graph::DType::F16, crate::graph::DType::F16),
         };
         let mut loaded = load(path, &load_options)?;
         let n_ctx_train = loaded.session.model().hparams().n_ctx_train;

@@ -151,6 +151,25 @@ pub fn render(file: &GgufFile, tensors: bool) -> String {
     for (name, value) in rows {
         let _ = writeln!(w, "  {name:<15}= {value}");
     }
+    // K and V of every layer, per token, in each cache type (`--cache-type-k/v`).
+    if let (Some(n_layer), Some(kv), Some(dk), Some(dv)) = (
+        m.get_uint(&key("block_count")).ok(),
+        n_head_kv,
+        n_embd_head_k,
+        n_embd_head_v,
+    ) {
+        use crate::graph::DType;
+        let _ = writeln!(w, "\nKV cache (K and V of {n_layer} layers)");
+        for dtype in [DType::F32, DType::F16, DType::Q8_0] {
+            let per_token = n_layer as usize * (dtype.bytes((kv * dk) as usize) + dtype.bytes((kv * dv) as usize));
+            let _ = writeln!(
+                w,
+                "  {:<15}= {per_token} bytes per token, {:.1} MiB at n_ctx 4096",
+                dtype.name(),
+                (per_token * 4096) as f64 / (1 << 20) as f64
+            );
+        }
+    }
 
     let _ = writeln!(w, "\ntokenizer");
     let n_vocab = m

@@ -27,8 +27,8 @@ pub const TABLE: &[(&str, Mapping)] = &[
         "-tb",
         Mapping::Unsupported("minfer uses one thread count for prefill and decode (-t)"),
     ),
-    ("-ctk", Mapping::Unsupported("the KV cache is f32 for now")),
-    ("-ctv", Mapping::Unsupported("the KV cache is f32 for now")),
+    ("-ctk", Mapping::Long("--cache-type-k")),
+    ("-ctv", Mapping::Long("--cache-type-v")),
     (
         "-mli",
         Mapping::Unsupported("end a line with \\ to go on on the next one"),

@@ -63,6 +63,8 @@ pub struct LoadOptions {
     pub n_threads: Option<usize>,
     /// `--backend` (else `MINFER_BACKENDS`, else every usable backend).
     pub backend: Option<String>,
+    /// How the KV cache stores K and V (`--cache-type-k`, `--cache-type-v`).
+    pub kv_types: (crate::graph::DType, crate::graph::DType),
 }
 
 /// Load the model at `path` and open one session over it.
@@ -74,7 +76,8 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, RunError> {
             backend: options.backend.clone(),
         },
     )?;
-    let session = Session::new(&model, options.n_ctx);
+    let mut session = Session::new(&model, options.n_ctx);
+    session.set_kv_types(options.kv_types.0, options.kv_types.1)?;
     Ok(Loaded { model, session })
 }
 

@@ -91,6 +91,16 @@ pub enum EngineError {
         /// The prompt's length.
         n_prompt: usize,
     },
+    /// A KV cache type that cannot hold this model's rows.
+    #[error("the KV cache cannot store {which} as {name}: {reason}")]
+    BadKvType {
+        /// `K` or `V`.
+        which: &'static str,
+        /// The type asked for.
+        name: &'static str,
+        /// Why not.
+        reason: String,
+    },
     /// Context shifting moves one sequence's cells, so the cache must hold no other.
     #[error("cannot shift the context of sequence {seq}: sequence {other} also holds cells")]
     ShiftSharedCache {

@@ -13,14 +13,20 @@
 use super::{Batch, EngineError, KvCells, Model, SeqId};
 use crate::backends::cpu::kernels;
 use crate::graph::{
-    Backend, CParams, ComputeBackend, ComputeGraph, GraphAllocator, GraphCache, GraphError, GraphParams, InputKind,
-    NodeMeta,
+    Backend, CParams, ComputeBackend, ComputeGraph, DType, GraphAllocator, GraphCache, GraphError, GraphParams,
+    InputKind, NodeMeta,
 };
 use crate::models::ModelDef;
 use std::sync::Arc;
 
-/// One layer's K rows and V rows, `n_kv_embd` values a token each.
-pub type LayerRows = (Vec<f32>, Vec<f32>);
+/// One layer's K rows and V rows as stored (f32, f16 or Q8_0 bytes), one row a token.
+pub type LayerRows = (Vec<u8>, Vec<u8>);
+
+/// A KV region whose bytes do not hold its values (cannot happen for regions the allocator
+/// made with the session's types).
+fn kernel_layout(layer: usize) -> EngineError {
+    EngineError::Output(format!("the KV region of layer {layer} does not match its type"))
+}
 
 /// The KV cache and activations of a model's sequences; see the module documentation.
 ///
@@ -179,12 +185,53 @@ impl Session {
         self.kv.seq_add(seq, p0, p1, delta)
     }
 
+    /// How the cache stores K and V.
+    pub fn kv_types(&self) -> (DType, DType) {
+        (self.params.cparams.type_k, self.params.cparams.type_v)
+    }
+
+    /// Store K and V as `type_k` and `type_v` (`F32`, `F16`, the default, or `Q8_0`, whose
+    /// rows must be whole blocks of 32 values). The cache starts over empty.
+    pub fn set_kv_types(&mut self, type_k: DType, type_v: DType) -> Result<(), EngineError> {
+        let row = self.model.hparams().n_kv_embd();
+        for (which, t) in [("K", type_k), ("V", type_v)] {
+            let reason = match t {
+                DType::F32 | DType::F16 => None,
+                DType::Q8_0 if row.is_multiple_of(32) => None,
+                DType::Q8_0 => Some(format!(
+                    "a row of {row} values is not a whole number of 32-value blocks"
+                )),
+                DType::I32 => Some("it is not a value type".to_string()),
+            };
+            if let Some(reason) = reason {
+                return Err(EngineError::BadKvType {
+                    which,
+                    name: t.name(),
+                    reason,
+                });
+            }
+        }
+        self.params.cparams.type_k = type_k;
+        self.params.cparams.type_v = type_v;
+        self.kv.clear();
+        self.cache.alloc_mut().reset_kv()?;
+        Ok(())
+    }
+
+    /// Bytes the cache takes per token (K and V over every layer).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        let hp = self.model.hparams();
+        let (k, v) = self.kv_types();
+        hp.n_layer * (k.bytes(hp.n_kv_embd()) + v.bytes(hp.n_kv_embd()))
+    }
+
     /// llama.cpp's context shift, on sequence 0 (the only one the cache may hold): keep the
     /// first `n_keep` tokens, discard the `n_discard` after them, and move the rest down by
     /// `n_discard` positions. Nothing is evaluated again: each moved K row is turned back by
-    /// `n_discard` positions' worth of RoPE (a rotation, so exact up to rounding), the rows
-    /// are packed into cells `0..` so that attention stays bounded by position, and
-    /// generation goes on from `n_past() - n_discard`.
+    /// `n_discard` positions' worth of RoPE (a rotation, so exact up to rounding; an f16 or
+    /// Q8_0 row is converted to f32 for it and back, as llama.cpp does), the rows are packed
+    /// into cells `0..` so that attention stays bounded by position, and generation goes on
+    /// from `n_past() - n_discard`.
     ///
     /// The KV regions are read and written through the backend seam and rotated on the host
     /// with the CPU backend's RoPE kernel: a shift happens once per half a context, not per
@@ -215,59 +262,81 @@ impl Session {
             crate::graph::RopeStyle::Normal => kernels::RopeStyle::Normal,
         };
         let (n_head_kv, head_dim, n_rot, freq_base) = (hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_freq_base);
-        let n_moved = from.len() - n_keep;
+        let n = from.len();
+        let n_moved = n - n_keep;
         let shift = vec![-(n_discard as i32); n_moved];
+        let type_k = self.params.cparams.type_k;
+        let bytes = type_k.bytes(n * row);
+        let mut words = vec![0f32; bytes.div_ceil(4)];
+        let mut rows = vec![0f32; n_moved * row];
+        let kernel = |e: kernels::KernelError| EngineError::Output(format!("context shift: {e}"));
         let alloc = self.cache.alloc_mut();
-        let mut k = vec![0f32; from.len() * row];
         for layer in alloc.kv_layers() {
-            alloc.read_kv(layer, false, bytemuck::cast_slice_mut(&mut k))?;
-            kernels::rope(
-                &mut k[n_keep * row..],
-                &shift,
-                n_moved,
-                n_head_kv,
-                head_dim,
-                n_rot,
-                freq_base,
-                style,
-            )
-            .map_err(|e| EngineError::Output(format!("context shift: {e}")))?;
-            alloc.write_kv(layer, false, bytemuck::cast_slice(&k))?;
+            alloc.read_kv(layer, false, &mut bytemuck::cast_slice_mut(&mut words)[..bytes])?;
+            let region = kernels::KvRegion::of(&words, type_k, n * row).ok_or_else(|| kernel_layout(layer))?;
+            region.read(n_keep * row, &mut rows).map_err(kernel)?;
+            kernels::rope(&mut rows, &shift, n_moved, n_head_kv, head_dim, n_rot, freq_base, style).map_err(kernel)?;
+            kernels::KvRegionMut::of(&mut words, type_k, n * row)
+                .ok_or_else(|| kernel_layout(layer))?
+                .write(n_keep * row, &rows)
+                .map_err(kernel)?;
+            alloc.write_kv(layer, false, &bytemuck::cast_slice(&words)[..bytes])?;
         }
         Ok(())
     }
 
-    /// The K (`v = false`) or V rows of `layer`, one per cell (`n_kv_embd` values each), read
-    /// through the backend seam: for tests and tools that check what the cache holds. Empty
-    /// before the first forward pass.
+    /// The K (`v = false`) or V rows of `layer` as f32, one per cell (`n_kv_embd` values each),
+    /// converted from the stored type and read through the backend seam: for tests and tools
+    /// that check what the cache holds. Empty before the first forward pass.
     pub fn kv_rows(&mut self, layer: usize, v: bool) -> Result<Vec<f32>, EngineError> {
-        let alloc = self.cache.alloc_mut();
-        if !alloc.kv_layers().contains(&layer) {
+        let n = self.kv.n_ctx() * self.model.hparams().n_kv_embd();
+        let dtype = if v {
+            self.params.cparams.type_v
+        } else {
+            self.params.cparams.type_k
+        };
+        let Some(words) = self.region_words(layer, v, dtype.bytes(n))? else {
             return Ok(Vec::new());
-        }
-        let mut rows = vec![0f32; self.kv.n_ctx() * self.model.hparams().n_kv_embd()];
-        alloc.read_kv(layer, v, bytemuck::cast_slice_mut(&mut rows))?;
+        };
+        let mut rows = vec![0f32; n];
+        kernels::KvRegion::of(&words, dtype, n)
+            .ok_or_else(|| kernel_layout(layer))?
+            .read(0, &mut rows)
+            .map_err(|e| EngineError::Output(e.to_string()))?;
         Ok(rows)
     }
 
-    /// Sequence 0's tokens and, per layer, their K and V rows (`n_kv_embd` values a token),
-    /// for a saved session. Its cells are packed first when they are not its positions.
+    /// The first `bytes` bytes of a KV region, in f32 words; `None` before the region exists.
+    fn region_words(&mut self, layer: usize, v: bool, bytes: usize) -> Result<Option<Vec<f32>>, EngineError> {
+        let alloc = self.cache.alloc_mut();
+        if !alloc.kv_layers().contains(&layer) {
+            return Ok(None);
+        }
+        let mut words = vec![0f32; bytes.div_ceil(4)];
+        alloc.read_kv(layer, v, &mut bytemuck::cast_slice_mut(&mut words)[..bytes])?;
+        Ok(Some(words))
+    }
+
+    /// Sequence 0's tokens and, per layer, the stored bytes of their K and V rows, for a saved
+    /// session. Its cells are packed first when they are not its positions.
     pub fn export_state(&mut self) -> Result<(Vec<u32>, Vec<LayerRows>), EngineError> {
         if !self.kv.is_identity(0) {
             let from = self.kv.compact(0)?;
             self.move_rows(&from)?;
         }
         let tokens = self.seq_tokens(0);
-        let row = self.model.hparams().n_kv_embd();
+        let n = tokens.len() * self.model.hparams().n_kv_embd();
+        let (type_k, type_v) = self.kv_types();
         let mut layers = Vec::new();
         for layer in 0..self.model.hparams().n_layer {
-            let mut pair = (Vec::new(), Vec::new());
-            for v in [false, true] {
-                let mut rows = self.kv_rows(layer, v)?;
-                rows.truncate(tokens.len() * row);
-                if rows.len() != tokens.len() * row {
-                    return Err(EngineError::Output(format!("layer {layer} has no KV rows to save")));
-                }
+            let mut pair: LayerRows = (Vec::new(), Vec::new());
+            for (v, dtype) in [(false, type_k), (true, type_v)] {
+                let bytes = dtype.bytes(n);
+                let rows = match self.region_words(layer, v, bytes)? {
+                    Some(words) => bytemuck::cast_slice::<f32, u8>(&words)[..bytes].to_vec(),
+                    None if n == 0 => Vec::new(),
+                    None => return Err(EngineError::Output(format!("layer {layer} has no KV rows to save"))),
+                };
                 if v {
                     pair.1 = rows;
                 } else {
@@ -280,19 +349,22 @@ impl Session {
     }
 
     /// Replace everything the cache holds with `tokens` in sequence 0 at positions `0..`, and
-    /// their K and V rows (one pair per layer, as [`Session::export_state`] gives them).
-    pub fn import_state(&mut self, tokens: &[u32], layers: &[(&[f32], &[f32])]) -> Result<(), EngineError> {
+    /// the stored bytes of their K and V rows (one pair per layer, as
+    /// [`Session::export_state`] gives them, in this session's KV types).
+    pub fn import_state(&mut self, tokens: &[u32], layers: &[(&[u8], &[u8])]) -> Result<(), EngineError> {
         let hp = self.model.hparams();
-        let row = hp.n_kv_embd();
+        let n = tokens.len() * hp.n_kv_embd();
+        let (type_k, type_v) = self.kv_types();
         if layers.len() != hp.n_layer
             || layers
                 .iter()
-                .any(|(k, v)| k.len() != tokens.len() * row || v.len() != k.len())
+                .any(|(k, v)| k.len() != type_k.bytes(n) || v.len() != type_v.bytes(n))
         {
             return Err(EngineError::Output(format!(
-                "a saved state needs {} layers of {} K and V values",
+                "a saved state needs {} layers of {} K bytes and {} V bytes",
                 hp.n_layer,
-                tokens.len() * row
+                type_k.bytes(n),
+                type_v.bytes(n)
             )));
         }
         // The regions exist once a graph has been allocated.
@@ -300,26 +372,30 @@ impl Session {
         self.kv.restore(0, tokens)?;
         let alloc = self.cache.alloc_mut();
         for (layer, (k, v)) in layers.iter().enumerate() {
-            alloc.write_kv(layer, false, bytemuck::cast_slice(k))?;
-            alloc.write_kv(layer, true, bytemuck::cast_slice(v))?;
+            alloc.write_kv(layer, false, k)?;
+            alloc.write_kv(layer, true, v)?;
         }
         Ok(())
     }
 
-    /// Copy each layer's K and V rows so that new cell `i` holds old cell `from[i]`'s.
+    /// Copy each layer's K and V rows (in their stored types) so that new cell `i` holds old
+    /// cell `from[i]`'s.
     fn move_rows(&mut self, from: &[u32]) -> Result<(), EngineError> {
         let row = self.model.hparams().n_kv_embd();
         let n_ctx = self.kv.n_ctx();
-        let alloc = self.cache.alloc_mut();
-        let mut region = vec![0f32; n_ctx * row];
-        let mut packed = vec![0f32; from.len() * row];
-        for layer in alloc.kv_layers() {
-            for v in [false, true] {
-                alloc.read_kv(layer, v, bytemuck::cast_slice_mut(&mut region))?;
-                for (dst, &src) in packed.chunks_exact_mut(row).zip(from) {
-                    dst.copy_from_slice(&region[src as usize * row..][..row]);
+        let (type_k, type_v) = self.kv_types();
+        for layer in self.cache.alloc().kv_layers() {
+            for (v, dtype) in [(false, type_k), (true, type_v)] {
+                let row_bytes = dtype.bytes(row);
+                let Some(words) = self.region_words(layer, v, dtype.bytes(n_ctx * row))? else {
+                    continue;
+                };
+                let region: &[u8] = bytemuck::cast_slice(&words);
+                let mut packed = Vec::with_capacity(from.len() * row_bytes);
+                for &src in from {
+                    packed.extend_from_slice(&region[src as usize * row_bytes..][..row_bytes]);
                 }
-                alloc.write_kv(layer, v, bytemuck::cast_slice(&packed))?;
+                self.cache.alloc_mut().write_kv(layer, v, &packed)?;
             }
         }
         Ok(())

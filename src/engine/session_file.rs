@@ -9,12 +9,12 @@
 //! | 8 | magic `MINFSESS` |
 //! | 4 | format version ([`VERSION`]) |
 //! | 8 | model identity: a hash of the model's tensor table and file size |
-//! | 4 | KV cache type ([`KvType`]) |
+//! | 4 | KV cache types: K's ggml type id in the low 16 bits, V's in the high 16 |
 //! | 4, 4 | n_layer, n_kv_embd |
 //! | 4 | n_ctx of the session that saved it |
 //! | 4 | token count |
 //! | 8 | FNV-1a hash of the payload |
-//! | ... | payload: the tokens (u32 each), then per layer the K rows and the V rows (f32) |
+//! | ... | payload: the tokens (u32 each), then per layer the K rows and the V rows, as stored |
 //!
 //! All little-endian. A file is checked whole before anything is touched: every refusal
 //! ([`SessionFileError`]) names the check that failed, and a refused file leaves the session
@@ -22,6 +22,7 @@
 //! complete, so a crash mid-save leaves the previous file intact.
 
 use super::{EngineError, Model, Session};
+use crate::graph::DType;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -31,29 +32,29 @@ pub const MAGIC: &[u8; 8] = b"MINFSESS";
 pub const VERSION: u32 = 1;
 const HEADER_BYTES: usize = 8 + 4 + 8 + 4 + 4 + 4 + 4 + 4 + 8;
 
-/// How the KV cache stores K and V.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvType {
-    /// 32-bit floats (id 0).
-    F32,
+/// The id a KV type has in the header (ggml's type ids): f32 0, f16 1, q8_0 8.
+fn type_id(dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::Q8_0 => 8,
+        DType::I32 => 26,
+    }
 }
 
-impl KvType {
-    fn id(self) -> u32 {
-        match self {
-            KvType::F32 => 0,
-        }
+/// The name of a header type id, for messages.
+fn type_name(id: u32) -> String {
+    match id {
+        0 => "f32".into(),
+        1 => "f16".into(),
+        8 => "q8_0".into(),
+        other => format!("unknown type {other}"),
     }
+}
 
-    /// The name of a type id, for messages.
-    fn name_of(id: u32) -> String {
-        match id {
-            0 => "f32".into(),
-            1 => "f16".into(),
-            8 => "q8_0".into(),
-            other => format!("unknown type {other}"),
-        }
-    }
+/// The header's KV type field: K's id in the low half, V's in the high half.
+fn kv_field(type_k: DType, type_v: DType) -> u32 {
+    type_id(type_k) | type_id(type_v) << 16
 }
 
 /// Why a session file was not written or not loaded.
@@ -102,21 +103,21 @@ pub fn model_identity(model: &Model) -> u64 {
 pub fn save(session: &mut Session, model: &Model, path: &Path) -> Result<usize, SessionFileError> {
     let (tokens, layers) = session.export_state()?;
     let hp = model.hparams();
+    let (type_k, type_v) = session.kv_types();
     let mut payload =
-        Vec::with_capacity(tokens.len() * 4 + layers.iter().map(|(k, v)| (k.len() + v.len()) * 4).sum::<usize>());
+        Vec::with_capacity(tokens.len() * 4 + layers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>());
     for &t in &tokens {
         payload.extend_from_slice(&t.to_le_bytes());
     }
     for (k, v) in &layers {
-        for x in k.iter().chain(v) {
-            payload.extend_from_slice(&x.to_le_bytes());
-        }
+        payload.extend_from_slice(k);
+        payload.extend_from_slice(v);
     }
     let mut header = Vec::with_capacity(HEADER_BYTES);
     header.extend_from_slice(MAGIC);
     header.extend_from_slice(&VERSION.to_le_bytes());
     header.extend_from_slice(&model_identity(model).to_le_bytes());
-    header.extend_from_slice(&KvType::F32.id().to_le_bytes());
+    header.extend_from_slice(&kv_field(type_k, type_v).to_le_bytes());
     header.extend_from_slice(&(hp.n_layer as u32).to_le_bytes());
     header.extend_from_slice(&(hp.n_kv_embd() as u32).to_le_bytes());
     header.extend_from_slice(&(session.n_ctx() as u32).to_le_bytes());
@@ -171,10 +172,14 @@ pub fn load(session: &mut Session, model: &Model, path: &Path) -> Result<Vec<u32
         )));
     }
     let kv_type = u32_at(20);
-    if kv_type != KvType::F32.id() {
+    let (type_k, type_v) = session.kv_types();
+    if kv_type != kv_field(type_k, type_v) {
         return Err(refuse(format!(
-            "its KV cache type is {}, this session's is f32",
-            KvType::name_of(kv_type)
+            "its KV cache stores K as {} and V as {}, this session K as {} and V as {}",
+            type_name(kv_type & 0xffff),
+            type_name(kv_type >> 16),
+            type_k.name(),
+            type_v.name()
         )));
     }
     let hp = model.hparams();
@@ -195,7 +200,8 @@ pub fn load(session: &mut Session, model: &Model, path: &Path) -> Result<Vec<u32
         )));
     }
     // Bounded by n_ctx above, so this cannot overflow or ask for more than a cache holds.
-    let payload_len = n_tokens * 4 + 2 * n_layer * n_tokens * n_kv_embd * 4;
+    let (k_bytes, v_bytes) = (type_k.bytes(n_tokens * n_kv_embd), type_v.bytes(n_tokens * n_kv_embd));
+    let payload_len = n_tokens * 4 + n_layer * (k_bytes + v_bytes);
     if len != (HEADER_BYTES + payload_len) as u64 {
         return Err(refuse(format!(
             "{len} bytes where a header saying {n_tokens} tokens needs {}: truncated or extended",
@@ -222,17 +228,12 @@ pub fn load(session: &mut Session, model: &Model, path: &Path) -> Result<Vec<u32
             hp.n_vocab
         )));
     }
-    let floats: Vec<f32> = rows
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+    let layers: Vec<(&[u8], &[u8])> = (0..n_layer)
+        .map(|l| {
+            let at = l * (k_bytes + v_bytes);
+            (&rows[at..at + k_bytes], &rows[at + k_bytes..at + k_bytes + v_bytes])
+        })
         .collect();
-    let per = n_tokens * n_kv_embd;
-    let layers: Vec<(&[f32], &[f32])> = floats.chunks_exact(2 * per.max(1)).map(|c| c.split_at(per)).collect();
-    let layers: Vec<(&[f32], &[f32])> = if per == 0 {
-        vec![(&[][..], &[][..]); n_layer]
-    } else {
-        layers
-    };
     session.import_state(&tokens, &layers)?;
     Ok(tokens)
 }

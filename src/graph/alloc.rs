@@ -7,7 +7,7 @@
 //! sole consumer is the node and both are on the same backend; dead nodes get no buffer.
 
 use super::backend::{Backend, BackendError, ComputeBackend, KvProvider};
-use super::ops::{NodeMeta, Op};
+use super::ops::{KvcacheMeta, NodeMeta, Op};
 use super::{BufRef, ComputeGraph, DType, GraphError, NodeId};
 use std::collections::HashMap;
 
@@ -83,20 +83,20 @@ impl GraphAllocator {
     }
 
     /// The layer's KV regions, allocating them on `backend` on first use.
-    fn ensure_kv(&mut self, layer: usize, backend: Backend, len: usize) -> Result<[BufRef; 2], GraphError> {
-        let bytes = DType::F32.bytes(len);
+    fn ensure_kv(&mut self, layer: usize, backend: Backend, meta: &KvcacheMeta) -> Result<[BufRef; 2], GraphError> {
         if let Some(pair) = self.kv.get(&layer) {
             return Ok(*pair);
         }
+        let len = meta.n_kv_embd * meta.n_ctx;
         let b = self.backend_mut(backend)?;
         let pair = [
             BufRef {
                 backend,
-                id: b.alloc_fresh(bytes, DType::F32),
+                id: b.alloc_fresh(meta.type_k.bytes(len), meta.type_k),
             },
             BufRef {
                 backend,
-                id: b.alloc_fresh(bytes, DType::F32),
+                id: b.alloc_fresh(meta.type_v.bytes(len), meta.type_v),
             },
         ];
         self.kv.insert(layer, pair);
@@ -215,11 +215,13 @@ impl GraphAllocator {
             })?;
             let buf = match &node.op {
                 Op::KvcacheStore { layer } | Op::KvcacheLoad { layer } => {
-                    let len = match &node.meta {
-                        NodeMeta::Kvcache(m) => m.n_kv_embd * m.n_ctx,
-                        _ => node.n_elements(),
+                    let NodeMeta::Kvcache(m) = &node.meta else {
+                        return Err(GraphError::Unassignable {
+                            node: node.name.clone(),
+                            op: node.op.name(),
+                        });
                     };
-                    self.ensure_kv(*layer, backend, len)?[0]
+                    self.ensure_kv(*layer, backend, m)?[0]
                 }
                 Op::Silu | Op::RoPE if self.can_alias(graph, node.src[0], backend, &consumers) => {
                     let src = node.src[0];
@@ -233,7 +235,7 @@ impl GraphAllocator {
                     if let (Op::FusedQKV { layer } | Op::FusedQkvNorm { layer }, NodeMeta::FusedQkv(m)) =
                         (&node.op, &node.meta)
                     {
-                        self.ensure_kv(*layer, backend, m.kv.n_kv_embd * m.kv.n_ctx)?;
+                        self.ensure_kv(*layer, backend, &m.kv)?;
                     }
                     BufRef {
                         backend,

@@ -64,6 +64,16 @@ impl DType {
         }
     }
 
+    /// A KV cache type by its llama.cpp name (`--cache-type-k`): `f32`, `f16` or `q8_0`.
+    pub fn kv_cache_type(name: &str) -> Result<Self, String> {
+        match name.to_ascii_lowercase().as_str() {
+            "f32" => Ok(DType::F32),
+            "f16" => Ok(DType::F16),
+            "q8_0" => Ok(DType::Q8_0),
+            other => Err(format!("'{other}' is not a KV cache type: use f32, f16 or q8_0")),
+        }
+    }
+
     /// Bytes that hold `n` values (Q8_0: whole blocks of 32).
     pub fn bytes(self, n: usize) -> usize {
         match self {

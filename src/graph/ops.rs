@@ -242,6 +242,10 @@ pub struct KvcacheMeta {
     pub n_kv_embd: usize,
     /// Cells per region.
     pub n_ctx: usize,
+    /// How the K region stores its values.
+    pub type_k: super::DType,
+    /// How the V region stores its values.
+    pub type_v: super::DType,
 }
 
 /// Payload of an embedding GetRows: the weight table the ids index.

@@ -29,6 +29,10 @@ pub struct CParams {
     /// `0..=position`: needed when several sequences share the cache or a sequence's cells are
     /// not its positions. One sequence whose cells are its positions never needs it.
     pub explicit_span: bool,
+    /// How the KV cache stores K (`F32`, `F16` or `Q8_0`).
+    pub type_k: super::DType,
+    /// How the KV cache stores V.
+    pub type_v: super::DType,
 }
 
 impl CParams {
@@ -43,6 +47,8 @@ impl CParams {
         CParams {
             n_ctx,
             backends,
+            type_k: super::DType::F16,
+            type_v: super::DType::F16,
             fuse_qkv: device && !off("MINFER_NO_FUSE_QKV"),
             fuse_ffn: device && !off("MINFER_NO_FUSE_FFN"),
             n_seq_max: 1,

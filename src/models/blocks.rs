@@ -133,6 +133,8 @@ pub fn kv_meta(hp: &HParams, params: &GraphParams) -> KvcacheMeta {
     KvcacheMeta {
         n_kv_embd: hp.n_kv_embd(),
         n_ctx: params.cparams.n_ctx,
+        type_k: params.cparams.type_k,
+        type_v: params.cparams.type_v,
     }
 }
 

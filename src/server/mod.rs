@@ -83,6 +83,8 @@ pub struct ServerConfig {
     /// Control-token text in message content is read as control tokens (llama.cpp's way)
     /// instead of as text.
     pub special_in_content: bool,
+    /// How each slot's KV cache stores K and V.
+    pub kv_types: (crate::graph::DType, crate::graph::DType),
 }
 
 /// The most slots a server runs: each is a thread with its own KV cache, and past a few dozen
@@ -163,9 +165,14 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
     };
     let model = Arc::new(Model::load(&config.model, &options)?);
     let n_threads = model.backends().n_threads();
-    let sessions: Vec<Session> = (0..config.n_slots)
-        .map(|_| Session::new(&model, config.n_ctx))
-        .collect();
+    let mut sessions = Vec::with_capacity(config.n_slots);
+    for _ in 0..config.n_slots {
+        let mut session = Session::new(&model, config.n_ctx);
+        session
+            .set_kv_types(config.kv_types.0, config.kv_types.1)
+            .map_err(|e| ServerError::Config(e.to_string()))?;
+        sessions.push(session);
+    }
     let n_ctx = sessions[0].n_ctx();
     let n_vocab = model.hparams().n_vocab;
     let model_id = config

@@ -107,10 +107,13 @@ impl CpuBackend {
             let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
             let mut k_region = std::mem::take(&mut self.buffers[k_id]);
             let mut v_region = std::mem::take(&mut self.buffers[v_id]);
-            let stored = kernels::kv_store(cells, &k, &v, m.kv.n_kv_embd, &mut k_region, &mut v_region);
+            let stored = self.region_mut(node, k_id, &mut k_region).and_then(|kr| {
+                let vr = self.region_mut(node, v_id, &mut v_region)?;
+                kernels::kv_store(cells, &k, &v, m.kv.n_kv_embd, kr, vr).map_err(|e| self.err(node, e))
+            });
             self.buffers[k_id] = k_region;
             self.buffers[v_id] = v_region;
-            stored.map_err(|e| self.err(node, e))
+            stored
         })();
         self.buffers[in_bufs[0].id] = x;
         if let Some(bits) = cell_bits {

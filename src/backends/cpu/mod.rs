@@ -186,6 +186,40 @@ impl FirstError {
 }
 
 impl CpuBackend {
+    /// KV region `id` in its stored type (the dtype it was allocated with).
+    fn region(&self, node: &CNode, id: usize) -> Result<kernels::KvRegion<'_>, BackendError> {
+        let (bytes, dtype) = *self
+            .info
+            .get(id)
+            .ok_or_else(|| self.err(node, format!("no KV region {id}")))?;
+        let words = &self.buffers[id];
+        kernels::KvRegion::of(words, dtype, kernels::region_values(bytes, dtype)).ok_or_else(|| {
+            self.err(
+                node,
+                format!("KV region {id} does not hold {bytes} bytes of {}", dtype.name()),
+            )
+        })
+    }
+
+    /// [`CpuBackend::region`] for writing, over the region's words taken out of the pool.
+    fn region_mut<'w>(
+        &self,
+        node: &CNode,
+        id: usize,
+        words: &'w mut [f32],
+    ) -> Result<kernels::KvRegionMut<'w>, BackendError> {
+        let (bytes, dtype) = *self
+            .info
+            .get(id)
+            .ok_or_else(|| self.err(node, format!("no KV region {id}")))?;
+        kernels::KvRegionMut::of(words, dtype, kernels::region_values(bytes, dtype)).ok_or_else(|| {
+            self.err(
+                node,
+                format!("KV region {id} does not hold {bytes} bytes of {}", dtype.name()),
+            )
+        })
+    }
+
     /// A context over `device`, with empty buffers.
     pub fn new(device: &CpuDevice) -> Self {
         CpuBackend {
@@ -623,7 +657,9 @@ impl CpuBackend {
                     let positions = ids_of(self.buffer(node, in_bufs[2])?);
                     let (k, v) = (self.buffer(node, in_bufs[0])?, self.buffer(node, in_bufs[1])?);
                     let width = k.len() / positions.len().max(1);
-                    kernels::kv_store(positions, k, v, width, out, &mut v_region).map_err(kerr)
+                    let k_region = self.region_mut(node, k_id, out)?;
+                    let v_region = self.region_mut(node, v_id, &mut v_region)?;
+                    kernels::kv_store(positions, k, v, width, k_region, v_region).map_err(kerr)
                 })();
                 self.buffers[v_id] = v_region;
                 result
@@ -645,20 +681,8 @@ impl CpuBackend {
                         positions: ids_of(self.buffer(node, in_bufs[2])?),
                     }
                 };
-                let k = self.buffer(
-                    node,
-                    BufRef {
-                        backend: Backend::CPU,
-                        id: k_id,
-                    },
-                )?;
-                let v = self.buffer(
-                    node,
-                    BufRef {
-                        backend: Backend::CPU,
-                        id: v_id,
-                    },
-                )?;
+                let k = self.region(node, k_id)?;
+                let v = self.region(node, v_id)?;
                 let stride = m.n_head_kv * m.head_dim;
                 let n_kv = k.len() / stride.max(1);
                 let (hd, n_rows) = (m.head_dim, nt * m.n_head);

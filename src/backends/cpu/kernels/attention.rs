@@ -1,4 +1,6 @@
-//! Causal multi-head attention with grouped KV heads over an f32 KV cache, computed with an
+//! Causal multi-head attention with grouped KV heads over a KV cache of f32, f16 or Q8_0 rows
+//! (read a head at a time through [`KvRows`]; an f16 or Q8_0 cache gives exactly the bits of an
+//! f32 cache holding the same values), computed with an
 //! online (flash-style) softmax over blocks of cells: one running maximum, one running sum and
 //! a `head_dim` accumulator per (token, head), and the scores of one block of cells at a time,
 //! so no score matrix is ever materialised. Owns the score,
@@ -10,6 +12,7 @@
 //! rescales per cell instead; the two differ by rounding only, and the tests hold this one to
 //! an f64 reference.
 
+use super::kv_region::{F16Rows, KvRegion, KvRows, Q8Rows, SCRATCH_SLACK};
 use super::math::{exp_f32, is_wide};
 use super::{check_len, check_nonzero, size, KernelError};
 use std::ops::Range;
@@ -42,8 +45,8 @@ pub enum Visible<'a> {
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: KvRegion<'_>,
+    v: KvRegion<'_>,
     visible: Visible<'_>,
     n_tokens: usize,
     n_head: usize,
@@ -81,8 +84,8 @@ pub fn attention(
 #[allow(clippy::too_many_arguments)]
 pub fn attention_heads(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: KvRegion<'_>,
+    v: KvRegion<'_>,
     visible: Visible<'_>,
     n_tokens: usize,
     n_head: usize,
@@ -116,8 +119,8 @@ pub fn attention_heads(
 fn check(
     kernel: &'static str,
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: KvRegion<'_>,
+    v: KvRegion<'_>,
     visible: Visible<'_>,
     n_tokens: usize,
     n_head: usize,
@@ -128,6 +131,14 @@ fn check(
 ) -> Result<(), KernelError> {
     check_nonzero(kernel, "head_dim", head_dim)?;
     check_nonzero(kernel, "n_head_kv", n_head_kv)?;
+    if head_dim > MAX_HEAD_DIM {
+        return Err(KernelError::TooSmall {
+            kernel,
+            operand: "head scratch (head_dim)",
+            needed: head_dim,
+            got: MAX_HEAD_DIM,
+        });
+    }
     if !n_head.is_multiple_of(n_head_kv) {
         return Err(KernelError::HeadGroups {
             kernel,
@@ -208,12 +219,16 @@ fn check(
 /// Cells per block of the softmax: one block's scores live on the stack.
 const BLOCK: usize = 128;
 
-/// The operands of one attention, sizes already checked.
+/// The widest head the kernel takes: a head of K and one of V are converted into scratch
+/// arrays of this size (plus slack) when the cache is not f32.
+const MAX_HEAD_DIM: usize = 512;
+
+/// The operands of one attention, sizes already checked; `k` and `v` in their stored types.
 #[derive(Clone, Copy)]
-struct Operands<'a> {
+struct Operands<'a, KR, VR> {
     q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    k: KR,
+    v: VR,
     visible: Visible<'a>,
     n_head: usize,
     n_head_kv: usize,
@@ -221,13 +236,13 @@ struct Operands<'a> {
     kv_stride: usize,
 }
 
-/// Head rows `heads` (token-major (token, head) pairs) into `out`, compiled wide where the CPU
-/// allows ([`is_wide`]).
+/// Head rows `heads` (token-major (token, head) pairs) into `out`, for the stored types of `k`
+/// and `v`, compiled wide where the CPU allows ([`is_wide`]).
 #[allow(clippy::too_many_arguments)]
 fn attend(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: KvRegion<'_>,
+    v: KvRegion<'_>,
     visible: Visible<'_>,
     n_head: usize,
     n_head_kv: usize,
@@ -236,29 +251,60 @@ fn attend(
     heads: Range<usize>,
     out: &mut [f32],
 ) {
-    let ops = Operands {
-        q,
-        k,
-        v,
-        visible,
-        n_head,
-        n_head_kv,
-        head_dim,
-        kv_stride,
-    };
+    macro_rules! typed {
+        ($k:expr, $v:expr) => {
+            attend_typed(
+                Operands {
+                    q,
+                    k: $k,
+                    v: $v,
+                    visible,
+                    n_head,
+                    n_head_kv,
+                    head_dim,
+                    kv_stride,
+                },
+                heads,
+                out,
+            )
+        };
+    }
+    macro_rules! with_v {
+        ($k:expr) => {
+            match v {
+                KvRegion::F32(v) => typed!($k, v),
+                KvRegion::F16(v) => typed!($k, F16Rows(v)),
+                KvRegion::Q8_0(v) => typed!($k, Q8Rows(v)),
+            }
+        };
+    }
+    match k {
+        KvRegion::F32(k) => with_v!(k),
+        KvRegion::F16(k) => with_v!(F16Rows(k)),
+        KvRegion::Q8_0(k) => with_v!(Q8Rows(k)),
+    }
+}
+
+fn attend_typed<KR: KvRows, VR: KvRows>(ops: Operands<'_, KR, VR>, heads: Range<usize>, out: &mut [f32]) {
     if is_wide() {
         // SAFETY: `is_wide` checked AVX-512 F and VL (and AVX2).
         unsafe { attend_wide(ops, heads, out) };
     } else {
-        attend_rows::<false>(ops, heads, out)
+        attend_rows::<false, KR, VR>(ops, heads, out)
     }
 }
 
 /// [`attend_rows`] compiled for AVX-512: a named function rather than [`super::math::wide`]'s
 /// closure, which the compiler does not inline whole at this size.
 #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f,avx512vl,avx2"))]
-unsafe fn attend_wide(ops: Operands<'_>, heads: Range<usize>, out: &mut [f32]) {
-    attend_rows::<true>(ops, heads, out)
+unsafe fn attend_wide<KR: KvRows, VR: KvRows>(ops: Operands<'_, KR, VR>, heads: Range<usize>, out: &mut [f32]) {
+    attend_rows::<true, KR, VR>(ops, heads, out)
+}
+
+/// Scratch for one K head and one V head converted from the stored type.
+struct HeadScratch {
+    k: [f32; MAX_HEAD_DIM + SCRATCH_SLACK],
+    v: [f32; MAX_HEAD_DIM + SCRATCH_SLACK],
 }
 
 /// Each row: the cells in blocks of [`BLOCK`]. A block's scores are computed and its maximum
@@ -269,36 +315,52 @@ unsafe fn attend_wide(ops: Operands<'_>, heads: Range<usize>, out: &mut [f32]) {
 ///
 /// `WIDE` selects [`dot_wide`], which only a caller compiled for AVX-512 may ask for.
 #[inline(always)]
-fn attend_rows<const WIDE: bool>(ops: Operands<'_>, heads: Range<usize>, out: &mut [f32]) {
+fn attend_rows<const WIDE: bool, KR: KvRows, VR: KvRows>(
+    ops: Operands<'_, KR, VR>,
+    heads: Range<usize>,
+    out: &mut [f32],
+) {
     let mut scores = [0.0f32; BLOCK];
+    let mut scratch = HeadScratch {
+        k: [0.0; MAX_HEAD_DIM + SCRATCH_SLACK],
+        v: [0.0; MAX_HEAD_DIM + SCRATCH_SLACK],
+    };
     for (row, out_row) in heads.zip(out.chunks_exact_mut(ops.head_dim)) {
         // The usual head sizes accumulate in a local array the compiler keeps in registers;
         // accumulating in `out` would chain every cell's update through memory.
         match ops.head_dim {
             64 => {
                 let mut acc = [0.0f32; 64];
-                attend_row::<WIDE>(ops, row, &mut acc, &mut scores);
+                attend_row::<WIDE, KR, VR>(ops, row, &mut acc, &mut scores, &mut scratch);
                 out_row.copy_from_slice(&acc);
             }
             128 => {
                 let mut acc = [0.0f32; 128];
-                attend_row::<WIDE>(ops, row, &mut acc, &mut scores);
+                attend_row::<WIDE, KR, VR>(ops, row, &mut acc, &mut scores, &mut scratch);
                 out_row.copy_from_slice(&acc);
             }
-            _ => attend_row::<WIDE>(ops, row, out_row, &mut scores),
+            _ => attend_row::<WIDE, KR, VR>(ops, row, out_row, &mut scores, &mut scratch),
         }
     }
 }
 
 /// One head row into `acc` (`head_dim` values), with `scores` as the block's scratch.
 #[inline(always)]
-fn attend_row<const WIDE: bool>(ops: Operands<'_>, row: usize, acc: &mut [f32], scores: &mut [f32; BLOCK]) {
+fn attend_row<const WIDE: bool, KR: KvRows, VR: KvRows>(
+    ops: Operands<'_, KR, VR>,
+    row: usize,
+    acc: &mut [f32],
+    scores: &mut [f32; BLOCK],
+    scratch: &mut HeadScratch,
+) {
     let t = row / ops.n_head;
     match ops.visible {
-        Visible::Prefix { positions } => attend_cells::<WIDE>(ops, row, acc, scores, positions[t] as usize + 1, |j| j),
+        Visible::Prefix { positions } => {
+            attend_cells::<WIDE, KR, VR>(ops, row, acc, scores, scratch, positions[t] as usize + 1, |j| j)
+        }
         Visible::Spans { index, spans } => {
             let list = &index[spans[2 * t] as usize..][..spans[2 * t + 1] as usize];
-            attend_cells::<WIDE>(ops, row, acc, scores, list.len(), |j| list[j] as usize)
+            attend_cells::<WIDE, KR, VR>(ops, row, acc, scores, scratch, list.len(), |j| list[j] as usize)
         }
     }
 }
@@ -306,11 +368,13 @@ fn attend_row<const WIDE: bool>(ops: Operands<'_>, row: usize, acc: &mut [f32], 
 /// [`attend_row`] over `n_cells` cells, the `j`-th being `cell(j)`: the same operations in the
 /// same order whatever maps `j` to a cell, so a list `0..n` gives the prefix's bits.
 #[inline(always)]
-fn attend_cells<const WIDE: bool>(
-    ops: Operands<'_>,
+#[allow(clippy::too_many_arguments)]
+fn attend_cells<const WIDE: bool, KR: KvRows, VR: KvRows>(
+    ops: Operands<'_, KR, VR>,
     row: usize,
     acc: &mut [f32],
     scores: &mut [f32; BLOCK],
+    scratch: &mut HeadScratch,
     n_cells: usize,
     cell: impl Fn(usize) -> usize,
 ) {
@@ -339,7 +403,7 @@ fn attend_cells<const WIDE: bool>(
         let mut block_max = f32::NEG_INFINITY;
         for (s, j) in scores.iter_mut().zip(cells.clone()) {
             let c = cell(j);
-            let kc = &k[c * kv_stride + kv_off..][..head_dim];
+            let kc = k.values(c * kv_stride + kv_off, head_dim, &mut scratch.k);
             *s = if WIDE {
                 // SAFETY: only `attend_wide`, compiled for AVX-512, instantiates WIDE.
                 unsafe { dot_wide(qh, kc) }
@@ -366,7 +430,10 @@ fn attend_cells<const WIDE: bool>(
         for (&w, j) in scores.iter().zip(cells) {
             let c = cell(j);
             sum += w;
-            for (a, &x) in acc.iter_mut().zip(&v[c * kv_stride + kv_off..][..head_dim]) {
+            for (a, &x) in acc
+                .iter_mut()
+                .zip(v.values(c * kv_stride + kv_off, head_dim, &mut scratch.v))
+            {
                 *a += x * w;
             }
         }
@@ -472,8 +539,8 @@ mod tests {
         let mut out = vec![f32::NAN; q.len()];
         attention(
             q,
-            k,
-            v,
+            KvRegion::F32(k),
+            KvRegion::F32(v),
             visible,
             n_tokens,
             c.n_head,
@@ -567,17 +634,51 @@ mod tests {
         let rows = 0..c.positions.len() * c.n_head;
         let ops = Operands {
             q: &q,
-            k: &k,
-            v: &v,
+            k: &k[..],
+            v: &v[..],
             visible: pre(&c.positions),
             n_head: 14,
             n_head_kv: 2,
             head_dim: 64,
             kv_stride: 128,
         };
-        attend_rows::<false>(ops, rows, &mut portable);
+        attend_rows::<false, &[f32], &[f32]>(ops, rows, &mut portable);
         let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&dispatched), bits(&portable));
+    }
+
+    #[test]
+    fn an_f16_or_q8_0_cache_gives_the_bits_of_an_f32_cache_holding_the_same_values() {
+        use crate::backends::cpu::kernels::KvRegionMut;
+        use crate::graph::DType;
+        let mut r = XorShift(63);
+        let c = Case {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            kv_stride: 128,
+            n_kv: 40,
+            positions: vec![3, 20, 39],
+        };
+        let (q, k, v) = inputs(&mut r, &c);
+        let n = k.len();
+        for dtype in [DType::F16, DType::Q8_0] {
+            let (mut kw, mut vw) = (vec![0f32; n], vec![0f32; n]);
+            KvRegionMut::of(&mut kw, dtype, n).unwrap().write(0, &k).unwrap();
+            KvRegionMut::of(&mut vw, dtype, n).unwrap().write(0, &v).unwrap();
+            let (kr, vr) = (
+                KvRegion::of(&kw, dtype, n).unwrap(),
+                KvRegion::of(&vw, dtype, n).unwrap(),
+            );
+            let (mut k32, mut v32) = (vec![0f32; n], vec![0f32; n]);
+            kr.read(0, &mut k32).unwrap();
+            vr.read(0, &mut v32).unwrap();
+            let mut typed = vec![f32::NAN; q.len()];
+            attention(&q, kr, vr, pre(&c.positions), 3, 4, 2, 64, 128, 40, &mut typed).unwrap();
+            let plain = run(&c, &q, &k32, &v32);
+            let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&typed), bits(&plain), "{dtype:?}");
+        }
     }
 
     #[test]
@@ -618,12 +719,38 @@ mod tests {
         };
         let (q, k, v) = (vec![0.0; 16], vec![0.0; 12], vec![0.0; 12]);
         let mut out = vec![0.0; 16];
-        let err = attention(&q, &k, &v, pre(&c.positions), 2, 2, 1, 4, 4, 3, &mut out).unwrap_err();
+        let err = attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&c.positions),
+            2,
+            2,
+            1,
+            4,
+            4,
+            3,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(
             err.to_string(),
             "attention: token 1 has position 3, outside the 3 cells of the KV cache"
         );
-        let err = attention(&q, &k, &v, pre(&[-1, 0]), 2, 2, 1, 4, 4, 3, &mut out).unwrap_err();
+        let err = attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&[-1, 0]),
+            2,
+            2,
+            1,
+            4,
+            4,
+            3,
+            &mut out,
+        )
+        .unwrap_err();
         assert!(matches!(err, KernelError::PositionOutOfRange { token: 0, pos: -1, .. }));
     }
 
@@ -647,8 +774,8 @@ mod tests {
                 let rows = i * chunk..i * chunk + o.len() / c.head_dim;
                 attention_heads(
                     &q,
-                    &k,
-                    &v,
+                    KvRegion::F32(&k),
+                    KvRegion::F32(&v),
                     pre(&c.positions),
                     c.positions.len(),
                     c.n_head,
@@ -671,32 +798,139 @@ mod tests {
         let (q, k, v) = (vec![0.0; 16], vec![0.0; 12], vec![0.0; 12]);
         let mut out = vec![0.0; 8];
         // 2 tokens x 2 heads = 4 head rows of 4 values.
-        let err = attention_heads(&q, &k, &v, pre(&[0, 1]), 2, 2, 1, 4, 4, 3, 3..5, &mut out).unwrap_err();
+        let err = attention_heads(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&[0, 1]),
+            2,
+            2,
+            1,
+            4,
+            4,
+            3,
+            3..5,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(
             err.to_string(),
             "attention_heads: rows 3..5 are not within the 4 output rows"
         );
-        let err = attention_heads(&q, &k, &v, pre(&[0, 1]), 2, 2, 1, 4, 4, 3, 1..4, &mut out).unwrap_err();
+        let err = attention_heads(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&[0, 1]),
+            2,
+            2,
+            1,
+            4,
+            4,
+            3,
+            1..4,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "attention_heads: out has length 8, expected 12");
-        attention_heads(&q, &k, &v, pre(&[0, 1]), 2, 2, 1, 4, 4, 3, 2..4, &mut out).unwrap();
+        attention_heads(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&[0, 1]),
+            2,
+            2,
+            1,
+            4,
+            4,
+            3,
+            2..4,
+            &mut out,
+        )
+        .unwrap();
     }
 
     #[test]
     fn bad_sizes_are_refused_naming_the_kernel_and_the_sizes() {
         let (q, k, v) = (vec![0.0; 48], vec![0.0; 8], vec![0.0; 8]);
         let mut out = vec![0.0; 48];
-        let err = attention(&q, &k, &v, pre(&[0]), 1, 12, 5, 4, 20, 1, &mut out).unwrap_err();
+        let err = attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&[0]),
+            1,
+            12,
+            5,
+            4,
+            20,
+            1,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(
             err.to_string(),
             "attention: n_head = 12 is not a multiple of n_head_kv = 5"
         );
-        let err = attention(&q, &k, &v, pre(&[0]), 1, 12, 2, 4, 8, 2, &mut out).unwrap_err();
+        let err = attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&[0]),
+            1,
+            12,
+            2,
+            4,
+            8,
+            2,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "attention: k length = 8 is below the 16 needed");
-        let err = attention(&q, &k, &v, pre(&[0]), 1, 12, 2, 4, 6, 1, &mut out).unwrap_err();
+        let err = attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&[0]),
+            1,
+            12,
+            2,
+            4,
+            6,
+            1,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "attention: kv_stride = 6 is below the 8 needed");
-        let err = attention(&q, &k, &v, pre(&[0]), 1, 12, 2, 4, 8, 1, &mut out[..47]).unwrap_err();
+        let err = attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&[0]),
+            1,
+            12,
+            2,
+            4,
+            8,
+            1,
+            &mut out[..47],
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "attention: out has length 47, expected 48");
-        let err = attention(&q, &k, &v, pre(&[0, 0]), 1, 12, 2, 4, 8, 1, &mut out).unwrap_err();
+        let err = attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&[0, 0]),
+            1,
+            12,
+            2,
+            4,
+            8,
+            1,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "attention: positions has length 2, expected 1");
     }
 
@@ -800,7 +1034,20 @@ mod tests {
             index: &[0, 1, 2],
             spans: &[0, 2, 2, 2],
         };
-        let err = attention(&q, &k, &v, visible, 2, 1, 1, 4, 4, 3, &mut out).unwrap_err();
+        let err = attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            visible,
+            2,
+            1,
+            1,
+            4,
+            4,
+            3,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(
             err.to_string(),
             "attention: token 1's span 2+2 lies outside the 3 cells listed"
@@ -809,7 +1056,20 @@ mod tests {
             index: &[0, 5],
             spans: &[0, 1, 0, 2],
         };
-        let err = attention(&q, &k, &v, visible, 2, 1, 1, 4, 4, 3, &mut out).unwrap_err();
+        let err = attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            visible,
+            2,
+            1,
+            1,
+            4,
+            4,
+            3,
+            &mut out,
+        )
+        .unwrap_err();
         assert!(
             matches!(err, KernelError::PositionOutOfRange { token: 1, pos: 5, .. }),
             "{err}"

@@ -1,17 +1,18 @@
 //! Writing one step's K and V rows into a layer's persistent cache regions at the cells the
 //! positions name.
 
-use super::{check_len, size, KernelError};
+use super::{check_len, size, KernelError, KvRegionMut};
 
 /// Row `t` of `k` and `v` (`width` values each) goes to cell `positions[t]` of `k_region` and
-/// `v_region` (`n_ctx` cells of `width` values). A position outside the cache is an error.
+/// `v_region` (`n_ctx` cells of `width` values, in their stored types). A position outside the
+/// cache is an error.
 pub fn kv_store(
     positions: &[i32],
     k: &[f32],
     v: &[f32],
     width: usize,
-    k_region: &mut [f32],
-    v_region: &mut [f32],
+    mut k_region: KvRegionMut<'_>,
+    mut v_region: KvRegionMut<'_>,
 ) -> Result<(), KernelError> {
     const K: &str = "kv_store";
     let n = positions.len();
@@ -29,8 +30,8 @@ pub fn kv_store(
                 pos,
                 n_kv,
             })?;
-        k_region[cell * width..(cell + 1) * width].copy_from_slice(&k[t * width..(t + 1) * width]);
-        v_region[cell * width..(cell + 1) * width].copy_from_slice(&v[t * width..(t + 1) * width]);
+        k_region.write(cell * width, &k[t * width..(t + 1) * width])?;
+        v_region.write(cell * width, &v[t * width..(t + 1) * width])?;
     }
     Ok(())
 }
@@ -43,7 +44,7 @@ mod tests {
     fn rows_land_in_the_cells_their_positions_name() {
         let (k, v) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]);
         let (mut kr, mut vr) = (vec![0.0; 8], vec![0.0; 8]);
-        kv_store(&[3, 1], &k, &v, 2, &mut kr, &mut vr).unwrap();
+        kv_store(&[3, 1], &k, &v, 2, KvRegionMut::F32(&mut kr), KvRegionMut::F32(&mut vr)).unwrap();
         assert_eq!(kr, [0.0, 0.0, 3.0, 4.0, 0.0, 0.0, 1.0, 2.0]);
         assert_eq!(vr, [0.0, 0.0, 7.0, 8.0, 0.0, 0.0, 5.0, 6.0]);
     }
@@ -51,7 +52,15 @@ mod tests {
     #[test]
     fn a_position_outside_the_cache_is_refused() {
         let (mut kr, mut vr) = (vec![0.0; 4], vec![0.0; 4]);
-        let err = kv_store(&[2], &[1.0, 2.0], &[1.0, 2.0], 2, &mut kr, &mut vr).unwrap_err();
+        let err = kv_store(
+            &[2],
+            &[1.0, 2.0],
+            &[1.0, 2.0],
+            2,
+            KvRegionMut::F32(&mut kr),
+            KvRegionMut::F32(&mut vr),
+        )
+        .unwrap_err();
         assert_eq!(
             err,
             KernelError::PositionOutOfRange {

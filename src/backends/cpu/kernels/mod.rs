@@ -17,6 +17,7 @@
 mod attention;
 mod elementwise;
 mod get_rows;
+mod kv_region;
 mod kv_store;
 mod math;
 mod matmul;
@@ -29,6 +30,7 @@ pub use elementwise::{
     mul_row_broadcast_inplace, silu, silu_inplace, swiglu, swiglu_inplace,
 };
 pub use get_rows::get_rows;
+pub use kv_region::{region_values, F16Rows, KvRegion, KvRegionMut, KvRows, Q8Rows, SCRATCH_SLACK};
 pub use kv_store::kv_store;
 pub use matmul::{
     matmul, matmul_rows, quantize_activations, quantize_chunk, ActivationBuffers, ActivationChunk, Activations,
