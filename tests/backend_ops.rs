@@ -566,6 +566,8 @@ fn kv_meta() -> KvcacheMeta {
     KvcacheMeta {
         n_kv_embd: N_HEAD_KV * HEAD_DIM,
         n_ctx: N_CTX,
+        type_k: DType::F32,
+        type_v: DType::F32,
     }
 }
 

@@ -337,7 +337,12 @@ const D: [usize; 4] = [4, 1, 1, 1];
 
 #[test]
 fn liveness_never_reuses_a_buffer_that_is_read_later() {
-    let kv = KvcacheMeta { n_kv_embd: 4, n_ctx: 2 };
+    let kv = KvcacheMeta {
+        n_kv_embd: 4,
+        n_ctx: 2,
+        type_k: DType::F32,
+        type_v: DType::F32,
+    };
     let mut b = GraphBuilder::new();
     let a = b.input("a", D, DType::F32);
     let bb = b.input("b", D, DType::F32);
@@ -595,6 +600,8 @@ fn base_params() -> GraphParams {
             fuse_ffn: true,
             n_seq_max: 1,
             explicit_span: false,
+            type_k: DType::F16,
+            type_v: DType::F16,
         },
         weights_version: 1,
     }
