@@ -187,19 +187,18 @@ fn n_tokens(model: &Path, text: &str) -> usize {
     serde_json::from_str::<Vec<u32>>(&ids).unwrap().len()
 }
 
+/// The number after `key` in a timing line.
+fn number_after(line: &str, key: &str) -> usize {
+    line.split(key)
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {key:?} in {line:?}"))
+}
+
 /// "Prefill: N tokens ... | Cached: M tokens" → (N, M).
 fn prefill_and_cached(line: &str) -> (usize, usize) {
-    let number_after = |key: &str| -> usize {
-        line.split(key)
-            .nth(1)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    (number_after("Prefill: "), number_after("Cached: "))
+    (number_after(line, "Prefill: "), number_after(line, "Cached: "))
 }
 
 #[test]
@@ -340,15 +339,7 @@ fn a_scripted_conversation_three_times_the_context_long_runs_to_its_end_in_flat_
         .iter()
         .map(|l| {
             let (prefilled, _) = prefill_and_cached(l);
-            let generated: usize = l
-                .split("Generated: ")
-                .nth(1)
-                .unwrap()
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
+            let generated = number_after(l, "Generated: ");
             prefilled + generated
         })
         .sum();

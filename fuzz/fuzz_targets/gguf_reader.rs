@@ -15,8 +15,6 @@
 use libfuzzer_sys::fuzz_target;
 use minfer::gguf::parse_header;
 use minfer::quant::dequantize_row;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// Bytes `parse_header` may have allocated at once, per byte of input. The reader bounds every
 /// count by the bytes that remain, but allocates before it reads the elements, so a stack of
@@ -28,57 +26,11 @@ const FIXED_ALLOWANCE: usize = 1 << 20;
 /// Only tensors this small are dequantized, to keep executions fast.
 const MAX_DEQUANT_ELEMENTS: u64 = 1 << 16;
 
-/// The system allocator, counting live bytes and their peak.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn record_alloc(size: usize) {
-    let live = LIVE.fetch_add(size, Relaxed) + size;
-    PEAK.fetch_max(live, Relaxed);
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc(layout);
-        if !p.is_null() {
-            record_alloc(layout.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc_zeroed(layout);
-        if !p.is_null() {
-            record_alloc(layout.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        LIVE.fetch_sub(layout.size(), Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = System.realloc(ptr, layout, new_size);
-        if !p.is_null() {
-            LIVE.fetch_sub(layout.size(), Relaxed);
-            record_alloc(new_size);
-        }
-        p
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+#[path = "counting_alloc.rs"]
+mod counting_alloc;
 
 fuzz_target!(|bytes: &[u8]| {
-    let before = LIVE.load(Relaxed);
-    PEAK.store(before, Relaxed);
-    let parsed = parse_header(bytes);
-    let allocated = PEAK.load(Relaxed) - before;
+    let (parsed, allocated) = counting_alloc::peak_during(|| parse_header(bytes));
     let limit = MAX_AMPLIFICATION * bytes.len() + FIXED_ALLOWANCE;
     assert!(
         allocated <= limit,

@@ -16,8 +16,6 @@
 use libfuzzer_sys::fuzz_target;
 use minfer::server::{read_request_body, BodyKind};
 use minfer::template::ChatTemplate;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// Bytes the reader may have allocated at once, per byte of input: a parsed JSON value costs
 /// a few tens of bytes however short its text (`0,` is two bytes).
@@ -25,60 +23,14 @@ const MAX_AMPLIFICATION: usize = 96;
 /// Allowance for fixed costs (error messages, the first buckets of maps).
 const FIXED_ALLOWANCE: usize = 1 << 20;
 
-/// The system allocator, counting live bytes and their peak.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn record_alloc(size: usize) {
-    let live = LIVE.fetch_add(size, Relaxed) + size;
-    PEAK.fetch_max(live, Relaxed);
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc(layout);
-        if !p.is_null() {
-            record_alloc(layout.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc_zeroed(layout);
-        if !p.is_null() {
-            record_alloc(layout.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        LIVE.fetch_sub(layout.size(), Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = System.realloc(ptr, layout, new_size);
-        if !p.is_null() {
-            LIVE.fetch_sub(layout.size(), Relaxed);
-            record_alloc(new_size);
-        }
-        p
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "counting_alloc.rs"]
+mod counting_alloc;
 
 const GUARDED: [&str; 3] = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"];
 
 fuzz_target!(|data: &[u8]| {
     for kind in [BodyKind::Chat, BodyKind::Completion] {
-        PEAK.store(LIVE.load(Relaxed), Relaxed);
-        let start = LIVE.load(Relaxed);
-        let result = read_request_body(kind, data);
-        let used = PEAK.load(Relaxed) - start;
+        let (result, used) = counting_alloc::peak_during(|| read_request_body(kind, data));
         assert!(
             used <= MAX_AMPLIFICATION * data.len() + FIXED_ALLOWANCE,
             "{kind:?}: {used} bytes at once for a {}-byte body",

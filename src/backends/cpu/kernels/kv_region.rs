@@ -67,6 +67,19 @@ pub enum KvRegion<'a> {
     Q8_0(&'a [BlockQ8_0]),
 }
 
+/// Values `start..start + n` must lie in a region of `len` values.
+fn check_range(kernel: &'static str, start: usize, n: usize, len: usize) -> Result<(), KernelError> {
+    match start.checked_add(n) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(KernelError::TooSmall {
+            kernel,
+            operand: "region",
+            needed: start.saturating_add(n),
+            got: len,
+        }),
+    }
+}
+
 /// Values a region of `bytes` bytes of `dtype` holds.
 pub fn region_values(bytes: usize, dtype: DType) -> usize {
     match dtype {
@@ -109,16 +122,8 @@ impl<'a> KvRegion<'a> {
 
     /// Values `start..start + n` into `out`, as f32.
     pub fn read(&self, start: usize, out: &mut [f32]) -> Result<(), KernelError> {
-        const K: &str = "kv_read";
         let n = out.len();
-        if start + n > self.len() {
-            return Err(KernelError::TooSmall {
-                kernel: K,
-                operand: "region",
-                needed: start + n,
-                got: self.len(),
-            });
-        }
+        check_range("kv_read", start, n, self.len())?;
         let mut scratch = vec![0.0; n + SCRATCH_SLACK];
         match *self {
             KvRegion::F32(x) => out.copy_from_slice(&x[start..][..n]),
@@ -175,14 +180,7 @@ impl<'a> KvRegionMut<'a> {
     pub fn write(&mut self, start: usize, src: &[f32]) -> Result<(), KernelError> {
         const K: &str = "kv_write";
         let n = src.len();
-        if start + n > self.len() {
-            return Err(KernelError::TooSmall {
-                kernel: K,
-                operand: "region",
-                needed: start + n,
-                got: self.len(),
-            });
-        }
+        check_range(K, start, n, self.len())?;
         match self {
             KvRegionMut::F32(x) => x[start..start + n].copy_from_slice(src),
             KvRegionMut::F16(x) => {
