@@ -403,7 +403,12 @@ fn attend_cells<const WIDE: bool, KR: KvRows, VR: KvRows>(
         let mut block_max = f32::NEG_INFINITY;
         for (s, j) in scores.iter_mut().zip(cells.clone()) {
             let c = cell(j);
-            let kc = k.values(c * kv_stride + kv_off, head_dim, &mut scratch.k);
+            let kc = if WIDE {
+                // SAFETY: only `attend_wide`, compiled for AVX-512, instantiates WIDE.
+                unsafe { k.values_wide(c * kv_stride + kv_off, head_dim, &mut scratch.k) }
+            } else {
+                k.values(c * kv_stride + kv_off, head_dim, &mut scratch.k)
+            };
             *s = if WIDE {
                 // SAFETY: only `attend_wide`, compiled for AVX-512, instantiates WIDE.
                 unsafe { dot_wide(qh, kc) }
@@ -430,10 +435,13 @@ fn attend_cells<const WIDE: bool, KR: KvRows, VR: KvRows>(
         for (&w, j) in scores.iter().zip(cells) {
             let c = cell(j);
             sum += w;
-            for (a, &x) in acc
-                .iter_mut()
-                .zip(v.values(c * kv_stride + kv_off, head_dim, &mut scratch.v))
-            {
+            let vc = if WIDE {
+                // SAFETY: as for K.
+                unsafe { v.values_wide(c * kv_stride + kv_off, head_dim, &mut scratch.v) }
+            } else {
+                v.values(c * kv_stride + kv_off, head_dim, &mut scratch.v)
+            };
+            for (a, &x) in acc.iter_mut().zip(vc) {
                 *a += x * w;
             }
         }

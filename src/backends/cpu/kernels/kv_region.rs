@@ -8,7 +8,9 @@
 
 use super::{check_len, KernelError};
 use crate::graph::DType;
-use crate::quant::fp16::{f16_to_f32, f32_to_f16};
+#[cfg(test)]
+use crate::quant::fp16::f16_to_f32;
+use crate::quant::fp16::{f16_to_f32_row_scalar, f32_to_f16};
 use crate::quant::q8_0::{self, BlockQ8_0, QK8_0};
 
 /// Values a [`KvRows::values`] scratch must hold beyond the values asked for: a Q8_0 read that
@@ -20,6 +22,16 @@ pub trait KvRows: Copy {
     /// Values `start..start + n`: borrowed from the region, or converted into `scratch`
     /// (at least `n + SCRATCH_SLACK` long). The range must lie in the region.
     fn values<'s>(&'s self, start: usize, n: usize, scratch: &'s mut [f32]) -> &'s [f32];
+
+    /// [`KvRows::values`], for a caller compiled for AVX-512 (attention's wide build), where
+    /// f16 converts sixteen values an instruction. The same values.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F and VL.
+    #[inline(always)]
+    unsafe fn values_wide<'s>(&'s self, start: usize, n: usize, scratch: &'s mut [f32]) -> &'s [f32] {
+        self.values(start, n, scratch)
+    }
 }
 
 impl KvRows for &[f32] {
@@ -36,11 +48,42 @@ pub struct F16Rows<'a>(pub &'a [u16]);
 impl KvRows for F16Rows<'_> {
     #[inline(always)]
     fn values<'s>(&'s self, start: usize, n: usize, scratch: &'s mut [f32]) -> &'s [f32] {
-        for (out, &h) in scratch[..n].iter_mut().zip(&self.0[start..][..n]) {
-            *out = f16_to_f32(h);
-        }
+        f16_to_f32_row_scalar(&self.0[start..][..n], &mut scratch[..n]);
         &scratch[..n]
     }
+
+    #[inline(always)]
+    unsafe fn values_wide<'s>(&'s self, start: usize, n: usize, scratch: &'s mut [f32]) -> &'s [f32] {
+        // SAFETY: the caller guarantees AVX-512 F and VL.
+        unsafe { f16_row_wide(&self.0[start..][..n], &mut scratch[..n]) };
+        &scratch[..n]
+    }
+}
+
+/// f16 to f32 sixteen at a time (`vcvtph2ps` on a 512-bit register: exact, as
+/// [`f16_to_f32_row_scalar`] is), the tail one by one.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2")]
+#[inline]
+unsafe fn f16_row_wide(src: &[u16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps, _mm512_storeu_ps};
+    let n = src.len().min(dst.len());
+    let body = n / 16 * 16;
+    let mut i = 0;
+    while i < body {
+        // SAFETY: i + 16 <= n, within both slices; unaligned loads and stores.
+        unsafe {
+            let h = _mm256_loadu_si256(src.as_ptr().add(i) as *const __m256i);
+            _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
+        }
+        i += 16;
+    }
+    f16_to_f32_row_scalar(&src[body..n], &mut dst[body..n]);
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn f16_row_wide(src: &[u16], dst: &mut [f32]) {
+    f16_to_f32_row_scalar(src, dst)
 }
 
 /// A region stored as Q8_0 blocks (each row a whole number of blocks).
