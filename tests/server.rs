@@ -792,3 +792,32 @@ fn a_client_that_half_closes_after_its_request_still_gets_the_response() {
     }
     assert_eq!(server.metric("minfer_requests_cancelled_total"), 0.0);
 }
+
+#[test]
+fn the_kv_cache_types_reach_every_slot_and_answer_as_the_cli_does() {
+    let args = ["--cache-type-k", "q8_0", "--cache-type-v", "f32"];
+    let server = Server::start(&tiny(), &args, &[]);
+    let (status, reply) = server.json(
+        "/v1/completions",
+        serde_json::json!({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{reply}");
+    let out = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg(tiny())
+        .args(["--no-template", "Once upon a time", "-n", "12", "--greedy"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        reply["choices"][0]["text"].as_str().unwrap(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // A type the cache does not have is refused before the model is read.
+    let out = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .args(["serve", tiny().to_str().unwrap(), "--cache-type-k", "q4_0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'q4_0' is not a KV cache type"));
+}
