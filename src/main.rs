@@ -274,6 +274,10 @@ enum Command {
         /// Output format: a markdown table, or llama-bench's JSON array.
         #[arg(short = 'o', long = "output", value_enum, default_value_t = BenchFormat::Md)]
         output: BenchFormat,
+        /// Parallel sequence counts (comma-separated): llama-batched-bench's measurement, each of
+        /// -p prompt tokens and -n generated tokens, all sequences in one batch per step.
+        #[arg(long = "npl", value_delimiter = ',')]
+        n_parallel: Vec<usize>,
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
@@ -666,10 +670,40 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             n_prompt,
             n_gen,
             threads,
+            n_parallel,
+            backend,
+            ..
+        } if !n_parallel.is_empty() => {
+            anyhow::ensure!(
+                threads.len() <= 1,
+                "--npl measures one thread count at a time; give -t once"
+            );
+            let options = minfer::cli::batched_bench::BatchedOptions {
+                n_prompt,
+                n_gen,
+                n_parallel,
+                n_threads: threads.first().copied().unwrap_or_else(minfer::engine::default_threads),
+                backend,
+                seed: 1,
+            };
+            use minfer::cli::batched_bench;
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(batched_bench::markdown_header().as_bytes())?;
+            batched_bench::run_batched(&model, &options, |r| {
+                stdout.write_all(batched_bench::markdown_row(r).as_bytes())?;
+                stdout.flush()
+            })?;
+        }
+        Command::Bench {
+            model,
+            n_prompt,
+            n_gen,
+            threads,
             repetitions,
             bandwidth,
             output,
             backend,
+            ..
         } => run_bench(
             &model,
             n_prompt,

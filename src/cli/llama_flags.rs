@@ -27,6 +27,9 @@ pub const TABLE: &[(&str, Mapping)] = &[
         "-tb",
         Mapping::Unsupported("minfer uses one thread count for prefill and decode (-t)"),
     ),
+    ("-npl", Mapping::Long("--npl")),
+    ("-npp", Mapping::Long("--n-prompt")),
+    ("-ntg", Mapping::Long("--n-gen")),
     ("-ctk", Mapping::Long("--cache-type-k")),
     ("-ctv", Mapping::Long("--cache-type-v")),
     (

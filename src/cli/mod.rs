@@ -1,6 +1,7 @@
 //! What the command-line surfaces print. The binary parses flags and calls these; nothing here
 //! exits the process, and only `terminal` touches the terminal (the line editor and Ctrl-C).
 
+pub mod batched_bench;
 pub mod bench;
 pub mod conversation;
 pub mod info;
