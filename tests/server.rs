@@ -821,3 +821,42 @@ fn the_kv_cache_types_reach_every_slot_and_answer_as_the_cli_does() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("'q4_0' is not a KV cache type"));
 }
+
+#[test]
+fn concurrent_greedy_requests_batched_together_get_the_tokens_each_gets_alone() {
+    // Four slots take the eight requests in batches of up to four sequences, whose prompts and
+    // positions differ; every completion must equal the same request served alone.
+    let server = Server::start(&tiny(), &["--n-slots", "4"], &[]);
+    let bodies: Vec<serde_json::Value> = (0..8)
+        .map(|i| {
+            serde_json::json!({
+                "prompt": format!("Story number {i}: once upon a time {}", "and then ".repeat(i)),
+                "max_tokens": 24 + 3 * i,
+                "temperature": 0,
+            })
+        })
+        .collect();
+    let alone: Vec<String> = bodies
+        .iter()
+        .map(|b| {
+            let (status, reply) = server.json("/v1/completions", b.clone());
+            assert_eq!(status, 200, "{reply}");
+            reply["choices"][0]["text"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let together: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = bodies
+            .iter()
+            .map(|b| {
+                let server = &server;
+                scope.spawn(move || {
+                    let (status, reply) = server.json("/v1/completions", b.clone());
+                    assert_eq!(status, 200, "{reply}");
+                    reply["choices"][0]["text"].as_str().unwrap().to_string()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(together, alone);
+}

@@ -99,6 +99,18 @@ impl Session {
         )
     }
 
+    /// A session of exactly `n_cells` KV cells shared by up to `n_seq_max` sequences, each of
+    /// which may still hold at most the training context: a server's slots, one sequence each,
+    /// with `n_ctx` positions apiece in `n_slots * n_ctx` cells.
+    pub fn with_cells(model: &Model, n_cells: usize, n_seq_max: usize) -> Result<Self, EngineError> {
+        Self::build(
+            Arc::clone(model.def()),
+            model.backends().new_contexts(),
+            n_cells.max(1),
+            n_seq_max,
+        )
+    }
+
     /// A one-sequence session over execution contexts made by the caller (in priority order)
     /// with exactly `n_ctx` cells: for tests and tools that bring their own backend.
     pub fn with_backends(

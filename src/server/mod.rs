@@ -165,15 +165,13 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
     };
     let model = Arc::new(Model::load(&config.model, &options)?);
     let n_threads = model.backends().n_threads();
-    let mut sessions = Vec::with_capacity(config.n_slots);
-    for _ in 0..config.n_slots {
-        let mut session = Session::new(&model, config.n_ctx);
-        session
-            .set_kv_types(config.kv_types.0, config.kv_types.1)
-            .map_err(|e| ServerError::Config(e.to_string()))?;
-        sessions.push(session);
-    }
-    let n_ctx = sessions[0].n_ctx();
+    // One session for every slot: sequence i is slot i, each with n_ctx positions of its own.
+    let n_ctx = model.clamp_n_ctx(config.n_ctx);
+    let mut session = Session::with_cells(&model, n_ctx * config.n_slots, config.n_slots)
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+    session
+        .set_kv_types(config.kv_types.0, config.kv_types.1)
+        .map_err(|e| ServerError::Config(e.to_string()))?;
     let n_vocab = model.hparams().n_vocab;
     let model_id = config
         .model
@@ -185,8 +183,8 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         model.tokenizer().control_token_texts()
     };
     let metrics = Arc::new(metrics::Metrics::default());
-    let scheduler =
-        slots::Scheduler::start(sessions, Arc::clone(&model), Arc::clone(&metrics)).map_err(ServerError::Runtime)?;
+    let scheduler = slots::Scheduler::start(session, config.n_slots, n_ctx, Arc::clone(&model), Arc::clone(&metrics))
+        .map_err(ServerError::Runtime)?;
     let app = Arc::new(routes::AppState {
         scheduler: scheduler.clone(),
         model,

@@ -1,28 +1,31 @@
-//! Slots and the scheduler: `--n-slots` generation threads, each owning one [`Session`] (its
-//! own graph cache and KV cache) over the one shared [`Model`] (weights, backends and their
-//! thread pool: a slot generating alone uses every thread), and the FIFO queue of jobs waiting
-//! for one.
+//! Slots and the scheduler (continuous batching): one engine loop owns the one [`Session`],
+//! whose KV sequences `0..n_slots` are the slots, over the shared [`Model`] (weights, backends
+//! and their thread pool). Each step is one forward pass over the next token of every
+//! generating slot plus chunks of the prompts being read (at most [`STEP_TOKENS`] tokens), so
+//! the weights are read once per step for all the streams, a request alone runs on every
+//! thread, and a long prompt does not stall the streams already running. Every slot samples
+//! from its own row; a row's logits do not depend on the other rows of its batch, so each
+//! stream gets the tokens it would get alone.
 //!
-//! A job goes to an idle slot at once, preferring the slot whose cached tokens share the
-//! longest prefix with its prompt; with none idle it queues, and a slot that finishes takes the
-//! oldest queued job. A slot keeps its KV after a job, and its session knows which tokens that KV
-//! holds (`Session::reuse_prefix`), so a follow-up that extends the same
-//! conversation prefills only its new tokens. Tokens flow back to the HTTP side over a channel;
-//! a job whose receiver is gone (the client disconnected) or whose cancel flag is set stops at
-//! its next token and frees the slot. A failure or a panic inside a generation is reported to
-//! its job as [`Event::Failed`], the slot's context is reset, and the slot serves on.
+//! Jobs wait in a FIFO queue; a free slot takes the oldest, and among free slots the one whose
+//! cached tokens share the longest prefix with its prompt. A slot keeps its KV cells after a
+//! job (`Session::reuse_prefix`), so a follow-up that extends the same conversation prefills
+//! only its new tokens. Tokens flow back to the HTTP side over a channel; a job whose receiver
+//! is gone, whose cancel flag is set or whose client hung up stops at the next step and frees
+//! the slot. A failure or a panic inside a pass is reported to the jobs of that pass as
+//! [`Event::Failed`], their slots' cells are cleared, and the loop serves on.
 //!
 //! This file must not parse requests or shape responses: it runs token lists and reports
 //! events.
 
 use super::metrics::Metrics;
 use super::peer::Peer;
-use crate::engine::{generate_cached, GenerateOptions, GenerationObserver, Model, Session, StopReason};
+use crate::engine::{Batch, GenerateOptions, GenerationStats, Model, Sequence, Session, StopReason};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// One generation of a job: a choice of the response.
@@ -87,24 +90,15 @@ pub enum Event {
     Failed(String),
 }
 
-struct SlotState {
-    idle: bool,
-    /// The tokens in the slot's KV cache, as of when it last went idle.
-    cached: Vec<u32>,
-    tx: mpsc::Sender<Job>,
-}
-
-struct State {
-    queue: VecDeque<Job>,
-    slots: Vec<SlotState>,
-}
-
 struct Shared {
-    state: Mutex<State>,
+    /// Jobs waiting for a slot, in arrival order.
+    queue: Mutex<VecDeque<Job>>,
+    /// Wakes the engine loop when a job arrives or the server stops.
+    wake: Condvar,
     metrics: Arc<Metrics>,
-    /// The model the sessions run (its tokenizer turns tokens back into text).
+    /// The model the session runs (its tokenizer turns tokens back into text).
     model: Arc<Model>,
-    /// Set at shutdown: every generation stops at its next token.
+    /// Set at shutdown: every generation stops at its next step.
     stop_all: AtomicBool,
 }
 
@@ -117,259 +111,407 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// Tokens one forward pass takes at most: every generating slot's next token, and prompt
+/// chunks up to the rest (llama.cpp's `n_batch`), so a long prompt shares the passes with the
+/// streams already running instead of stalling them.
+pub const STEP_TOKENS: usize = 512;
+
 impl Scheduler {
-    /// Starts one thread per session.
-    pub fn start(sessions: Vec<Session>, model: Arc<Model>, metrics: Arc<Metrics>) -> std::io::Result<Self> {
-        let mut slots = Vec::new();
-        let mut receivers = Vec::new();
-        for _ in &sessions {
-            let (tx, rx) = mpsc::channel();
-            slots.push(SlotState {
-                idle: true,
-                cached: Vec::new(),
-                tx,
-            });
-            receivers.push(rx);
-        }
-        metrics.slots_total.store(slots.len(), Ordering::Relaxed);
+    /// Starts the engine loop over `session`, whose sequences `0..n_slots` are the slots, each
+    /// allowed `n_ctx` positions.
+    pub fn start(
+        session: Session,
+        n_slots: usize,
+        n_ctx: usize,
+        model: Arc<Model>,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Self> {
+        metrics.slots_total.store(n_slots, Ordering::Relaxed);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                queue: VecDeque::new(),
-                slots,
-            }),
+            queue: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
             metrics,
             model,
             stop_all: AtomicBool::new(false),
         });
-        for (id, (session, rx)) in sessions.into_iter().zip(receivers).enumerate() {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(format!("slot-{id}"))
-                .spawn(move || worker(id, session, rx, &shared))?;
-        }
+        let engine = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || Engine::new(session, n_slots, n_ctx, &engine).run())?;
         Ok(Scheduler { shared })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Job>> {
+        self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `job` on an idle slot now, or queues it behind the jobs already waiting.
+    /// Queues `job`; the engine loop gives it a slot as soon as one is free.
     pub fn submit(&self, job: Job) {
-        let mut state = self.lock();
-        let prompt = job.runs.first().map(|r| r.prompt.as_slice()).unwrap_or(&[]);
-        let best = state
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.idle)
-            .max_by_key(|(id, s)| (common_prefix(&s.cached, prompt), std::cmp::Reverse(*id)))
-            .map(|(id, _)| id);
-        match best {
-            Some(id) => {
-                let slot = &mut state.slots[id];
-                slot.idle = false;
-                self.shared.metrics.slots_busy.fetch_add(1, Ordering::Relaxed);
-                // The worker holds the receiver for the life of the process.
-                let _ = slot.tx.send(job);
-            }
-            None => {
-                state.queue.push_back(job);
-                self.shared
-                    .metrics
-                    .queue_depth
-                    .store(state.queue.len(), Ordering::Relaxed);
-            }
-        }
+        let mut queue = self.queue();
+        queue.push_back(job);
+        self.shared.metrics.queue_depth.store(queue.len(), Ordering::Relaxed);
+        self.shared.wake.notify_one();
     }
 
-    /// Stops every generation at its next token and drops every queued job (their clients see
+    /// Stops every generation at its next step and drops every queued job (their clients see
     /// the stream end).
     pub fn cancel_all(&self) {
         self.shared.stop_all.store(true, Ordering::Relaxed);
-        let mut state = self.lock();
-        state.queue.clear();
+        let mut queue = self.queue();
+        queue.clear();
         self.shared.metrics.queue_depth.store(0, Ordering::Relaxed);
+        self.shared.wake.notify_one();
     }
 }
 
-fn worker(id: usize, mut session: Session, rx: mpsc::Receiver<Job>, shared: &Shared) {
-    while let Ok(job) = rx.recv() {
-        let mut next = Some(job);
-        while let Some(job) = next.take() {
-            run_job(id, &mut session, &job, shared);
-            // The job (and with it the response's channel) is dropped only after the slot is
-            // marked idle, so a client that has seen its response complete sees a free slot.
-            let _finished = job;
-            let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-            while let Some(job) = state.queue.pop_front() {
-                if !job.abandoned() {
-                    next = Some(job);
-                    break;
-                }
-                shared.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-            }
-            shared.metrics.queue_depth.store(state.queue.len(), Ordering::Relaxed);
-            if next.is_none() {
-                let slot = &mut state.slots[id];
-                slot.idle = true;
-                // What the session's KV holds, for choosing the slot of the next prompt.
-                slot.cached = session.seq_tokens(0);
-                shared.metrics.slots_busy.fetch_sub(1, Ordering::Relaxed);
-            }
+/// A slot's job in progress: which run (choice) it is on, that run's [`Sequence`], and how far
+/// its prompt has been read.
+struct Active<'t> {
+    job: Job,
+    run: usize,
+    seq: Sequence<'t>,
+    /// Prompt tokens already in the slot's KV cells.
+    next_prompt: usize,
+    /// Tokens of the prompt found cached when the run started.
+    n_cached: usize,
+    /// The last sampled token, to be evaluated in the next pass.
+    pending: Option<u32>,
+    /// Bytes of an incomplete UTF-8 character, held until the rest arrives.
+    utf8: Vec<u8>,
+    n_generated: usize,
+    started: Instant,
+    prompt_time: Duration,
+    gen_started: Option<Instant>,
+}
+
+/// The one loop that owns the session: every step, one forward pass over the next token of
+/// every generating slot and chunks of the prompts being read.
+struct Engine<'s> {
+    session: Session,
+    n_ctx: usize,
+    shared: &'s Shared,
+    slots: Vec<Option<Active<'s>>>,
+    batch: Batch,
+    /// Per batch row that wants logits: the slot it belongs to.
+    rows: Vec<(usize, usize)>,
+}
+
+impl<'s> Engine<'s> {
+    fn new(session: Session, n_slots: usize, n_ctx: usize, shared: &'s Shared) -> Self {
+        Engine {
+            session,
+            n_ctx,
+            shared,
+            slots: (0..n_slots).map(|_| None).collect(),
+            batch: Batch::new(),
+            rows: Vec::new(),
         }
     }
-}
 
-fn run_job(id: usize, session: &mut Session, job: &Job, shared: &Shared) {
-    for run in &job.runs {
-        if job.abandoned() || shared.stop_all.load(Ordering::Relaxed) {
-            shared.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-            eprintln!("slot {id}: request cancelled before choice {}", run.index);
+    fn metrics(&self) -> &'s Metrics {
+        &self.shared.metrics
+    }
+
+    fn run(mut self) {
+        loop {
+            if !self.take_jobs() {
+                return;
+            }
+            self.step();
+        }
+    }
+
+    /// Gives queued jobs (oldest first) to idle slots, preferring the slot whose cached tokens
+    /// share the longest prefix with the job's prompt; waits while there is nothing to do.
+    /// `false` when the process is going away.
+    fn take_jobs(&mut self) -> bool {
+        let mut queue = self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            while self.slots.iter().any(Option::is_none) {
+                let Some(job) = queue.pop_front() else { break };
+                if job.abandoned() || self.shared.stop_all.load(Ordering::Relaxed) {
+                    self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let prompt = job.runs.first().map(|r| r.prompt.clone()).unwrap_or_default();
+                let id = (0..self.slots.len())
+                    .filter(|&id| self.slots[id].is_none())
+                    .max_by_key(|&id| {
+                        (
+                            common_prefix(&self.session.seq_tokens(id), &prompt),
+                            std::cmp::Reverse(id),
+                        )
+                    })
+                    .expect("a slot is idle");
+                self.metrics().slots_busy.fetch_add(1, Ordering::Relaxed);
+                self.begin(id, job, 0);
+            }
+            self.metrics().queue_depth.store(queue.len(), Ordering::Relaxed);
+            if self.slots.iter().any(Option::is_some) {
+                return true;
+            }
+            queue = self.shared.wake.wait(queue).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Starts run `run` of `job` on slot `id`: the slot keeps the longest prefix of the prompt
+    /// it holds; the rest is read in the next steps.
+    fn begin(&mut self, id: usize, job: Job, run: usize) {
+        if job.fault {
+            self.fail(id, job, "fault injected on purpose (MINFER_SERVE_FAULT)".into());
             return;
         }
-        // The session keeps the longest prefix it holds (never the last prompt token, whose
-        // logits give the first new one).
-        let n_cached = match session.reuse_prefix(0, &run.prompt) {
+        if job.abandoned() || self.shared.stop_all.load(Ordering::Relaxed) {
+            self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
+            eprintln!("slot {id}: request cancelled before choice {}", job.runs[run].index);
+            self.release(id, job);
+            return;
+        }
+        let r = &job.runs[run];
+        let n_cached = match self.session.reuse_prefix(id, &r.prompt) {
             Ok(n) => n,
             Err(_) => {
-                session.reset();
+                let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
                 0
             }
         };
         let mut options = job.options.clone();
-        options.sampling.seed = run.seed;
-        options.max_tokens = run.max_tokens;
-        let mut observer = Observer {
-            job,
-            index: run.index,
-            shared,
-            pending: Vec::new(),
-            tokens: Vec::new(),
-        };
-        let model = Arc::clone(&shared.model);
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            if job.fault {
-                panic!("fault injected on purpose (MINFER_SERVE_FAULT)");
-            }
-            generate_cached(
-                session,
-                model.tokenizer(),
-                &run.prompt,
-                n_cached,
-                &options,
-                &mut observer,
-            )
-        }));
-        let failure = match result {
-            Ok(Ok(result)) => {
-                let tail = std::mem::take(&mut observer.pending);
-                let _ = observer.send(Event::Text {
-                    index: run.index,
-                    text: String::from_utf8_lossy(&tail).into_owned(),
-                });
-                let stats = &result.stats;
-                shared.metrics.record_generation(stats);
-                eprintln!(
-                    "slot {id}: prompt {} tokens ({} cached, {} prefilled in {:.3} s), generated {} tokens in {:.3} s ({:.1} tok/s), finish {:?}",
-                    stats.n_cached + stats.n_prompt,
-                    stats.n_cached,
-                    stats.n_prompt,
-                    stats.prompt_time.as_secs_f64(),
-                    stats.n_generated,
-                    stats.gen_time.as_secs_f64(),
-                    stats.gen_tok_per_s(),
-                    result.stop_reason,
-                );
-                let _ = observer.send(Event::Done {
-                    index: run.index,
-                    reason: result.stop_reason,
-                    n_prompt: run.prompt.len(),
+        options.sampling.seed = r.seed;
+        options.max_tokens = r.max_tokens;
+        let tokenizer = self.shared.model.tokenizer();
+        match Sequence::new(tokenizer, &r.prompt, &options) {
+            Ok(seq) => {
+                self.slots[id] = Some(Active {
+                    job,
+                    run,
+                    seq,
+                    next_prompt: n_cached,
                     n_cached,
-                    n_generated: result.tokens.len(),
+                    pending: None,
+                    utf8: Vec::new(),
+                    n_generated: 0,
+                    started: Instant::now(),
+                    prompt_time: Duration::ZERO,
+                    gen_started: None,
                 });
-                continue;
             }
-            Ok(Err(_)) if observer.stopped() => {
-                // Everything evaluated so far stays in the session for the next job.
-                shared.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
-                    "slot {id}: request cancelled after {} tokens; slot freed",
-                    observer.tokens.len()
-                );
-                return;
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(panic) => panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a generation thread panicked".into()),
-        };
-        session.reset();
-        shared.metrics.internal_errors.fetch_add(1, Ordering::Relaxed);
+            Err(e) => self.fail(id, job, e.to_string()),
+        }
+    }
+
+    /// Frees slot `id` (its KV stays, for the next prompt that shares it). The job, and with it
+    /// the response's channel, is dropped only after the slot counts as free, so a client that
+    /// has seen its response complete sees a free slot.
+    fn release(&mut self, id: usize, job: Job) {
+        self.slots[id] = None;
+        self.metrics().slots_busy.fetch_sub(1, Ordering::Relaxed);
+        drop(job);
+    }
+
+    /// The job failed inside the server: it is told, its slot's cells are cleared, and the
+    /// slot serves on.
+    fn fail(&mut self, id: usize, job: Job, failure: String) {
+        let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
+        self.metrics().internal_errors.fetch_add(1, Ordering::Relaxed);
         eprintln!("slot {id}: internal error: {failure}; slot reset");
         let _ = job.events.send(Event::Failed(failure));
-        return;
-    }
-}
-
-struct Observer<'a> {
-    job: &'a Job,
-    index: usize,
-    shared: &'a Shared,
-    /// Bytes of an incomplete UTF-8 character, held until the rest arrives.
-    pending: Vec<u8>,
-    tokens: Vec<u32>,
-}
-
-impl Observer<'_> {
-    fn stopped(&self) -> bool {
-        self.job.abandoned() || self.shared.stop_all.load(Ordering::Relaxed)
+        self.release(id, job);
     }
 
-    fn send(&self, event: Event) -> Result<(), String> {
-        if matches!(&event, Event::Text { text, .. } if text.is_empty()) {
-            return Ok(());
+    /// One forward pass: cancelled slots are freed, every generating slot adds its next token,
+    /// prompts add chunks up to [`STEP_TOKENS`]; then each row with logits is sampled.
+    fn step(&mut self) {
+        self.batch.clear();
+        self.rows.clear();
+        let stop_all = self.shared.stop_all.load(Ordering::Relaxed);
+        for id in 0..self.slots.len() {
+            let Some(active) = &self.slots[id] else { continue };
+            let (cancelled, pending) = (stop_all || active.job.abandoned(), active.pending);
+            if cancelled {
+                let active = self.slots[id].take().expect("checked");
+                self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "slot {id}: request cancelled after {} tokens; slot freed",
+                    active.n_generated
+                );
+                self.release(id, active.job);
+                continue;
+            }
+            if let Some(token) = pending {
+                let pos = self.session.kv().seq_pos_max(id).map_or(0, |p| p as usize + 1);
+                if pos >= self.n_ctx {
+                    self.finish_context_full(id);
+                    continue;
+                }
+                self.rows.push((self.batch.len(), id));
+                self.batch.add(token, pos as i32, id, true);
+            }
         }
-        self.job
-            .events
-            .send(event)
-            .map_err(|_| "the client went away".to_string())
-    }
-}
-
-impl GenerationObserver for Observer<'_> {
-    fn cancelled(&self) -> bool {
-        self.stopped()
-    }
-
-    fn on_token(&mut self, token: u32, logits: &[f32]) -> Result<(), String> {
-        if self.stopped() {
-            return Err("cancelled".into());
+        for id in 0..self.slots.len() {
+            let budget = STEP_TOKENS.saturating_sub(self.batch.len());
+            if budget == 0 {
+                break;
+            }
+            let Some(active) = &mut self.slots[id] else { continue };
+            let prompt = &active.job.runs[active.run].prompt;
+            if active.pending.is_some() || active.next_prompt >= prompt.len() {
+                continue;
+            }
+            let end = prompt.len().min(active.next_prompt + budget);
+            for pos in active.next_prompt..end {
+                let last = pos + 1 == prompt.len();
+                if last {
+                    self.rows.push((self.batch.len(), id));
+                }
+                self.batch.add(prompt[pos], pos as i32, id, last);
+            }
+            active.next_prompt = end;
         }
-        if self.tokens.is_empty() && self.index == self.job.runs[0].index {
-            self.shared.metrics.record_ttft(self.job.arrived.elapsed());
+        if self.batch.is_empty() {
+            return;
         }
-        self.tokens.push(token);
-        if let Some(top) = self.job.logprobs {
+        let decoded = catch_unwind(AssertUnwindSafe(|| self.session.decode(&self.batch)));
+        let failure = match decoded {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(panic) => Some(
+                panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "the engine panicked".into()),
+            ),
+        };
+        if let Some(failure) = failure {
+            // Every job of the pass fails; their slots start over.
+            let ids: Vec<usize> = self.batch.seq_ids().to_vec();
+            for id in ids {
+                if let Some(active) = self.slots[id].take() {
+                    self.fail(id, active.job, failure.clone());
+                }
+            }
+            return;
+        }
+        let rows = std::mem::take(&mut self.rows);
+        for &(row, id) in &rows {
+            self.sample(row, id);
+        }
+        self.rows = rows;
+    }
+
+    /// Samples slot `id`'s next token from batch row `row` and reports it.
+    fn sample(&mut self, row: usize, id: usize) {
+        let Some(mut active) = self.slots[id].take() else {
+            return;
+        };
+        let logits = match self.session.logits_ith(row) {
+            Ok(l) => l,
+            Err(e) => return self.fail(id, active.job, e.to_string()),
+        };
+        if active.gen_started.is_none() {
+            active.prompt_time = active.started.elapsed();
+            active.gen_started = Some(Instant::now());
+        }
+        let token = match active.seq.sample(logits) {
+            Ok(t) => t,
+            Err(e) => return self.fail(id, active.job, e.to_string()),
+        };
+        let index = active.job.runs[active.run].index;
+        if active.n_generated == 0 && active.run == 0 {
+            self.metrics().record_ttft(active.job.arrived.elapsed());
+        }
+        active.n_generated += 1;
+        if let Some(top) = active.job.logprobs {
             let logprob = logprobs(logits, token, top);
-            self.send(Event::Logprob {
-                index: self.index,
-                logprob,
-            })?;
+            let _ = active.job.events.send(Event::Logprob { index, logprob });
         }
-        Ok(())
+        let step = active.seq.accept(token);
+        let text = active.seq.text(step.text).to_vec();
+        send_text(&mut active, &text);
+        match step.finished {
+            Some(reason) => self.finish(id, active, reason),
+            None => {
+                active.pending = Some(token);
+                self.slots[id] = Some(active);
+            }
+        }
     }
 
-    fn on_text(&mut self, bytes: &[u8]) -> Result<(), String> {
-        self.pending.extend_from_slice(bytes);
-        let text = take_utf8(&mut self.pending);
-        self.send(Event::Text {
-            index: self.index,
-            text,
-        })
+    /// The slot's context is full: the run ends there, as a generation that fills it does.
+    fn finish_context_full(&mut self, id: usize) {
+        let Some(mut active) = self.slots[id].take() else {
+            return;
+        };
+        let range = active.seq.stop(StopReason::ContextFull);
+        let text = active.seq.text(range).to_vec();
+        send_text(&mut active, &text);
+        self.finish(id, active, StopReason::ContextFull);
     }
+
+    /// A run ended: its last text and `Done`, the metrics and the log line; then the job's next
+    /// run on the same slot, or the slot is free.
+    fn finish(&mut self, id: usize, mut active: Active<'s>, reason: StopReason) {
+        let tail = std::mem::take(&mut active.utf8);
+        let index = active.job.runs[active.run].index;
+        let _ = send(
+            &active.job,
+            Event::Text {
+                index,
+                text: String::from_utf8_lossy(&tail).into_owned(),
+            },
+        );
+        let n_prompt = active.job.runs[active.run].prompt.len();
+        let stats = GenerationStats {
+            n_prompt: n_prompt - active.n_cached,
+            n_cached: active.n_cached,
+            prompt_time: active.prompt_time,
+            n_generated: active.n_generated,
+            gen_time: active.gen_started.map_or(Duration::ZERO, |t| t.elapsed()),
+            ..Default::default()
+        };
+        self.metrics().record_generation(&stats);
+        eprintln!(
+            "slot {id}: prompt {n_prompt} tokens ({} cached, {} prefilled in {:.3} s), generated {} tokens in {:.3} s ({:.1} tok/s), finish {reason:?}",
+            stats.n_cached,
+            stats.n_prompt,
+            stats.prompt_time.as_secs_f64(),
+            stats.n_generated,
+            stats.gen_time.as_secs_f64(),
+            stats.gen_tok_per_s(),
+        );
+        let _ = send(
+            &active.job,
+            Event::Done {
+                index,
+                reason,
+                n_prompt,
+                n_cached: active.n_cached,
+                n_generated: active.n_generated,
+            },
+        );
+        let next = active.run + 1;
+        if next < active.job.runs.len() {
+            self.begin(id, active.job, next);
+        } else {
+            self.release(id, active.job);
+        }
+    }
+}
+
+/// Sends `bytes` of the slot's text once they make whole characters.
+fn send_text(active: &mut Active<'_>, bytes: &[u8]) {
+    active.utf8.extend_from_slice(bytes);
+    let text = take_utf8(&mut active.utf8);
+    let index = active.job.runs[active.run].index;
+    let _ = send(&active.job, Event::Text { index, text });
+}
+
+/// Sends an event; empty text is not sent (an empty chunk would end a chunked body early).
+fn send(job: &Job, event: Event) -> Result<(), String> {
+    if matches!(&event, Event::Text { text, .. } if text.is_empty()) {
+        return Ok(());
+    }
+    job.events.send(event).map_err(|_| "the client went away".to_string())
 }
 
 /// The complete characters at the front of `bytes` (invalid bytes become U+FFFD); an
