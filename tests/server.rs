@@ -860,3 +860,23 @@ fn concurrent_greedy_requests_batched_together_get_the_tokens_each_gets_alone() 
     });
     assert_eq!(together, alone);
 }
+
+#[test]
+fn choices_of_one_request_run_in_parallel_and_each_equals_its_seed_alone() {
+    // n = 3 on 4 slots: the three choices run at once, the later two sharing the first one's
+    // prompt cells; choice i must be what seed + i gives as a request of its own.
+    let server = Server::start(&tiny(), &["--n-slots", "4"], &[]);
+    let body = |n: usize, seed: u64| serde_json::json!({"prompt": "The weather today is", "max_tokens": 20, "temperature": 1.0, "seed": seed, "n": n});
+    let (status, reply) = server.json("/v1/completions", body(3, 5));
+    assert_eq!(status, 200, "{reply}");
+    let choices = reply["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for (i, choice) in choices.iter().enumerate() {
+        assert_eq!(choice["index"], i);
+        let (status, alone) = server.json("/v1/completions", body(1, 5 + i as u64));
+        assert_eq!(status, 200, "{alone}");
+        assert_eq!(choice["text"], alone["choices"][0]["text"], "choice {i}");
+    }
+    let log = server.log();
+    assert!(log.contains("slot 1:") && log.contains("slot 2:"), "{log}");
+}

@@ -23,7 +23,7 @@ use super::peer::Peer;
 use crate::engine::{Batch, GenerateOptions, GenerationStats, Model, Sequence, Session, StopReason};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
@@ -167,8 +167,15 @@ impl Scheduler {
 /// A slot's job in progress: which run (choice) it is on, that run's [`Sequence`], and how far
 /// its prompt has been read.
 struct Active<'t> {
-    job: Job,
+    /// Shared by the slots that run the job's choices in parallel; the response's channel
+    /// closes when the last of them lets go.
+    job: Arc<Job>,
+    /// The job's next run not yet started by any slot.
+    next_run: Arc<AtomicUsize>,
     run: usize,
+    /// A choice started beside the job's first: it waits for that slot (`wait_for`) to have
+    /// read the prompt, then shares its KV cells up to the last prompt token.
+    wait_for: Option<usize>,
     seq: Sequence<'t>,
     /// Prompt tokens already in the slot's KV cells.
     next_prompt: usize,
@@ -244,7 +251,9 @@ impl<'s> Engine<'s> {
                     })
                     .expect("a slot is idle");
                 self.metrics().slots_busy.fetch_add(1, Ordering::Relaxed);
-                self.begin(id, job, 0);
+                let (job, next_run) = (Arc::new(job), Arc::new(AtomicUsize::new(1)));
+                self.begin(id, Arc::clone(&job), Arc::clone(&next_run), 0, None);
+                self.fan_out(id, &job, &next_run);
             }
             self.metrics().queue_depth.store(queue.len(), Ordering::Relaxed);
             if self.slots.iter().any(Option::is_some) {
@@ -256,7 +265,24 @@ impl<'s> Engine<'s> {
 
     /// Starts run `run` of `job` on slot `id`: the slot keeps the longest prefix of the prompt
     /// it holds; the rest is read in the next steps.
-    fn begin(&mut self, id: usize, job: Job, run: usize) {
+    /// Runs more of the job's choices at once on free slots, when they continue the same
+    /// prompt as the one slot `leader` runs (`n > 1`): they share its prompt cells.
+    fn fan_out(&mut self, leader: usize, job: &Arc<Job>, next_run: &Arc<AtomicUsize>) {
+        if !matches!(&self.slots[leader], Some(a) if Arc::ptr_eq(&a.job, job)) {
+            return;
+        }
+        while let Some(id) = (0..self.slots.len()).find(|&id| self.slots[id].is_none()) {
+            let run = next_run.load(Ordering::Relaxed);
+            if run >= job.runs.len() || job.runs[run].prompt != job.runs[0].prompt {
+                return;
+            }
+            next_run.store(run + 1, Ordering::Relaxed);
+            self.metrics().slots_busy.fetch_add(1, Ordering::Relaxed);
+            self.begin(id, Arc::clone(job), Arc::clone(next_run), run, Some(leader));
+        }
+    }
+
+    fn begin(&mut self, id: usize, job: Arc<Job>, next_run: Arc<AtomicUsize>, run: usize, wait_for: Option<usize>) {
         if job.fault {
             self.fail(id, job, "fault injected on purpose (MINFER_SERVE_FAULT)".into());
             return;
@@ -268,12 +294,18 @@ impl<'s> Engine<'s> {
             return;
         }
         let r = &job.runs[run];
-        let n_cached = match self.session.reuse_prefix(id, &r.prompt) {
-            Ok(n) => n,
-            Err(_) => {
+        let n_cached = match wait_for {
+            Some(_) => {
                 let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
                 0
             }
+            None => match self.session.reuse_prefix(id, &r.prompt) {
+                Ok(n) => n,
+                Err(_) => {
+                    let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
+                    0
+                }
+            },
         };
         let mut options = job.options.clone();
         options.sampling.seed = r.seed;
@@ -283,7 +315,9 @@ impl<'s> Engine<'s> {
             Ok(seq) => {
                 self.slots[id] = Some(Active {
                     job,
+                    next_run,
                     run,
+                    wait_for,
                     seq,
                     next_prompt: n_cached,
                     n_cached,
@@ -302,7 +336,7 @@ impl<'s> Engine<'s> {
     /// Frees slot `id` (its KV stays, for the next prompt that shares it). The job, and with it
     /// the response's channel, is dropped only after the slot counts as free, so a client that
     /// has seen its response complete sees a free slot.
-    fn release(&mut self, id: usize, job: Job) {
+    fn release(&mut self, id: usize, job: Arc<Job>) {
         self.slots[id] = None;
         self.metrics().slots_busy.fetch_sub(1, Ordering::Relaxed);
         drop(job);
@@ -310,7 +344,7 @@ impl<'s> Engine<'s> {
 
     /// The job failed inside the server: it is told, its slot's cells are cleared, and the
     /// slot serves on.
-    fn fail(&mut self, id: usize, job: Job, failure: String) {
+    fn fail(&mut self, id: usize, job: Arc<Job>, failure: String) {
         let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
         self.metrics().internal_errors.fetch_add(1, Ordering::Relaxed);
         eprintln!("slot {id}: internal error: {failure}; slot reset");
@@ -347,12 +381,16 @@ impl<'s> Engine<'s> {
                 self.batch.add(token, pos as i32, id, true);
             }
         }
+        self.share_prompts();
         for id in 0..self.slots.len() {
             let budget = STEP_TOKENS.saturating_sub(self.batch.len());
             if budget == 0 {
                 break;
             }
             let Some(active) = &mut self.slots[id] else { continue };
+            if active.wait_for.is_some() {
+                continue;
+            }
             let prompt = &active.job.runs[active.run].prompt;
             if active.pending.is_some() || active.next_prompt >= prompt.len() {
                 continue;
@@ -397,6 +435,31 @@ impl<'s> Engine<'s> {
             self.sample(row, id);
         }
         self.rows = rows;
+    }
+
+    /// Choices waiting for their leader's prompt: once the leader has read all of it but the
+    /// last token, they take its cells for those positions (shared, not copied) and read the
+    /// last token themselves, for logits of their own. A leader that is gone leaves them to
+    /// read the prompt alone.
+    fn share_prompts(&mut self) {
+        for id in 0..self.slots.len() {
+            let Some(active) = &self.slots[id] else { continue };
+            let Some(leader) = active.wait_for else { continue };
+            let len = active.job.runs[active.run].prompt.len();
+            let ready = match &self.slots[leader] {
+                Some(l) if Arc::ptr_eq(&l.job, &active.job) && l.wait_for.is_none() => {
+                    (l.next_prompt + 1 >= len).then_some(true)
+                }
+                _ => Some(false),
+            };
+            let Some(shared) = ready else { continue };
+            let shared = shared && len > 1 && self.session.seq_cp(leader, id, 0, len as i32 - 1).is_ok();
+            let active = self.slots[id].as_mut().expect("checked");
+            active.wait_for = None;
+            if shared {
+                active.next_prompt = len - 1;
+            }
+        }
     }
 
     /// Samples slot `id`'s next token from batch row `row` and reports it.
@@ -489,9 +552,9 @@ impl<'s> Engine<'s> {
                 n_generated: active.n_generated,
             },
         );
-        let next = active.run + 1;
+        let next = active.next_run.fetch_add(1, Ordering::Relaxed);
         if next < active.job.runs.len() {
-            self.begin(id, active.job, next);
+            self.begin(id, active.job, active.next_run, next, None);
         } else {
             self.release(id, active.job);
         }
