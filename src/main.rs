@@ -342,6 +342,10 @@ enum Command {
         special_in_content: bool,
         #[command(flatten)]
         cache: CacheArgs,
+        /// Tokens one forward pass takes at most: every generating slot's next token, then
+        /// chunks of the prompts being read (llama.cpp's -b; -ub is the same here).
+        #[arg(short = 'b', long, alias = "ubatch-size", default_value_t = minfer::server::DEFAULT_BATCH_SIZE)]
+        batch_size: usize,
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
@@ -730,6 +734,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_connections,
             special_in_content,
             cache,
+            batch_size,
             backend,
         } => {
             anyhow::ensure!(
@@ -766,6 +771,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 max_connections,
                 special_in_content,
                 kv_types: (cache.cache_type_k, cache.cache_type_v),
+                batch_size,
             })?
         }
     }

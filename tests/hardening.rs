@@ -169,8 +169,11 @@ fn counts_out_of_range_are_refused_naming_the_range() {
     let model = common::tiny_model("qwen2", "Q8_0");
     let m = model.to_str().unwrap();
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 8] = [
+    let cases: [Case; 11] = [
         (&[m, "hi", "--n-ctx", "0"], &[], "--n-ctx 0 is out of range"),
+        (&[m, "hi", "-n", "-2"], &[], "-n -2 is out of range"),
+        (&[m, "hi", "--keep", "-3"], &[], "--keep -3 is out of range"),
+        (&["serve", m, "-b", "0"], &[], "--batch-size 0 is out of range"),
         (&[m, "hi", "-t", "0"], &[], "0 threads is out of range"),
         (&[m, "hi", "-t", "100000"], &[], "100000 threads is out of range"),
         (&[m, "hi", "--top-k", "-5"], &[], "--top-k -5 is out of range"),

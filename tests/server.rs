@@ -880,3 +880,19 @@ fn choices_of_one_request_run_in_parallel_and_each_equals_its_seed_alone() {
     let log = server.log();
     assert!(log.contains("slot 1:") && log.contains("slot 2:"), "{log}");
 }
+
+#[test]
+fn a_small_batch_size_reads_long_prompts_in_more_passes_with_the_same_tokens() {
+    let body = serde_json::json!({
+        "prompt": "one two three four five six seven eight nine ten ".repeat(12),
+        "max_tokens": 16,
+        "temperature": 0,
+    });
+    let text = |args: &[&str]| {
+        let server = Server::start(&tiny(), args, &[]);
+        let (status, reply) = server.json("/v1/completions", body.clone());
+        assert_eq!(status, 200, "{reply}");
+        reply["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    assert_eq!(text(&["--batch-size", "7"]), text(&[]));
+}

@@ -22,7 +22,7 @@ pub const TABLE: &[(&str, Mapping)] = &[
         "-fa",
         Mapping::Unsupported("minfer's attention kernel is always the fused one"),
     ),
-    ("-ub", Mapping::Unsupported("minfer prefills in chunks of 512 tokens")),
+    ("-ub", Mapping::Long("--ubatch-size")),
     (
         "-tb",
         Mapping::Unsupported("minfer uses one thread count for prefill and decode (-t)"),

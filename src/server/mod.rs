@@ -85,11 +85,19 @@ pub struct ServerConfig {
     pub special_in_content: bool,
     /// How each slot's KV cache stores K and V.
     pub kv_types: (crate::graph::DType, crate::graph::DType),
+    /// Tokens one forward pass takes at most: the generating slots' next tokens, then prompt
+    /// chunks (`--batch-size`).
+    pub batch_size: usize,
 }
 
 /// The most slots a server runs: each is a thread with its own KV cache, and past a few dozen
 /// they only divide the same cores further.
 pub const MAX_SLOTS: usize = 256;
+/// The most tokens one forward pass may take (llama.cpp's largest common `n_batch`).
+pub const MAX_BATCH_SIZE: usize = 8192;
+/// Tokens one forward pass takes at most by default.
+pub const DEFAULT_BATCH_SIZE: usize = slots::STEP_TOKENS;
+
 /// The most connections a server keeps open (far above any slot count, within common
 /// file-descriptor limits).
 pub const MAX_CONNECTIONS: usize = 65_536;
@@ -144,6 +152,12 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
             config.max_connections
         )));
     }
+    if !(1..=MAX_BATCH_SIZE).contains(&config.batch_size) {
+        return Err(ServerError::Config(format!(
+            "--batch-size {} is out of range: it must be from 1 to {MAX_BATCH_SIZE}",
+            config.batch_size
+        )));
+    }
     if config.n_ctx == 0 {
         return Err(ServerError::Config(
             "--n-ctx 0 is out of range: it must be at least 1".into(),
@@ -183,8 +197,15 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         model.tokenizer().control_token_texts()
     };
     let metrics = Arc::new(metrics::Metrics::default());
-    let scheduler = slots::Scheduler::start(session, config.n_slots, n_ctx, Arc::clone(&model), Arc::clone(&metrics))
-        .map_err(ServerError::Runtime)?;
+    let scheduler = slots::Scheduler::start(
+        session,
+        config.n_slots,
+        n_ctx,
+        config.batch_size,
+        Arc::clone(&model),
+        Arc::clone(&metrics),
+    )
+    .map_err(ServerError::Runtime)?;
     let app = Arc::new(routes::AppState {
         scheduler: scheduler.clone(),
         model,

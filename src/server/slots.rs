@@ -1,7 +1,7 @@
 //! Slots and the scheduler (continuous batching): one engine loop owns the one [`Session`],
 //! whose KV sequences `0..n_slots` are the slots, over the shared [`Model`] (weights, backends
 //! and their thread pool). Each step is one forward pass over the next token of every
-//! generating slot plus chunks of the prompts being read (at most [`STEP_TOKENS`] tokens), so
+//! generating slot plus chunks of the prompts being read (at most `--batch-size` tokens, [`STEP_TOKENS`] by default), so
 //! the weights are read once per step for all the streams, a request alone runs on every
 //! thread, and a long prompt does not stall the streams already running. Every slot samples
 //! from its own row; a row's logits do not depend on the other rows of its batch, so each
@@ -111,9 +111,9 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// Tokens one forward pass takes at most: every generating slot's next token, and prompt
-/// chunks up to the rest (llama.cpp's `n_batch`), so a long prompt shares the passes with the
-/// streams already running instead of stalling them.
+/// Tokens one forward pass takes at most by default (`--batch-size`): every generating slot's
+/// next token, and prompt chunks up to the rest (llama.cpp's `n_batch`), so a long prompt
+/// shares the passes with the streams already running instead of stalling them.
 pub const STEP_TOKENS: usize = 512;
 
 impl Scheduler {
@@ -123,6 +123,7 @@ impl Scheduler {
         session: Session,
         n_slots: usize,
         n_ctx: usize,
+        step_tokens: usize,
         model: Arc<Model>,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
@@ -137,7 +138,7 @@ impl Scheduler {
         let engine = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("engine".into())
-            .spawn(move || Engine::new(session, n_slots, n_ctx, &engine).run())?;
+            .spawn(move || Engine::new(session, n_slots, n_ctx, step_tokens, &engine).run())?;
         Ok(Scheduler { shared })
     }
 
@@ -196,6 +197,8 @@ struct Active<'t> {
 struct Engine<'s> {
     session: Session,
     n_ctx: usize,
+    /// Tokens a pass takes at most (at least one per slot).
+    step_tokens: usize,
     shared: &'s Shared,
     slots: Vec<Option<Active<'s>>>,
     batch: Batch,
@@ -204,10 +207,11 @@ struct Engine<'s> {
 }
 
 impl<'s> Engine<'s> {
-    fn new(session: Session, n_slots: usize, n_ctx: usize, shared: &'s Shared) -> Self {
+    fn new(session: Session, n_slots: usize, n_ctx: usize, step_tokens: usize, shared: &'s Shared) -> Self {
         Engine {
             session,
             n_ctx,
+            step_tokens: step_tokens.max(n_slots),
             shared,
             slots: (0..n_slots).map(|_| None).collect(),
             batch: Batch::new(),
@@ -353,7 +357,7 @@ impl<'s> Engine<'s> {
     }
 
     /// One forward pass: cancelled slots are freed, every generating slot adds its next token,
-    /// prompts add chunks up to [`STEP_TOKENS`]; then each row with logits is sampled.
+    /// prompts add chunks up to the step's token budget; then each row with logits is sampled.
     fn step(&mut self) {
         self.batch.clear();
         self.rows.clear();
@@ -383,7 +387,7 @@ impl<'s> Engine<'s> {
         }
         self.share_prompts();
         for id in 0..self.slots.len() {
-            let budget = STEP_TOKENS.saturating_sub(self.batch.len());
+            let budget = self.step_tokens.saturating_sub(self.batch.len());
             if budget == 0 {
                 break;
             }
