@@ -599,6 +599,7 @@ fn base_params() -> GraphParams {
             fuse_qkv: true,
             fuse_ffn: true,
             n_seq_max: 1,
+            n_ctx_seq: 16,
             explicit_span: false,
             type_k: DType::F16,
             type_v: DType::F16,

@@ -26,6 +26,8 @@ pub struct KvCells {
     /// Per sequence: its cells, ordered by position.
     lists: Vec<Vec<u32>>,
     n_used: usize,
+    /// Cells one sequence may hold (all of them unless limited).
+    max_per_seq: usize,
 }
 
 impl KvCells {
@@ -44,7 +46,18 @@ impl KvCells {
             // Whole lists now, so that decoding never grows them.
             lists: (0..n_seq_max).map(|_| Vec::with_capacity(n_ctx)).collect(),
             n_used: 0,
+            max_per_seq: n_ctx,
         })
+    }
+
+    /// Limit each sequence to `n` cells (a server's slots: each its own share of the cache).
+    pub fn set_max_per_seq(&mut self, n: usize) {
+        self.max_per_seq = n.min(self.n_ctx());
+    }
+
+    /// Cells one sequence may hold.
+    pub fn max_per_seq(&self) -> usize {
+        self.max_per_seq
     }
 
     /// Cells in all.
@@ -119,8 +132,19 @@ impl KvCells {
         }
         // Each sequence's last position so far in the batch (checked to rise, so the highest).
         let mut last_in_batch = [None::<i32>; MAX_SEQUENCES];
+        let mut count_in_batch = [0usize; MAX_SEQUENCES];
         for (&seq, &pos) in batch.seq_ids().iter().zip(batch.positions()) {
             self.check_seq(seq)?;
+            count_in_batch[seq] += 1;
+            let held = self.lists[seq].len();
+            if held + count_in_batch[seq] > self.max_per_seq {
+                return Err(EngineError::ContextFull {
+                    n_past: held,
+                    n_tokens: count_in_batch[seq],
+                    needed: held + count_in_batch[seq],
+                    n_ctx: self.max_per_seq,
+                });
+            }
             let before = last_in_batch[seq].or(self.seq_pos_max(seq));
             if pos < 0 || before.is_some_and(|b| pos <= b) {
                 return Err(EngineError::PositionOrder {
@@ -424,6 +448,22 @@ mod tests {
         assert_eq!(kv.n_used(), 3, "the shared cells stay for sequence 1");
         kv.seq_keep(2).unwrap();
         assert_eq!(kv.n_used(), 0);
+    }
+
+    #[test]
+    fn a_sequence_limited_to_its_share_of_the_cells_cannot_take_more() {
+        let mut kv = KvCells::new(8, 2).unwrap();
+        kv.set_max_per_seq(4);
+        let mut cells = Vec::new();
+        kv.place(&Batch::for_sequence(&[1, 2, 3], 0, 0, 1), &mut cells).unwrap();
+        let err = kv
+            .place(&Batch::for_sequence(&[4, 5], 3, 0, 1), &mut cells)
+            .unwrap_err();
+        assert!(matches!(err, EngineError::ContextFull { n_ctx: 4, .. }), "{err}");
+        assert_eq!(kv.seq_cells(0).len(), 3, "a refused batch places nothing");
+        // The other sequence still has its own four.
+        kv.place(&Batch::for_sequence(&[6, 7, 8, 9], 0, 1, 1), &mut cells)
+            .unwrap();
     }
 
     #[test]

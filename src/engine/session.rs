@@ -99,16 +99,20 @@ impl Session {
         )
     }
 
-    /// A session of exactly `n_cells` KV cells shared by up to `n_seq_max` sequences, each of
-    /// which may still hold at most the training context: a server's slots, one sequence each,
-    /// with `n_ctx` positions apiece in `n_slots * n_ctx` cells.
-    pub fn with_cells(model: &Model, n_cells: usize, n_seq_max: usize) -> Result<Self, EngineError> {
-        Self::build(
+    /// A session of `n_seq_max` sequences, each limited to `n_ctx_seq` cells (clamped as in
+    /// [`Session::new`]), in a cache of `n_seq_max * n_ctx_seq` cells: a server's slots, each
+    /// with a context of its own in one cache.
+    pub fn with_sequences_of(model: &Model, n_ctx_seq: usize, n_seq_max: usize) -> Result<Self, EngineError> {
+        let n_ctx_seq = model.clamp_n_ctx(n_ctx_seq);
+        let mut session = Self::build(
             Arc::clone(model.def()),
             model.backends().new_contexts(),
-            n_cells.max(1),
+            n_ctx_seq * n_seq_max.max(1),
             n_seq_max,
-        )
+        )?;
+        session.params.cparams.n_ctx_seq = n_ctx_seq;
+        session.kv.set_max_per_seq(n_ctx_seq);
+        Ok(session)
     }
 
     /// A one-sequence session over execution contexts made by the caller (in priority order)

@@ -22,9 +22,12 @@ pub struct CParams {
     pub fuse_qkv: bool,
     /// Decode FFN fusion (`MINFER_NO_FUSE_FFN=1` disables); part of the reuse identity.
     pub fuse_ffn: bool,
-    /// Sequences the KV cache may hold at once (the `kv_index` input has `n_ctx` cells for
-    /// each).
+    /// Sequences the KV cache may hold at once (the `kv_index` input has room for
+    /// `n_ctx_seq` cells of each).
     pub n_seq_max: usize,
+    /// Cells one sequence may hold: `n_ctx` unless the cache is split between sequences (a
+    /// server's slots), which keeps `kv_index` at `n_seq_max * n_ctx_seq`.
+    pub n_ctx_seq: usize,
     /// Attention reads each token's cells from explicit lists (`kv_index`, `kv_span`) instead of
     /// `0..=position`: needed when several sequences share the cache or a sequence's cells are
     /// not its positions. One sequence whose cells are its positions never needs it.
@@ -46,6 +49,7 @@ impl CParams {
         let device = backends.iter().any(|&b| b != super::Backend::CPU.0);
         CParams {
             n_ctx,
+            n_ctx_seq: n_ctx,
             backends,
             type_k: super::DType::F16,
             type_v: super::DType::F16,

@@ -36,7 +36,8 @@ pub fn inputs(b: &mut GraphBuilder, params: &GraphParams) -> Inputs {
     let kv_cells = b.typed_input(InputKind::KvCells, [nt, 1, 1, 1]);
     let out_ids = (n_out < nt).then(|| b.typed_input(InputKind::OutIds, [n_out, 1, 1, 1]));
     let span = cparams.explicit_span.then(|| {
-        let index = b.typed_input(InputKind::KvIndex, [cparams.n_ctx * cparams.n_seq_max, 1, 1, 1]);
+        let per_seq = cparams.n_ctx_seq.min(cparams.n_ctx);
+        let index = b.typed_input(InputKind::KvIndex, [per_seq * cparams.n_seq_max, 1, 1, 1]);
         (index, b.typed_input(InputKind::KvSpan, [2, nt, 1, 1]))
     });
     Inputs {

@@ -90,9 +90,9 @@ pub struct ServerConfig {
     pub batch_size: usize,
 }
 
-/// The most slots a server runs: each is a thread with its own KV cache, and past a few dozen
-/// they only divide the same cores further.
-pub const MAX_SLOTS: usize = 256;
+/// The most slots a server runs: one KV sequence each, and a cache holds at most
+/// [`MAX_SEQUENCES`](crate::engine::MAX_SEQUENCES) of them.
+pub const MAX_SLOTS: usize = crate::engine::MAX_SEQUENCES;
 /// The most tokens one forward pass may take (llama.cpp's largest common `n_batch`).
 pub const MAX_BATCH_SIZE: usize = 8192;
 /// Tokens one forward pass takes at most by default.
@@ -181,8 +181,8 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
     let n_threads = model.backends().n_threads();
     // One session for every slot: sequence i is slot i, each with n_ctx positions of its own.
     let n_ctx = model.clamp_n_ctx(config.n_ctx);
-    let mut session = Session::with_cells(&model, n_ctx * config.n_slots, config.n_slots)
-        .map_err(|e| ServerError::Config(e.to_string()))?;
+    let mut session =
+        Session::with_sequences_of(&model, n_ctx, config.n_slots).map_err(|e| ServerError::Config(e.to_string()))?;
     session
         .set_kv_types(config.kv_types.0, config.kv_types.1)
         .map_err(|e| ServerError::Config(e.to_string()))?;

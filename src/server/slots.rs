@@ -241,6 +241,10 @@ impl<'s> Engine<'s> {
             while self.slots.iter().any(Option::is_none) {
                 let Some(job) = queue.pop_front() else { break };
                 if job.abandoned() || self.shared.stop_all.load(Ordering::Relaxed) {
+                    eprintln!(
+                        "request cancelled before it started, after {:.3} s in the queue",
+                        job.arrived.elapsed().as_secs_f64()
+                    );
                     self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
@@ -292,8 +296,8 @@ impl<'s> Engine<'s> {
             return;
         }
         if job.abandoned() || self.shared.stop_all.load(Ordering::Relaxed) {
-            self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
             eprintln!("slot {id}: request cancelled before choice {}", job.runs[run].index);
+            self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
             self.release(id, job);
             return;
         }
@@ -367,11 +371,11 @@ impl<'s> Engine<'s> {
             let (cancelled, pending) = (stop_all || active.job.abandoned(), active.pending);
             if cancelled {
                 let active = self.slots[id].take().expect("checked");
-                self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
                     "slot {id}: request cancelled after {} tokens; slot freed",
                     active.n_generated
                 );
+                self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
                 self.release(id, active.job);
                 continue;
             }
