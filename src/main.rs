@@ -31,6 +31,19 @@ struct RunArgs {
     /// The prompt, sent as one user turn through the model's chat template (standard input if
     /// absent).
     prompt: Option<String>,
+    /// The GGUF model file (llama.cpp's -m; the same as giving it first).
+    #[arg(short = 'm', long = "model", value_name = "FILE")]
+    model_flag: Option<PathBuf>,
+    /// The prompt (llama.cpp's -p; the same as giving it after the model).
+    #[arg(short = 'p', long = "prompt", value_name = "TEXT", conflicts_with = "prompt_file")]
+    prompt_flag: Option<String>,
+    /// Read the prompt from FILE (llama.cpp's -f; '-' for standard input).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    prompt_file: Option<PathBuf>,
+    /// Process escapes (\n, \t, \\, \", \', \xHH) in the prompt and the stop strings, as
+    /// llama.cpp's -e does.
+    #[arg(short = 'e', long)]
+    escape: bool,
     /// Send the prompt as raw text, without the chat template.
     #[arg(long)]
     no_template: bool,
@@ -61,8 +74,8 @@ struct RunArgs {
     /// The system prompt of the conversation (llama.cpp's -sys).
     #[arg(long, value_name = "TEXT", requires = "cnv")]
     system_prompt: Option<String>,
-    /// Stop before this text (repeatable; matched across token boundaries).
-    #[arg(long = "stop", value_name = "STR")]
+    /// Stop before this text (repeatable; matched across token boundaries; llama.cpp's -r).
+    #[arg(short = 'r', long = "stop", alias = "reverse-prompt", value_name = "STR")]
     stop: Vec<String>,
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
@@ -81,8 +94,8 @@ struct RunArgs {
 
 #[derive(clap::Args, Clone)]
 struct LoadArgs {
-    /// Context size in tokens (clamped to the model's maximum).
-    #[arg(long = "n-ctx", default_value_t = 4096)]
+    /// Context size in tokens (clamped to the model's maximum; llama.cpp's -c).
+    #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 4096)]
     n_ctx: usize,
     /// Threads (default: the number of physical cores).
     #[arg(short = 't', long = "threads")]
@@ -138,15 +151,29 @@ struct SamplingArgs {
     /// Tokens of history the penalties look at.
     #[arg(long, default_value_t = 64)]
     repeat_last_n: usize,
-    /// Random seed.
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
+    /// Random seed; -1 draws one (printed on stderr so that the run can be repeated).
+    #[arg(short = 's', long, default_value_t = 42, allow_negative_numbers = true)]
+    seed: i64,
     /// Always pick the most likely token (same as --temp 0, without penalties).
     #[arg(long)]
     greedy: bool,
 }
 
 impl SamplingArgs {
+    /// `--seed`: -1 draws one and says which on stderr, so that the run can be repeated.
+    fn seed(&self) -> anyhow::Result<u64> {
+        match self.seed {
+            -1 => {
+                use std::hash::{BuildHasher, Hasher};
+                let seed = std::collections::hash_map::RandomState::new().build_hasher().finish() >> 1;
+                eprintln!("seed: {seed} (drawn; --seed {seed} repeats this run)");
+                Ok(seed)
+            }
+            n => u64::try_from(n)
+                .map_err(|_| anyhow::anyhow!("--seed {n} is out of range: it must be -1 (draw one) or 0 or more")),
+        }
+    }
+
     fn params(&self) -> anyhow::Result<minfer::sampling::SamplingParams> {
         anyhow::ensure!(
             self.top_k >= 0,
@@ -164,7 +191,7 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
             penalty_last_n: self.repeat_last_n,
-            seed: self.seed,
+            seed: self.seed()?,
         })
     }
 }
@@ -305,8 +332,8 @@ enum Command {
         /// Concurrent generations, each with its own KV cache of --n-ctx tokens.
         #[arg(long = "n-slots", default_value_t = 4)]
         n_slots: usize,
-        /// Context size of each slot in tokens (clamped to the model's maximum).
-        #[arg(long = "n-ctx", default_value_t = 4096)]
+        /// Context size of each slot in tokens (clamped to the model's maximum; llama.cpp's -c).
+        #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 4096)]
         n_ctx: usize,
         /// CPU threads, shared by every slot: a request alone runs on all of them (default: the
         /// physical cores).
@@ -400,6 +427,35 @@ fn read_text_arg(file: &Path) -> anyhow::Result<Vec<u8>> {
 
 fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     use minfer::cli::run;
+    // llama.cpp's `-m MODEL`: a positional argument is then the prompt.
+    let mut args = args;
+    if let Some(flag) = args.model_flag.take() {
+        anyhow::ensure!(
+            args.prompt.is_none(),
+            "the model is given twice: with -m and as the first argument"
+        );
+        args.prompt = args.model.take().map(|p| p.to_string_lossy().into_owned());
+        args.model = Some(flag);
+    }
+    if let Some(prompt) = args.prompt_flag.take() {
+        anyhow::ensure!(
+            args.prompt.is_none(),
+            "the prompt is given twice: with -p and as an argument"
+        );
+        args.prompt = Some(prompt);
+    }
+    if let Some(file) = args.prompt_file.take() {
+        anyhow::ensure!(
+            args.prompt.is_none(),
+            "the prompt is given twice: with -f and as an argument"
+        );
+        let text = read_text_arg(&file)?;
+        args.prompt = Some(String::from_utf8(text).with_context(|| format!("{} is not UTF-8", file.display()))?);
+    }
+    if args.escape {
+        args.prompt = args.prompt.map(|p| minfer::cli::run::unescape(&p));
+        args.stop = args.stop.iter().map(|s| minfer::cli::run::unescape(s)).collect();
+    }
     let model = args
         .model
         .clone()

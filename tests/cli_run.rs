@@ -251,3 +251,91 @@ fn eval_prints_the_top_logits_and_writes_all_of_them() {
     assert_eq!(all.len(), 4003);
     assert_eq!(all[2225], top[0][1].as_f64().unwrap() as f32);
 }
+
+/// Runs the binary with `args` as given (no model inserted).
+fn minfer_raw(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_minfer")).args(args).output().unwrap()
+}
+
+#[test]
+fn llama_cpp_style_command_lines_give_what_the_positional_ones_give() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let m = model.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompt.txt");
+    std::fs::write(&file, "Hello there").unwrap();
+    let reference = minfer_raw(&[m, "Hello there", "-n", "8", "--greedy", "--n-ctx", "512", "--seed", "3"]);
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    for args in [
+        vec![
+            "-m",
+            m,
+            "-p",
+            "Hello there",
+            "-n",
+            "8",
+            "--greedy",
+            "-c",
+            "512",
+            "-s",
+            "3",
+        ],
+        vec![
+            "-m",
+            m,
+            "Hello there",
+            "-n",
+            "8",
+            "--greedy",
+            "--ctx-size",
+            "512",
+            "-s",
+            "3",
+        ],
+        vec![
+            "--model",
+            m,
+            "--file",
+            file.to_str().unwrap(),
+            "-n",
+            "8",
+            "--greedy",
+            "-c",
+            "512",
+            "-s",
+            "3",
+        ],
+    ] {
+        let out = minfer_raw(&args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert_eq!(out.stdout, reference.stdout, "{args:?}");
+    }
+    // -s -1 draws a seed and says which; -s -2 is refused.
+    let out = minfer_raw(&["-m", m, "-p", "hi", "-n", "2", "-s", "-1"]);
+    assert!(
+        out.status.success() && stderr(&out).contains("--seed "),
+        "{}",
+        stderr(&out)
+    );
+    let out = minfer_raw(&["-m", m, "-p", "hi", "-s", "-2"]);
+    assert!(!out.status.success() && stderr(&out).contains("--seed -2 is out of range"));
+    // -e turns the escapes of the prompt and of -r (a stop string) into their characters.
+    let escaped = minfer_raw(&["-m", m, "-p", r"a\tb", "-e", "--no-template", "-n", "1", "--greedy"]);
+    let literal = minfer_raw(&["-m", m, "-p", "a\tb", "--no-template", "-n", "1", "--greedy"]);
+    assert_eq!(escaped.stdout, literal.stdout);
+    assert!(stderr(&escaped).contains("Prefill: 2 tokens"), "{}", stderr(&escaped));
+    let stopped = minfer_raw(&[
+        "-m",
+        m,
+        "-p",
+        "hi",
+        "-n",
+        "64",
+        "--greedy",
+        "--ignore-eos",
+        "-e",
+        "-r",
+        r"\n",
+    ]);
+    assert!(!String::from_utf8_lossy(&stopped.stdout).trim_end().contains('\n'));
+}

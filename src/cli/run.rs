@@ -182,6 +182,57 @@ impl<W: Write> GenerationObserver for Streamed<'_, W> {
     }
 }
 
+/// llama.cpp's escape processing (`-e`): `\n`, `\r`, `\t`, `\\`, `\'`, `\"`, `\?`, `\a`,
+/// `\b`, `\f`, `\v` and `\xHH`; any other backslash stays as it is.
+pub fn unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some(&next) = chars.peek() else {
+            out.push(c);
+            break;
+        };
+        let simple = match next {
+            'n' => Some('\n'),
+            'r' => Some('\r'),
+            't' => Some('\t'),
+            '\\' => Some('\\'),
+            '\'' => Some('\''),
+            '"' => Some('"'),
+            '?' => Some('?'),
+            'a' => Some('\x07'),
+            'b' => Some('\x08'),
+            'f' => Some('\x0c'),
+            'v' => Some('\x0b'),
+            _ => None,
+        };
+        if let Some(escaped) = simple {
+            chars.next();
+            out.push(escaped);
+            continue;
+        }
+        if next == 'x' {
+            let hex: String = chars
+                .clone()
+                .skip(1)
+                .take(2)
+                .take_while(char::is_ascii_hexdigit)
+                .collect();
+            if hex.len() == 2 {
+                chars.nth(2);
+                out.push(char::from(u8::from_str_radix(&hex, 16).expect("two hex digits")));
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// `eval`: the logits at the last position of a raw text (specials parsed, no template).
 pub fn eval_last_logits(loaded: &mut Loaded, text: &str) -> Result<Vec<f32>, RunError> {
     let tokens = loaded.model.encode(text);
@@ -202,4 +253,16 @@ pub fn top_logits_json(logits: &[f32], n: usize) -> String {
     ids.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
     let items: Vec<String> = ids.iter().take(n).map(|&i| format!("[{i}, {}]", logits[i])).collect();
     format!("[{}]", items.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape;
+
+    #[test]
+    fn escapes_are_processed_as_llama_cpp_does() {
+        assert_eq!(unescape(r#"a\nb\tc\\d\x41\q\"e"#), "a\nb\tc\\dA\\q\"e");
+        assert_eq!(unescape(r"end\"), "end\\");
+        assert_eq!(unescape(r"\x4"), "\\x4");
+    }
 }
