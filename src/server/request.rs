@@ -190,9 +190,18 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         None => false,
         Some(v) => Fields::of(v, "stream_options")?.bool("include_usage")?.unwrap_or(false),
     };
+    refuse_unsupported(f)?;
     let max_tokens = match f.integer("max_completion_tokens", 1, u32::MAX as i64)? {
         Some(n) => Some(n),
-        None => f.integer("max_tokens", 1, u32::MAX as i64)?,
+        None => match f.integer("max_tokens", 1, u32::MAX as i64)? {
+            Some(n) => Some(n),
+            // llama.cpp's name; -1 (and -2, to the end of the context) mean no limit.
+            None => match f.integer("n_predict", -2, u32::MAX as i64)? {
+                Some(0) => return Err(f.out_of_range("n_predict", 0, "expected -1, -2, or a count from 1")),
+                Some(n) if n < 0 => None,
+                other => other,
+            },
+        },
     };
     let defaults = server_sampling_defaults();
     // OpenAI allows top_p = 0, meaning the most likely token only; the smallest positive value
@@ -276,6 +285,44 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         n,
         logprobs,
     })
+}
+
+/// Fields that would change the output and that the server cannot honour yet: a 400 naming
+/// each, never a silent 200 (`response_format` of type `text` and an empty `logit_bias` change
+/// nothing and pass; `min_p` of 0 likewise).
+fn refuse_unsupported(f: &Fields) -> Result<(), ApiError> {
+    for name in ["grammar", "json_schema"] {
+        if f.get(name).is_some() {
+            return Err(ApiError::field(
+                name,
+                format!("{name} is not supported yet (constrained decoding is not implemented)"),
+            ));
+        }
+    }
+    if let Some(format) = f.get("response_format") {
+        let kind = Fields::of(format, "response_format")?.str("type")?;
+        if kind != Some("text") {
+            return Err(ApiError::field(
+                "response_format",
+                format!(
+                    "response_format type {} is not supported yet; only \"text\" is",
+                    kind.map_or("(none)".to_string(), |k| format!("'{k}'"))
+                ),
+            ));
+        }
+    }
+    if f.get("logit_bias")
+        .is_some_and(|b| b.as_object().is_none_or(|m| !m.is_empty()))
+    {
+        return Err(ApiError::field("logit_bias", "logit_bias is not supported yet"));
+    }
+    if f.number("min_p", 0.0, 1.0)?.is_some_and(|p| p > 0.0) {
+        return Err(ApiError::field(
+            "min_p",
+            "min_p is not supported yet; send 0 or leave it out",
+        ));
+    }
+    Ok(())
 }
 
 /// The sampling the server uses for fields a request leaves out: the engine's (llama.cpp's)
@@ -653,6 +700,35 @@ mod tests {
             assert_eq!(err.param.as_deref(), Some(field), "{body}: {}", err.message);
             assert!(err.message.contains(field), "{body}: {}", err.message);
         }
+    }
+
+    #[test]
+    fn fields_that_would_change_the_output_are_honoured_or_refused_by_name() {
+        let base = || json!({"messages": [{"role": "user", "content": "x"}]});
+        let with = |k: &str, v: Json| {
+            let mut b = base();
+            b[k] = v;
+            chat(&b)
+        };
+        assert_eq!(with("n_predict", json!(4)).unwrap().common.max_tokens, Some(4));
+        assert_eq!(with("n_predict", json!(-1)).unwrap().common.max_tokens, None);
+        assert_eq!(
+            with("n_predict", json!(0)).unwrap_err().param.as_deref(),
+            Some("n_predict")
+        );
+        for (field, value) in [
+            ("grammar", json!("root ::= \"a\"")),
+            ("json_schema", json!({"type": "object"})),
+            ("response_format", json!({"type": "json_object"})),
+            ("logit_bias", json!({"15": -100})),
+            ("min_p", json!(0.05)),
+        ] {
+            let err = with(field, value).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(field), "{}", err.message);
+        }
+        assert!(with("response_format", json!({"type": "text"})).is_ok());
+        assert!(with("logit_bias", json!({})).is_ok());
+        assert!(with("min_p", json!(0)).is_ok());
     }
 
     #[test]
