@@ -898,3 +898,33 @@ fn a_small_batch_size_reads_long_prompts_in_more_passes_with_the_same_tokens() {
     };
     assert_eq!(text(&["--batch-size", "7"]), text(&[]));
 }
+
+#[test]
+fn tokenize_detokenize_and_props_answer_as_llama_server_does() {
+    let server = Server::start(&tiny(), &["--n-slots", "2"], &[]);
+    let model = minfer::engine::Model::load(tiny(), &Default::default()).unwrap();
+    let text = "Hello world <|im_end|> again";
+    let (status, reply) = server.json("/tokenize", serde_json::json!({ "content": text }));
+    assert_eq!(status, 200, "{reply}");
+    let ids: Vec<u32> = serde_json::from_value(reply["tokens"].clone()).unwrap();
+    assert_eq!(ids, model.tokenizer().encode(text, false, true));
+    let (_, pieces) = server.json("/tokenize", serde_json::json!({ "content": text, "with_pieces": true }));
+    let joined: String = pieces["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["piece"].as_str().unwrap())
+        .collect();
+    assert_eq!(joined, text);
+    let (status, back) = server.json("/detokenize", serde_json::json!({ "tokens": ids }));
+    assert_eq!(status, 200, "{back}");
+    assert_eq!(back["content"], text);
+    let (status, err) = server.json("/detokenize", serde_json::json!({ "tokens": [99999999] }));
+    assert_eq!(status, 400);
+    assert_eq!(err["error"]["param"], "tokens");
+    let (status, props) = server.request("GET", "/props", "", b"");
+    assert_eq!(status, 200);
+    let props: serde_json::Value = serde_json::from_str(&props).unwrap();
+    assert_eq!(props["total_slots"], 2);
+    assert!(props["chat_template"].as_str().unwrap().contains("im_start"));
+}

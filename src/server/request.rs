@@ -615,6 +615,32 @@ pub fn completion(body: &Json) -> Result<CompletionRequest, ApiError> {
     Ok(CompletionRequest { common, prompts })
 }
 
+/// A `/tokenize` body: the text, and whether to add BOS, parse control-token text and return
+/// pieces (llama-server's defaults: no, yes, no).
+pub fn tokenize(body: &Json) -> Result<(String, bool, bool, bool), ApiError> {
+    let f = Fields::of(body, "")?;
+    let content = f
+        .str("content")?
+        .ok_or_else(|| ApiError::field("content", "content is required"))?;
+    Ok((
+        content.to_string(),
+        f.bool("add_special")?.unwrap_or(false),
+        f.bool("parse_special")?.unwrap_or(true),
+        f.bool("with_pieces")?.unwrap_or(false),
+    ))
+}
+
+/// A `/detokenize` body: `{"tokens": [id, ...]}` (an empty list is empty text).
+pub fn detokenize(body: &Json) -> Result<Vec<u32>, ApiError> {
+    let f = Fields::of(body, "")?;
+    match f.get("tokens") {
+        None => Err(ApiError::field("tokens", "tokens is required")),
+        Some(Json::Array(items)) if items.is_empty() => Ok(Vec::new()),
+        Some(Json::Array(items)) => token_ids("tokens", items),
+        Some(other) => Err(f.wrong("tokens", "an array of token ids", other)),
+    }
+}
+
 fn token_ids(name: &str, items: &[Json]) -> Result<Vec<u32>, ApiError> {
     if items.is_empty() {
         return Err(ApiError::field(name, format!("{name} must not be empty")));

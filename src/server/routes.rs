@@ -67,6 +67,9 @@ pub fn router(app: App) -> Router {
         .merge(api)
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/props", get(props))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(app.max_body_bytes))
@@ -75,7 +78,7 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
-const ROUTES: [&str; 8] = [
+const ROUTES: [&str; 11] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/models",
@@ -84,6 +87,9 @@ const ROUTES: [&str; 8] = [
     "/models",
     "/health",
     "/metrics",
+    "/tokenize",
+    "/detokenize",
+    "/props",
 ];
 
 async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
@@ -150,6 +156,78 @@ async fn health(State(app): State<App>) -> Json<Value> {
         "slots_total": app.n_slots,
         "slots_idle": app.n_slots.saturating_sub(busy),
         "queue_depth": app.metrics.queue_depth.load(Ordering::Relaxed),
+    }))
+}
+
+/// llama-server's `/tokenize`: `{"content", "add_special"?, "parse_special"?, "with_pieces"?}`
+/// → `{"tokens": [id, ...]}`, or `[{"id", "piece"}, ...]` with pieces (a piece that is not
+/// whole UTF-8 comes as its bytes, as llama-server sends it).
+async fn tokenize(State(app): State<App>, req: Request) -> Response {
+    let result = async {
+        let (content, add_special, parse_special, with_pieces) = read_request(&app, req, request::tokenize).await?;
+        let state = Arc::clone(&app);
+        blocking(move || {
+            let tokenizer = state.model.tokenizer();
+            let ids = tokenizer.encode(&content, add_special, parse_special);
+            let tokens: Vec<Value> = if with_pieces {
+                ids.iter()
+                    .map(|&id| {
+                        let bytes = tokenizer.token_to_piece(id, true);
+                        let piece = match std::str::from_utf8(bytes) {
+                            Ok(text) => json!(text),
+                            Err(_) => json!(bytes),
+                        };
+                        json!({"id": id, "piece": piece})
+                    })
+                    .collect()
+            } else {
+                ids.iter().map(|&id| json!(id)).collect()
+            };
+            Ok(Json(json!({ "tokens": tokens })).into_response())
+        })
+        .await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// llama-server's `/detokenize`: `{"tokens": [id, ...]}` → `{"content": "..."}` (control tokens
+/// as their text; bytes that are not UTF-8 become U+FFFD).
+async fn detokenize(State(app): State<App>, req: Request) -> Response {
+    let result = async {
+        let ids = read_request(&app, req, request::detokenize).await?;
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= app.n_vocab) {
+            return Err(ApiError::field(
+                "tokens",
+                format!("token id {bad} is outside the vocabulary of {} tokens", app.n_vocab),
+            ));
+        }
+        let bytes = app.model.tokenizer().decode(&ids, true);
+        Ok(Json(json!({ "content": String::from_utf8_lossy(&bytes) })).into_response())
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// llama-server's `/props`: the defaults a request gets, the slots, the chat template.
+async fn props(State(app): State<App>) -> Json<Value> {
+    let d = request::server_sampling_defaults();
+    Json(json!({
+        "default_generation_settings": {
+            "n_ctx": app.n_ctx,
+            "temperature": d.temperature,
+            "top_k": d.top_k,
+            "top_p": d.top_p,
+            "repeat_penalty": d.repeat_penalty,
+            "repeat_last_n": d.penalty_last_n,
+            "frequency_penalty": d.frequency_penalty,
+            "presence_penalty": d.presence_penalty,
+        },
+        "total_slots": app.n_slots,
+        "model_path": app.model.path().display().to_string(),
+        "chat_template": app.model.template().source(),
+        "bos_token": app.model.template().bos_token(),
+        "eos_token": app.model.template().eos_token(),
     }))
 }
 
