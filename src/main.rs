@@ -373,6 +373,10 @@ enum Command {
         /// chunks of the prompts being read (llama.cpp's -b; -ub is the same here).
         #[arg(short = 'b', long, alias = "ubatch-size", default_value_t = minfer::server::DEFAULT_BATCH_SIZE)]
         batch_size: usize,
+        /// Let browser pages from ORIGIN call the server (repeatable; `*` for any origin). None
+        /// by default.
+        #[arg(long = "cors-origin", value_name = "ORIGIN")]
+        cors_origins: Vec<String>,
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
@@ -791,6 +795,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             special_in_content,
             cache,
             batch_size,
+            cors_origins,
             backend,
         } => {
             anyhow::ensure!(
@@ -828,6 +833,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 special_in_content,
                 kv_types: (cache.cache_type_k, cache.cache_type_v),
                 batch_size,
+                cors_origins,
             })?
         }
     }

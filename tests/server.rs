@@ -928,3 +928,46 @@ fn tokenize_detokenize_and_props_answer_as_llama_server_does() {
     assert_eq!(props["total_slots"], 2);
     assert!(props["chat_template"].as_str().unwrap().contains("im_start"));
 }
+
+#[test]
+fn cors_answers_preflights_and_marks_responses_only_for_the_origins_allowed() {
+    let server = Server::start(&tiny(), &["--cors-origin", "http://app.example", "--api-key", "k"], &[]);
+    let preflight = |origin: &str| {
+        let mut s = TcpStream::connect(&server.addr).unwrap();
+        write!(
+            s,
+            "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: {origin}\r\n\
+             Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type\r\n\r\n"
+        )
+        .unwrap();
+        read_until_closed(&mut s, Duration::from_secs(30)).to_ascii_lowercase()
+    };
+    let allowed = preflight("http://app.example");
+    assert!(allowed.starts_with("http/1.1 204"), "{allowed}");
+    assert!(
+        allowed.contains("access-control-allow-origin: http://app.example"),
+        "{allowed}"
+    );
+    assert!(
+        allowed.contains("access-control-allow-methods: get, post, options"),
+        "{allowed}"
+    );
+    let other = preflight("http://evil.example");
+    assert!(!other.contains("access-control-allow-origin"), "{other}");
+    // A request from the allowed origin is served (the key is still required).
+    let (status, reply) = server.raw(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://app.example\r\n\
+             Authorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{HI}",
+            HI.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(status, 200, "{reply}");
+    // Without --cors-origin nothing is allowed.
+    let plain = Server::start(&tiny(), &[], &[]);
+    let mut s = TcpStream::connect(&plain.addr).unwrap();
+    write!(s, "OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://app.example\r\nAccess-Control-Request-Method: GET\r\n\r\n").unwrap();
+    let reply = read_until_closed(&mut s, Duration::from_secs(30)).to_ascii_lowercase();
+    assert!(!reply.contains("access-control-allow-origin"), "{reply}");
+}

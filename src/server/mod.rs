@@ -88,6 +88,8 @@ pub struct ServerConfig {
     /// Tokens one forward pass takes at most: the generating slots' next tokens, then prompt
     /// chunks (`--batch-size`).
     pub batch_size: usize,
+    /// Origins allowed to call the server from a browser (`--cors-origin`, `*` for any).
+    pub cors_origins: Vec<String>,
 }
 
 /// The most slots a server runs: one KV sequence each, and a cache holds at most
@@ -220,6 +222,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         created: unix_time(),
         fault_marker: std::env::var("MINFER_SERVE_FAULT").ok().filter(|m| !m.is_empty()),
         control_texts,
+        cors_origins: config.cors_origins.clone(),
         parsing: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
     });
     // The async side only parses, routes and copies bytes; two threads keep it responsive

@@ -49,6 +49,8 @@ pub struct AppState {
     /// The control-token texts kept as text where they come from a message (empty with
     /// `--special-in-content`).
     pub control_texts: Vec<String>,
+    /// Origins a browser page may call the server from (`--cors-origin`; `*` for any).
+    pub cors_origins: Vec<String>,
     /// Bodies parsed at once: one per CPU.
     pub parsing: tokio::sync::Semaphore,
 }
@@ -74,6 +76,7 @@ pub fn router(app: App) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(app.max_body_bytes))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), authenticate))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), cors))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), count))
         .with_state(app)
 }
@@ -105,6 +108,45 @@ async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
 }
 
 /// With `--api-key`, every route but `/health` needs `Authorization: Bearer KEY`.
+/// CORS for the origins given with `--cors-origin` (none by default, so a page elsewhere cannot
+/// call the server): a preflight from one of them is answered here, before authentication (a
+/// browser sends no credentials on it), and every response to one carries its origin.
+async fn cors(State(app): State<App>, req: Request, next: Next) -> Response {
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .filter(|o| app.cors_origins.iter().any(|a| a == "*" || a == o))
+        .map(str::to_string);
+    let Some(origin) = origin else {
+        return next.run(req).await;
+    };
+    let preflight = req.method() == axum::http::Method::OPTIONS
+        && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut response = if preflight {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            header::HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            header::HeaderValue::from_static("authorization, content-type"),
+        );
+        h.insert(header::ACCESS_CONTROL_MAX_AGE, header::HeaderValue::from_static("600"));
+        r
+    } else {
+        next.run(req).await
+    };
+    if let Ok(value) = header::HeaderValue::from_str(&origin) {
+        let h = response.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
+        h.append(header::VARY, header::HeaderValue::from_static("origin"));
+    }
+    response
+}
+
 async fn authenticate(State(app): State<App>, req: Request, next: Next) -> Response {
     if let Some(key) = &app.api_key {
         if req.uri().path() != "/health" {
