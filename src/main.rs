@@ -484,7 +484,11 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    if args.cnv {
+    // llama-cli's habit: no prompt on a terminal starts a conversation (a pipe still gives
+    // the prompt on standard input).
+    let no_prompt_on_a_terminal =
+        args.prompt.is_none() && !args.no_template && std::io::IsTerminal::is_terminal(&std::io::stdin());
+    if args.cnv || no_prompt_on_a_terminal {
         return run_conversation(args, sampling, loaded);
     }
     let prompt = match args.prompt {

@@ -368,3 +368,17 @@ fn shifted_by_turns(lines: &[&str]) -> bool {
         c1 < c0 + p0
     })
 }
+
+#[test]
+fn the_model_alone_on_a_terminal_starts_a_conversation() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let mut pty = Pty::spawn(&[model.to_str().unwrap(), "--greedy", "-n", "8"]);
+    pty.read_until(0, PROMPT, Duration::from_secs(30));
+    let from = pty.seen.len();
+    pty.send(b"hello\r");
+    pty.read_until(from, PROMPT, Duration::from_secs(30));
+    pty.wait_stderr_lines("Prefill:", 1, Duration::from_secs(30));
+    pty.send(b"\x04");
+    let status = wait(&mut pty.child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "stderr: {}", pty.stderr());
+}
