@@ -70,6 +70,9 @@ pub struct SamplingParams {
     /// Keep the smallest set of best tokens whose probability reaches `top_p`; in (0, 1], and 1
     /// keeps them all.
     pub top_p: f32,
+    /// Keep the tokens whose probability is at least `min_p` times the best one's (llama.cpp's
+    /// min-p, applied after top-p); in [0, 1], and 0 keeps them all.
+    pub min_p: f32,
     /// Divides a positive logit of a token in the window, multiplies a non-positive one; 1 is
     /// off. Finite, > 0.
     pub repeat_penalty: f32,
@@ -94,6 +97,7 @@ impl Default for SamplingParams {
             temperature: 0.8,
             top_k: 40,
             top_p: 0.95,
+            min_p: 0.05,
             repeat_penalty: 1.1,
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
@@ -129,6 +133,9 @@ impl SamplingParams {
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return invalid("top_p", self.top_p, "must lie in (0, 1] (1 disables top-p)");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return invalid("min_p", self.min_p, "must lie in [0, 1] (0 disables min-p)");
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
             return invalid(
@@ -258,6 +265,7 @@ impl Sampler {
         }
         let sorted = apply_top_k(&mut self.candidates, self.params.top_k);
         apply_top_p(&mut self.candidates, self.params.top_p, sorted)?;
+        apply_min_p(&mut self.candidates, self.params.min_p);
         self.total = Some(weigh(&mut self.candidates, self.params.temperature)?);
         Ok(&self.candidates)
     }
@@ -369,6 +377,18 @@ fn apply_top_k(candidates: &mut Vec<Candidate>, k: i32) -> bool {
     candidates.truncate(k);
     candidates.sort_unstable_by(better);
     true
+}
+
+/// llama.cpp's min-p: keeps the candidates whose logit is at least the best one's plus
+/// `ln(min_p)` (probability at least `min_p` times the best's), in their order; the best one
+/// always stays. 0 keeps them all.
+fn apply_min_p(candidates: &mut Vec<Candidate>, min_p: f32) {
+    if min_p <= 0.0 || candidates.len() <= 1 {
+        return;
+    }
+    let max = candidates.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max);
+    let min_logit = max + min_p.ln();
+    candidates.retain(|c| c.logit >= min_logit);
 }
 
 /// Keeps the smallest best-first prefix whose probability reaches `top_p`, at least one
@@ -630,6 +650,23 @@ mod tests {
         let mut list = candidates(&[1.0, 1.0, 1.0, 1.0]);
         apply_top_p(&mut list, 1e-6, false).unwrap();
         assert_eq!(ids(&list), [0]);
+    }
+
+    #[test]
+    fn min_p_keeps_the_tokens_within_its_factor_of_the_best_probability() {
+        // Probabilities proportional to e^logit: 1, e^-1 = 0.37, e^-3 = 0.05, e^-5 = 0.007.
+        let mut list = candidates(&[0.0, -1.0, -3.0, -5.0]);
+        apply_min_p(&mut list, 0.1);
+        assert_eq!(ids(&list), [0, 1]);
+        let mut list = candidates(&[0.0, -1.0, -3.0, -5.0]);
+        apply_min_p(&mut list, 0.04);
+        assert_eq!(ids(&list), [0, 1, 2]);
+        let mut list = candidates(&[0.0, -1.0, -3.0, -5.0]);
+        apply_min_p(&mut list, 0.0);
+        assert_eq!(list.len(), 4);
+        let mut list = candidates(&[2.0, 9.0]);
+        apply_min_p(&mut list, 1.0);
+        assert_eq!(ids(&list), [1]);
     }
 
     #[test]

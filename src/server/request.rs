@@ -221,6 +221,7 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
             .integer("top_k", i32::MIN as i64, i32::MAX as i64)?
             .map_or(defaults.top_k, |k| k as i32),
         top_p,
+        min_p: f.number("min_p", 0.0, 1.0)?.unwrap_or(defaults.min_p),
         repeat_penalty: match f.number("repeat_penalty", 0.0, 100.0)? {
             Some(p) if p <= 0.0 => return Err(f.out_of_range("repeat_penalty", p, "expected a number above 0")),
             Some(p) => p,
@@ -289,7 +290,7 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
 
 /// Fields that would change the output and that the server cannot honour yet: a 400 naming
 /// each, never a silent 200 (`response_format` of type `text` and an empty `logit_bias` change
-/// nothing and pass; `min_p` of 0 likewise).
+/// nothing and pass).
 fn refuse_unsupported(f: &Fields) -> Result<(), ApiError> {
     for name in ["grammar", "json_schema"] {
         if f.get(name).is_some() {
@@ -316,12 +317,6 @@ fn refuse_unsupported(f: &Fields) -> Result<(), ApiError> {
     {
         return Err(ApiError::field("logit_bias", "logit_bias is not supported yet"));
     }
-    if f.number("min_p", 0.0, 1.0)?.is_some_and(|p| p > 0.0) {
-        return Err(ApiError::field(
-            "min_p",
-            "min_p is not supported yet; send 0 or leave it out",
-        ));
-    }
     Ok(())
 }
 
@@ -331,6 +326,9 @@ fn refuse_unsupported(f: &Fields) -> Result<(), ApiError> {
 pub fn server_sampling_defaults() -> SamplingParams {
     SamplingParams {
         repeat_penalty: 1.0,
+        // OpenAI's API has no min-p: a request that does not send one gets the distribution
+        // OpenAI clients expect.
+        min_p: 0.0,
         ..SamplingParams::default()
     }
 }
@@ -747,14 +745,14 @@ mod tests {
             ("json_schema", json!({"type": "object"})),
             ("response_format", json!({"type": "json_object"})),
             ("logit_bias", json!({"15": -100})),
-            ("min_p", json!(0.05)),
         ] {
             let err = with(field, value).unwrap_err();
             assert_eq!(err.param.as_deref(), Some(field), "{}", err.message);
         }
         assert!(with("response_format", json!({"type": "text"})).is_ok());
         assert!(with("logit_bias", json!({})).is_ok());
-        assert!(with("min_p", json!(0)).is_ok());
+        assert_eq!(with("min_p", json!(0.2)).unwrap().common.sampling.min_p, 0.2);
+        assert_eq!(with("min_p", json!(2)).unwrap_err().param.as_deref(), Some("min_p"));
     }
 
     #[test]
