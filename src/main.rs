@@ -48,7 +48,7 @@ struct RunArgs {
     #[arg(long)]
     no_template: bool,
     /// Most tokens to generate (per reply with --cnv); -1: no limit (with context shifting,
-    /// until stopped).
+    /// until stopped); -2: until the context is full.
     #[arg(
         short = 'n',
         long = "n-predict",
@@ -515,7 +515,8 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         ignore_eos: args.ignore_eos,
         sampling,
         special: false,
-        context_shift: (!args.no_context_shift).then_some(n_keep),
+        // -n -2 (llama.cpp's): until the context is full, so never shifted.
+        context_shift: (!args.no_context_shift && args.n_predict != -2).then_some(n_keep),
     };
     let mut stdout = std::io::stdout().lock();
     let result = match &args.session {
@@ -535,8 +536,15 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         stdout.write_all(b"\n")?;
     }
     stdout.flush()?;
+    if result.stop_reason == minfer::engine::StopReason::ContextFull && args.n_predict == -2 {
+        eprintln!(
+            "generation stopped after {} tokens: the context of {} tokens is full (-n -2)",
+            result.tokens.len(),
+            loaded.session.n_ctx()
+        );
+    }
     anyhow::ensure!(
-        result.stop_reason != minfer::engine::StopReason::ContextFull,
+        result.stop_reason != minfer::engine::StopReason::ContextFull || args.n_predict == -2,
         "generation stopped after {} tokens: the context of {} tokens is full (raise --n-ctx, or drop --no-context-shift)",
         result.tokens.len(),
         loaded.session.n_ctx()
@@ -618,9 +626,12 @@ impl minfer::cli::conversation::LineSource for Generating<'_> {
 /// `-n`: a count, or -1 for no limit.
 fn n_predict(n: i64) -> anyhow::Result<usize> {
     match n {
-        -1 => Ok(usize::MAX),
-        n => usize::try_from(n)
-            .map_err(|_| anyhow::anyhow!("-n {n} is out of range: it must be -1 (no limit) or 0 or more")),
+        -1 | -2 => Ok(usize::MAX),
+        n => usize::try_from(n).map_err(|_| {
+            anyhow::anyhow!(
+                "-n {n} is out of range: it must be -1 (no limit), -2 (until the context is full) or 0 or more"
+            )
+        }),
     }
 }
 

@@ -339,3 +339,24 @@ fn llama_cpp_style_command_lines_give_what_the_positional_ones_give() {
     ]);
     assert!(!String::from_utf8_lossy(&stopped.stdout).trim_end().contains('\n'));
 }
+
+#[test]
+fn n_minus_two_generates_until_the_context_is_full_and_says_so() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let out = minfer_raw(&[
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "hi",
+        "-n",
+        "-2",
+        "-c",
+        "64",
+        "--ignore-eos",
+        "--greedy",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("the context of 64 tokens is full (-n -2)"), "{err}");
+    assert!(!err.contains("Context shifts"), "{err}");
+}
