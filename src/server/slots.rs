@@ -107,8 +107,9 @@ pub struct Scheduler {
     shared: Arc<Shared>,
 }
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+/// How many leading tokens `held` (what a slot's cells hold, in position order) shares with `b`.
+fn common_prefix(held: impl Iterator<Item = u32>, b: &[u32]) -> usize {
+    held.zip(b).take_while(|(x, y)| x == *y).count()
 }
 
 /// Tokens one forward pass takes at most by default (`--batch-size`): every generating slot's
@@ -248,12 +249,14 @@ impl<'s> Engine<'s> {
                     self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                let prompt = job.runs.first().map(|r| r.prompt.clone()).unwrap_or_default();
+                // Read in place: copying each idle slot's tokens for every job would cost a context
+                // of tokens per slot.
+                let prompt: &[u32] = job.runs.first().map_or(&[], |r| &r.prompt);
                 let id = (0..self.slots.len())
                     .filter(|&id| self.slots[id].is_none())
                     .max_by_key(|&id| {
                         (
-                            common_prefix(&self.session.seq_tokens(id), &prompt),
+                            common_prefix(self.session.kv().seq_tokens(id), prompt),
                             std::cmp::Reverse(id),
                         )
                     })
@@ -665,7 +668,7 @@ mod tests {
 
     #[test]
     fn the_common_prefix_counts_equal_leading_tokens() {
-        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4, 5]), 2);
-        assert_eq!(common_prefix(&[], &[1]), 0);
+        assert_eq!(common_prefix([1, 2, 3].into_iter(), &[1, 2, 4, 5]), 2);
+        assert_eq!(common_prefix(std::iter::empty(), &[1]), 0);
     }
 }
