@@ -186,8 +186,6 @@ fn mixed_hostile_and_normal_traffic_leaves_memory_flat_no_slot_stuck_and_every_r
         .map(|s| s.parse().expect("MINFER_SOAK_SECONDS is a whole number of seconds"))
         .unwrap_or(60);
     let duration = Duration::from_secs(seconds);
-    // The slots' KV pages are touched as their cells first fill (the cache is zeroed lazily), so
-    // a short run measures from a third of the way, a long one from the first minute.
     let warm_up = Duration::from_secs(60).min(duration / 3);
     let server = Server::start(
         &common::tiny_model("qwen2", "Q8_0"),
@@ -207,6 +205,17 @@ fn mixed_hostile_and_normal_traffic_leaves_memory_flat_no_slot_stuck_and_every_r
     );
     let messages = vec![serde_json::json!({"role": "user", "content": ""}); 50_000];
     let many_messages = serde_json::json!({ "messages": messages }).to_string();
+    // Fill every slot's context once before the traffic: the cache is zeroed lazily, so its
+    // pages count in the RSS only as cells are first used, and that first use is not growth.
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            let addr = &server.addr;
+            scope.spawn(move || {
+                let body = r#"{"prompt": "a", "max_tokens": 2000, "temperature": 1.0, "seed": 1}"#;
+                exchange(addr, &post("/v1/completions", body)).expect("the warm-up request is answered");
+            });
+        }
+    });
     let tally = Tally::default();
     let stop = AtomicBool::new(false);
     let start = Instant::now();
