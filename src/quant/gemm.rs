@@ -1,8 +1,8 @@
 //! Prefill's matrix-matrix product: a panel of 16 weight rows is unpacked once and then
 //! multiplied against the token rows eight at a time, so the unpacking is paid once per panel
 //! instead of once per token, and each VNNI instruction works for 16 rows at once. Two kernels:
-//! the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; `vpdpbusd` on unsigned levels) and
-//! the K-quants Q4_K and Q6_K (`vpdpwssd` on scaled levels paired within the reference's lanes).
+//! the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and the K-quants (Q4_K, Q5_K, Q6_K),
+//! both `vpdpbusd` on unsigned levels (the K-quants scale each sub-block's sum with `vpmulld`).
 //! Which type has which is its row of the type table (`super::traits`): a [`PanelKernel`].
 //!
 //! Every output is bit-identical to the type's scalar `vec_dot_ref` of the weight row and the
@@ -37,13 +37,13 @@ pub const MIN_TOKENS: usize = 5;
 ///
 /// For Q8_0 and Q8_1: `d` is each block's scale as f32 and `aux` its `Σ qs` (Q8_0) or the bits
 /// of its f32 scaled sum `s` (Q8_1). For Q8_K: `d` is each super-block's scale and `aux` holds
-/// its values as the i16 pairs the K-quant kernel broadcasts (128 words per super-block).
+/// the sums of its sub-blocks of 32 values as i16 pairs, for the minimums (4 words).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ActivationTerms<'a> {
     /// Each block's (Q8_0, Q8_1) or super-block's (Q8_K) scale `d` as f32, token-major.
     pub d: &'a [f32],
     /// [`PanelKernel::aux_words`] words per block, token-major: `Σ qs` (Q8_0), the bits of `s`
-    /// (Q8_1), or the values as i16 pairs (Q8_K).
+    /// (Q8_1), or the sub-block sums as i16 pairs (Q8_K).
     pub aux: &'a [i32],
 }
 
@@ -103,7 +103,7 @@ impl PanelKernel {
         self.act
     }
 
-    /// Words of [`ActivationTerms::aux`] per activation block: 1, or 128 for Q8_K's pairs.
+    /// Words of [`ActivationTerms::aux`] per activation block: 1, or 4 for Q8_K's pairs.
     pub fn aux_words(&self) -> usize {
         self.aux_words
     }
@@ -167,12 +167,13 @@ fn terms_q8_1(data: &[u8], d: &mut [f32], aux: &mut [i32]) {
     });
 }
 
-/// Q8_K super-blocks' terms: each scale and the values as the K-quant kernel's pairs.
+/// Q8_K super-blocks' terms: each scale and its sub-block sums as the K-quant kernel's pairs.
 #[cfg(target_arch = "x86_64")]
 fn terms_q8_k(data: &[u8], d: &mut [f32], aux: &mut [i32]) {
     each_block::<{ GgmlType::Q8_K.type_size() }, { kernel_k::PAIR_WORDS }>(data, d, aux, |blk, d, aux| {
         *d = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
-        kernel_k::activation_pairs(bytemuck::cast_slice::<u8, i8>(&blk[4..260]).try_into().unwrap(), aux);
+        let bsums: [i16; 16] = std::array::from_fn(|j| i16::from_le_bytes([blk[260 + 2 * j], blk[261 + 2 * j]]));
+        kernel_k::activation_pairs(&bsums, aux);
     });
 }
 
@@ -292,15 +293,16 @@ impl Shape {
     }
 }
 
-/// A panel's unpacked weights, minimums (K-quants), scales and minimum scales.
+/// A panel's unpacked weights, sub-block scales and group-sum terms (K-quants), scales and
+/// minimum scales.
 #[cfg(target_arch = "x86_64")]
-type PanelBuffers = (Vec<u32>, Vec<u32>, Vec<f32>, Vec<f32>);
+type PanelBuffers = (Vec<u32>, Vec<i32>, Vec<u32>, Vec<f32>, Vec<f32>);
 
 #[cfg(target_arch = "x86_64")]
 std::thread_local! {
     /// The panel buffers, reused by every product on the thread.
     static PANEL_SCRATCH: std::cell::RefCell<PanelBuffers> = const {
-        std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new()))
+        std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()))
     };
 }
 
@@ -333,7 +335,7 @@ macro_rules! by_tile {
 unsafe fn run_block32<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
     let (nb, wb, ab, stride) = (s.nb, s.wb, s.ab, s.rows.len());
     let qs_offset = if kernel::has_min(KIND) { 4 } else { 2 };
-    PANEL_SCRATCH.with_borrow_mut(|(pack, _, dx, mx)| {
+    PANEL_SCRATCH.with_borrow_mut(|(pack, _, _, dx, mx)| {
         pack.resize(nb * 128, 0);
         dx.resize(nb * PANEL, 0.0);
         mx.resize(nb * PANEL, 0.0);
@@ -364,13 +366,14 @@ unsafe fn run_block32<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTer
 unsafe fn run_k<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
     let (nsb, ab, stride) = (s.nb, s.ab, s.rows.len());
     let words = kernel_k::PAIR_WORDS;
-    PANEL_SCRATCH.with_borrow_mut(|(pack, mins, dx, dmx)| {
+    PANEL_SCRATCH.with_borrow_mut(|(pack, scales, group_terms, dx, dmx)| {
         pack.resize(nsb * kernel_k::PACK_WORDS, 0);
-        mins.resize(nsb * 8 * PANEL, 0);
+        scales.resize(nsb * kernel_k::MAX_SUBS * PANEL, 0);
+        group_terms.resize(nsb * kernel_k::TERM_WORDS * PANEL, 0);
         dx.resize(nsb * PANEL, 0.0);
         dmx.resize(nsb * PANEL, 0.0);
         for (rows, mask) in s.panels() {
-            kernel_k::unpack_panel_k::<KIND>(w, nsb, rows.clone(), pack, mins, dx, dmx);
+            kernel_k::unpack_panel_k::<KIND>(w, nsb, rows.clone(), pack, scales, group_terms, dx, dmx);
             for (t0, n) in s.tiles() {
                 let a = kernel_k::TileActivationsK {
                     data: &act[t0 * nsb * ab..(t0 + n) * nsb * ab],
@@ -380,7 +383,8 @@ unsafe fn run_k<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>
                 };
                 let p = kernel_k::PanelK {
                     pack,
-                    mins,
+                    scales,
+                    terms: group_terms,
                     dx,
                     dmx,
                     nsb,

@@ -219,28 +219,35 @@ pub fn unpack_scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (scales, mins)
 }
 
-/// The integer core shared by the K-quant dot products (`ggml_vec_dot_q{4,5,6}_K_q8_K_generic`):
-/// `aux32[l] += scale * q8[i] * a[i]` over the 256 values of a super-block, with `l = i % 8`,
-/// then `sums[l] += d * aux32[l]` into the caller's eight float lanes. Keeping the lanes (rather
-/// than one integer total) is what makes the float result ggml's.
+/// The integer core shared by the K-quant dot products: `Σ_j scale_j * Σ a[i] * q8[i]` over the
+/// sub-blocks `j` of a super-block, exact in i32 (at most 256 * 128 * 32 * 127 in magnitude).
+///
+/// The references then take one float step per super-block with this integer. ggml's generic C
+/// keeps eight integer lanes by `i % 8` and eight float lanes instead; one integer per
+/// super-block rounds less, and it is what lets the SIMD kernels sum four byte products at a
+/// time (`vpdpbusd`) and scale a whole sub-block at once, which the lane split forbids.
 ///
 /// `a` holds the unpacked weight levels; `scales` has one entry per `256 / scales.len()`
 /// consecutive values (8 sub-blocks of 32 for Q4_K/Q5_K, 16 of 16 for Q6_K).
 #[inline]
-pub fn accumulate_lanes_k(a: &[i8; QK_K], q8: &[i8; QK_K], scales: &[i32], d: f32, sums: &mut [f32; 8]) {
+pub fn scaled_dot_k(a: &[i8; QK_K], q8: &[i8; QK_K], scales: &[i32]) -> i32 {
     let group = QK_K / scales.len();
-    let mut aux32 = [0i32; 8];
-    for ((ag, qg), &scale) in a.chunks_exact(group).zip(q8.chunks_exact(group)).zip(scales) {
-        for (a8, q8) in ag.chunks_exact(8).zip(qg.chunks_exact(8)) {
-            for ((acc, &av), &qv) in aux32.iter_mut().zip(a8).zip(q8) {
-                // ggml stores the product in an int16_t: every |q8 * a| here is at most 128 * 32.
-                *acc += scale * (qv as i32 * av as i32);
-            }
-        }
-    }
-    for (s, &v) in sums.iter_mut().zip(&aux32) {
-        *s += d * v as f32;
-    }
+    a.chunks_exact(group)
+        .zip(q8.chunks_exact(group))
+        .zip(scales)
+        .map(|((ag, qg), &scale)| scale * ag.iter().zip(qg).map(|(&a, &q)| a as i32 * q as i32).sum::<i32>())
+        .sum()
+}
+
+/// `Σ_j bsums[j] * mins[j / 2]`: what the sub-block minimums of Q4_K and Q5_K take from a
+/// super-block's dot product, before `dmin`.
+#[inline]
+pub fn mins_dot_k(bsums: &[i16; QK_K / 16], mins: &[u8; 8]) -> i32 {
+    bsums
+        .iter()
+        .enumerate()
+        .map(|(j, &b)| b as i32 * mins[j / 2] as i32)
+        .sum()
 }
 
 /// Pack eight 6-bit (scale, min) pairs into the 12-byte layout [`get_scale_min_k4`] reads.

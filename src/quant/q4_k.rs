@@ -12,7 +12,7 @@
 
 use super::fp16::f16_to_f32;
 use super::k_quants::{
-    accumulate_lanes_k, get_scale_min_k4, quantize_scale_min_superblock, unpack_scales_mins_k4, Qkx2Search, QK_K,
+    get_scale_min_k4, mins_dot_k, quantize_scale_min_superblock, scaled_dot_k, unpack_scales_mins_k4, Qkx2Search, QK_K,
 };
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
@@ -70,35 +70,29 @@ pub fn dequantize_row(x: &[BlockQ4K], y: &mut [f32]) {
     }
 }
 
-/// `ggml_vec_dot_q4_K_q8_K_generic`: the scaled levels go through eight integer lanes into eight
-/// float lanes; the mins are applied from the activation's group sums as
-/// `sumf -= dmin * sum(bsums[j] * min[j / 2])`, and the lanes are added to `sumf` at the end.
-pub fn vec_dot_ref(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let mut sums = [0.0f32; 8];
-    let mut sumf = 0.0f32;
-    let mut aux8 = [0i8; QK_K];
-    for (xb, yb) in x.iter().zip(y) {
-        for (q4, a) in xb.qs.chunks_exact(32).zip(aux8.chunks_exact_mut(64)) {
-            let (lo, hi) = a.split_at_mut(32);
-            for ((&q, l), h) in q4.iter().zip(lo).zip(hi) {
-                *l = (q & 0x0f) as i8;
-                *h = (q >> 4) as i8;
-            }
+/// The 256 levels (0..=15) of a super-block, in weight order.
+pub fn levels(b: &BlockQ4K) -> [u8; QK_K] {
+    let mut out = [0u8; QK_K];
+    for (q, chunk) in b.qs.chunks_exact(32).zip(out.chunks_exact_mut(64)) {
+        for (l, &byte) in q.iter().enumerate() {
+            chunk[l] = byte & 0x0f;
+            chunk[l + 32] = byte >> 4;
         }
-        let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
-        let sumi: i32 = yb
-            .bsums
-            .iter()
-            .enumerate()
-            .map(|(j, &b)| b as i32 * mins[j / 2] as i32)
-            .sum();
-        let scales = scales.map(|s| s as i32);
-        accumulate_lanes_k(&aux8, &yb.qs, &scales, f16_to_f32(xb.d) * yb.d, &mut sums);
-        let dmin = f16_to_f32(xb.dmin) * yb.d;
-        sumf -= dmin * sumi as f32;
     }
-    for s in sums {
-        sumf += s;
+    out
+}
+
+/// The dot product of Q4_K weights with Q8_K activations: per super-block, the exact integer
+/// `sumi` of the scaled levels ([`scaled_dot_k`]) and that of the minimums ([`mins_dot_k`]),
+/// then `sumf += (d * d_y) * sumi` and `sumf -= (dmin * d_y) * summ`, in that order.
+pub fn vec_dot_ref(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
+        let sumi = scaled_dot_k(bytemuck::cast_ref(&levels(xb)), &yb.qs, &scales.map(|s| s as i32));
+        let summ = mins_dot_k(&yb.bsums, &mins);
+        sumf += (f16_to_f32(xb.d) * yb.d) * sumi as f32;
+        sumf -= (f16_to_f32(xb.dmin) * yb.d) * summ as f32;
     }
     sumf
 }

@@ -12,7 +12,7 @@
 
 use super::fp16::f16_to_f32;
 use super::k_quants::{
-    accumulate_lanes_k, get_scale_min_k4, quantize_scale_min_superblock, unpack_scales_mins_k4, Qkx2Search, QK_K,
+    get_scale_min_k4, mins_dot_k, quantize_scale_min_superblock, scaled_dot_k, unpack_scales_mins_k4, Qkx2Search, QK_K,
 };
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
@@ -91,36 +91,28 @@ pub fn dequantize_row(x: &[BlockQ5K], y: &mut [f32]) {
     }
 }
 
-/// `ggml_vec_dot_q5_K_q8_K_generic`: as Q4_K's, with the fifth bit added to each level first.
-pub fn vec_dot_ref(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
-    let mut sums = [0.0f32; 8];
-    let mut sumf = 0.0f32;
-    let mut aux8 = [0i8; QK_K];
-    for (xb, yb) in x.iter().zip(y) {
-        let (mut m1, mut m2) = (1u8, 2u8);
-        for (q4, a) in xb.qs.chunks_exact(32).zip(aux8.chunks_exact_mut(64)) {
-            let (lo, hi) = a.split_at_mut(32);
-            for (((&q, &h), l), hv) in q4.iter().zip(&xb.qh).zip(lo).zip(hi) {
-                *l = ((q & 0x0f) + if h & m1 != 0 { 16 } else { 0 }) as i8;
-                *hv = ((q >> 4) + if h & m2 != 0 { 16 } else { 0 }) as i8;
-            }
-            m1 <<= 2;
-            m2 <<= 2;
+/// The 256 levels (0..=31) of a super-block, in weight order: Q4_K's nibbles with the fifth
+/// bits of `qh` on top.
+pub fn levels(b: &BlockQ5K) -> [u8; QK_K] {
+    let mut out = [0u8; QK_K];
+    for (c, (q, chunk)) in b.qs.chunks_exact(32).zip(out.chunks_exact_mut(64)).enumerate() {
+        for (l, (&byte, &h)) in q.iter().zip(&b.qh).enumerate() {
+            chunk[l] = (byte & 0x0f) | ((h >> (2 * c)) & 1) << 4;
+            chunk[l + 32] = (byte >> 4) | ((h >> (2 * c + 1)) & 1) << 4;
         }
-        let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
-        let sumi: i32 = yb
-            .bsums
-            .iter()
-            .enumerate()
-            .map(|(j, &b)| b as i32 * mins[j / 2] as i32)
-            .sum();
-        let scales = scales.map(|s| s as i32);
-        accumulate_lanes_k(&aux8, &yb.qs, &scales, f16_to_f32(xb.d) * yb.d, &mut sums);
-        let dmin = f16_to_f32(xb.dmin) * yb.d;
-        sumf -= dmin * sumi as f32;
     }
-    for s in sums {
-        sumf += s;
+    out
+}
+
+/// The dot product of Q5_K weights with Q8_K activations: as Q4_K's, on five-bit levels.
+pub fn vec_dot_ref(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
+        let sumi = scaled_dot_k(bytemuck::cast_ref(&levels(xb)), &yb.qs, &scales.map(|s| s as i32));
+        let summ = mins_dot_k(&yb.bsums, &mins);
+        sumf += (f16_to_f32(xb.d) * yb.d) * sumi as f32;
+        sumf -= (f16_to_f32(xb.dmin) * yb.d) * summ as f32;
     }
     sumf
 }

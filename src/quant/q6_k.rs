@@ -11,7 +11,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
-use super::k_quants::{accumulate_lanes_k, make_qx_quants, nearest_int, QK_K};
+use super::k_quants::{make_qx_quants, nearest_int, scaled_dot_k, QK_K};
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
 
@@ -113,35 +113,35 @@ pub fn dequantize_row(x: &[BlockQ6K], y: &mut [f32]) {
     }
 }
 
-/// `ggml_vec_dot_q6_K_q8_K_generic`: levels offset by -32, sixteen signed sub-block scales, the
-/// same eight integer and float lanes as Q4_K and no mins.
-pub fn vec_dot_ref(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
-    let mut sums = [0.0f32; 8];
-    let mut aux8 = [0i8; QK_K];
-    for (xb, yb) in x.iter().zip(y) {
-        for ((a, ql), qh) in aux8
-            .chunks_exact_mut(128)
-            .zip(xb.ql.chunks_exact(64))
-            .zip(xb.qh.chunks_exact(32))
-        {
-            let (a01, a23) = a.split_at_mut(64);
-            let (a0, a1) = a01.split_at_mut(32);
-            let (a2, a3) = a23.split_at_mut(32);
-            let (ql0, ql1) = ql.split_at(32);
-            for l in 0..32 {
-                let h = qh[l];
-                a0[l] = ((ql0[l] & 0x0f) | ((h & 3) << 4)) as i8 - 32;
-                a1[l] = ((ql1[l] & 0x0f) | (((h >> 2) & 3) << 4)) as i8 - 32;
-                a2[l] = ((ql0[l] >> 4) | (((h >> 4) & 3) << 4)) as i8 - 32;
-                a3[l] = ((ql1[l] >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
-            }
+/// The 256 stored levels (0..=63, the weight's level plus 32) of a super-block, in weight order.
+pub fn levels(b: &BlockQ6K) -> [u8; QK_K] {
+    let mut out = [0u8; QK_K];
+    for ((a, ql), qh) in out
+        .chunks_exact_mut(128)
+        .zip(b.ql.chunks_exact(64))
+        .zip(b.qh.chunks_exact(32))
+    {
+        let (ql0, ql1) = ql.split_at(32);
+        for l in 0..32 {
+            let h = qh[l];
+            a[l] = (ql0[l] & 0x0f) | ((h & 3) << 4);
+            a[l + 32] = (ql1[l] & 0x0f) | (((h >> 2) & 3) << 4);
+            a[l + 64] = (ql0[l] >> 4) | (((h >> 4) & 3) << 4);
+            a[l + 96] = (ql1[l] >> 4) | (((h >> 6) & 3) << 4);
         }
-        let scales = xb.scales.map(|s| s as i32);
-        accumulate_lanes_k(&aux8, &yb.qs, &scales, f16_to_f32(xb.d) * yb.d, &mut sums);
     }
+    out
+}
+
+/// The dot product of Q6_K weights with Q8_K activations: per super-block, the exact integer
+/// `sumi` of the scaled signed levels `q - 32` ([`scaled_dot_k`]), then `sumf += (d * d_y) *
+/// sumi`.
+pub fn vec_dot_ref(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0.0f32;
-    for s in sums {
-        sumf += s;
+    for (xb, yb) in x.iter().zip(y) {
+        let signed = levels(xb).map(|q| q as i8 - 32);
+        let sumi = scaled_dot_k(&signed, &yb.qs, &xb.scales.map(|s| s as i32));
+        sumf += (f16_to_f32(xb.d) * yb.d) * sumi as f32;
     }
     sumf
 }

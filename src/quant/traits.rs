@@ -551,7 +551,7 @@ type_table! {
     Q8_0: quant(q8_0::BlockQ8_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q8_0, panel block32(Q8_0));
     Q8_1: quant(q8_1::BlockQ8_1, dot none, x86 none, panel none);
     Q4_K: quant(q4_k::BlockQ4K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q4_k, panel k(Q4_K));
-    Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q5_k, panel none);
+    Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q5_k, panel k(Q5_K));
     Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q6_k, panel k(Q6_K));
     Q8_K: quant(q8_k::BlockQ8K, dot none, x86 none, panel none);
 }

@@ -1,16 +1,15 @@
-//! The AVX-512 VNNI panel kernel for Q4_K and Q6_K weights against Q8_K activations: 16
-//! weight rows against a tile of up to 8 token rows, bit-identical to `q4_k::vec_dot_ref` and
-//! `q6_k::vec_dot_ref`.
+//! The AVX-512 VNNI panel kernel for Q4_K, Q5_K and Q6_K weights against Q8_K activations: 16
+//! weight rows against a tile of up to 8 token rows, bit-identical to the types' `vec_dot_ref`.
 //!
-//! The references keep eight integer lane sums per super-block (lane `l` takes the values at
-//! positions `l mod 8`, each times its sub-block scale) and eight float sums across
-//! super-blocks. To reproduce them exactly, a panel is unpacked into scaled levels
-//! (`scale * q`, at most 63 * 15 or 128 * 32 in magnitude, so i16) paired within a lane:
-//! positions `16k + l` and `16k + l + 8`, which always share a scale. One `vpdpwssd` against a
-//! token's matching activation pair then adds both products to lane `l` of 16 rows at once,
-//! and the sixteen pairs of a lane give the reference's `aux32[l]` exactly. The kernel runs the
-//! lanes one after another, each across all super-blocks, which leaves every float sum's
-//! operations and their order as the reference has them.
+//! The references take one exact integer per super-block and row: the levels times the
+//! activations, summed per sub-block and times the sub-block's scale. A panel is unpacked into
+//! the unsigned levels (four consecutive ones of a row per 32-bit word, so a sub-block is 8 or 4
+//! words), one `vpdpbusd` against a token's matching four activation bytes (a broadcast straight
+//! from the Q8_K block) adds four products for 16 rows at once, and one `vpmulld` per sub-block
+//! applies its scale. The integer parts that do not depend on the levels come from the
+//! activations' group sums with `vpdpwssd`: the minimums of Q4_K and Q5_K, and Q6_K's offset of
+//! 32 (its stored levels are the signed ones plus 32). The float steps per super-block are then
+//! the references', in their order.
 //!
 //! This file must not decide when the kernel applies; `crate::quant::gemm` checks the sizes and
 //! the CPU, and these functions trust those checks.
@@ -18,48 +17,42 @@
 use super::*;
 use crate::quant::fp16::f16_to_f32;
 use crate::quant::k_quants::unpack_scales_mins_k4;
-use crate::quant::q4_k::BlockQ4K;
-use crate::quant::q6_k::BlockQ6K;
+use crate::quant::q4_k::{self, BlockQ4K};
+use crate::quant::q5_k::{self, BlockQ5K};
+use crate::quant::q6_k::{self, BlockQ6K};
 
 use super::gemm::PANEL;
 
-/// The two types, as the const parameter of the kernels.
+/// The three types, as the const parameter of the kernels.
 pub(crate) const Q4_K: u8 = 0;
 pub(crate) const Q6_K: u8 = 1;
+pub(crate) const Q5_K: u8 = 2;
 
-/// 32-bit words per super-block of a panel: 8 lanes of 16 pairs, for 16 rows.
-pub(crate) const PACK_WORDS: usize = 8 * 16 * PANEL;
-/// Words per super-block of a token's activation pairs: 8 lanes of 16 pairs.
-pub(crate) const PAIR_WORDS: usize = 8 * 16;
+/// Words of four levels per super-block and row.
+const WORDS: usize = 64;
+/// 32-bit words per super-block of a panel's levels.
+pub(crate) const PACK_WORDS: usize = WORDS * PANEL;
+/// Sub-blocks per super-block, at most (Q6_K's 16 of 16 values).
+pub(crate) const MAX_SUBS: usize = 16;
+/// Words of the group-sum term per super-block and row: Q4_K/Q5_K's minimum pairs (4 used),
+/// Q6_K's offset pairs (8).
+pub(crate) const TERM_WORDS: usize = 8;
+/// Words per super-block of a token's activation terms: `(b[2i], b[2i + 1])` as i16 pairs,
+/// where `b[j]` is the sum of the 32 activations of sub-block `j`.
+pub(crate) const PAIR_WORDS: usize = 4;
 
-/// The 256 levels of a Q4_K super-block times their sub-block scales, and its 8 minimums.
-fn scaled_q4_k(b: &BlockQ4K, out: &mut [i16; 256]) -> [u8; 8] {
-    let (scales, mins) = unpack_scales_mins_k4(&b.scales);
-    for (c, q) in b.qs.chunks_exact(32).enumerate() {
-        for (i, &byte) in q.iter().enumerate() {
-            out[64 * c + i] = scales[2 * c] as i16 * (byte & 0x0f) as i16;
-            out[64 * c + 32 + i] = scales[2 * c + 1] as i16 * (byte >> 4) as i16;
-        }
-    }
-    mins
-}
+/// Bytes of a Q8_K block: `d` (f32), 256 values, 16 group sums.
+const Q8_K_BYTES: usize = 292;
+/// Where a Q8_K block's values and group sums start.
+const Q8_K_QS: usize = 4;
+const Q8_K_BSUMS: usize = 260;
 
-/// The 256 signed levels of a Q6_K super-block times their sub-block scales.
-fn scaled_q6_k(b: &BlockQ6K, out: &mut [i16; 256]) {
-    for h in 0..2 {
-        let (ql, qh) = (&b.ql[64 * h..64 * h + 64], &b.qh[32 * h..32 * h + 32]);
-        for l in 0..32 {
-            let q = [
-                (ql[l] & 0x0f) | ((qh[l] & 3) << 4),
-                (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4),
-                (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
-                (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
-            ];
-            for (k, &q) in q.iter().enumerate() {
-                let at = 128 * h + 32 * k + l;
-                out[at] = b.scales[at / 16] as i16 * (q as i16 - 32);
-            }
-        }
+/// Sub-blocks per super-block of `KIND`.
+const fn subs(kind: u8) -> usize {
+    if kind == Q6_K {
+        16
+    } else {
+        8
     }
 }
 
@@ -69,60 +62,94 @@ fn pair(lo: i16, hi: i16) -> u32 {
     lo as u16 as u32 | (hi as u16 as u32) << 16
 }
 
-/// The word of the pair (positions `16k + l`, `16k + l + 8`) of 256 values.
-#[inline]
-fn lane_pair(v: &[i16; 256], l: usize, k: usize) -> u32 {
-    pair(v[16 * k + l], v[16 * k + l + 8])
-}
-
-/// An unpacked panel of `nsb` super-blocks: the scaled level pairs (`PACK_WORDS` per
-/// super-block), the scales `d` and (Q4_K) `dmin` as f32 (16 per super-block), and the
-/// minimums as pairs of equal i16 (8 words of 16 rows per super-block; Q4_K only).
+/// An unpacked panel of `nsb` super-blocks: the levels (`PACK_WORDS` per super-block), the
+/// sub-block scales as i32 (`subs(KIND)` vectors of 16 rows per super-block), the group-sum
+/// term (`TERM_WORDS` vectors per super-block), and `d` and (Q4_K, Q5_K) `dmin` as f32.
 pub(crate) struct PanelK<'a> {
     pub pack: &'a [u32],
-    pub mins: &'a [u32],
+    pub scales: &'a [i32],
+    pub terms: &'a [u32],
     pub dx: &'a [f32],
     pub dmx: &'a [f32],
     pub nsb: usize,
 }
 
+/// What a row's super-block gives the panel: its levels, sub-block scales, group-sum term
+/// words, `d` and `dmin`.
+type Unpacked = ([u8; 256], [i32; MAX_SUBS], [u32; TERM_WORDS], f32, f32);
+
+/// One super-block of `KIND` unpacked.
+fn unpack_block<const KIND: u8>(blk: &[u8]) -> Unpacked {
+    let mut scales = [0i32; MAX_SUBS];
+    let mut terms = [0u32; TERM_WORDS];
+    match KIND {
+        Q6_K => {
+            let b: BlockQ6K = bytemuck::pod_read_unaligned(blk);
+            for (s, &bs) in scales.iter_mut().zip(&b.scales) {
+                *s = bs as i32;
+            }
+            // The stored levels are `q + 32`: `-32 * Σ scale_j * bsum_j` undoes it.
+            for (i, t) in terms.iter_mut().enumerate() {
+                *t = pair(-32 * b.scales[2 * i] as i16, -32 * b.scales[2 * i + 1] as i16);
+            }
+            (q6_k::levels(&b), scales, terms, f16_to_f32(b.d), 0.0)
+        }
+        _ => {
+            let (levels, d, dmin, packed) = if KIND == Q4_K {
+                let b: BlockQ4K = bytemuck::pod_read_unaligned(blk);
+                (q4_k::levels(&b), b.d, b.dmin, b.scales)
+            } else {
+                let b: BlockQ5K = bytemuck::pod_read_unaligned(blk);
+                (q5_k::levels(&b), b.d, b.dmin, b.scales)
+            };
+            let (sc, mins) = unpack_scales_mins_k4(&packed);
+            for (s, &v) in scales.iter_mut().zip(&sc) {
+                *s = v as i32;
+            }
+            for (i, t) in terms.iter_mut().take(4).enumerate() {
+                *t = pair(mins[2 * i] as i16, mins[2 * i + 1] as i16);
+            }
+            (levels, scales, terms, f16_to_f32(d), f16_to_f32(dmin))
+        }
+    }
+}
+
 /// Unpacks the rows `rows` (at most [`PANEL`]) of the weight `w` (`nsb` super-blocks per row)
 /// into the buffers of a [`PanelK`]; lanes past the rows are zero.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn unpack_panel_k<const KIND: u8>(
     w: &[u8],
     nsb: usize,
     rows: std::ops::Range<usize>,
     pack: &mut [u32],
-    mins: &mut [u32],
+    scales: &mut [i32],
+    terms: &mut [u32],
     dx: &mut [f32],
     dmx: &mut [f32],
 ) {
-    let bsize = if KIND == Q4_K { 144 } else { 210 };
-    let mut v = [0i16; 256];
+    let bsize = match KIND {
+        Q4_K => 144,
+        Q5_K => 176,
+        _ => 210,
+    };
+    let n_subs = subs(KIND);
     for r in 0..PANEL {
         let row = rows.start + r;
         for sb in 0..nsb {
-            let pack = &mut pack[sb * PACK_WORDS..(sb + 1) * PACK_WORDS];
-            let (mut m, mut d, mut dmin) = ([0u8; 8], 0.0, 0.0);
-            if row < rows.end {
-                let blk = &w[(row * nsb + sb) * bsize..][..bsize];
-                if KIND == Q4_K {
-                    let b: BlockQ4K = bytemuck::pod_read_unaligned(blk);
-                    m = scaled_q4_k(&b, &mut v);
-                    (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
-                } else {
-                    let b: BlockQ6K = bytemuck::pod_read_unaligned(blk);
-                    scaled_q6_k(&b, &mut v);
-                    d = f16_to_f32(b.d);
-                }
+            let (levels, sc, tw, d, dmin) = if row < rows.end {
+                unpack_block::<KIND>(&w[(row * nsb + sb) * bsize..][..bsize])
             } else {
-                v = [0; 256];
+                ([0; 256], [0; MAX_SUBS], [0; TERM_WORDS], 0.0, 0.0)
+            };
+            let pack = &mut pack[sb * PACK_WORDS..(sb + 1) * PACK_WORDS];
+            for (k, q) in levels.chunks_exact(4).enumerate() {
+                pack[k * PANEL + r] = u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
             }
-            for l in 0..8 {
-                for k in 0..16 {
-                    pack[(l * 16 + k) * PANEL + r] = lane_pair(&v, l, k);
-                }
-                mins[(sb * 8 + l) * PANEL + r] = pair(m[l] as i16, m[l] as i16);
+            for (j, &s) in sc.iter().take(n_subs).enumerate() {
+                scales[(sb * n_subs + j) * PANEL + r] = s;
+            }
+            for (i, &t) in tw.iter().enumerate() {
+                terms[(sb * TERM_WORDS + i) * PANEL + r] = t;
             }
             dx[sb * PANEL + r] = d;
             dmx[sb * PANEL + r] = dmin;
@@ -130,19 +157,18 @@ pub(crate) fn unpack_panel_k<const KIND: u8>(
     }
 }
 
-/// A token's Q8_K super-block as the activation pairs the kernel broadcasts (`PAIR_WORDS`).
-pub(crate) fn activation_pairs(qs: &[i8; 256], out: &mut [i32]) {
-    let v: [i16; 256] = std::array::from_fn(|i| qs[i] as i16);
-    for l in 0..8 {
-        for k in 0..16 {
-            out[l * 16 + k] = lane_pair(&v, l, k) as i32;
-        }
+/// A token's Q8_K super-block as the words the kernel broadcasts for the minimums
+/// (`PAIR_WORDS`): the sub-block sums of its values, paired.
+pub(crate) fn activation_pairs(bsums: &[i16; 16], out: &mut [i32]) {
+    for (i, out) in out.iter_mut().enumerate().take(PAIR_WORDS) {
+        let b = |j: usize| bsums[2 * j] + bsums[2 * j + 1];
+        *out = pair(b(2 * i), b(2 * i + 1)) as i32;
     }
 }
 
 /// The activations of a tile: `T` token rows of Q8_K blocks, their pairs and scales.
 pub(crate) struct TileActivationsK<'a> {
-    /// The Q8_K token rows, the tile's first at 0 (the kernel reads `bsums` from them).
+    /// The Q8_K token rows, the tile's first at 0.
     pub data: &'a [u8],
     pub row_bytes: usize,
     /// `PAIR_WORDS` per token and super-block, token-major.
@@ -168,61 +194,69 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
 ) {
     let PanelK {
         pack,
-        mins,
+        scales,
+        terms,
         dx,
         dmx,
         nsb,
     } = *p;
-    debug_assert!(pack.len() >= nsb * PACK_WORDS && dx.len() >= nsb * PANEL);
-    debug_assert!(KIND != Q4_K || (mins.len() >= nsb * 8 * PANEL && dmx.len() >= nsb * PANEL));
-    debug_assert!(a.data.len() >= (T - 1) * a.row_bytes + nsb * 292);
+    let n_subs = subs(KIND);
+    let per_sub = WORDS / n_subs;
+    debug_assert!(pack.len() >= nsb * PACK_WORDS && dx.len() >= nsb * PANEL && dmx.len() >= nsb * PANEL);
+    debug_assert!(scales.len() >= nsb * n_subs * PANEL && terms.len() >= nsb * TERM_WORDS * PANEL);
+    debug_assert!(a.data.len() >= (T - 1) * a.row_bytes + nsb * Q8_K_BYTES);
     debug_assert!(a.pairs.len() >= T * nsb * PAIR_WORDS && a.d.len() >= T * nsb);
     debug_assert!(y.len() >= (T - 1) * stride + (16 - mask.leading_zeros() as usize));
-    let mut sumf = [_mm512_setzero_ps(); T];
-    if KIND == Q4_K {
-        // `sumf -= (dmin * d_y) * Σ bsums[j] * mins[j / 2]`, super-block by super-block.
-        for sb in 0..nsb {
-            let mut sumi = [_mm512_setzero_si512(); T];
+    let block = |t: usize, sb: usize| a.data.as_ptr().add(t * a.row_bytes + sb * Q8_K_BYTES);
+    let word = |at: *const u8| _mm512_set1_epi32(at.cast::<i32>().read_unaligned());
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        let mut sumi = [_mm512_setzero_si512(); T];
+        for j in 0..n_subs {
+            let mut s = [_mm512_setzero_si512(); T];
+            for k in 0..per_sub {
+                let at = j * per_sub + k;
+                let w = _mm512_loadu_si512(pack.as_ptr().add(sb * PACK_WORDS + at * PANEL).cast());
+                for (t, s) in s.iter_mut().enumerate() {
+                    *s = _mm512_dpbusd_epi32(*s, w, word(block(t, sb).add(Q8_K_QS + 4 * at)));
+                }
+            }
+            let scale = _mm512_loadu_si512(scales.as_ptr().add((sb * n_subs + j) * PANEL).cast());
+            for (sumi, s) in sumi.iter_mut().zip(&s) {
+                *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(*s, scale));
+            }
+        }
+        let term = |i: usize| _mm512_loadu_si512(terms.as_ptr().add((sb * TERM_WORDS + i) * PANEL).cast());
+        if KIND == Q6_K {
             for i in 0..8 {
-                let m = _mm512_loadu_si512(mins.as_ptr().add((sb * 8 + i) * PANEL).cast());
-                for (t, s) in sumi.iter_mut().enumerate() {
-                    // bsums 2i and 2i + 1 of the token's super-block, at byte 260 of a Q8_K block.
-                    let bsums = a.data.as_ptr().add(t * a.row_bytes + sb * 292 + 260 + 4 * i);
-                    *s = _mm512_dpwssd_epi32(*s, m, _mm512_set1_epi32(bsums.cast::<i32>().read_unaligned()));
+                let c = term(i);
+                for (t, sumi) in sumi.iter_mut().enumerate() {
+                    *sumi = _mm512_dpwssd_epi32(*sumi, c, word(block(t, sb).add(Q8_K_BSUMS + 4 * i)));
+                }
+            }
+        }
+        let d = _mm512_loadu_ps(dx.as_ptr().add(sb * PANEL));
+        for (t, (acc, sumi)) in acc.iter_mut().zip(&sumi).enumerate() {
+            let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(*sumi)));
+        }
+        if KIND != Q6_K {
+            let mut summ = [_mm512_setzero_si512(); T];
+            for i in 0..PAIR_WORDS {
+                let m = term(i);
+                for (t, summ) in summ.iter_mut().enumerate() {
+                    let b = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + i);
+                    *summ = _mm512_dpwssd_epi32(*summ, m, _mm512_set1_epi32(b));
                 }
             }
             let dmin = _mm512_loadu_ps(dmx.as_ptr().add(sb * PANEL));
-            for (t, (acc, s)) in sumf.iter_mut().zip(&sumi).enumerate() {
+            for (t, (acc, summ)) in acc.iter_mut().zip(&summ).enumerate() {
                 let dmin = _mm512_mul_ps(dmin, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
-                *acc = _mm512_sub_ps(*acc, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(*s)));
+                *acc = _mm512_sub_ps(*acc, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(*summ)));
             }
         }
     }
-    // Lane by lane: `sums[l] += (d_x * d_y) * aux32[l]` over the super-blocks, then
-    // `sumf += sums[l]`, in lane order.
-    for l in 0..8 {
-        let mut sums = [_mm512_setzero_ps(); T];
-        for sb in 0..nsb {
-            let mut aux = [_mm512_setzero_si512(); T];
-            let wp = pack.as_ptr().add(sb * PACK_WORDS + l * 16 * PANEL);
-            for k in 0..16 {
-                let w = _mm512_loadu_si512(wp.add(k * PANEL).cast());
-                for (t, s) in aux.iter_mut().enumerate() {
-                    let pair = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + l * 16 + k);
-                    *s = _mm512_dpwssd_epi32(*s, w, _mm512_set1_epi32(pair));
-                }
-            }
-            let d = _mm512_loadu_ps(dx.as_ptr().add(sb * PANEL));
-            for (t, (sum, s)) in sums.iter_mut().zip(&aux).enumerate() {
-                let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
-                *sum = _mm512_add_ps(*sum, _mm512_mul_ps(d, _mm512_cvtepi32_ps(*s)));
-            }
-        }
-        for (acc, sum) in sumf.iter_mut().zip(&sums) {
-            *acc = _mm512_add_ps(*acc, *sum);
-        }
-    }
-    for (t, acc) in sumf.iter().enumerate() {
+    for (t, acc) in acc.iter().enumerate() {
         _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
     }
 }

@@ -276,15 +276,3 @@ unsafe fn lanes_f32(v: __m256) -> [f32; 8] {
     _mm256_storeu_ps(out.as_mut_ptr(), v);
     out
 }
-
-/// The byte shuffle that makes adjacent bytes of each 128-bit half congruent modulo 8: byte
-/// `2k` takes byte `k`, byte `2k + 1` byte `k + 8`. After it, `maddubs` sums pairs of products
-/// whose elements share `i % 8`, the lane of the K-quants' reference accumulation.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn residue_pairs() -> __m256i {
-    _mm256_setr_epi8(
-        0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, //
-        0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
-    )
-}
