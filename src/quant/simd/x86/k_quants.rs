@@ -8,22 +8,43 @@
 //! The float steps per super-block are then the reference's, in its order.
 
 use super::*;
-use crate::quant::fp16::f16_to_f32;
 use crate::quant::k_quants::unpack_scales_mins_k4;
 use crate::quant::q4_k::BlockQ4K;
 use crate::quant::q5_k::BlockQ5K;
 use crate::quant::q6_k::BlockQ6K;
 use crate::quant::q8_k::BlockQ8K;
 
-/// `sum(bsums[j] * mins[j / 2])`, the integer the mins contribute in Q4_K and Q5_K.
+/// Eight bytes as i16, the same eight in both 128-bit halves.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn mins_dot(bsums: &[i16; 16], mins: &[u8; 8]) -> i32 {
-    let pairs = _mm_shuffle_epi8(
-        _mm_loadl_epi64(mins.as_ptr().cast()),
-        _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
-    );
-    hsum_i32(_mm256_madd_epi16(load32(bsums, 0), _mm256_cvtepu8_epi16(pairs)))
+unsafe fn bytes_as_i16_twice(v: [u8; 8]) -> __m256i {
+    let x = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(v)));
+    _mm256_set_m128i(x, x)
+}
+
+/// The i16 number `j` (0..8) of each 128-bit half of `v` in every lane of that half.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn pick_i16(v: __m256i, j: usize) -> __m256i {
+    let b = 2 * j as i16;
+    _mm256_shuffle_epi8(v, _mm256_set1_epi16(b | (b + 1) << 8))
+}
+
+/// The totals of the i32 lanes of `a` and of `b`, as the first two lanes of an f32 vector.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn two_totals(a: __m256i, b: __m256i) -> __m128 {
+    let r = _mm256_hadd_epi32(a, b);
+    let r = _mm_add_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_cvtepi32_ps(_mm_hadd_epi32(r, r))
+}
+
+/// The f16 `d` and `dmin` of a super-block as the first two lanes of an f32 vector (F16C's
+/// conversion is exact, as `f16_to_f32` is).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn d_dmin(d: u16, dmin: u16) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d) | i32::from(dmin) << 16))
 }
 
 /// The rows `ys` cut to the common length of all rows and `x`.
@@ -38,13 +59,27 @@ fn common_len<'a, W, const N: usize>(x: &[W], ys: [&'a [BlockQ8K]; N]) -> (usize
 }
 
 /// The float steps of a Q4_K or Q5_K super-block for one activation row, after its integer
-/// lanes `acc`: `sumf += (d * d_y) * sumi`, then `sumf -= (dmin * d_y) * summ`.
+/// lanes `acc`: `sumf += (d * d_y) * sumi`, then `sumf -= (dmin * d_y) * summ`, where `summ`
+/// is `Σ bsums[j] * mins[j / 2]` (`mins` as i16 pairs, each minimum twice).
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn scale_min_floats(sumf: &mut f32, acc: __m256i, d: f32, dmin: f32, mins: &[u8; 8], yb: &BlockQ8K) {
-    let summ = mins_dot(&yb.bsums, mins);
-    *sumf += (d * yb.d) * hsum_i32(acc) as f32;
-    *sumf -= (dmin * yb.d) * summ as f32;
+unsafe fn scale_min_floats(sumf: &mut f32, acc: __m256i, d_dmin: __m128, mins: __m256i, yb: &BlockQ8K) {
+    let totals = two_totals(acc, _mm256_madd_epi16(load32(&yb.bsums, 0), mins));
+    let t = _mm_mul_ps(_mm_mul_ps(d_dmin, _mm_set1_ps(yb.d)), totals);
+    *sumf += _mm_cvtss_f32(t);
+    *sumf -= _mm_cvtss_f32(_mm_movehdup_ps(t));
+}
+
+/// The minimums of a super-block as i16, each twice (`m0, m0, m1, m1, ...`), for `madd` with
+/// the activations' 16 group sums.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn mins_twice(mins: [u8; 8]) -> __m256i {
+    let pairs = _mm_shuffle_epi8(
+        _mm_cvtsi64_si128(i64::from_le_bytes(mins)),
+        _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+    );
+    _mm256_cvtepu8_epi16(pairs)
 }
 
 /// Adds a 64-value chunk of a Q4_K or Q5_K super-block (sub-blocks `2c` and `2c + 1`, levels
@@ -75,27 +110,21 @@ pub(in crate::quant) unsafe fn vec_dot_q4_k<const VNNI: bool, const N: usize>(x:
     for (i, xb) in x[..n].iter().enumerate() {
         prefetch_ahead(std::slice::from_ref(xb));
         let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
+        let (sc, mins) = (bytes_as_i16_twice(scales), mins_twice(mins));
         let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
         let mut acc = [_mm256_setzero_si256(); N];
         for c in 0..4 {
             let q4 = load32(&xb.qs, 32 * c);
             let a = (_mm256_and_si256(q4, m4), _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4));
-            let s = (scale16(scales[2 * c]), scale16(scales[2 * c + 1]));
+            let s = (pick_i16(sc, 2 * c), pick_i16(sc, 2 * c + 1));
             add_chunk::<VNNI, N>(&mut acc, a, s, &yb, c);
         }
-        let (d, dmin) = (f16_to_f32(xb.d), f16_to_f32(xb.dmin));
+        let d_dmin = d_dmin(xb.d, xb.dmin);
         for ((sumf, acc), y) in sumf.iter_mut().zip(acc).zip(yb) {
-            scale_min_floats(sumf, acc, d, dmin, &mins, y);
+            scale_min_floats(sumf, acc, d_dmin, mins, y);
         }
     }
     sumf
-}
-
-/// A sub-block scale as i16 in every lane.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn scale16(s: u8) -> __m256i {
-    _mm256_set1_epi16(i16::from(s))
 }
 
 /// `q5_k::vec_dot_ref` of the weight row `x` with each of the activation rows `ys`.
@@ -109,6 +138,7 @@ pub(in crate::quant) unsafe fn vec_dot_q5_k<const VNNI: bool, const N: usize>(x:
     for (i, xb) in x[..n].iter().enumerate() {
         prefetch_ahead(std::slice::from_ref(xb));
         let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
+        let (sc, mins) = (bytes_as_i16_twice(scales), mins_twice(mins));
         let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
         let mut acc = [_mm256_setzero_si256(); N];
         // Bits 2c and 2c + 1 of qh[l] are the fifth bits of chunk c; shifted down as c grows
@@ -123,12 +153,12 @@ pub(in crate::quant) unsafe fn vec_dot_q5_k<const VNNI: bool, const N: usize>(x:
                 _mm256_or_si256(_mm256_and_si256(q4, m4), h0),
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), h1),
             );
-            let s = (scale16(scales[2 * c]), scale16(scales[2 * c + 1]));
+            let s = (pick_i16(sc, 2 * c), pick_i16(sc, 2 * c + 1));
             add_chunk::<VNNI, N>(&mut acc, a, s, &yb, c);
         }
-        let (d, dmin) = (f16_to_f32(xb.d), f16_to_f32(xb.dmin));
+        let d_dmin = d_dmin(xb.d, xb.dmin);
         for ((sumf, acc), y) in sumf.iter_mut().zip(acc).zip(yb) {
-            scale_min_floats(sumf, acc, d, dmin, &mins, y);
+            scale_min_floats(sumf, acc, d_dmin, mins, y);
         }
     }
     sumf
@@ -147,13 +177,18 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
     for (i, xb) in x[..n].iter().enumerate() {
         prefetch_ahead(std::slice::from_ref(xb));
         let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
-        // The 16 scales as i16, and per pair of sub-blocks (2p, 2p + 1) the two scales as the
-        // low and the high 128-bit half of a vector.
+        // The 16 scales as i16; per pair of sub-blocks (2p, 2p + 1), the two scales as the low
+        // and the high 128-bit half of a vector.
         let sc = _mm256_cvtepi8_epi16(load16(&xb.scales, 0));
-        let s = |p: i32| {
-            let lo = _mm_set1_epi16(xb.scales[2 * p as usize] as i16);
-            let hi = _mm_set1_epi16(xb.scales[2 * p as usize + 1] as i16);
-            _mm256_set_m128i(hi, lo)
+        let sc_lo = _mm256_permute2x128_si256(sc, sc, 0x00);
+        let sc_hi = _mm256_permute2x128_si256(sc, sc, 0x11);
+        // Scale 2p in the low half, 2p + 1 in the high half: bytes (4j, 4j + 1) low, (4j + 2,
+        // 4j + 3) high, for j = p mod 4 of the half that holds sub-blocks 2p and 2p + 1.
+        let s = |p: usize| {
+            let v = if p < 4 { sc_lo } else { sc_hi };
+            let j = (p % 4) as i16 * 4;
+            let (lo, hi) = (j | (j + 1) << 8, (j + 2) | (j + 3) << 8);
+            _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)))
         };
         let mut acc: [__m256i; N] = std::array::from_fn(|r| {
             // -32 * Σ scale_j * bsums_j: the offset of the stored levels.
@@ -183,7 +218,7 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
                 ),
             ];
             // Each a[k] holds the sub-blocks 8h + 2k (low half) and 8h + 2k + 1 (high half).
-            let s: [__m256i; 4] = std::array::from_fn(|k| s(4 * h as i32 + k as i32));
+            let s: [__m256i; 4] = std::array::from_fn(|k| s(4 * h + k));
             for (acc, y) in acc.iter_mut().zip(&yb) {
                 for (k, (&a, &s)) in a.iter().zip(&s).enumerate() {
                     let m = _mm256_maddubs_epi16(a, load32(&y.qs, 128 * h + 32 * k));
@@ -191,7 +226,7 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
                 }
             }
         }
-        let d = f16_to_f32(xb.d);
+        let d = _mm_cvtss_f32(d_dmin(xb.d, 0));
         for ((sumf, acc), y) in sumf.iter_mut().zip(acc).zip(yb) {
             *sumf += (d * y.d) * hsum_i32(acc) as f32;
         }
