@@ -302,6 +302,10 @@ enum Command {
         /// a fraction of the rate it allows (weights read per token / bandwidth).
         #[arg(long)]
         bandwidth: bool,
+        /// Also measure what handing one node to the CPU thread pool costs at each thread count
+        /// (a pool run of an empty job, back to back and after a pause).
+        #[arg(long)]
+        handoff: bool,
         /// Output format: a markdown table, or llama-bench's JSON array.
         #[arg(short = 'o', long = "output", value_enum, default_value_t = BenchFormat::Md)]
         output: BenchFormat,
@@ -643,6 +647,7 @@ fn run_bench(
     threads: Vec<usize>,
     repetitions: usize,
     bandwidth: bool,
+    handoff: bool,
     output: BenchFormat,
     backend: Option<String>,
 ) -> anyhow::Result<()> {
@@ -658,6 +663,7 @@ fn run_bench(
         repetitions,
         backend,
         bandwidth,
+        handoff,
         ..Default::default()
     };
     let mut stdout = std::io::stdout().lock();
@@ -784,6 +790,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             repetitions,
             bandwidth,
+            handoff,
             output,
             backend,
             ..
@@ -794,6 +801,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             repetitions,
             bandwidth,
+            handoff,
             output,
             backend,
         )?,

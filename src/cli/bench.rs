@@ -64,6 +64,9 @@ pub struct BenchOptions {
     /// Also measure the memory read bandwidth at each thread count, and with it the bound it
     /// puts on generation (`--bandwidth`).
     pub bandwidth: bool,
+    /// Also measure what handing a node to the CPU thread pool costs at each thread count
+    /// (`--handoff`).
+    pub handoff: bool,
 }
 
 impl Default for BenchOptions {
@@ -76,6 +79,7 @@ impl Default for BenchOptions {
             backend: None,
             seed: 1,
             bandwidth: false,
+            handoff: false,
         }
     }
 }
@@ -137,6 +141,57 @@ pub struct BenchResult {
     /// ... and the generation rate that bandwidth allows, tokens/s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gen_bound_ts: Option<f64>,
+    /// The CPU kernels that multiplied the weights in this test, by weight type: e.g.
+    /// `avx512-vnni gemm (Q4_K, Q6_K)` (empty when no CPU backend took part).
+    pub kernels: String,
+    /// With `--handoff`: what one node's hand-off to the thread pool costs at this thread count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Handoff>,
+}
+
+/// What handing one node to the CPU thread pool costs (publish the job, every worker runs it,
+/// the caller waits for all): the time of a pool run whose job does nothing.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Handoff {
+    /// Nanoseconds per run, runs back to back (the workers are still spinning).
+    pub back_to_back_ns: f64,
+    /// Nanoseconds per run after 100 µs of serial work on the caller (the workers have parked
+    /// and must be woken), the pause itself not counted.
+    pub after_pause_ns: f64,
+}
+
+/// Measures [`Handoff`] on a fresh pool of `n_threads` threads (its default spin).
+pub fn measure_handoff(n_threads: usize) -> Handoff {
+    use crate::backends::cpu::pool::ThreadPool;
+    use std::time::{Duration, Instant};
+    let pool = ThreadPool::new(n_threads);
+    let job = |i: usize, n: usize| {
+        std::hint::black_box((i, n));
+    };
+    for _ in 0..1000 {
+        pool.run(job);
+    }
+    const RUNS: u32 = 20_000;
+    let start = Instant::now();
+    for _ in 0..RUNS {
+        pool.run(job);
+    }
+    let back_to_back_ns = start.elapsed().as_nanos() as f64 / f64::from(RUNS);
+    const PAUSED: u32 = 500;
+    let mut paused = Duration::ZERO;
+    for _ in 0..PAUSED {
+        let until = Instant::now() + Duration::from_micros(100);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let start = Instant::now();
+        pool.run(job);
+        paused += start.elapsed();
+    }
+    Handoff {
+        back_to_back_ns,
+        after_pause_ns: paused.as_nanos() as f64 / f64::from(PAUSED),
+    }
 }
 
 impl BenchResult {
@@ -176,6 +231,8 @@ impl BenchResult {
             mem_read_gbs: None,
             weight_bytes_per_token: None,
             gen_bound_ts: None,
+            kernels: String::new(),
+            handoff: None,
         }
     }
 
@@ -342,6 +399,10 @@ pub fn run_bench(
         let tests = prompts.iter().map(|&p| (p, 0)).chain(gens.iter().map(|&n| (0, n)));
         for (n_prompt, n_gen) in tests {
             let mut result = BenchResult::new(&info, n_threads, n_prompt, n_gen, utc_now());
+            if info.backends.split(',').any(|b| b == "CPU") {
+                // A prompt is one batch of `n_prompt` tokens; generation one token a step.
+                result.kernels = cpu_kernels(loaded.model.file(), n_prompt.max(1));
+            }
             let mut samples = Vec::with_capacity(options.repetitions);
             for rep in 0..=options.repetitions {
                 let warm_up = rep == 0;
@@ -365,6 +426,14 @@ pub fn run_bench(
             results.push(result);
         }
     }
+    if options.handoff {
+        for &n_threads in &options.n_threads {
+            let handoff = measure_handoff(n_threads);
+            for r in results.iter_mut().filter(|r| r.n_threads == n_threads) {
+                r.handoff = Some(handoff);
+            }
+        }
+    }
     if options.bandwidth {
         // After every test, so that the buffer does not count in their peak RSS.
         for &n_threads in &options.n_threads {
@@ -376,6 +445,40 @@ pub fn run_bench(
         }
     }
     Ok(results)
+}
+
+/// The CPU kernels that multiply the weight matrices of `file` by `n_tokens` activation rows,
+/// grouped by kernel: `avx512-vnni gemm (Q5_0, Q8_0), avx512-vnni dot (F16)`.
+pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
+    let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    let matrices = file
+        .tensors()
+        .iter()
+        .filter(|t| t.shape.len() == 2 && (tied || t.name != "token_embd.weight"));
+    for t in matrices {
+        let how = if crate::quant::gemm::kernel_for(t.ggml_type, n_tokens).is_some() {
+            "gemm"
+        } else {
+            "dot"
+        };
+        let types = match groups.iter_mut().find(|(h, _)| *h == how) {
+            Some((_, types)) => types,
+            None => {
+                groups.push((how, Vec::new()));
+                &mut groups.last_mut().expect("just pushed").1
+            }
+        };
+        if !types.contains(&t.ggml_type.name()) {
+            types.push(t.ggml_type.name());
+        }
+    }
+    let simd = crate::quant::simd::simd_level();
+    let groups: Vec<String> = groups
+        .iter()
+        .map(|(how, types)| format!("{simd} {how} ({})", types.join(", ")))
+        .collect();
+    groups.join(", ")
 }
 
 /// Bytes of weights one generated token reads: every tensor but the token embedding table, of
@@ -584,6 +687,21 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
         env!("CARGO_PKG_VERSION"),
         crate::quant::simd::simd_level()
     );
+    let mut reported = Vec::new();
+    for r in results.iter() {
+        if let Some(h) = r.handoff.filter(|_| !reported.contains(&r.n_threads)) {
+            reported.push(r.n_threads);
+            footer += &format!(
+                "hand-off per node at {} threads: {:.2} µs back to back, {:.2} µs after a 100 µs pause\n",
+                r.n_threads,
+                h.back_to_back_ns / 1e3,
+                h.after_pause_ns / 1e3
+            );
+        }
+    }
+    for r in results.iter().filter(|r| !r.kernels.is_empty()) {
+        footer += &format!("{} at {} threads: {}\n", r.test_name(), r.n_threads, r.kernels);
+    }
     for r in results.iter().filter(|r| r.n_gen > 0 && r.n_prompt == 0) {
         if let (Some(gbs), Some(bytes), Some(bound)) = (r.mem_read_gbs, r.weight_bytes_per_token, r.gen_bound_ts) {
             footer += &format!(
@@ -636,6 +754,22 @@ mod tests {
         assert_eq!(sum_words(&words), expected);
         assert_eq!(sum_words_lanes(&words), expected);
         assert_eq!(sum_words(&[]), 0);
+    }
+
+    #[test]
+    fn the_kernels_line_says_gemm_for_a_prompt_where_the_cpu_has_it_and_dot_for_one_token() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
+        let file = GgufFile::open(dir.join("tiny-qwen2-Q8_0.gguf")).unwrap();
+        let simd = crate::quant::simd::simd_level();
+        let one = cpu_kernels(&file, 1);
+        assert!(
+            one.starts_with(&format!("{simd} dot (")) && !one.contains("gemm"),
+            "{one}"
+        );
+        assert!(one.contains("Q8_0"), "{one}");
+        let prompt = cpu_kernels(&file, 512);
+        let has_gemm = crate::quant::gemm::kernel(crate::quant::GgmlType::Q8_0).is_some();
+        assert_eq!(prompt.contains(&format!("{simd} gemm (Q8_0")), has_gemm, "{prompt}");
     }
 
     #[test]

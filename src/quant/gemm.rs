@@ -183,6 +183,13 @@ pub fn kernel(wtype: GgmlType) -> Option<PanelKernel> {
     traits::get(wtype)?.panel().filter(|_| cpu_has_bw())
 }
 
+/// The panel kernel that multiplies `n_tokens` activation rows by `wtype` weights, when the
+/// product takes one (enough tokens, and a kernel for the type on this CPU); otherwise the
+/// per-row dot products do it.
+pub fn kernel_for(wtype: GgmlType, n_tokens: usize) -> Option<PanelKernel> {
+    kernel(wtype).filter(|_| n_tokens >= MIN_TOKENS)
+}
+
 /// Whether [`gemm_rows`] runs products of `wtype` weights on this CPU with this environment.
 pub fn is_available(wtype: GgmlType) -> bool {
     kernel(wtype).is_some()

@@ -119,9 +119,15 @@ pub struct ThreadPool {
 
 impl ThreadPool {
     /// A pool of `n_threads` threads (the caller and `n_threads - 1` workers; at least one)
-    /// that spin for [`DEFAULT_SPIN`] before parking.
+    /// that spin for [`DEFAULT_SPIN`] before parking, or for `MINFER_SPIN_US` microseconds when
+    /// the environment sets it (waking a parked thread costs 20-50 µs on a virtual machine,
+    /// which a machine to itself can avoid by spinning longer).
     pub fn new(n_threads: usize) -> Self {
-        Self::with_spin(n_threads, DEFAULT_SPIN)
+        let spin = std::env::var("MINFER_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(DEFAULT_SPIN, Duration::from_micros);
+        Self::with_spin(n_threads, spin)
     }
 
     /// A pool whose waiting threads spin for `spin` before they park (zero: park at once).

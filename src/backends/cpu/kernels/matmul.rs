@@ -122,7 +122,7 @@ impl<'a> ActivationBuffers<'a> {
         };
         let row = row_bytes(K, aty, n_in)?;
         let total = size(K, "scratch", row, n_tokens)?;
-        let panel = gemm::kernel(wtype).filter(|_| n_tokens >= gemm::MIN_TOKENS);
+        let panel = gemm::kernel_for(wtype, n_tokens);
         let n_terms = if panel.is_some() {
             n_tokens * (n_in / aty.block_size())
         } else {
