@@ -431,7 +431,7 @@ mod tests {
             let (wb, ab) = (reference.type_size, act.type_size);
             for nb in [1, 3, 19] {
                 let w = reference.test.unwrap().random_row(&mut r, n_out * nb, wb);
-                for n_tokens in [4, 5, 8, 9, 13, 16] {
+                for n_tokens in [1, 2, 4, 5, 8, 9, 13, 16] {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
                     let words = k.aux_words();
                     let (mut d, mut aux) = (vec![0.0; n_tokens * nb], vec![0; n_tokens * nb * words]);
