@@ -105,6 +105,44 @@ struct LoadArgs {
     backend: Option<String>,
     #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    compat: AccelArgs,
+}
+
+/// llama.cpp's accelerator flags: accepted where minfer does what they ask, refused by name
+/// where it cannot.
+#[derive(clap::Args, Clone)]
+struct AccelArgs {
+    /// Flash attention (llama.cpp's -fa): on, off, auto, 1 or 0. minfer's attention is always
+    /// the fused, flash-style kernel, so off is refused.
+    #[arg(long = "flash-attn", value_name = "on|off|auto")]
+    flash_attn: Option<String>,
+    /// Layers to offload to a GPU (llama.cpp's -ngl). This build has only the CPU backend: 0 is
+    /// accepted, more is refused rather than silently run on the CPU.
+    #[arg(long = "n-gpu-layers", value_name = "N")]
+    n_gpu_layers: Option<i64>,
+}
+
+impl AccelArgs {
+    /// Refuses what cannot be honoured, naming the flag.
+    fn check(&self) -> anyhow::Result<()> {
+        if let Some(fa) = &self.flash_attn {
+            match fa.to_ascii_lowercase().as_str() {
+                "on" | "auto" | "1" | "true" => {}
+                "off" | "0" | "false" => anyhow::bail!(
+                    "-fa {fa} cannot be honoured: minfer's attention is always the fused (flash-style) kernel"
+                ),
+                _ => anyhow::bail!("-fa {fa}: expected on, off, auto, 1 or 0"),
+            }
+        }
+        match self.n_gpu_layers {
+            Some(n) if n != 0 => anyhow::bail!(
+                "-ngl {n} asks for GPU layers, and this build has no GPU backend (only the CPU); \
+                 give -ngl 0 or leave it out"
+            ),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// How the KV cache stores K and V.
@@ -121,6 +159,7 @@ struct CacheArgs {
 impl LoadArgs {
     fn options(&self) -> anyhow::Result<minfer::cli::run::LoadOptions> {
         anyhow::ensure!(self.n_ctx >= 1, "--n-ctx 0 is out of range: it must be at least 1");
+        self.compat.check()?;
         Ok(minfer::cli::run::LoadOptions {
             n_ctx: self.n_ctx,
             n_threads: self.threads,
@@ -277,15 +316,30 @@ enum Command {
     /// evaluation) and each -n length another (tg128: 128 tokens generated one at a time from an
     /// empty context), repeated -r times after one warm-up run, for every -t thread count.
     /// Comma-separated lists give one row per combination. A size of 0 skips that kind of test.
+    /// -pg P,N adds a test of P prompt tokens then N generated ones, timed together; -d runs
+    /// every test after that many context tokens (evaluated untimed).
     ///
     /// Examples:
     ///   minfer bench MODEL
     ///   minfer bench MODEL -p 128,512 -n 64 -t 1,2 -r 3
+    ///   minfer bench -m MODEL -pg 512,128 -d 0,1024 -o csv
     ///   minfer bench MODEL -p 0 -n 128 -o json > tg.json
     #[command(verbatim_doc_comment)]
     Bench {
-        /// The GGUF model file.
-        model: PathBuf,
+        /// The GGUF model file (or -m FILE).
+        #[arg(required_unless_present = "model_flag")]
+        model: Option<PathBuf>,
+        /// The GGUF model file, as llama-bench takes it.
+        #[arg(short = 'm', long = "model", value_name = "FILE", conflicts_with = "model")]
+        model_flag: Option<PathBuf>,
+        /// A prompt-then-generation test, P prompt tokens then N generated ones, timed together
+        /// (`ppP+tgN`; repeatable).
+        #[arg(long = "pg", value_name = "P,N", value_parser = parse_pg)]
+        pg: Vec<(usize, usize)>,
+        /// Context depths (comma-separated): each test runs after this many tokens were
+        /// evaluated, untimed (`pp512 @ d1024`).
+        #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_value = "0")]
+        n_depth: Vec<usize>,
         /// Prompt sizes in tokens (comma-separated).
         #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
         n_prompt: Vec<usize>,
@@ -306,7 +360,8 @@ enum Command {
         /// (a pool run of an empty job, back to back and after a pause).
         #[arg(long)]
         handoff: bool,
-        /// Output format: a markdown table, or llama-bench's JSON array.
+        /// Output format: a markdown table, llama-bench's JSON array, JSON lines (one object per
+        /// test, as each ends), or CSV with the JSON's field names as the header.
         #[arg(short = 'o', long = "output", value_enum, default_value_t = BenchFormat::Md)]
         output: BenchFormat,
         /// Parallel sequence counts (comma-separated): llama-batched-bench's measurement, each of
@@ -316,6 +371,8 @@ enum Command {
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
+        #[command(flatten)]
+        compat: AccelArgs,
     },
     /// Serve the model over an OpenAI-compatible HTTP API.
     ///
@@ -377,6 +434,8 @@ enum Command {
         special_in_content: bool,
         #[command(flatten)]
         cache: CacheArgs,
+        #[command(flatten)]
+        compat: AccelArgs,
         /// Tokens one forward pass takes at most: every generating slot's next token, then
         /// chunks of the prompts being read (llama.cpp's -b; -ub is the same here).
         #[arg(short = 'b', long, alias = "ubatch-size", default_value_t = minfer::server::DEFAULT_BATCH_SIZE)]
@@ -395,6 +454,21 @@ enum Command {
 enum BenchFormat {
     Md,
     Json,
+    Jsonl,
+    Csv,
+}
+
+/// `-pg P,N`: a prompt size and a generation length.
+fn parse_pg(s: &str) -> Result<(usize, usize), String> {
+    let (p, n) = s
+        .split_once(',')
+        .ok_or_else(|| format!("-pg takes PROMPT,GEN (two sizes), got '{s}'"))?;
+    let size = |v: &str| {
+        v.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("-pg {s}: '{v}' is not a token count"))
+    };
+    Ok((size(p)?, size(n)?))
 }
 
 fn read_json_array(path: &Path, what: &str) -> anyhow::Result<Vec<serde_json::Value>> {
@@ -640,10 +714,19 @@ fn n_predict(n: i64) -> anyhow::Result<usize> {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// The model of `bench`: the positional argument or `-m` (clap lets exactly one through).
+fn bench_model(model: Option<PathBuf>, flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    model
+        .or(flag)
+        .ok_or_else(|| anyhow::anyhow!("bench needs a model: minfer bench MODEL or -m MODEL"))
+}
+
 fn run_bench(
     model: &Path,
     n_prompt: Vec<usize>,
     n_gen: Vec<usize>,
+    pg: Vec<(usize, usize)>,
+    n_depth: Vec<usize>,
     threads: Vec<usize>,
     repetitions: usize,
     bandwidth: bool,
@@ -655,6 +738,8 @@ fn run_bench(
     let options = bench::BenchOptions {
         n_prompt,
         n_gen,
+        pg,
+        n_depth,
         n_threads: if threads.is_empty() {
             vec![minfer::engine::default_threads()]
         } else {
@@ -682,6 +767,18 @@ fn run_bench(
         BenchFormat::Json => {
             let results = bench::run_bench(model, &options, |_| Ok(()))?;
             stdout.write_all(bench::to_json(&results).as_bytes())?;
+        }
+        BenchFormat::Jsonl => {
+            // Each row as its test ends; the run-wide figures (--bandwidth, --handoff) come after
+            // every test, so they are in the final rows only as JSON would have them.
+            bench::run_bench(model, &options, |r| {
+                stdout.write_all(bench::to_json_line(r).as_bytes())?;
+                stdout.flush()
+            })?;
+        }
+        BenchFormat::Csv => {
+            let results = bench::run_bench(model, &options, |_| Ok(()))?;
+            stdout.write_all(bench::to_csv(&results).as_bytes())?;
         }
     }
     stdout.flush()?;
@@ -756,13 +853,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench {
             model,
+            model_flag,
             n_prompt,
             n_gen,
             threads,
             n_parallel,
             backend,
+            compat,
             ..
         } if !n_parallel.is_empty() => {
+            compat.check()?;
+            let model = bench_model(model, model_flag)?;
             anyhow::ensure!(
                 threads.len() <= 1,
                 "--npl measures one thread count at a time; give -t once"
@@ -785,6 +886,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench {
             model,
+            model_flag,
+            pg,
+            n_depth,
             n_prompt,
             n_gen,
             threads,
@@ -793,18 +897,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             handoff,
             output,
             backend,
+            compat,
             ..
-        } => run_bench(
-            &model,
-            n_prompt,
-            n_gen,
-            threads,
-            repetitions,
-            bandwidth,
-            handoff,
-            output,
-            backend,
-        )?,
+        } => {
+            compat.check()?;
+            run_bench(
+                &bench_model(model, model_flag)?,
+                n_prompt,
+                n_gen,
+                pg,
+                n_depth,
+                threads,
+                repetitions,
+                bandwidth,
+                handoff,
+                output,
+                backend,
+            )?
+        }
         Command::Serve {
             model,
             host,
@@ -821,10 +931,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_connections,
             special_in_content,
             cache,
+            compat,
             batch_size,
             cors_origins,
             backend,
         } => {
+            compat.check()?;
             anyhow::ensure!(
                 shutdown_timeout.is_finite() && shutdown_timeout >= 0.0,
                 "--shutdown-timeout must be a number of seconds >= 0"

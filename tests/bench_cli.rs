@@ -152,3 +152,85 @@ fn with_bandwidth_generation_is_reported_against_the_rate_the_memory_allows() {
     let plain = stdout(&bench(&["-p", "0", "-n", "4", "-r", "1", "-t", "1", "-o", "json"]));
     assert!(!plain.contains("mem_read_gbs"), "{plain}");
 }
+
+/// `minfer bench` with llama-bench's own way of naming the model (`-m`) and no positional one.
+fn bench_m(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .args(["bench", "-m"])
+        .arg(common::tiny_model("qwen2", "Q4_K"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn llama_benchs_model_flag_prompt_generation_pairs_and_depths_give_its_rows() {
+    let out = stdout(&bench_m(&[
+        "-p", "16", "-n", "4", "-pg", "16,4", "-d", "0,24", "-r", "1", "-t", "1", "-o", "jsonl",
+    ]));
+    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let shape: Vec<(u64, u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["n_depth"].as_u64().unwrap(),
+                r["n_prompt"].as_u64().unwrap(),
+                r["n_gen"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [(0, 16, 0), (0, 0, 4), (0, 16, 4), (24, 16, 0), (24, 0, 4), (24, 16, 4)]
+    );
+    for r in &rows {
+        assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["type_k"], "f16");
+    }
+    let md = stdout(&bench_m(&[
+        "-pg", "16,4", "-d", "24", "-p", "0", "-n", "0", "-r", "1", "-t", "1",
+    ]));
+    assert!(md.contains("pp16+tg4 @ d24 |"), "{md}");
+    // The kernels each test ran are named under the table.
+    assert!(md.contains("pp16+tg4 @ d24 at 1 threads: "), "{md}");
+}
+
+#[test]
+fn csv_output_has_the_json_field_names_as_header_and_one_line_per_test() {
+    let out = stdout(&bench(&["-p", "16", "-n", "4", "-r", "2", "-t", "1", "-o", "csv"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    for field in [
+        "model_type",
+        "n_threads",
+        "n_prompt",
+        "n_gen",
+        "n_depth",
+        "avg_ts",
+        "samples_ts",
+    ] {
+        assert!(header.contains(&field), "{field} missing from {}", lines[0]);
+    }
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    // No field of these rows holds a comma, so splitting is enough here.
+    let first: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(first.len(), header.len());
+    assert_eq!(first[col("n_prompt")], "16");
+    assert_eq!(lines[2].split(',').nth(col("n_gen")), Some("4"));
+    // Two repetitions: the samples are one quoted, space-separated cell.
+    assert_eq!(first[col("samples_ns")].trim_matches('"').split(' ').count(), 2);
+}
+
+#[test]
+fn the_model_twice_or_a_malformed_pair_is_refused_by_name() {
+    let out = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .args(["bench", "a.gguf", "-m", "b.gguf"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--model"));
+    let err = bench_m(&["-pg", "16"]);
+    assert!(!err.status.success());
+    assert!(String::from_utf8_lossy(&err.stderr).contains("-pg takes PROMPT,GEN"));
+}

@@ -341,6 +341,39 @@ fn llama_cpp_style_command_lines_give_what_the_positional_ones_give() {
 }
 
 #[test]
+fn flash_attention_and_gpu_layer_flags_are_honoured_where_they_can_be_and_refused_by_name() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let m = model.to_str().unwrap();
+    let reference = minfer_raw(&["-m", m, "-p", "Hello", "-n", "4", "--greedy"]);
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    // The attention is always the fused kernel and everything runs on the CPU: these ask for
+    // exactly that.
+    for extra in [["-fa", "on"], ["-fa", "1"], ["-ngl", "0"]] {
+        let mut args = vec!["-m", m, "-p", "Hello", "-n", "4", "--greedy"];
+        args.extend(extra);
+        let out = minfer_raw(&args);
+        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
+        assert_eq!(out.stdout, reference.stdout, "{extra:?}");
+    }
+    for (args, says) in [
+        (vec!["-m", m, "-p", "Hello", "-fa", "off"], "-fa off cannot be honoured"),
+        (
+            vec!["-m", m, "-p", "Hello", "-ngl", "99"],
+            "-ngl 99 asks for GPU layers",
+        ),
+        (vec!["bench", "-m", m, "-ngl", "99"], "-ngl 99 asks for GPU layers"),
+        (vec!["serve", m, "-fa", "0"], "-fa 0 cannot be honoured"),
+    ] {
+        let out = minfer_raw(&args);
+        assert!(
+            !out.status.success() && stderr(&out).contains(says),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
 fn n_minus_two_generates_until_the_context_is_full_and_says_so() {
     let model = common::tiny_model("qwen2", "Q8_0");
     let out = minfer_raw(&[

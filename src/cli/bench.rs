@@ -53,6 +53,11 @@ pub struct BenchOptions {
     pub n_prompt: Vec<usize>,
     /// Generation lengths (`-n`): one `tg` test each.
     pub n_gen: Vec<usize>,
+    /// Prompt-then-generation pairs (`-pg P,N`): one `ppP+tgN` test each, timed as a whole.
+    pub pg: Vec<(usize, usize)>,
+    /// Context depths (`-d`): every test runs once per depth, after that many tokens were
+    /// evaluated untimed.
+    pub n_depth: Vec<usize>,
     /// Thread counts (`-t`).
     pub n_threads: Vec<usize>,
     /// Timed runs per test, after one warm-up run.
@@ -74,6 +79,8 @@ impl Default for BenchOptions {
         BenchOptions {
             n_prompt: vec![512],
             n_gen: vec![128],
+            pg: Vec::new(),
+            n_depth: vec![0],
             n_threads: vec![crate::engine::default_threads()],
             repetitions: 5,
             backend: None,
@@ -104,9 +111,9 @@ pub struct BenchResult {
     pub model_n_params: u64,
     /// CPU threads of the test.
     pub n_threads: usize,
-    /// KV cache element type of K (`f32`).
+    /// KV cache element type of K (`f16`, llama-bench's default).
     pub type_k: String,
-    /// KV cache element type of V (`f32`).
+    /// KV cache element type of V (`f16`).
     pub type_v: String,
     /// Whether the weights are memory-mapped (always).
     pub use_mmap: bool,
@@ -114,7 +121,7 @@ pub struct BenchResult {
     pub n_prompt: usize,
     /// Tokens of a generation test (0 for a prompt-processing test).
     pub n_gen: usize,
-    /// Tokens already in the context when the test starts (always 0).
+    /// Tokens already in the context when the test starts (`-d`).
     pub n_depth: usize,
     /// When the test started, ISO 8601 UTC.
     pub test_time: String,
@@ -195,12 +202,16 @@ pub fn measure_handoff(n_threads: usize) -> Handoff {
 }
 
 impl BenchResult {
-    /// `pp512`, `tg128`, or `pp512+tg128`, as llama-bench names tests.
+    /// `pp512`, `tg128`, or `pp512+tg128`, with ` @ d512` at a depth, as llama-bench names tests.
     pub fn test_name(&self) -> String {
-        match (self.n_prompt, self.n_gen) {
+        let test = match (self.n_prompt, self.n_gen) {
             (p, 0) => format!("pp{p}"),
             (0, n) => format!("tg{n}"),
             (p, n) => format!("pp{p}+tg{n}"),
+        };
+        match self.n_depth {
+            0 => test,
+            d => format!("{test} @ d{d}"),
         }
     }
 
@@ -214,8 +225,8 @@ impl BenchResult {
             model_size: model.size,
             model_n_params: model.n_params,
             n_threads,
-            type_k: "f32".into(),
-            type_v: "f32".into(),
+            type_k: "f16".into(),
+            type_v: "f16".into(),
             use_mmap: true,
             n_prompt,
             n_gen,
@@ -364,7 +375,8 @@ pub fn run_bench(
 ) -> Result<Vec<BenchResult>, BenchError> {
     let prompts: Vec<usize> = options.n_prompt.iter().copied().filter(|&p| p > 0).collect();
     let gens: Vec<usize> = options.n_gen.iter().copied().filter(|&n| n > 0).collect();
-    if prompts.is_empty() && gens.is_empty() {
+    let pairs: Vec<(usize, usize)> = options.pg.iter().copied().filter(|&(p, n)| p + n > 0).collect();
+    if prompts.is_empty() && gens.is_empty() && pairs.is_empty() {
         return Err(BenchError::NoTests);
     }
     if options.n_threads.contains(&0) {
@@ -373,7 +385,17 @@ pub fn run_bench(
     if options.repetitions == 0 {
         return Err(BenchError::ZeroRepetitions);
     }
-    let needed = prompts.iter().chain(&gens).copied().max().unwrap_or(1);
+    let depths: &[usize] = if options.n_depth.is_empty() {
+        &[0]
+    } else {
+        &options.n_depth
+    };
+    let longest = prompts
+        .iter()
+        .chain(&gens)
+        .copied()
+        .chain(pairs.iter().map(|&(p, n)| p + n));
+    let needed = longest.max().unwrap_or(1) + depths.iter().copied().max().unwrap_or(0);
     let mut rng = TokenRng(options.seed.max(1));
     let mut results = Vec::new();
     for &n_threads in &options.n_threads {
@@ -396,9 +418,15 @@ pub fn run_bench(
         let bos = tokenizer.add_bos().then(|| tokenizer.bos()).flatten();
         let session = &mut loaded.session;
 
-        let tests = prompts.iter().map(|&p| (p, 0)).chain(gens.iter().map(|&n| (0, n)));
-        for (n_prompt, n_gen) in tests {
+        let tests: Vec<(usize, usize)> = prompts
+            .iter()
+            .map(|&p| (p, 0))
+            .chain(gens.iter().map(|&n| (0, n)))
+            .chain(pairs.iter().copied())
+            .collect();
+        for (&n_depth, &(n_prompt, n_gen)) in depths.iter().flat_map(|d| tests.iter().map(move |t| (d, t))) {
             let mut result = BenchResult::new(&info, n_threads, n_prompt, n_gen, utc_now());
+            result.n_depth = n_depth;
             if info.backends.split(',').any(|b| b == "CPU") {
                 // A prompt is one batch of `n_prompt` tokens; generation one token a step.
                 result.kernels = cpu_kernels(loaded.model.file(), n_prompt.max(1));
@@ -406,13 +434,13 @@ pub fn run_bench(
             let mut samples = Vec::with_capacity(options.repetitions);
             for rep in 0..=options.repetitions {
                 let warm_up = rep == 0;
-                let ns = if n_prompt > 0 {
-                    let mut tokens = vec![first_token(bos, &mut rng, n_vocab)];
-                    tokens.extend((1..n_prompt).map(|_| rng.token(n_vocab)));
-                    time_prompt(session, &tokens)?
-                } else {
-                    time_gen(session, if warm_up { 1 } else { n_gen }, bos, &mut rng, n_vocab)?
+                let test = Test {
+                    n_depth,
+                    n_prompt,
+                    // The warm-up generates one token: enough to build every graph shape.
+                    n_gen: if warm_up { n_gen.min(1) } else { n_gen },
                 };
+                let ns = time_test(session, test, bos, &mut rng, n_vocab)?;
                 if !warm_up {
                     samples.push(ns);
                 }
@@ -567,26 +595,44 @@ unsafe fn sum_words_avx512(words: &[u64]) -> u64 {
     lanes.iter().chain(&words[body..]).fold(0, |x, &y| x.wrapping_add(y))
 }
 
-/// Nanoseconds to evaluate `tokens` in one batch from an empty context.
-fn time_prompt(session: &mut Session, tokens: &[u32]) -> Result<u64, EngineError> {
-    session.reset();
-    let start = Instant::now();
-    session.eval(tokens, 1)?;
-    Ok(start.elapsed().as_nanos() as u64)
+/// One timed run: `n_depth` tokens evaluated untimed, then `n_prompt` tokens in one batch and
+/// `n_gen` one at a time.
+#[derive(Clone, Copy, Debug)]
+struct Test {
+    n_depth: usize,
+    n_prompt: usize,
+    n_gen: usize,
 }
 
-/// Nanoseconds to generate `n_gen` tokens one at a time from an empty context.
-fn time_gen(
+/// Nanoseconds of `test`'s timed part, from an empty context; the tokens are random (the first
+/// is BOS where the model adds one).
+fn time_test(
     session: &mut Session,
-    n_gen: usize,
+    test: Test,
     bos: Option<u32>,
     rng: &mut TokenRng,
     n_vocab: usize,
 ) -> Result<u64, EngineError> {
     session.reset();
+    let mut first = Some(first_token(bos, rng, n_vocab));
+    let mut batch = |n: usize, rng: &mut TokenRng| -> Vec<u32> {
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut tokens: Vec<u32> = first.take().into_iter().collect();
+        tokens.extend((tokens.len()..n).map(|_| rng.token(n_vocab)));
+        tokens
+    };
+    if test.n_depth > 0 {
+        session.eval(&batch(test.n_depth, rng), 1)?;
+    }
+    let prompt = batch(test.n_prompt, rng);
+    let mut token = batch(1, rng)[0];
     let start = Instant::now();
-    let mut token = first_token(bos, rng, n_vocab);
-    for _ in 0..n_gen {
+    if !prompt.is_empty() {
+        session.eval(&prompt, 1)?;
+    }
+    for _ in 0..test.n_gen {
         session.eval(&[token], 1)?;
         token = rng.token(n_vocab);
     }
@@ -719,6 +765,50 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
     footer
 }
 
+/// One row as a line of JSON (llama-bench's `-o jsonl`).
+pub fn to_json_line(result: &BenchResult) -> String {
+    serde_json::to_string(result).expect("bench results always serialize") + "\n"
+}
+
+/// The rows as CSV (llama-bench's `-o csv`): a header of the JSON field names, then one line
+/// per row; lists are space-separated, text is quoted, absent values are empty.
+pub fn to_csv(results: &[BenchResult]) -> String {
+    let rows: Vec<serde_json::Map<String, serde_json::Value>> = results
+        .iter()
+        .filter_map(|r| match serde_json::to_value(r) {
+            Ok(serde_json::Value::Object(map)) => Some(map),
+            _ => None,
+        })
+        .collect();
+    let mut columns: Vec<&String> = Vec::new();
+    for key in rows.iter().flat_map(|row| row.keys()) {
+        if !columns.contains(&key) {
+            columns.push(key);
+        }
+    }
+    let cell = |v: Option<&serde_json::Value>| -> String {
+        use serde_json::Value;
+        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+        match v {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => quote(s),
+            Some(Value::Array(items)) => {
+                let items: Vec<String> = items.iter().map(|i| i.to_string()).collect();
+                quote(&items.join(" "))
+            }
+            Some(Value::Object(_)) => quote(&v.map(|v| v.to_string()).unwrap_or_default()),
+            Some(other) => other.to_string(),
+        }
+    };
+    let mut out = columns.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(",") + "\n";
+    for row in &rows {
+        let line: Vec<String> = columns.iter().map(|c| cell(row.get(*c))).collect();
+        out += &line.join(",");
+        out += "\n";
+    }
+    out
+}
+
 /// The rows as a JSON array of llama-bench-shaped objects.
 pub fn to_json(results: &[BenchResult]) -> String {
     serde_json::to_string_pretty(results).expect("bench results always serialize") + "\n"
@@ -821,6 +911,9 @@ mod tests {
         assert_eq!(row(512, 0, vec![1]).test_name(), "pp512");
         assert_eq!(row(0, 128, vec![1]).test_name(), "tg128");
         assert_eq!(row(16, 4, vec![1]).test_name(), "pp16+tg4");
+        let mut deep = row(512, 0, vec![1]);
+        deep.n_depth = 4096;
+        assert_eq!(deep.test_name(), "pp512 @ d4096");
     }
 
     #[test]

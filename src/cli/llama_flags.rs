@@ -17,17 +17,15 @@ pub const TABLE: &[(&str, Mapping)] = &[
     ("-cnv", Mapping::Long("--cnv")),
     ("-sys", Mapping::Long("--system-prompt")),
     ("-np", Mapping::Long("--n-slots")),
-    ("-ngl", Mapping::Unsupported("there is no GPU backend yet")),
-    (
-        "-fa",
-        Mapping::Unsupported("minfer's attention kernel is always the fused one"),
-    ),
+    ("-ngl", Mapping::Long("--n-gpu-layers")),
+    ("-fa", Mapping::Long("--flash-attn")),
     ("-ub", Mapping::Long("--ubatch-size")),
     (
         "-tb",
         Mapping::Unsupported("minfer uses one thread count for prefill and decode (-t)"),
     ),
     ("-npl", Mapping::Long("--npl")),
+    ("-pg", Mapping::Long("--pg")),
     ("-npp", Mapping::Long("--n-prompt")),
     ("-ntg", Mapping::Long("--n-gen")),
     ("-ctk", Mapping::Long("--cache-type-k")),
@@ -100,7 +98,7 @@ mod tests {
 
     #[test]
     fn a_flag_minfer_lacks_is_refused_by_name() {
-        let err = expanded(&["minfer", "m.gguf", "-fa", "on"]).unwrap_err();
-        assert!(err.contains("-fa"), "{err}");
+        let err = expanded(&["minfer", "m.gguf", "-tb", "2"]).unwrap_err();
+        assert!(err.contains("-tb"), "{err}");
     }
 }
