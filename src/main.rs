@@ -80,6 +80,21 @@ struct RunArgs {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
+    /// Colour the generated text (ANSI), to tell it from the prompt and the user's turns.
+    #[arg(long)]
+    color: bool,
+    /// Print nothing on standard error but errors: no timing line, no drawn seed.
+    #[arg(long)]
+    log_disable: bool,
+    /// Constrain the output to a JSON schema (llama.cpp's -j): not available yet, refused.
+    #[arg(short = 'j', long = "json-schema", value_name = "SCHEMA")]
+    json_schema: Option<String>,
+    /// Constrain the output to a GBNF grammar: not available yet, refused.
+    #[arg(long, value_name = "GRAMMAR")]
+    grammar: Option<String>,
+    /// Constrain the output to the GBNF grammar in FILE: not available yet, refused.
+    #[arg(long, value_name = "FILE")]
+    grammar_file: Option<PathBuf>,
     #[command(flatten)]
     load: LoadArgs,
     #[command(flatten)]
@@ -107,6 +122,47 @@ struct LoadArgs {
     cache: CacheArgs,
     #[command(flatten)]
     compat: AccelArgs,
+    #[command(flatten)]
+    file: ModelFileArgs,
+}
+
+/// How the model file is read and which chat template it is used with.
+#[derive(clap::Args, Clone)]
+struct ModelFileArgs {
+    /// Read the model into memory instead of mapping it (llama.cpp's --no-mmap).
+    #[arg(long)]
+    no_mmap: bool,
+    /// Lock the model's pages in memory so that they are never swapped out or dropped
+    /// (llama.cpp's --mlock); refused with the reason when the system does not allow it.
+    #[arg(long)]
+    mlock: bool,
+    /// Use the Jinja chat template in FILE instead of the model's own.
+    #[arg(long, value_name = "FILE")]
+    chat_template_file: Option<PathBuf>,
+    /// llama.cpp's switch to its Jinja template engine: minfer always renders the model's
+    /// template with Jinja, so this is accepted and changes nothing.
+    #[arg(long)]
+    jinja: bool,
+}
+
+impl ModelFileArgs {
+    fn open_options(&self) -> minfer::gguf::OpenOptions {
+        minfer::gguf::OpenOptions {
+            no_mmap: self.no_mmap,
+            mlock: self.mlock,
+        }
+    }
+
+    /// The text of --chat-template-file, if given.
+    fn chat_template(&self) -> anyhow::Result<Option<String>> {
+        self.chat_template_file
+            .as_ref()
+            .map(|path| {
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read the chat template {}", path.display()))
+            })
+            .transpose()
+    }
 }
 
 /// llama.cpp's accelerator flags: accepted where minfer does what they ask, refused by name
@@ -165,6 +221,8 @@ impl LoadArgs {
             n_threads: self.threads,
             backend: self.backend.clone(),
             kv_types: (self.cache.cache_type_k, self.cache.cache_type_v),
+            open: self.file.open_options(),
+            chat_template: self.file.chat_template()?,
         })
     }
 }
@@ -193,8 +251,9 @@ struct SamplingArgs {
     /// Tokens of history the penalties look at.
     #[arg(long, default_value_t = 64)]
     repeat_last_n: usize,
-    /// Random seed; -1 draws one (printed on stderr so that the run can be repeated).
-    #[arg(short = 's', long, default_value_t = 42, allow_negative_numbers = true)]
+    /// Random seed; -1 (the default) draws one, printed on stderr so that the run can be
+    /// repeated.
+    #[arg(short = 's', long, default_value_t = -1, allow_negative_numbers = true)]
     seed: i64,
     /// Always pick the most likely token (same as --temp 0, without penalties).
     #[arg(long)]
@@ -202,17 +261,23 @@ struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    /// `--seed`: -1 draws one and says which on stderr, so that the run can be repeated.
+    /// `--seed`: -1 draws one (which [`Self::say_drawn_seed`] reports once the model has
+    /// loaded, so that the run can be repeated).
     fn seed(&self) -> anyhow::Result<u64> {
         match self.seed {
             -1 => {
                 use std::hash::{BuildHasher, Hasher};
-                let seed = std::collections::hash_map::RandomState::new().build_hasher().finish() >> 1;
-                eprintln!("seed: {seed} (drawn; --seed {seed} repeats this run)");
-                Ok(seed)
+                Ok(std::collections::hash_map::RandomState::new().build_hasher().finish() >> 1)
             }
             n => u64::try_from(n)
                 .map_err(|_| anyhow::anyhow!("--seed {n} is out of range: it must be -1 (draw one) or 0 or more")),
+        }
+    }
+
+    /// The drawn seed on stderr, where one was drawn and sampling uses it.
+    fn say_drawn_seed(&self, params: &minfer::sampling::SamplingParams) {
+        if self.seed == -1 && !self.greedy && params.temperature > 0.0 {
+            eprintln!("seed: {0} (drawn; --seed {0} repeats this run)", params.seed);
         }
     }
 
@@ -436,6 +501,8 @@ enum Command {
         cache: CacheArgs,
         #[command(flatten)]
         compat: AccelArgs,
+        #[command(flatten)]
+        file: ModelFileArgs,
         /// Tokens one forward pass takes at most: every generating slot's next token, then
         /// chunks of the prompts being read (llama.cpp's -b; -ub is the same here).
         #[arg(short = 'b', long, alias = "ubatch-size", default_value_t = minfer::server::DEFAULT_BATCH_SIZE)]
@@ -547,6 +614,16 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         .clone()
         .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
     // Bad flags are refused before the model is read.
+    for (flag, given) in [
+        ("--json-schema", args.json_schema.is_some()),
+        ("--grammar", args.grammar.is_some()),
+        ("--grammar-file", args.grammar_file.is_some()),
+    ] {
+        anyhow::ensure!(
+            !given,
+            "{flag} cannot be honoured yet: grammar- and schema-constrained sampling is not implemented"
+        );
+    }
     let sampling = args.sampling.params()?;
     let mut loaded = run::load(&model, &args.load.options()?)?;
     if args.dump_graph.is_some() || args.dump_graph_json.is_some() {
@@ -596,7 +673,10 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         // -n -2 (llama.cpp's): until the context is full, so never shifted.
         context_shift: (!args.no_context_shift && args.n_predict != -2).then_some(n_keep),
     };
-    let mut stdout = std::io::stdout().lock();
+    if !args.log_disable {
+        args.sampling.say_drawn_seed(&sampling);
+    }
+    let mut stdout = Colored::new(std::io::stdout().lock(), args.color);
     let result = match &args.session {
         Some(path) => run::run_generation_saved(
             &mut loaded,
@@ -608,6 +688,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         )?,
         None => run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?,
     };
+    let mut stdout = stdout.into_inner();
     // stdout carries only the generated text; a terminal gets a final newline so that the
     // timing line on stderr starts on a line of its own.
     if std::io::IsTerminal::is_terminal(&stdout) {
@@ -627,8 +708,44 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         result.tokens.len(),
         loaded.session.n_ctx()
     );
-    eprintln!("{}", result.stats.summary());
+    if !args.log_disable {
+        eprintln!("{}", result.stats.summary());
+    }
     Ok(())
+}
+
+/// Standard output with `--color`: each piece of generated text in yellow, the colour reset
+/// after it, so that what the model wrote stands apart from the prompt and the user's turns.
+struct Colored<W: Write> {
+    out: W,
+    on: bool,
+}
+
+impl<W: Write> Colored<W> {
+    fn new(out: W, on: bool) -> Self {
+        Colored { out, on }
+    }
+
+    fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+impl<W: Write> Write for Colored<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.on && !buf.is_empty() {
+            self.out.write_all(b"\x1b[33m")?;
+            self.out.write_all(buf)?;
+            self.out.write_all(b"\x1b[0m")?;
+            Ok(buf.len())
+        } else {
+            self.out.write(buf)
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// `--cnv`: the conversation, on a line editor when a person is at the terminal, else one turn
@@ -648,10 +765,15 @@ fn run_conversation(
         })?),
     };
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let color = args.color;
+    let max_tokens = n_predict(args.n_predict)?;
+    if !args.log_disable {
+        args.sampling.say_drawn_seed(&sampling);
+    }
     let options = ConversationOptions {
         system: args.system_prompt,
         generate: minfer::engine::GenerateOptions {
-            max_tokens: n_predict(args.n_predict)?,
+            max_tokens,
             stop: args.stop,
             ignore_eos: args.ignore_eos,
             sampling,
@@ -669,7 +791,7 @@ fn run_conversation(
     } else {
         Box::new(terminal::Lines(std::io::stdin().lock()))
     };
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = Colored::new(std::io::stdout().lock(), color);
     let mut stderr = std::io::stderr().lock();
     terminal::GENERATING.store(false, std::sync::atomic::Ordering::SeqCst);
     run_conversation(
@@ -713,7 +835,6 @@ fn n_predict(n: i64) -> anyhow::Result<usize> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 /// The model of `bench`: the positional argument or `-m` (clap lets exactly one through).
 fn bench_model(model: Option<PathBuf>, flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     model
@@ -721,6 +842,7 @@ fn bench_model(model: Option<PathBuf>, flag: Option<PathBuf>) -> anyhow::Result<
         .ok_or_else(|| anyhow::anyhow!("bench needs a model: minfer bench MODEL or -m MODEL"))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_bench(
     model: &Path,
     n_prompt: Vec<usize>,
@@ -932,11 +1054,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             special_in_content,
             cache,
             compat,
+            file,
             batch_size,
             cors_origins,
             backend,
         } => {
             compat.check()?;
+            let chat_template = file.chat_template()?;
             anyhow::ensure!(
                 shutdown_timeout.is_finite() && shutdown_timeout >= 0.0,
                 "--shutdown-timeout must be a number of seconds >= 0"
@@ -973,6 +1097,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 kv_types: (cache.cache_type_k, cache.cache_type_v),
                 batch_size,
                 cors_origins,
+                open: file.open_options(),
+                chat_template,
             })?
         }
     }

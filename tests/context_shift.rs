@@ -14,6 +14,7 @@ fn load(arch: &str, ty: &str) -> Model {
     let options = ModelOptions {
         n_threads: Some(2),
         backend: Some("cpu".into()),
+        ..Default::default()
     };
     Model::load(common::tiny_model(arch, ty), &options).unwrap()
 }

@@ -38,6 +38,7 @@ fn decode_allocations(arch: &str, ty: &str, threads: usize) -> usize {
     let options = ModelOptions {
         n_threads: Some(threads),
         backend: Some("cpu".into()),
+        ..Default::default()
     };
     let model = Model::load(common::tiny_model(arch, ty), &options).unwrap();
     let mut session = Session::new(&model, 128);

@@ -297,6 +297,7 @@ fn a_cancelled_request_stops_within_one_chunk_of_its_prompt_and_chunks_change_no
     let options = ModelOptions {
         n_threads: Some(2),
         backend: Some("cpu".into()),
+        ..Default::default()
     };
     let model = Model::load(common::tiny_model("qwen2", "Q8_0"), &options).unwrap();
     let n_vocab = model.hparams().n_vocab as u32;

@@ -21,6 +21,7 @@ fn model() -> &'static Mutex<Loaded> {
         let options = ModelOptions {
             n_threads: Some(2),
             backend: None,
+            ..Default::default()
         };
         let model = Model::load(common::default_model(), &options).unwrap();
         let session = Session::new(&model, 1024);

@@ -14,6 +14,7 @@ fn load(path: &Path) -> Model {
     let options = ModelOptions {
         n_threads: Some(2),
         backend: Some("cpu".into()),
+        ..Default::default()
     };
     Model::load(path, &options).unwrap()
 }

@@ -37,6 +37,7 @@ fn session(path: &std::path::Path, threads: usize) -> (Session, Model) {
     let options = ModelOptions {
         n_threads: Some(threads),
         backend: Some("cpu".into()),
+        ..Default::default()
     };
     let model = Model::load(path, &options).unwrap();
     (Session::new(&model, 512), model)

@@ -100,6 +100,8 @@ pub fn run_batched(
             n_threads: Some(options.n_threads),
             backend: options.backend.clone(),
             kv_types: (DType::F16, DType::F16),
+            open: Default::default(),
+            chat_template: None,
         },
     )?;
     let model = &loaded.model;

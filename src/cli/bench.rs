@@ -405,6 +405,8 @@ pub fn run_bench(
             backend: options.backend.clone(),
             // llama-bench's default cache, so that the figures compare.
             kv_types: (crate::graph::DType::F16, crate::graph::DType::F16),
+            open: Default::default(),
+            chat_template: None,
         };
         let mut loaded = load(path, &load_options)?;
         let n_ctx_train = loaded.session.model().hparams().n_ctx_train;

@@ -65,6 +65,10 @@ pub struct LoadOptions {
     pub backend: Option<String>,
     /// How the KV cache stores K and V (`--cache-type-k`, `--cache-type-v`).
     pub kv_types: (crate::graph::DType, crate::graph::DType),
+    /// `--no-mmap`, `--mlock`.
+    pub open: crate::gguf::OpenOptions,
+    /// `--chat-template-file`'s text.
+    pub chat_template: Option<String>,
 }
 
 /// Load the model at `path` and open one session over it.
@@ -74,6 +78,8 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, RunError> {
         &ModelOptions {
             n_threads: options.n_threads,
             backend: options.backend.clone(),
+            open: options.open,
+            chat_template: options.chat_template.clone(),
         },
     )?;
     let mut session = Session::new(&model, options.n_ctx);

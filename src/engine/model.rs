@@ -61,6 +61,10 @@ pub struct ModelOptions {
     /// A backend fence, `cpu` or a comma-separated list (`None`: `MINFER_BACKENDS`, else every
     /// usable backend).
     pub backend: Option<String>,
+    /// How the file is brought into memory: mapped (the default) or read, locked or not.
+    pub open: crate::gguf::OpenOptions,
+    /// A chat template to use instead of the file's (`--chat-template-file`'s text).
+    pub chat_template: Option<String>,
 }
 
 /// A model ready to run. See the module documentation.
@@ -97,13 +101,18 @@ impl Model {
             });
         }
         let fence = fence_from(options.backend.as_deref())?;
-        let file = Arc::new(GgufFile::open(path).map_err(|source| LoadError::Open {
-            path: path.display().to_string(),
-            source,
-        })?);
+        let file = Arc::new(
+            GgufFile::open_with(path, options.open).map_err(|source| LoadError::Open {
+                path: path.display().to_string(),
+                source,
+            })?,
+        );
         let def: Arc<dyn ModelDef> = Arc::from(load_model(&file)?);
         let tokenizer = Arc::new(Tokenizer::from_metadata(file.metadata())?);
-        let template = ChatTemplate::from_metadata(file.metadata())?;
+        let template = match &options.chat_template {
+            Some(source) => ChatTemplate::with_source(source, file.metadata())?,
+            None => ChatTemplate::from_metadata(file.metadata())?,
+        };
         let weights = Arc::new(GgufWeights(Arc::clone(&file)));
         // Every weight the model's forward pass names, for the backends to prepare once: a
         // prompt-shaped graph names them all (the decode fusions reuse the same weights).

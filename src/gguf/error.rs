@@ -16,6 +16,16 @@ pub enum GgufError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// `mlock` refused to lock the file's pages (usually `RLIMIT_MEMLOCK`, `ulimit -l`).
+    #[error("cannot lock {path} in memory ({bytes} bytes): {source}; raise the locked-memory limit (ulimit -l) or leave out --mlock")]
+    Mlock {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The path names a directory, a FIFO, a device or a socket: refused before opening it, since
     /// opening a FIFO blocks until a writer comes.
     #[error("{path} is {what}, not a model file")]

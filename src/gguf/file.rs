@@ -1,5 +1,6 @@
 //! An opened GGUF model: one memory-mapped file, or every part of a split model merged into
-//! one tensor index. Tensor data is borrowed from the maps, never copied.
+//! one tensor index. Tensor data is borrowed from the maps, never copied (unless the caller
+//! asks for the file to be read into memory instead: [`OpenOptions::no_mmap`]).
 
 use super::error::{GgufError, Result};
 use super::reader::{parse_header, Header, TensorInfo};
@@ -12,8 +13,41 @@ use std::path::{Path, PathBuf};
 
 struct Part {
     path: PathBuf,
-    map: Mmap,
+    map: Bytes,
     data_offset: u64,
+}
+
+/// A part's bytes: mapped, or read into memory.
+enum Bytes {
+    Map(Mmap),
+    /// Words, so that the bytes are 8-aligned as a map's are page-aligned (the kernels read
+    /// f32 and f16 tensors in place); `len` bytes of them are the file's.
+    Owned {
+        words: Vec<u64>,
+        len: usize,
+    },
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Map(map) => map,
+            Bytes::Owned { words, len } => &bytemuck::cast_slice(words)[..*len],
+        }
+    }
+}
+
+/// How [`GgufFile::open_with`] brings the file into memory.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenOptions {
+    /// Read each part into memory instead of mapping it (llama.cpp's `--no-mmap`): the pages
+    /// are then the process's own and cannot be dropped and re-read from the file.
+    pub no_mmap: bool,
+    /// Lock the model's pages in memory (`mlock`, llama.cpp's `--mlock`), so that the system
+    /// never swaps them out or drops them.
+    pub mlock: bool,
 }
 
 /// A GGUF model opened for reading.
@@ -26,7 +60,7 @@ pub struct GgufFile {
     by_name: HashMap<String, usize>,
 }
 
-fn map_file(path: &Path) -> Result<Mmap> {
+fn map_file(path: &Path, options: OpenOptions) -> Result<Bytes> {
     let io = |source| GgufError::Io {
         path: path.to_path_buf(),
         source,
@@ -49,9 +83,50 @@ fn map_file(path: &Path) -> Result<Mmap> {
         }
         .in_file(path));
     }
-    // SAFETY: the map is read-only. Another process truncating or rewriting the file while we
-    // hold it is outside what any mmap-based reader (llama.cpp included) can defend against.
-    unsafe { Mmap::map(&file) }.map_err(io)
+    let bytes = if options.no_mmap {
+        let len = usize::try_from(len).map_err(|_| io(std::io::Error::other("the file is larger than memory")))?;
+        let mut words = Vec::new();
+        words.try_reserve_exact(len.div_ceil(8)).map_err(|_| {
+            io(std::io::Error::other(format!(
+                "cannot allocate {len} bytes to read it into"
+            )))
+        })?;
+        words.resize(len.div_ceil(8), 0u64);
+        let buf: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut words)[..len];
+        std::io::Read::read_exact(&mut &file, buf).map_err(io)?;
+        Bytes::Owned { words, len }
+    } else {
+        // SAFETY: the map is read-only. Another process truncating or rewriting the file while
+        // we hold it is outside what any mmap-based reader (llama.cpp included) can defend
+        // against.
+        Bytes::Map(unsafe { Mmap::map(&file) }.map_err(io)?)
+    };
+    if options.mlock {
+        lock(&bytes).map_err(|source| GgufError::Mlock {
+            path: path.to_path_buf(),
+            bytes: bytes.len() as u64,
+            source,
+        })?;
+    }
+    Ok(bytes)
+}
+
+/// Locks `bytes`' pages in memory. The lock lasts as long as the mapping or the allocation.
+fn lock(bytes: &[u8]) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        // SAFETY: the range is memory this process owns (a map or an allocation) for as long
+        // as the part lives; mlock only pins it.
+        if unsafe { libc::mlock(bytes.as_ptr().cast(), bytes.len()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = bytes;
+        Err(std::io::Error::other("mlock is only available on Unix"))
+    }
 }
 
 /// What a path that is not a regular file is, for the error.
@@ -76,8 +151,8 @@ fn describe(kind: std::fs::FileType) -> &'static str {
     }
 }
 
-fn open_part(path: &Path) -> Result<(Part, Header)> {
-    let map = map_file(path)?;
+fn open_part(path: &Path, options: OpenOptions) -> Result<(Part, Header)> {
+    let map = map_file(path, options)?;
     let header = parse_header(&map).map_err(|e| e.in_file(path))?;
     Ok((
         Part {
@@ -101,8 +176,13 @@ impl GgufFile {
     /// opened — whichever part was named — and their tensors are merged into one index; the
     /// metadata is the first part's, as in llama.cpp.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, OpenOptions::default())
+    }
+
+    /// [`GgufFile::open`], read into memory or locked there as `options` say.
+    pub fn open_with(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref();
-        let (part, header) = open_part(path)?;
+        let (part, header) = open_part(path, options)?;
         let count = split_count(&header.metadata, path)?;
         if count <= 1 {
             return Ok(Self::assemble(vec![(part, header)]));
@@ -131,9 +211,9 @@ impl GgufFile {
             let part_path = PathBuf::from(split_path(prefix, no, count));
             let (part, mut header) = if part_path == path {
                 // Reopening is cheap (a map), and keeps this loop uniform.
-                open_part(path)?
+                open_part(path, options)?
             } else {
-                open_part(&part_path)?
+                open_part(&part_path, options)?
             };
             let got_no = header
                 .metadata

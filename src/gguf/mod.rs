@@ -14,7 +14,7 @@ mod value;
 mod writer;
 
 pub use error::{GgufError, Result};
-pub use file::GgufFile;
+pub use file::{GgufFile, OpenOptions};
 pub use reader::{parse_header, Header, TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 pub use value::{Array, Metadata, Value, ValueType};
 pub use writer::GgufWriter;

@@ -90,6 +90,10 @@ pub struct ServerConfig {
     pub batch_size: usize,
     /// Origins allowed to call the server from a browser (`--cors-origin`, `*` for any).
     pub cors_origins: Vec<String>,
+    /// How the model file is brought into memory (`--no-mmap`, `--mlock`).
+    pub open: crate::gguf::OpenOptions,
+    /// A chat template to use instead of the model's (`--chat-template-file`'s text).
+    pub chat_template: Option<String>,
 }
 
 /// The most slots a server runs: one KV sequence each, and a cache holds at most
@@ -178,6 +182,8 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
     let options = ModelOptions {
         n_threads: config.n_threads,
         backend: config.backend.clone(),
+        open: config.open,
+        chat_template: config.chat_template.clone(),
     };
     let model = Arc::new(Model::load(&config.model, &options)?);
     let n_threads = model.backends().n_threads();

@@ -92,6 +92,14 @@ impl ChatTemplate {
         Self::new(metadata.get_str(CHAT_TEMPLATE_KEY)?, &bos_token, &eos_token)
     }
 
+    /// `source` in place of the file's template (llama.cpp's `--chat-template-file`), with the
+    /// file's BOS and EOS text.
+    pub fn with_source(source: &str, metadata: &Metadata) -> Result<Self, TemplateError> {
+        let bos_token = special_token(metadata, BOS_TOKEN_ID_KEY)?;
+        let eos_token = special_token(metadata, EOS_TOKEN_ID_KEY)?;
+        Self::new(source, &bos_token, &eos_token)
+    }
+
     /// Compiles `source` and renders a probe conversation with it; either failure is returned
     /// with minijinja's message (naming the line).
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {

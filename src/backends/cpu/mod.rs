@@ -750,6 +750,7 @@ mod tests {
         let options = ModelOptions {
             n_threads: Some(n_threads),
             backend: Some("cpu".into()),
+            ..Default::default()
         };
         let model = Model::load(&path, &options).unwrap();
         let device = CpuDevice::new(Arc::new(GgufWeights(Arc::clone(model.file()))), n_threads);
