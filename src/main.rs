@@ -503,6 +503,12 @@ enum Command {
         compat: AccelArgs,
         #[command(flatten)]
         file: ModelFileArgs,
+        /// Answer GET /slots with each slot's state (llama-server's --slots).
+        #[arg(long)]
+        slots: bool,
+        /// llama-server's embeddings mode: refused, as minfer computes no pooled hidden states.
+        #[arg(long)]
+        embeddings: bool,
         /// Tokens one forward pass takes at most: every generating slot's next token, then
         /// chunks of the prompts being read (llama.cpp's -b; -ub is the same here).
         #[arg(short = 'b', long, alias = "ubatch-size", default_value_t = minfer::server::DEFAULT_BATCH_SIZE)]
@@ -1055,11 +1061,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cache,
             compat,
             file,
+            slots,
+            embeddings,
             batch_size,
             cors_origins,
             backend,
         } => {
             compat.check()?;
+            anyhow::ensure!(
+                !embeddings,
+                "--embeddings cannot be honoured: minfer computes no pooled hidden states (/v1/embeddings answers 501)"
+            );
             let chat_template = file.chat_template()?;
             anyhow::ensure!(
                 shutdown_timeout.is_finite() && shutdown_timeout >= 0.0,
@@ -1099,6 +1111,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 cors_origins,
                 open: file.open_options(),
                 chat_template,
+                slots_endpoint: slots,
             })?
         }
     }

@@ -413,9 +413,11 @@ fn hostile_bodies_at_every_endpoint_never_crash_hang_or_5xx_the_server() {
             "/v1/models",
             "/health",
             "/metrics",
+            "/completion",
+            "/apply-template",
             path,
             path,
-        ][rng.below(7)];
+        ][rng.below(9)];
         let (status, reply) = server.request(method, target, "Content-Type: application/json\r\n", &body);
         assert!(
             status < 500,
@@ -970,4 +972,151 @@ fn cors_answers_preflights_and_marks_responses_only_for_the_origins_allowed() {
     write!(s, "OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://app.example\r\nAccess-Control-Request-Method: GET\r\n\r\n").unwrap();
     let reply = read_until_closed(&mut s, Duration::from_secs(30)).to_ascii_lowercase();
     assert!(!reply.contains("access-control-allow-origin"), "{reply}");
+}
+
+/// SSE frames of a (chunked) body, parsed; `[DONE]` as a string. Each frame is one chunk, so
+/// its `data:` line is whole.
+fn sse_frames(body: &str) -> Vec<serde_json::Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap_or(serde_json::Value::String(d.to_string())))
+        .collect()
+}
+
+#[test]
+fn llama_servers_own_completion_apply_template_slots_and_embeddings_answer_as_it_does() {
+    use serde_json::json;
+    let model = tiny();
+    let server = Server::start(&model, &["--n-slots", "2", "--slots"], &[]);
+    // The request llama.cpp's server tests send, greedy: the CLI's raw-text output.
+    let prompt = "I believe the meaning of life is";
+    let body = json!({"prompt": prompt, "n_predict": 8, "temperature": 0, "seed": 42, "cache_prompt": true});
+    let (status, r) = server.json("/completion", body.clone());
+    assert_eq!(status, 200, "{r}");
+    let cli = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg(&model)
+        .arg(prompt)
+        .args(["--greedy", "-n", "8", "--no-template"])
+        .output()
+        .unwrap();
+    assert_eq!(r["content"], String::from_utf8(cli.stdout).unwrap().as_str());
+    assert_eq!(r["stop"], true);
+    let loaded = minfer::engine::Model::load(&model, &Default::default()).unwrap();
+    let n_prompt = loaded.encode(prompt).len();
+    assert_eq!(r["tokens_evaluated"], n_prompt);
+    let n = r["tokens_predicted"].as_u64().unwrap();
+    assert!(
+        n <= 8 && ["limit", "eos"].contains(&r["stop_type"].as_str().unwrap()),
+        "{r}"
+    );
+    // Streamed: content frames with stop false, then the final object; no [DONE].
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (status, raw) = server.post("/completion", &streamed.to_string());
+    assert_eq!(status, 200, "{raw}");
+    let frames = sse_frames(&raw);
+    let (last, content) = frames.split_last().unwrap();
+    assert!(content.iter().all(|f| f["stop"] == false), "{raw}");
+    let text: String = content.iter().map(|f| f["content"].as_str().unwrap()).collect();
+    assert_eq!(text, r["content"].as_str().unwrap());
+    assert_eq!(last["stop"], true);
+    assert_eq!(last["tokens_predicted"], n);
+    assert!(!raw.contains("[DONE]"));
+    // Token ids as the prompt give the same answer.
+    let ids = loaded.encode(prompt);
+    let (status, by_ids) = server.json("/completion", json!({"prompt": ids, "n_predict": 8, "temperature": 0}));
+    assert_eq!(status, 200, "{by_ids}");
+    assert_eq!(by_ids["content"], r["content"]);
+    // What the output cannot honour is a 400 naming the field.
+    for (field, value) in [
+        ("grammar", json!("root ::= \"a\"")),
+        ("json_schema", json!({"type": "object"})),
+        ("n_probs", json!(3)),
+        ("mirostat", json!(2)),
+        ("typical_p", json!(0.5)),
+    ] {
+        let mut b = json!({"prompt": "hi", "n_predict": 2});
+        b[field] = value;
+        let (status, err) = server.json("/completion", b);
+        assert_eq!((status, err["error"]["param"].as_str()), (400, Some(field)), "{err}");
+    }
+    // Samplers left at their off values pass.
+    let (status, _) = server.json(
+        "/completion",
+        json!({"prompt": "hi", "n_predict": 2, "typical_p": 1.0, "mirostat": 0}),
+    );
+    assert_eq!(status, 200);
+    // /apply-template: the chat template's prompt for the messages, nothing generated.
+    let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]);
+    let (status, applied) = server.json("/apply-template", json!({ "messages": messages }));
+    assert_eq!(status, 200, "{applied}");
+    let expected = loaded
+        .template()
+        .render(messages.as_array().unwrap(), None, true, &serde_json::Map::new())
+        .unwrap();
+    assert_eq!(applied["prompt"], expected.as_str());
+    // /slots with --slots: every slot, idle now.
+    let (status, slots) = server.request("GET", "/slots", "", b"");
+    assert_eq!(status, 200, "{slots}");
+    let slots: serde_json::Value = serde_json::from_str(&slots).unwrap();
+    assert_eq!(slots.as_array().unwrap().len(), 2);
+    assert!(
+        slots.as_array().unwrap().iter().all(|s| s["is_processing"] == false),
+        "{slots}"
+    );
+    // Embeddings and, on a model without FIM tokens, infill: refused by name.
+    let (status, err) = server.json("/v1/embeddings", json!({"input": "hi"}));
+    assert_eq!(status, 501);
+    assert!(err["error"]["message"].as_str().unwrap().contains("embeddings"));
+    let (status, err) = server.json("/infill", json!({"input_prefix": "a", "input_suffix": "b"}));
+    assert_eq!(status, 501);
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains("fim_prefix"),
+        "{err}"
+    );
+    // Without --slots, /slots says how to turn it on; --embeddings is refused at start.
+    let plain = Server::start(&model, &["--n-slots", "1"], &[]);
+    let (status, err) = plain.request("GET", "/slots", "", b"");
+    assert_eq!(status, 501);
+    assert!(err.contains("--slots"), "{err}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .args(["serve", model.to_str().unwrap(), "--embeddings"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--embeddings cannot be honoured"));
+}
+
+/// The real model has the fill-in-the-middle tokens: `/infill` is the CLI's greedy output for
+/// the same prefix, suffix and markers.
+#[test]
+fn infill_on_the_real_model_is_the_clis_greedy_fill_in_the_middle() {
+    use serde_json::json;
+    let model = common::default_model();
+    let server = Server::start(&model, &["--n-slots", "1"], &[]);
+    let (prefix, suffix) = ("def add(a, b):\n    ", "\n    return result\n");
+    let (status, r) = server.json(
+        "/infill",
+        json!({"input_prefix": prefix, "input_suffix": suffix, "n_predict": 12, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{r}");
+    let raw = format!("<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>");
+    let cli = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg(&model)
+        .arg(&raw)
+        .args(["--greedy", "-n", "12", "--no-template"])
+        .output()
+        .unwrap();
+    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+    assert_eq!(r["content"], String::from_utf8(cli.stdout).unwrap().as_str());
+    assert!(!r["content"].as_str().unwrap().is_empty());
+    // Control-token text in the user's code stays text.
+    let (status, r2) = server.json(
+        "/infill",
+        json!({"input_prefix": "x = '<|fim_middle|>'\n", "input_suffix": "", "n_predict": 2, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{r2}");
+    let plain = minfer::engine::Model::load(&model, &Default::default()).unwrap();
+    let expected = 3 + plain.tokenizer().encode("x = '<|fim_middle|>'\n", false, false).len();
+    assert_eq!(r2["tokens_evaluated"], expected);
 }

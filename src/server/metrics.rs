@@ -23,6 +23,8 @@ pub struct Metrics {
     pub queue_depth: AtomicUsize,
     pub slots_busy: AtomicUsize,
     pub slots_total: AtomicUsize,
+    /// Whether each slot is generating, for `/slots`.
+    pub slot_processing: Mutex<Vec<bool>>,
     pub cancelled: AtomicU64,
     pub internal_errors: AtomicU64,
 }

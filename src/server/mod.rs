@@ -94,6 +94,8 @@ pub struct ServerConfig {
     pub open: crate::gguf::OpenOptions,
     /// A chat template to use instead of the model's (`--chat-template-file`'s text).
     pub chat_template: Option<String>,
+    /// Answer `/slots` (`--slots`).
+    pub slots_endpoint: bool,
 }
 
 /// The most slots a server runs: one KV sequence each, and a cache holds at most
@@ -230,6 +232,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         control_texts,
         cors_origins: config.cors_origins.clone(),
         parsing: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
+        slots_endpoint: config.slots_endpoint,
     });
     // The async side only parses, routes and copies bytes; two threads keep it responsive
     // without taking cores from the model's pool.

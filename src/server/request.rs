@@ -45,6 +45,8 @@ pub struct Common {
     pub n: usize,
     /// Alternatives per token to report, `Some(0)` for the chosen token's log-probability only.
     pub logprobs: Option<usize>,
+    /// Keep generating past end-of-generation tokens (llama.cpp's `ignore_eos`).
+    pub ignore_eos: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -285,6 +287,7 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         stop,
         n,
         logprobs,
+        ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
     })
 }
 
@@ -611,6 +614,126 @@ pub fn completion(body: &Json) -> Result<CompletionRequest, ApiError> {
         ));
     }
     Ok(CompletionRequest { common, prompts })
+}
+
+/// A body of llama-server's own `/completion`: one prompt (text, or token ids) and the common
+/// fields under llama-server's names and defaults (min-p 0.05, as llama.cpp; no repeat penalty).
+#[derive(Debug, Clone)]
+pub struct NativeRequest {
+    pub common: Common,
+    pub prompt: Prompt,
+}
+
+/// llama-server's samplers that minfer does not have, with the value that leaves them off: a
+/// request setting one otherwise is refused naming it, since the output would not be what it
+/// asked for.
+const NATIVE_SAMPLERS_OFF: [(&str, f64); 7] = [
+    ("n_probs", 0.0),
+    ("mirostat", 0.0),
+    ("typical_p", 1.0),
+    ("dry_multiplier", 0.0),
+    ("xtc_probability", 0.0),
+    ("dynatemp_range", 0.0),
+    ("top_n_sigma", -1.0),
+];
+
+/// The fields `/completion` and `/infill` share.
+fn native_common(f: &Fields) -> Result<Common, ApiError> {
+    for (name, off) in NATIVE_SAMPLERS_OFF {
+        match f.get(name) {
+            None => {}
+            Some(Json::Number(n)) if n.as_f64() == Some(off) => {}
+            Some(_) => {
+                return Err(ApiError::field(
+                    name,
+                    format!("{name} is not supported (leave it out, or at {off}, which turns it off)"),
+                ))
+            }
+        }
+    }
+    if f.get("n").is_some() {
+        return Err(ApiError::field(
+            "n",
+            "n is not a /completion field: send one request per completion",
+        ));
+    }
+    let mut common = common(f, None)?;
+    if f.get("min_p").is_none() {
+        common.sampling.min_p = crate::sampling::SamplingParams::default().min_p;
+    }
+    Ok(common)
+}
+
+pub fn native_completion(body: &Json) -> Result<NativeRequest, ApiError> {
+    let f = Fields::of(body, "")?;
+    let common = native_common(&f)?;
+    let prompt = match f.get("prompt") {
+        None => return Err(ApiError::field("prompt", "prompt is required")),
+        Some(Json::String(s)) => Prompt::Text(s.clone()),
+        Some(Json::Array(items)) if !items.is_empty() && items.iter().all(Json::is_number) => {
+            Prompt::Tokens(token_ids("prompt", items)?)
+        }
+        Some(other) => {
+            return Err(f.wrong(
+                "prompt",
+                "a string or an array of token ids (one prompt per request)",
+                other,
+            ))
+        }
+    };
+    Ok(NativeRequest { common, prompt })
+}
+
+/// A body of llama-server's `/infill`: the code before and after the cursor, other files of
+/// the project for context (`input_extra`: `{"filename", "text"}`), and text that follows the
+/// middle marker (`prompt`).
+#[derive(Debug, Clone)]
+pub struct InfillRequest {
+    pub common: Common,
+    pub prefix: String,
+    pub suffix: String,
+    pub extra: Vec<(String, String)>,
+    pub prompt: String,
+}
+
+/// Most `input_extra` chunks an infill takes.
+const MAX_EXTRA_CHUNKS: usize = 256;
+
+pub fn infill(body: &Json) -> Result<InfillRequest, ApiError> {
+    let f = Fields::of(body, "")?;
+    let common = native_common(&f)?;
+    let text = |name: &str| -> Result<String, ApiError> { Ok(f.str(name)?.unwrap_or_default().to_string()) };
+    let extra = match f.get("input_extra") {
+        None => Vec::new(),
+        Some(Json::Array(items)) if items.len() > MAX_EXTRA_CHUNKS => {
+            return Err(ApiError::field(
+                "input_extra",
+                format!(
+                    "input_extra has {} chunks; at most {MAX_EXTRA_CHUNKS} are allowed",
+                    items.len()
+                ),
+            ))
+        }
+        Some(Json::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let chunk = Fields::of(item, &format!("input_extra[{i}]"))?;
+                Ok((
+                    chunk.str("filename")?.unwrap_or_default().to_string(),
+                    chunk.str("text")?.unwrap_or_default().to_string(),
+                ))
+            })
+            .collect::<Result<_, ApiError>>()?,
+        Some(other) => return Err(f.wrong("input_extra", "an array of {filename, text} objects", other)),
+    };
+    Ok(InfillRequest {
+        common,
+        prefix: text("input_prefix")?,
+        suffix: text("input_suffix")?,
+        extra,
+        prompt: text("prompt")?,
+    })
 }
 
 /// A `/tokenize` body: the text, and whether to add BOS, parse control-token text and return

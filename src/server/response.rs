@@ -1,6 +1,8 @@
 //! Shaping results as OpenAI responses: the events a job's slot sends, turned into a
 //! `chat.completion` / `text_completion` body, or into the SSE frames of a stream (role delta,
-//! content or tool-call deltas, the finishing chunk, the usage chunk, `data: [DONE]`).
+//! content or tool-call deltas, the finishing chunk, the usage chunk, `data: [DONE]`); and as
+//! llama-server's own `/completion` and `/infill` answers (`content`, `stop`, the token counts;
+//! streamed as `{"content", "stop": false}` frames and a final object, without `[DONE]`).
 //!
 //! This file builds JSON and SSE text only; it never touches sockets, slots or requests, and it
 //! holds the one place where finish reasons, usage and log-probabilities get their OpenAI form.
@@ -18,6 +20,8 @@ use std::sync::Arc;
 pub enum Endpoint {
     Chat,
     Completion,
+    /// llama-server's `/completion` and `/infill`.
+    Native,
 }
 
 /// What every part of one response shares.
@@ -46,6 +50,10 @@ struct Choice {
     role_sent: bool,
     tool_stream: ToolCallStream,
     n_calls: usize,
+    /// The run's token counts, once it is done.
+    n_prompt: usize,
+    n_cached: usize,
+    n_generated: usize,
 }
 
 #[derive(Default, Debug, Clone, Copy, PartialEq)]
@@ -146,8 +154,34 @@ impl Reply {
         match (self.endpoint, chunk) {
             (Endpoint::Chat, false) => "chat.completion",
             (Endpoint::Chat, true) => "chat.completion.chunk",
-            (Endpoint::Completion, _) => "text_completion",
+            (Endpoint::Completion | Endpoint::Native, _) => "text_completion",
         }
+    }
+
+    /// llama-server's answer to `/completion` for a finished run: `content` (the whole text,
+    /// or empty at the end of a stream), `stop`, why it stopped, and the token counts.
+    fn native(&self, c: &Choice, content: &str) -> Json {
+        let stop_type = match c.reason {
+            Some(StopReason::EndOfGeneration) => "eos",
+            Some(StopReason::MaxTokens | StopReason::ContextFull) => "limit",
+            Some(StopReason::StopString) => "word",
+            Some(StopReason::Interrupted) | None => "none",
+        };
+        json!({
+            "content": content,
+            "stop": true,
+            "model": self.model,
+            "stop_type": stop_type,
+            "stopping_word": "",
+            "truncated": false,
+            "tokens_predicted": c.n_generated,
+            "tokens_evaluated": c.n_prompt,
+            "tokens_cached": c.n_cached,
+            "timings": {
+                "prompt_n": c.n_prompt - c.n_cached.min(c.n_prompt),
+                "predicted_n": c.n_generated,
+            },
+        })
     }
 
     fn envelope(&self, chunk: bool, choices: Vec<Json>) -> Json {
@@ -190,7 +224,9 @@ impl Collector {
                 n_cached,
                 n_generated,
             } => {
-                self.choices.entry(index).or_default().reason = Some(reason);
+                let choice = self.choices.entry(index).or_default();
+                choice.reason = Some(reason);
+                (choice.n_prompt, choice.n_cached, choice.n_generated) = (n_prompt, n_cached, n_generated);
                 self.usage.add(index, self.reply.n, n_prompt, n_cached, n_generated);
             }
             Event::Failed(message) => return Err(ApiError::internal(format!("generation failed: {message}"))),
@@ -207,6 +243,14 @@ impl Collector {
             ));
         }
         let reply = &self.reply;
+        if reply.endpoint == Endpoint::Native {
+            let choice = self
+                .choices
+                .values()
+                .next()
+                .ok_or_else(|| ApiError::internal("no run ended"))?;
+            return Ok(reply.native(choice, &choice.text));
+        }
         let choices: Vec<Json> = self
             .choices
             .iter()
@@ -228,7 +272,7 @@ impl Collector {
                         "finish_reason": finish_reason(c.reason, !calls.is_empty()),
                     })
                 }
-                Endpoint::Completion => json!({
+                Endpoint::Completion | Endpoint::Native => json!({
                     "index": index,
                     "text": c.text,
                     "logprobs": reply.logprobs_or_null(c, |lps| reply.completion_logprobs(lps, 0)),
@@ -286,9 +330,13 @@ impl Streamer {
     }
 
     fn chunk(&self, index: usize, delta: Json, logprobs: Json, finish: Option<&str>) -> String {
+        if self.reply.endpoint == Endpoint::Native {
+            let content = delta.get("content").and_then(Json::as_str).unwrap_or("");
+            return frame(&json!({"content": content, "stop": false}));
+        }
         let choice = match self.reply.endpoint {
             Endpoint::Chat => json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}),
-            Endpoint::Completion => json!({
+            Endpoint::Completion | Endpoint::Native => json!({
                 "index": index,
                 "text": delta.get("content").and_then(Json::as_str).unwrap_or(""),
                 "logprobs": logprobs,
@@ -324,7 +372,7 @@ impl Streamer {
         *sent += text_len;
         match self.reply.endpoint {
             Endpoint::Chat => self.reply.chat_logprobs(&lps),
-            Endpoint::Completion => self.reply.completion_logprobs(&lps, offset),
+            Endpoint::Completion | Endpoint::Native => self.reply.completion_logprobs(&lps, offset),
         }
     }
 
@@ -376,8 +424,16 @@ impl Streamer {
                 }
                 self.usage.add(index, self.reply.n, n_prompt, n_cached, n_generated);
                 let lps = self.pending_logprobs(index, 0);
+                let native = self.reply.endpoint == Endpoint::Native;
                 let choice = self.choice(index);
                 choice.reason = Some(reason);
+                (choice.n_prompt, choice.n_cached, choice.n_generated) = (n_prompt, n_cached, n_generated);
+                if native {
+                    let choice = &self.choices[&index];
+                    out.push_str(&frame(&self.reply.native(choice, "")));
+                    return out;
+                }
+                let choice = self.choice(index);
                 let finish = finish_reason(Some(reason), choice.n_calls > 0);
                 let delta = if self.reply.endpoint == Endpoint::Chat {
                     json!({})
@@ -399,7 +455,8 @@ impl Streamer {
     /// The frames after the last event: the usage chunk if asked for, then `[DONE]` (neither
     /// after a failure, whose error frame ends the stream).
     pub fn finish(&mut self) -> String {
-        if self.failed {
+        // llama-server's own stream ends with its final object, without `[DONE]`.
+        if self.failed || self.reply.endpoint == Endpoint::Native {
             return String::new();
         }
         let mut out = String::new();

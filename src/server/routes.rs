@@ -53,6 +53,8 @@ pub struct AppState {
     pub cors_origins: Vec<String>,
     /// Bodies parsed at once: one per CPU.
     pub parsing: tokio::sync::Semaphore,
+    /// Whether `/slots` answers (`--slots`, as llama-server puts it behind a flag).
+    pub slots_endpoint: bool,
 }
 
 type App = Arc<AppState>;
@@ -72,6 +74,12 @@ pub fn router(app: App) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/props", get(props))
+        .route("/completion", post(native_completion))
+        .route("/infill", post(infill))
+        .route("/apply-template", post(apply_template))
+        .route("/slots", get(slots))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/embeddings", post(embeddings))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(app.max_body_bytes))
@@ -81,7 +89,7 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
-const ROUTES: [&str; 11] = [
+const ROUTES: [&str; 17] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/models",
@@ -93,6 +101,12 @@ const ROUTES: [&str; 11] = [
     "/tokenize",
     "/detokenize",
     "/props",
+    "/completion",
+    "/infill",
+    "/apply-template",
+    "/slots",
+    "/v1/embeddings",
+    "/embeddings",
 ];
 
 async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
@@ -273,6 +287,163 @@ async fn props(State(app): State<App>) -> Json<Value> {
     }))
 }
 
+/// llama-server's `/slots`, with `--slots`: each slot's id, context and whether it is
+/// generating.
+async fn slots(State(app): State<App>) -> Response {
+    if !app.slots_endpoint {
+        return ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "the /slots endpoint is off: start the server with --slots",
+        )
+        .into_response();
+    }
+    let processing = app
+        .metrics
+        .slot_processing
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let slots: Vec<Value> = processing
+        .iter()
+        .enumerate()
+        .map(|(id, &busy)| json!({"id": id, "n_ctx": app.n_ctx, "is_processing": busy}))
+        .collect();
+    Json(Value::Array(slots)).into_response()
+}
+
+/// Embeddings would need the model's pooled hidden states, which the engine does not expose:
+/// a clear refusal rather than a 404.
+async fn embeddings() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "embeddings are not supported: minfer does not compute pooled hidden states",
+    )
+}
+
+/// llama-server's `/apply-template`: the chat request's messages through the model's template,
+/// as the prompt text a chat completion would read (`{"prompt"}`), without generating.
+async fn apply_template(State(app): State<App>, req: Request) -> Response {
+    let result = async {
+        let req = read_request(&app, req, request::chat).await?;
+        let state = Arc::clone(&app);
+        blocking(move || {
+            let rendered = state
+                .model
+                .template()
+                .render_guarded(
+                    &req.messages,
+                    req.tools.as_deref(),
+                    true,
+                    &serde_json::Map::new(),
+                    &state.control_texts,
+                )
+                .map_err(|e| {
+                    ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
+                })?;
+            Ok(Json(json!({ "prompt": rendered.text })).into_response())
+        })
+        .await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Refuses token ids outside the vocabulary, naming the field (and the prompt, of several).
+fn check_ids(app: &AppState, field: &str, which: &str, ids: &[u32]) -> Result<(), ApiError> {
+    match ids.iter().find(|&&id| id as usize >= app.n_vocab) {
+        Some(&bad) => Err(ApiError::field(
+            field,
+            format!(
+                "{which} holds token id {bad}, outside the vocabulary of {} tokens",
+                app.n_vocab
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// llama-server's own `/completion`: one prompt, its fields and defaults, its answer.
+async fn native_completion(State(app): State<App>, req: Request) -> Response {
+    let result = async {
+        let peer = peer_of(&req);
+        let req = read_request(&app, req, request::native_completion).await?;
+        let peer = watched(peer);
+        let fault =
+            matches!(&req.prompt, Prompt::Text(t) if app.fault_marker.as_deref().is_some_and(|m| t.contains(m)));
+        let tokens = match req.prompt {
+            Prompt::Tokens(ids) => {
+                check_ids(&app, "prompt", "the prompt", &ids)?;
+                ids
+            }
+            Prompt::Text(text) => {
+                let state = Arc::clone(&app);
+                blocking(move || Ok(state.model.encode(&text))).await?
+            }
+        };
+        let tools = ReplyTools::default();
+        start(&app, Endpoint::Native, req.common, vec![tokens], tools, fault, peer).await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// llama-server's `/infill` (editor plugins' fill-in-the-middle): the other files of
+/// `input_extra` (each after `<|file_sep|>` and its name, where the model has that token), then
+/// `<|fim_prefix|>` prefix `<|fim_suffix|>` suffix `<|fim_middle|>` and `prompt`; the user's
+/// text is never read for control tokens. A model without the three FIM tokens gets a 501.
+async fn infill(State(app): State<App>, req: Request) -> Response {
+    let result = async {
+        let peer = peer_of(&req);
+        let req = read_request(&app, req, request::infill).await?;
+        let peer = watched(peer);
+        let tokenizer = app.model.tokenizer();
+        let id = |text: &str| tokenizer.token_id(text);
+        let (Some(pre), Some(suf), Some(mid)) = (id("<|fim_prefix|>"), id("<|fim_suffix|>"), id("<|fim_middle|>"))
+        else {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "this model has no fill-in-the-middle tokens (<|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>)",
+            ));
+        };
+        let sep = id("<|file_sep|>");
+        let fault = app
+            .fault_marker
+            .as_deref()
+            .is_some_and(|m| req.prefix.contains(m) || req.suffix.contains(m) || req.prompt.contains(m));
+        let state = Arc::clone(&app);
+        let (extra, prefix, suffix, prompt) = (req.extra, req.prefix, req.suffix, req.prompt);
+        let tokens = blocking(move || {
+            let tokenizer = state.model.tokenizer();
+            let plain = |text: &str| tokenizer.encode(text, false, false);
+            let mut tokens = Vec::new();
+            if tokenizer.add_bos() {
+                tokens.extend(tokenizer.bos());
+            }
+            for (name, text) in &extra {
+                match sep {
+                    Some(sep) => {
+                        tokens.push(sep);
+                        tokens.extend(plain(&format!("{name}\n{text}")));
+                    }
+                    None => tokens.extend(plain(text)),
+                }
+            }
+            tokens.push(pre);
+            tokens.extend(plain(&prefix));
+            tokens.push(suf);
+            tokens.extend(plain(&suffix));
+            tokens.push(mid);
+            tokens.extend(plain(&prompt));
+            Ok(tokens)
+        })
+        .await?;
+        let tools = ReplyTools::default();
+        start(&app, Endpoint::Native, req.common, vec![tokens], tools, fault, peer).await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
 async fn models(State(app): State<App>) -> Json<Value> {
     Json(json!({
         "object": "list",
@@ -419,15 +590,7 @@ async fn completions(State(app): State<App>, req: Request) -> Response {
         };
         for (i, prompt) in req.prompts.iter().enumerate() {
             if let Prompt::Tokens(ids) = prompt {
-                if let Some(&bad) = ids.iter().find(|&&id| id as usize >= app.n_vocab) {
-                    return Err(ApiError::field(
-                        "prompt",
-                        format!(
-                            "prompt {i} holds token id {bad}, outside the vocabulary of {} tokens",
-                            app.n_vocab
-                        ),
-                    ));
-                }
+                check_ids(&app, "prompt", &format!("prompt {i}"), ids)?;
             }
         }
         let state = Arc::clone(&app);
@@ -546,7 +709,7 @@ async fn start(
         options: GenerateOptions {
             max_tokens: 0,
             stop: common.stop,
-            ignore_eos: false,
+            ignore_eos: common.ignore_eos,
             sampling: common.sampling,
             special: false,
             context_shift: None,

@@ -129,6 +129,7 @@ impl Scheduler {
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
         metrics.slots_total.store(n_slots, Ordering::Relaxed);
+        *metrics.slot_processing.lock().unwrap_or_else(PoisonError::into_inner) = vec![false; n_slots];
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
             wake: Condvar::new(),
@@ -294,6 +295,7 @@ impl<'s> Engine<'s> {
     }
 
     fn begin(&mut self, id: usize, job: Arc<Job>, next_run: Arc<AtomicUsize>, run: usize, wait_for: Option<usize>) {
+        self.set_processing(id, true);
         if job.fault {
             self.fail(id, job, "fault injected on purpose (MINFER_SERVE_FAULT)".into());
             return;
@@ -349,8 +351,21 @@ impl<'s> Engine<'s> {
     /// has seen its response complete sees a free slot.
     fn release(&mut self, id: usize, job: Arc<Job>) {
         self.slots[id] = None;
+        self.set_processing(id, false);
         self.metrics().slots_busy.fetch_sub(1, Ordering::Relaxed);
         drop(job);
+    }
+
+    /// Marks slot `id` as generating or idle for `/slots`.
+    fn set_processing(&self, id: usize, on: bool) {
+        let mut state = self
+            .metrics()
+            .slot_processing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = state.get_mut(id) {
+            *s = on;
+        }
     }
 
     /// The job failed inside the server: it is told, its slot's cells are cleared, and the
