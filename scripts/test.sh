@@ -2,8 +2,9 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 #
 # 1. formatting and lints; 2. what the tests need that is not in the repository: the gguf-py
-# virtualenv (scripts/python-env.sh) and the default model (scripts/fetch-model.sh), both cached;
-# 3. every test, unit and integration, including those on the 491 MB model.
+# virtualenv (scripts/python-env.sh), the default model (scripts/fetch-model.sh), both cached,
+# and Chromium for the chat page's browser test (scripts/install-chromium.sh); 3. every test,
+# unit and integration, including those on the 491 MB model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,5 +15,6 @@ cargo clippy --all-targets -- -D warnings
 echo "== test dependencies" >&2
 scripts/python-env.sh >/dev/null
 scripts/fetch-model.sh >/dev/null
+scripts/install-chromium.sh >/dev/null
 echo "== cargo test" >&2
 cargo test

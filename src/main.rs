@@ -506,6 +506,9 @@ enum Command {
         /// Answer GET /slots with each slot's state (llama-server's --slots).
         #[arg(long)]
         slots: bool,
+        /// Do not serve the chat page at / (llama-server's --no-webui).
+        #[arg(long)]
+        no_webui: bool,
         /// llama-server's embeddings mode: refused, as minfer computes no pooled hidden states.
         #[arg(long)]
         embeddings: bool,
@@ -1062,6 +1065,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             compat,
             file,
             slots,
+            no_webui,
             embeddings,
             batch_size,
             cors_origins,
@@ -1112,6 +1116,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 open: file.open_options(),
                 chat_template,
                 slots_endpoint: slots,
+                webui: !no_webui,
             })?
         }
     }

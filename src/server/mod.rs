@@ -96,6 +96,8 @@ pub struct ServerConfig {
     pub chat_template: Option<String>,
     /// Answer `/slots` (`--slots`).
     pub slots_endpoint: bool,
+    /// Serve the chat page at `/` (off with `--no-webui`).
+    pub webui: bool,
 }
 
 /// The most slots a server runs: one KV sequence each, and a cache holds at most
@@ -233,6 +235,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         cors_origins: config.cors_origins.clone(),
         parsing: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
         slots_endpoint: config.slots_endpoint,
+        webui: config.webui,
     });
     // The async side only parses, routes and copies bytes; two threads keep it responsive
     // without taking cores from the model's pool.

@@ -55,7 +55,12 @@ pub struct AppState {
     pub parsing: tokio::sync::Semaphore,
     /// Whether `/slots` answers (`--slots`, as llama-server puts it behind a flag).
     pub slots_endpoint: bool,
+    /// Whether `/` serves the chat page (off with `--no-webui`).
+    pub webui: bool,
 }
+
+/// The chat page: one static file, embedded so that the binary serves it offline.
+const CHAT_PAGE: &str = include_str!("webui/index.html");
 
 type App = Arc<AppState>;
 
@@ -80,6 +85,7 @@ pub fn router(app: App) -> Router {
         .route("/slots", get(slots))
         .route("/v1/embeddings", post(embeddings))
         .route("/embeddings", post(embeddings))
+        .route("/", get(chat_page))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(app.max_body_bytes))
@@ -89,7 +95,8 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
-const ROUTES: [&str; 17] = [
+const ROUTES: [&str; 18] = [
+    "/",
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/models",
@@ -121,7 +128,8 @@ async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
     response
 }
 
-/// With `--api-key`, every route but `/health` needs `Authorization: Bearer KEY`.
+/// With `--api-key`, every route but `/health` and the chat page needs `Authorization: Bearer
+/// KEY` (the page holds nothing secret; it asks for the key and sends it with each request).
 /// CORS for the origins given with `--cors-origin` (none by default, so a page elsewhere cannot
 /// call the server): a preflight from one of them is answered here, before authentication (a
 /// browser sends no credentials on it), and every response to one carries its origin.
@@ -163,7 +171,7 @@ async fn cors(State(app): State<App>, req: Request, next: Next) -> Response {
 
 async fn authenticate(State(app): State<App>, req: Request, next: Next) -> Response {
     if let Some(key) = &app.api_key {
-        if req.uri().path() != "/health" {
+        if req.uri().path() != "/health" && req.uri().path() != "/" {
             // The scheme is case-insensitive (RFC 9110 §11.1): `bearer KEY` is as good.
             let given = req
                 .headers()
@@ -285,6 +293,21 @@ async fn props(State(app): State<App>) -> Json<Value> {
         "bos_token": app.model.template().bos_token(),
         "eos_token": app.model.template().eos_token(),
     }))
+}
+
+/// The chat page at `/` (a 404 with `--no-webui`).
+async fn chat_page(State(app): State<App>, req: Request) -> Response {
+    if !app.webui {
+        return not_found(req).await.into_response();
+    }
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        CHAT_PAGE,
+    )
+        .into_response()
 }
 
 /// llama-server's `/slots`, with `--slots`: each slot's id, context and whether it is
