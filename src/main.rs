@@ -118,6 +118,13 @@ struct LoadArgs {
     /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
+    /// Most prompt tokens one forward pass reads (llama.cpp's -b); the prompt is read in passes
+    /// of the smaller of this and --ubatch-size. The logits do not depend on it.
+    #[arg(short = 'b', long = "batch-size", value_name = "N")]
+    batch_size: Option<usize>,
+    /// Most prompt tokens one forward pass reads (llama.cpp's -ub; default 512).
+    #[arg(long = "ubatch-size", value_name = "N")]
+    ubatch_size: Option<usize>,
     #[command(flatten)]
     cache: CacheArgs,
     #[command(flatten)]
@@ -216,6 +223,9 @@ impl LoadArgs {
     fn options(&self) -> anyhow::Result<minfer::cli::run::LoadOptions> {
         anyhow::ensure!(self.n_ctx >= 1, "--n-ctx 0 is out of range: it must be at least 1");
         self.compat.check()?;
+        for (flag, n) in [("--batch-size", self.batch_size), ("--ubatch-size", self.ubatch_size)] {
+            anyhow::ensure!(n != Some(0), "{flag} 0 is out of range: it must be at least 1");
+        }
         Ok(minfer::cli::run::LoadOptions {
             n_ctx: self.n_ctx,
             n_threads: self.threads,
@@ -223,6 +233,10 @@ impl LoadArgs {
             kv_types: (self.cache.cache_type_k, self.cache.cache_type_v),
             open: self.file.open_options(),
             chat_template: self.file.chat_template()?,
+            n_ubatch: match (self.batch_size, self.ubatch_size) {
+                (None, None) => None,
+                (b, ub) => Some(b.unwrap_or(usize::MAX).min(ub.unwrap_or(usize::MAX))),
+            },
         })
     }
 }
@@ -405,6 +419,13 @@ enum Command {
         /// evaluated, untimed (`pp512 @ d1024`).
         #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_value = "0")]
         n_depth: Vec<usize>,
+        /// Most prompt tokens one forward pass reads (llama-bench's -b); prompts are read in
+        /// passes of the smaller of this and --ubatch-size.
+        #[arg(short = 'b', long = "batch-size", value_name = "N", default_value_t = 2048)]
+        batch_size: usize,
+        /// Prompt tokens per forward pass (llama-bench's -ub).
+        #[arg(long = "ubatch-size", value_name = "N", default_value_t = 512)]
+        ubatch_size: usize,
         /// Prompt sizes in tokens (comma-separated).
         #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
         n_prompt: Vec<usize>,
@@ -858,6 +879,7 @@ fn run_bench(
     n_gen: Vec<usize>,
     pg: Vec<(usize, usize)>,
     n_depth: Vec<usize>,
+    n_ubatch: usize,
     threads: Vec<usize>,
     repetitions: usize,
     bandwidth: bool,
@@ -871,6 +893,7 @@ fn run_bench(
         n_gen,
         pg,
         n_depth,
+        n_ubatch,
         n_threads: if threads.is_empty() {
             vec![minfer::engine::default_threads()]
         } else {
@@ -1020,6 +1043,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             model_flag,
             pg,
             n_depth,
+            batch_size,
+            ubatch_size,
             n_prompt,
             n_gen,
             threads,
@@ -1032,12 +1057,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ..
         } => {
             compat.check()?;
+            anyhow::ensure!(
+                batch_size >= 1 && ubatch_size >= 1,
+                "-b and -ub must be at least 1 (got {batch_size} and {ubatch_size})"
+            );
             run_bench(
                 &bench_model(model, model_flag)?,
                 n_prompt,
                 n_gen,
                 pg,
                 n_depth,
+                batch_size.min(ubatch_size),
                 threads,
                 repetitions,
                 bandwidth,

@@ -234,3 +234,19 @@ fn the_model_twice_or_a_malformed_pair_is_refused_by_name() {
     assert!(!err.status.success());
     assert!(String::from_utf8_lossy(&err.stderr).contains("-pg takes PROMPT,GEN"));
 }
+
+#[test]
+fn the_ubatch_size_splits_the_prompt_and_is_reported() {
+    let out = stdout(&bench_m(&[
+        "-p", "64", "-n", "0", "-ub", "4", "-r", "1", "-t", "1", "-o", "json",
+    ]));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["n_ubatch"], 4);
+    // Passes of 4 tokens are below the matrix-matrix kernel's threshold: the dot products ran.
+    assert!(!rows[0]["kernels"].as_str().unwrap().contains("gemm"), "{}", rows[0]);
+    let out = stdout(&bench_m(&[
+        "-p", "64", "-n", "0", "-b", "32", "-r", "1", "-t", "1", "-o", "json",
+    ]));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["n_ubatch"], 32);
+}

@@ -445,6 +445,38 @@ fn llama_cpp_output_model_file_and_template_flags_are_honoured_or_refused_by_nam
 }
 
 #[test]
+fn batch_and_ubatch_sizes_set_the_prefill_passes_and_change_no_token() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let m = model.to_str().unwrap();
+    let prompt = "Hello there, how are you doing on this fine day?";
+    let run = |extra: &[&str]| {
+        let mut args = vec!["-m", m, "-p", prompt, "-n", "6", "--greedy"];
+        args.extend(extra);
+        let out = minfer_raw(&args);
+        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
+        out
+    };
+    let whole = run(&[]);
+    let n_prompt: usize = stderr(&whole)
+        .split("Prefill: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(!stderr(&whole).contains(" passes)"), "{}", stderr(&whole));
+    for (extra, chunk) in [
+        (vec!["-ub", "5"], 5),
+        (vec!["-b", "7"], 7),
+        (vec!["-b", "16", "-ub", "9"], 9),
+    ] {
+        let out = run(&extra);
+        assert_eq!(out.stdout, whole.stdout, "{extra:?}");
+        let passes = format!(", {} passes)", n_prompt.div_ceil(chunk));
+        assert!(stderr(&out).contains(&passes), "{extra:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
 fn n_minus_two_generates_until_the_context_is_full_and_says_so() {
     let model = common::tiny_model("qwen2", "Q8_0");
     let out = minfer_raw(&[

@@ -102,6 +102,7 @@ pub fn run_batched(
             kv_types: (DType::F16, DType::F16),
             open: Default::default(),
             chat_template: None,
+            n_ubatch: None,
         },
     )?;
     let model = &loaded.model;

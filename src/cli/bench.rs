@@ -58,6 +58,8 @@ pub struct BenchOptions {
     /// Context depths (`-d`): every test runs once per depth, after that many tokens were
     /// evaluated untimed.
     pub n_depth: Vec<usize>,
+    /// Prompt tokens per forward pass (`-b`, `-ub`; llama-bench's default 512).
+    pub n_ubatch: usize,
     /// Thread counts (`-t`).
     pub n_threads: Vec<usize>,
     /// Timed runs per test, after one warm-up run.
@@ -81,6 +83,7 @@ impl Default for BenchOptions {
             n_gen: vec![128],
             pg: Vec::new(),
             n_depth: vec![0],
+            n_ubatch: crate::engine::PREFILL_CHUNK,
             n_threads: vec![crate::engine::default_threads()],
             repetitions: 5,
             backend: None,
@@ -123,6 +126,8 @@ pub struct BenchResult {
     pub n_gen: usize,
     /// Tokens already in the context when the test starts (`-d`).
     pub n_depth: usize,
+    /// Prompt tokens per forward pass (`-b`, `-ub`).
+    pub n_ubatch: usize,
     /// When the test started, ISO 8601 UTC.
     pub test_time: String,
     /// Mean time of a repetition, in nanoseconds.
@@ -231,6 +236,7 @@ impl BenchResult {
             n_prompt,
             n_gen,
             n_depth: 0,
+            n_ubatch: crate::engine::PREFILL_CHUNK,
             test_time,
             avg_ns: 0,
             stddev_ns: 0,
@@ -407,6 +413,7 @@ pub fn run_bench(
             kv_types: (crate::graph::DType::F16, crate::graph::DType::F16),
             open: Default::default(),
             chat_template: None,
+            n_ubatch: Some(options.n_ubatch),
         };
         let mut loaded = load(path, &load_options)?;
         let n_ctx_train = loaded.session.model().hparams().n_ctx_train;
@@ -429,9 +436,10 @@ pub fn run_bench(
         for (&n_depth, &(n_prompt, n_gen)) in depths.iter().flat_map(|d| tests.iter().map(move |t| (d, t))) {
             let mut result = BenchResult::new(&info, n_threads, n_prompt, n_gen, utc_now());
             result.n_depth = n_depth;
+            result.n_ubatch = options.n_ubatch;
             if info.backends.split(',').any(|b| b == "CPU") {
                 // A prompt is one batch of `n_prompt` tokens; generation one token a step.
-                result.kernels = cpu_kernels(loaded.model.file(), n_prompt.max(1));
+                result.kernels = cpu_kernels(loaded.model.file(), n_prompt.min(options.n_ubatch).max(1));
             }
             let mut samples = Vec::with_capacity(options.repetitions);
             for rep in 0..=options.repetitions {
@@ -625,14 +633,16 @@ fn time_test(
         tokens.extend((tokens.len()..n).map(|_| rng.token(n_vocab)));
         tokens
     };
-    if test.n_depth > 0 {
-        session.eval(&batch(test.n_depth, rng), 1)?;
+    // A prompt is read in passes of `n_ubatch` tokens, as llama.cpp reads it.
+    let n_ubatch = session.n_ubatch();
+    for chunk in batch(test.n_depth, rng).chunks(n_ubatch) {
+        session.eval(chunk, 1)?;
     }
     let prompt = batch(test.n_prompt, rng);
     let mut token = batch(1, rng)[0];
     let start = Instant::now();
-    if !prompt.is_empty() {
-        session.eval(&prompt, 1)?;
+    for chunk in prompt.chunks(n_ubatch) {
+        session.eval(chunk, 1)?;
     }
     for _ in 0..test.n_gen {
         session.eval(&[token], 1)?;

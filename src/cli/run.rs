@@ -69,6 +69,8 @@ pub struct LoadOptions {
     pub open: crate::gguf::OpenOptions,
     /// `--chat-template-file`'s text.
     pub chat_template: Option<String>,
+    /// Prompt tokens per forward pass (`-b`, `-ub`; `None`: the engine's default).
+    pub n_ubatch: Option<usize>,
 }
 
 /// Load the model at `path` and open one session over it.
@@ -84,6 +86,9 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, RunError> {
     )?;
     let mut session = Session::new(&model, options.n_ctx);
     session.set_kv_types(options.kv_types.0, options.kv_types.1)?;
+    if let Some(n) = options.n_ubatch {
+        session.set_n_ubatch(n);
+    }
     Ok(Loaded { model, session })
 }
 

@@ -64,6 +64,8 @@ pub struct GenerationStats {
     pub n_cached: usize,
     /// Wall time of the prefill.
     pub prompt_time: Duration,
+    /// Forward passes the prefill took (the prompt in chunks of the session's `n_ubatch`).
+    pub n_prompt_passes: usize,
     /// Tokens sampled (the last one included, even when it ended the generation).
     pub n_generated: usize,
     /// Wall time of the decode steps and sampling.
@@ -91,8 +93,12 @@ impl GenerationStats {
             0 => String::new(),
             n => format!(" | Context shifts: {n}"),
         };
+        let passes = match self.n_prompt_passes {
+            0 | 1 => String::new(),
+            n => format!(", {n} passes"),
+        };
         format!(
-            "Prefill: {} tokens in {:.2} s ({:.1} tok/s) | Generated: {} tokens in {:.2} s ({:.1} tok/s) | Total: {:.2} s{shifts}",
+            "Prefill: {} tokens in {:.2} s ({:.1} tok/s{passes}) | Generated: {} tokens in {:.2} s ({:.1} tok/s) | Total: {:.2} s{shifts}",
             self.n_prompt,
             self.prompt_time.as_secs_f64(),
             self.prompt_tok_per_s(),
@@ -207,11 +213,12 @@ fn run(
         ..Default::default()
     };
     let start = Instant::now();
-    for chunk in prompt[n_cached..].chunks(PREFILL_CHUNK) {
+    for chunk in prompt[n_cached..].chunks(session.n_ubatch()) {
         if observer.cancelled() {
             return Err(EngineError::Output("cancelled while reading the prompt".into()));
         }
         session.eval(chunk, 1)?;
+        stats.n_prompt_passes += 1;
     }
     stats.prompt_time = start.elapsed();
     let gen_start = Instant::now();

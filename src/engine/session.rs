@@ -68,6 +68,8 @@ pub struct Session {
     /// For each row of the last batch, its row in `logits`, or -1.
     output_rows: Vec<i32>,
     scratch: Scratch,
+    /// Prompt tokens a generation prefills per forward pass (llama.cpp's `n_ubatch`).
+    n_ubatch: usize,
 }
 
 /// Buffers reused by every step, so that a decode step allocates nothing.
@@ -142,6 +144,7 @@ impl Session {
             logits: Vec::new(),
             output_rows: Vec::new(),
             scratch: Scratch::default(),
+            n_ubatch: super::generate::PREFILL_CHUNK,
         })
     }
 
@@ -153,6 +156,18 @@ impl Session {
     /// The context size: KV cells in all.
     pub fn n_ctx(&self) -> usize {
         self.params.cparams.n_ctx
+    }
+
+    /// Prompt tokens a generation prefills per forward pass (llama.cpp's `n_ubatch`; default
+    /// [`PREFILL_CHUNK`](super::PREFILL_CHUNK)). The chunking changes no logit, only the
+    /// passes' size: how much scratch memory a pass takes and how soon a cancellation lands.
+    pub fn n_ubatch(&self) -> usize {
+        self.n_ubatch
+    }
+
+    /// Sets [`Self::n_ubatch`] (at least 1).
+    pub fn set_n_ubatch(&mut self, n_ubatch: usize) {
+        self.n_ubatch = n_ubatch.max(1);
     }
 
     /// Sequences the session can hold.
