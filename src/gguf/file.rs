@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 struct Part {
     path: PathBuf,
-    map: Bytes,
+    bytes: Bytes,
     data_offset: u64,
 }
 
@@ -60,7 +60,8 @@ pub struct GgufFile {
     by_name: HashMap<String, usize>,
 }
 
-fn map_file(path: &Path, options: OpenOptions) -> Result<Bytes> {
+/// The file at `path`, mapped or read into memory, and locked there, as `options` say.
+fn load_file(path: &Path, options: OpenOptions) -> Result<Bytes> {
     let io = |source| GgufError::Io {
         path: path.to_path_buf(),
         source,
@@ -152,12 +153,12 @@ fn describe(kind: std::fs::FileType) -> &'static str {
 }
 
 fn open_part(path: &Path, options: OpenOptions) -> Result<(Part, Header)> {
-    let map = map_file(path, options)?;
-    let header = parse_header(&map).map_err(|e| e.in_file(path))?;
+    let bytes = load_file(path, options)?;
+    let header = parse_header(&bytes).map_err(|e| e.in_file(path))?;
     Ok((
         Part {
             path: path.to_path_buf(),
-            map,
+            bytes,
             data_offset: header.data_offset,
         },
         header,
@@ -187,6 +188,8 @@ impl GgufFile {
         if count <= 1 {
             return Ok(Self::assemble(vec![(part, header)]));
         }
+        // The named part, already open: read (with --no-mmap) and locked once, not twice.
+        let mut named = Some((part, header));
 
         let split_err = |reason: String| GgufError::Split {
             path: path.to_path_buf(),
@@ -209,11 +212,9 @@ impl GgufFile {
         let mut parts = Vec::with_capacity(count as usize);
         for no in 0..count {
             let part_path = PathBuf::from(split_path(prefix, no, count));
-            let (part, mut header) = if part_path == path {
-                // Reopening is cheap (a map), and keeps this loop uniform.
-                open_part(path, options)?
-            } else {
-                open_part(&part_path, options)?
+            let (part, mut header) = match named.take_if(|_| part_path == path) {
+                Some(opened) => opened,
+                None => open_part(&part_path, options)?,
             };
             let got_no = header
                 .metadata
@@ -330,7 +331,7 @@ impl GgufFile {
     pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
         let part = &self.parts[info.part];
         let start = (part.data_offset + info.offset) as usize;
-        &part.map[start..start + info.size as usize]
+        &part.bytes[start..start + info.size as usize]
     }
 
     /// The paths of the files this model was read from (one per part).
@@ -340,6 +341,6 @@ impl GgufFile {
 
     /// Total size of the files on disk.
     pub fn file_size(&self) -> u64 {
-        self.parts.iter().map(|p| p.map.len() as u64).sum()
+        self.parts.iter().map(|p| p.bytes.len() as u64).sum()
     }
 }
