@@ -171,9 +171,9 @@ fn terms_q8_1(data: &[u8], d: &mut [f32], aux: &mut [i32]) {
 #[cfg(target_arch = "x86_64")]
 fn terms_q8_k(data: &[u8], d: &mut [f32], aux: &mut [i32]) {
     each_block::<{ GgmlType::Q8_K.type_size() }, { kernel_k::PAIR_WORDS }>(data, d, aux, |blk, d, aux| {
-        *d = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
-        let bsums: [i16; 16] = std::array::from_fn(|j| i16::from_le_bytes([blk[260 + 2 * j], blk[261 + 2 * j]]));
-        kernel_k::activation_pairs(&bsums, aux);
+        let b: super::q8_k::BlockQ8K = bytemuck::pod_read_unaligned(blk);
+        *d = b.d;
+        kernel_k::activation_pairs(&b.bsums, aux);
     });
 }
 

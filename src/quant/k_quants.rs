@@ -4,6 +4,9 @@
 //! operation: llama-quantize's output depends on every rounding step, so the order of the float
 //! operations here is part of the file format, not an implementation detail.
 
+use super::fp16::f16_to_f32;
+use super::q8_k::BlockQ8K;
+
 /// Values per k-quant super-block (ggml's `QK_K`).
 pub const QK_K: usize = 256;
 
@@ -251,6 +254,39 @@ pub fn mins_dot_k(bsums: &[i16; QK_K / 16], mins: &[u8; 8]) -> i32 {
         .enumerate()
         .map(|(j, &b)| b as i32 * mins[j / 2] as i32)
         .sum()
+}
+
+/// `sumf` after one Q4_K or Q5_K super-block (its `levels`, packed `scales`, `d` and `dmin`)
+/// against the Q8_K block `y`, as both references take it: the exact integers of the scaled
+/// levels ([`scaled_dot_k`]) and of the minimums ([`mins_dot_k`]), then
+/// `sumf += (d * d_y) * sumi` and `sumf -= (dmin * d_y) * summ`, in that order.
+#[inline]
+pub fn add_scale_min_superblock(
+    sumf: f32,
+    levels: &[u8; QK_K],
+    scales: &[u8; 12],
+    d: u16,
+    dmin: u16,
+    y: &BlockQ8K,
+) -> f32 {
+    let (scales, mins) = unpack_scales_mins_k4(scales);
+    let sumi = scaled_dot_k(bytemuck::cast_ref(levels), &y.qs, &scales.map(|s| s as i32));
+    let summ = mins_dot_k(&y.bsums, &mins);
+    let sumf = sumf + (f16_to_f32(d) * y.d) * sumi as f32;
+    sumf - (f16_to_f32(dmin) * y.d) * summ as f32
+}
+
+/// The values of one Q4_K or Q5_K super-block (its `levels`, packed `scales`, `d` and `dmin`):
+/// `d * scale_j * q - dmin * min_j`, as `dequantize_row_q{4,5}_K` computes them.
+pub fn dequantize_scale_min_superblock(levels: &[u8; QK_K], scales: &[u8; 12], d: u16, dmin: u16, out: &mut [f32]) {
+    let (d, min) = (f16_to_f32(d), f16_to_f32(dmin));
+    let (scales, mins) = unpack_scales_mins_k4(scales);
+    for (j, (q, out)) in levels.chunks_exact(32).zip(out.chunks_exact_mut(32)).enumerate() {
+        let (dj, mj) = (d * scales[j] as f32, min * mins[j] as f32);
+        for (o, &q) in out.iter_mut().zip(q) {
+            *o = dj * q as f32 - mj;
+        }
+    }
 }
 
 /// Pack eight 6-bit (scale, min) pairs into the 12-byte layout [`get_scale_min_k4`] reads.

@@ -10,9 +10,8 @@
 //! weight = d * scale_j * q - dmin * min_j
 //! ```
 
-use super::fp16::f16_to_f32;
 use super::k_quants::{
-    get_scale_min_k4, mins_dot_k, quantize_scale_min_superblock, scaled_dot_k, unpack_scales_mins_k4, Qkx2Search, QK_K,
+    add_scale_min_superblock, dequantize_scale_min_superblock, quantize_scale_min_superblock, Qkx2Search, QK_K,
 };
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
@@ -55,18 +54,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4K]) {
 /// `dequantize_row_q4_K`: every super-block of `x` into QK_K f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ4K], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
-        let d = f16_to_f32(xb.d);
-        let min = f16_to_f32(xb.dmin);
-        for (c, (q, out)) in xb.qs.chunks_exact(32).zip(yb.chunks_exact_mut(64)).enumerate() {
-            let (sc1, m1) = get_scale_min_k4(2 * c, &xb.scales);
-            let (sc2, m2) = get_scale_min_k4(2 * c + 1, &xb.scales);
-            let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
-            let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
-            for l in 0..32 {
-                out[l] = d1 * (q[l] & 0x0f) as f32 - m1;
-                out[l + 32] = d2 * (q[l] >> 4) as f32 - m2;
-            }
-        }
+        dequantize_scale_min_superblock(&levels(xb), &xb.scales, xb.d, xb.dmin, yb);
     }
 }
 
@@ -82,19 +70,12 @@ pub fn levels(b: &BlockQ4K) -> [u8; QK_K] {
     out
 }
 
-/// The dot product of Q4_K weights with Q8_K activations: per super-block, the exact integer
-/// `sumi` of the scaled levels ([`scaled_dot_k`]) and that of the minimums ([`mins_dot_k`]),
-/// then `sumf += (d * d_y) * sumi` and `sumf -= (dmin * d_y) * summ`, in that order.
+/// The dot product of Q4_K weights with Q8_K activations: [`add_scale_min_superblock`] over
+/// the super-blocks, in order.
 pub fn vec_dot_ref(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let mut sumf = 0.0f32;
-    for (xb, yb) in x.iter().zip(y) {
-        let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
-        let sumi = scaled_dot_k(bytemuck::cast_ref(&levels(xb)), &yb.qs, &scales.map(|s| s as i32));
-        let summ = mins_dot_k(&yb.bsums, &mins);
-        sumf += (f16_to_f32(xb.d) * yb.d) * sumi as f32;
-        sumf -= (f16_to_f32(xb.dmin) * yb.d) * summ as f32;
-    }
-    sumf
+    x.iter().zip(y).fold(0.0, |sumf, (xb, yb)| {
+        add_scale_min_superblock(sumf, &levels(xb), &xb.scales, xb.d, xb.dmin, yb)
+    })
 }
 
 /// The float fields of the tests' random blocks.

@@ -10,9 +10,8 @@
 //! weight = d * scale_j * q - dmin * min_j
 //! ```
 
-use super::fp16::f16_to_f32;
 use super::k_quants::{
-    get_scale_min_k4, mins_dot_k, quantize_scale_min_superblock, scaled_dot_k, unpack_scales_mins_k4, Qkx2Search, QK_K,
+    add_scale_min_superblock, dequantize_scale_min_superblock, quantize_scale_min_superblock, Qkx2Search, QK_K,
 };
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
@@ -71,23 +70,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5K]) {
 /// `dequantize_row_q5_K`: every super-block of `x` into QK_K f32 values of `y`.
 pub fn dequantize_row(x: &[BlockQ5K], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
-        let d = f16_to_f32(xb.d);
-        let min = f16_to_f32(xb.dmin);
-        let (mut u1, mut u2) = (1u8, 2u8);
-        for (c, (ql, out)) in xb.qs.chunks_exact(32).zip(yb.chunks_exact_mut(64)).enumerate() {
-            let (sc1, m1) = get_scale_min_k4(2 * c, &xb.scales);
-            let (sc2, m2) = get_scale_min_k4(2 * c + 1, &xb.scales);
-            let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
-            let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
-            for l in 0..32 {
-                let h1 = if xb.qh[l] & u1 != 0 { 16 } else { 0 };
-                let h2 = if xb.qh[l] & u2 != 0 { 16 } else { 0 };
-                out[l] = d1 * ((ql[l] & 0x0f) + h1) as f32 - m1;
-                out[l + 32] = d2 * ((ql[l] >> 4) + h2) as f32 - m2;
-            }
-            u1 <<= 2;
-            u2 <<= 2;
-        }
+        dequantize_scale_min_superblock(&levels(xb), &xb.scales, xb.d, xb.dmin, yb);
     }
 }
 
@@ -106,15 +89,9 @@ pub fn levels(b: &BlockQ5K) -> [u8; QK_K] {
 
 /// The dot product of Q5_K weights with Q8_K activations: as Q4_K's, on five-bit levels.
 pub fn vec_dot_ref(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
-    let mut sumf = 0.0f32;
-    for (xb, yb) in x.iter().zip(y) {
-        let (scales, mins) = unpack_scales_mins_k4(&xb.scales);
-        let sumi = scaled_dot_k(bytemuck::cast_ref(&levels(xb)), &yb.qs, &scales.map(|s| s as i32));
-        let summ = mins_dot_k(&yb.bsums, &mins);
-        sumf += (f16_to_f32(xb.d) * yb.d) * sumi as f32;
-        sumf -= (f16_to_f32(xb.dmin) * yb.d) * summ as f32;
-    }
-    sumf
+    x.iter().zip(y).fold(0.0, |sumf, (xb, yb)| {
+        add_scale_min_superblock(sumf, &levels(xb), &xb.scales, xb.d, xb.dmin, yb)
+    })
 }
 
 /// The float fields of the tests' random blocks.

@@ -89,25 +89,14 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ6K]) {
     }
 }
 
-/// `dequantize_row_q6_K`: every super-block of `x` into QK_K f32 values of `y`.
+/// `dequantize_row_q6_K`: every super-block of `x` into QK_K f32 values of `y`:
+/// `d * scale * (q - 32)`, the scale of each 16 values.
 pub fn dequantize_row(x: &[BlockQ6K], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
         let d = f16_to_f32(xb.d);
-        for h in 0..QK_K / 128 {
-            let ql = &xb.ql[64 * h..];
-            let qh = &xb.qh[32 * h..];
-            let sc = &xb.scales[8 * h..];
-            let out = &mut yb[128 * h..128 * h + 128];
-            for l in 0..32 {
-                let is = l / 16;
-                let q1 = ((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) as i8 - 32;
-                let q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
-                out[l] = d * sc[is] as f32 * q1 as f32;
-                out[l + 32] = d * sc[is + 2] as f32 * q2 as f32;
-                out[l + 64] = d * sc[is + 4] as f32 * q3 as f32;
-                out[l + 96] = d * sc[is + 6] as f32 * q4 as f32;
+        for ((q, out), &sc) in levels(xb).chunks_exact(16).zip(yb.chunks_exact_mut(16)).zip(&xb.scales) {
+            for (o, &q) in out.iter_mut().zip(q) {
+                *o = d * sc as f32 * (q as i8 - 32) as f32;
             }
         }
     }

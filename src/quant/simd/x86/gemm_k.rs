@@ -20,6 +20,7 @@ use crate::quant::k_quants::unpack_scales_mins_k4;
 use crate::quant::q4_k::{self, BlockQ4K};
 use crate::quant::q5_k::{self, BlockQ5K};
 use crate::quant::q6_k::{self, BlockQ6K};
+use crate::quant::q8_k::BlockQ8K;
 
 use super::gemm::PANEL;
 
@@ -41,11 +42,11 @@ pub(crate) const TERM_WORDS: usize = 8;
 /// where `b[j]` is the sum of the 32 activations of sub-block `j`.
 pub(crate) const PAIR_WORDS: usize = 4;
 
-/// Bytes of a Q8_K block: `d` (f32), 256 values, 16 group sums.
-const Q8_K_BYTES: usize = 292;
-/// Where a Q8_K block's values and group sums start.
-const Q8_K_QS: usize = 4;
-const Q8_K_BSUMS: usize = 260;
+/// Bytes of a Q8_K block, and where its values and its group sums start (the kernel reads
+/// them in place, from the activation rows' bytes).
+const Q8_K_BYTES: usize = std::mem::size_of::<BlockQ8K>();
+const Q8_K_QS: usize = std::mem::offset_of!(BlockQ8K, qs);
+const Q8_K_BSUMS: usize = std::mem::offset_of!(BlockQ8K, bsums);
 
 /// Sub-blocks per super-block of `KIND`.
 const fn subs(kind: u8) -> usize {
@@ -128,9 +129,9 @@ pub(crate) fn unpack_panel_k<const KIND: u8>(
     dmx: &mut [f32],
 ) {
     let bsize = match KIND {
-        Q4_K => 144,
-        Q5_K => 176,
-        _ => 210,
+        Q4_K => std::mem::size_of::<BlockQ4K>(),
+        Q5_K => std::mem::size_of::<BlockQ5K>(),
+        _ => std::mem::size_of::<BlockQ6K>(),
     };
     let n_subs = subs(KIND);
     for r in 0..PANEL {
