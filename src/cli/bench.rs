@@ -488,46 +488,38 @@ pub fn run_bench(
 /// The CPU kernels that multiply the weight matrices of `file` by `n_tokens` activation rows,
 /// grouped by kernel: `avx512-vnni gemm (Q5_0, Q8_0), avx512-vnni dot (F16)`.
 pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
-    let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
-    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
-    let matrices = file
-        .tensors()
-        .iter()
-        .filter(|t| t.shape.len() == 2 && (tied || t.name != "token_embd.weight"));
-    for t in matrices {
-        let how = if crate::quant::gemm::kernel_for(t.ggml_type, n_tokens).is_some() {
-            "gemm"
+    let (mut gemm, mut dot) = (Vec::new(), Vec::new());
+    for t in tensors_read_per_token(file).filter(|t| t.shape.len() == 2) {
+        let types = if crate::quant::gemm::kernel_for(t.ggml_type, n_tokens).is_some() {
+            &mut gemm
         } else {
-            "dot"
-        };
-        let types = match groups.iter_mut().find(|(h, _)| *h == how) {
-            Some((_, types)) => types,
-            None => {
-                groups.push((how, Vec::new()));
-                &mut groups.last_mut().expect("just pushed").1
-            }
+            &mut dot
         };
         if !types.contains(&t.ggml_type.name()) {
             types.push(t.ggml_type.name());
         }
     }
     let simd = crate::quant::simd::simd_level();
-    let groups: Vec<String> = groups
+    let groups: Vec<String> = [("gemm", gemm), ("dot", dot)]
         .iter()
+        .filter(|(_, types)| !types.is_empty())
         .map(|(how, types)| format!("{simd} {how} ({})", types.join(", ")))
         .collect();
     groups.join(", ")
 }
 
-/// Bytes of weights one generated token reads: every tensor but the token embedding table, of
-/// which it reads one row (unless the table is also the output projection).
-pub fn weight_bytes_per_token(file: &GgufFile) -> u64 {
+/// Every tensor a generated token reads whole: all but the token embedding table, of which it
+/// reads one row (unless the table is also the output projection).
+fn tensors_read_per_token(file: &GgufFile) -> impl Iterator<Item = &crate::gguf::TensorInfo> {
     let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
     file.tensors()
         .iter()
-        .filter(|t| tied || t.name != "token_embd.weight")
-        .map(|t| t.size)
-        .sum()
+        .filter(move |t| tied || t.name != "token_embd.weight")
+}
+
+/// Bytes of weights one generated token reads ([`tensors_read_per_token`]).
+pub fn weight_bytes_per_token(file: &GgufFile) -> u64 {
+    tensors_read_per_token(file).map(|t| t.size).sum()
 }
 
 /// The memory read bandwidth with `n_threads` threads, in GB/s: the best of three passes summing

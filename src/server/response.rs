@@ -424,17 +424,15 @@ impl Streamer {
                 }
                 self.usage.add(index, self.reply.n, n_prompt, n_cached, n_generated);
                 let lps = self.pending_logprobs(index, 0);
-                let native = self.reply.endpoint == Endpoint::Native;
                 let choice = self.choice(index);
                 choice.reason = Some(reason);
                 (choice.n_prompt, choice.n_cached, choice.n_generated) = (n_prompt, n_cached, n_generated);
-                if native {
-                    let choice = &self.choices[&index];
-                    out.push_str(&frame(&self.reply.native(choice, "")));
+                let n_calls = choice.n_calls;
+                if self.reply.endpoint == Endpoint::Native {
+                    out.push_str(&frame(&self.reply.native(&self.choices[&index], "")));
                     return out;
                 }
-                let choice = self.choice(index);
-                let finish = finish_reason(Some(reason), choice.n_calls > 0);
+                let finish = finish_reason(Some(reason), n_calls > 0);
                 let delta = if self.reply.endpoint == Endpoint::Chat {
                     json!({})
                 } else {

@@ -262,7 +262,6 @@ impl<'s> Engine<'s> {
                         )
                     })
                     .expect("a slot is idle");
-                self.metrics().slots_busy.fetch_add(1, Ordering::Relaxed);
                 let (job, next_run) = (Arc::new(job), Arc::new(AtomicUsize::new(1)));
                 self.begin(id, Arc::clone(&job), Arc::clone(&next_run), 0, None);
                 self.fan_out(id, &job, &next_run);
@@ -289,7 +288,6 @@ impl<'s> Engine<'s> {
                 return;
             }
             next_run.store(run + 1, Ordering::Relaxed);
-            self.metrics().slots_busy.fetch_add(1, Ordering::Relaxed);
             self.begin(id, Arc::clone(job), Arc::clone(next_run), run, Some(leader));
         }
     }
@@ -352,19 +350,21 @@ impl<'s> Engine<'s> {
     fn release(&mut self, id: usize, job: Arc<Job>) {
         self.slots[id] = None;
         self.set_processing(id, false);
-        self.metrics().slots_busy.fetch_sub(1, Ordering::Relaxed);
         drop(job);
     }
 
-    /// Marks slot `id` as generating or idle for `/slots`.
+    /// Marks slot `id` as generating or idle: its flag for `/slots`, and the busy count
+    /// (`/health`, `/metrics`) when the flag changes.
     fn set_processing(&self, id: usize, on: bool) {
-        let mut state = self
-            .metrics()
-            .slot_processing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(s) = state.get_mut(id) {
+        let metrics = self.metrics();
+        let mut state = metrics.slot_processing.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = state.get_mut(id).filter(|s| **s != on) {
             *s = on;
+            if on {
+                metrics.slots_busy.fetch_add(1, Ordering::Relaxed);
+            } else {
+                metrics.slots_busy.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
