@@ -257,6 +257,24 @@ fn minfer_raw(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_minfer")).args(args).output().unwrap()
 }
 
+/// `minfer` with `base` then `extra`, which must succeed.
+fn minfer_ok(base: &[&str], extra: &[&str]) -> Output {
+    let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+    let out = minfer_raw(&args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    out
+}
+
+/// `minfer` with `args` fails, saying `says` on stderr.
+fn assert_refused(args: &[&str], says: &str) {
+    let out = minfer_raw(args);
+    assert!(
+        !out.status.success() && stderr(&out).contains(says),
+        "{args:?}: {}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn llama_cpp_style_command_lines_give_what_the_positional_ones_give() {
     let model = common::tiny_model("qwen2", "Q8_0");
@@ -344,16 +362,12 @@ fn llama_cpp_style_command_lines_give_what_the_positional_ones_give() {
 fn flash_attention_and_gpu_layer_flags_are_honoured_where_they_can_be_and_refused_by_name() {
     let model = common::tiny_model("qwen2", "Q8_0");
     let m = model.to_str().unwrap();
-    let reference = minfer_raw(&["-m", m, "-p", "Hello", "-n", "4", "--greedy"]);
-    assert!(reference.status.success(), "{}", stderr(&reference));
+    let base = ["-m", m, "-p", "Hello", "-n", "4", "--greedy"];
+    let reference = minfer_ok(&base, &[]);
     // The attention is always the fused kernel and everything runs on the CPU: these ask for
     // exactly that.
     for extra in [["-fa", "on"], ["-fa", "1"], ["-ngl", "0"]] {
-        let mut args = vec!["-m", m, "-p", "Hello", "-n", "4", "--greedy"];
-        args.extend(extra);
-        let out = minfer_raw(&args);
-        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
-        assert_eq!(out.stdout, reference.stdout, "{extra:?}");
+        assert_eq!(minfer_ok(&base, &extra).stdout, reference.stdout, "{extra:?}");
     }
     for (args, says) in [
         (vec!["-m", m, "-p", "Hello", "-fa", "off"], "-fa off cannot be honoured"),
@@ -364,12 +378,7 @@ fn flash_attention_and_gpu_layer_flags_are_honoured_where_they_can_be_and_refuse
         (vec!["bench", "-m", m, "-ngl", "99"], "-ngl 99 asks for GPU layers"),
         (vec!["serve", m, "-fa", "0"], "-fa 0 cannot be honoured"),
     ] {
-        let out = minfer_raw(&args);
-        assert!(
-            !out.status.success() && stderr(&out).contains(says),
-            "{args:?}: {}",
-            stderr(&out)
-        );
+        assert_refused(&args, says);
     }
 }
 
@@ -378,13 +387,7 @@ fn llama_cpp_output_model_file_and_template_flags_are_honoured_or_refused_by_nam
     let model = common::tiny_model("qwen2", "Q8_0");
     let m = model.to_str().unwrap();
     let base = ["-m", m, "-p", "Hello", "-n", "6", "--greedy"];
-    let run = |extra: &[&str]| {
-        let mut args = base.to_vec();
-        args.extend(extra);
-        let out = minfer_raw(&args);
-        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
-        out
-    };
+    let run = |extra: &[&str]| minfer_ok(&base, extra);
     let reference = run(&[]);
     // Reading the file instead of mapping it, and llama.cpp's --jinja, change nothing.
     assert_eq!(run(&["--no-mmap"]).stdout, reference.stdout);
@@ -434,12 +437,10 @@ fn llama_cpp_output_model_file_and_template_flags_are_honoured_or_refused_by_nam
     assert_eq!(again.stdout, sampled.stdout);
     // Structured output is not there yet: refused by name, before the model is read.
     for flag in ["-j", "--json-schema", "--grammar", "--grammar-file"] {
-        let out = minfer_raw(&["-m", m, "-p", "Hello", flag, "x"]);
         let name = if flag == "-j" { "--json-schema" } else { flag };
-        assert!(
-            !out.status.success() && stderr(&out).contains(&format!("{name} cannot be honoured yet")),
-            "{flag}: {}",
-            stderr(&out)
+        assert_refused(
+            &["-m", m, "-p", "Hello", flag, "x"],
+            &format!("{name} cannot be honoured yet"),
         );
     }
 }
@@ -449,13 +450,7 @@ fn batch_and_ubatch_sizes_set_the_prefill_passes_and_change_no_token() {
     let model = common::tiny_model("qwen2", "Q8_0");
     let m = model.to_str().unwrap();
     let prompt = "Hello there, how are you doing on this fine day?";
-    let run = |extra: &[&str]| {
-        let mut args = vec!["-m", m, "-p", prompt, "-n", "6", "--greedy"];
-        args.extend(extra);
-        let out = minfer_raw(&args);
-        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
-        out
-    };
+    let run = |extra: &[&str]| minfer_ok(&["-m", m, "-p", prompt, "-n", "6", "--greedy"], extra);
     let whole = run(&[]);
     let n_prompt: usize = stderr(&whole)
         .split("Prefill: ")
