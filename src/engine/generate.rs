@@ -149,8 +149,9 @@ pub trait GenerationObserver {
     }
 }
 
-/// Prompt tokens prefilled per forward pass (llama.cpp's default `n_ubatch`): a long prompt is
-/// read in chunks, so a cancellation takes effect within one chunk. Each row is computed
+/// Prompt tokens prefilled per forward pass unless the session says otherwise
+/// ([`Session::set_n_ubatch`](super::Session::set_n_ubatch); llama.cpp's default `n_ubatch`): a
+/// long prompt is read in chunks, so a cancellation takes effect within one chunk. Each row is computed
 /// independently of the others in its batch, so the chunking changes no logit.
 pub const PREFILL_CHUNK: usize = 512;
 
