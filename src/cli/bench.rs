@@ -517,7 +517,7 @@ fn tensors_read_per_token(file: &GgufFile) -> impl Iterator<Item = &crate::gguf:
         .filter(move |t| tied || t.name != "token_embd.weight")
 }
 
-/// Bytes of weights one generated token reads ([`tensors_read_per_token`]).
+/// Bytes of weights one generated token reads: every tensor but an untied embedding table.
 pub fn weight_bytes_per_token(file: &GgufFile) -> u64 {
     tensors_read_per_token(file).map(|t| t.size).sum()
 }

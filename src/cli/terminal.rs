@@ -65,7 +65,7 @@ extern "C" fn on_sigint(_: libc::c_int) {
     }
 }
 
-/// Route SIGINT to [`on_sigint`]. (At a line editor's prompt the terminal is in raw mode and
+/// Route SIGINT to `on_sigint`. (At a line editor's prompt the terminal is in raw mode and
 /// Ctrl-C arrives as a key instead, which the editor reports as [`Input::Interrupted`].)
 pub fn install_ctrl_c() -> std::io::Result<()> {
     // SAFETY: a plain handler that only touches atomics or calls _exit.
