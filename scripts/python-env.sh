@@ -17,7 +17,8 @@ stamp="${venv}/.minfer-requirements"
 # the server tests (tests/server.rs) drive `minfer serve` with the official openai client.
 requirements="gguf==0.19.0
 numpy==2.4.6
-openai==3.57.0"
+openai==3.57.0
+jsonschema==4.26.0"
 
 base_python="${PYTHON:-}"
 if [[ -z "${base_python}" ]]; then

@@ -34,6 +34,7 @@ pub mod backends;
 pub mod cli;
 pub mod engine;
 pub mod gguf;
+pub mod grammar;
 pub mod graph;
 pub mod models;
 pub mod quant;

@@ -86,13 +86,20 @@ struct RunArgs {
     /// Print nothing on standard error but errors: no timing line, no drawn seed.
     #[arg(long)]
     log_disable: bool,
-    /// Constrain the output to a JSON schema (llama.cpp's -j): not available yet, refused.
+    /// Constrain the output to a JSON schema (llama.cpp's -j), given inline: only text that
+    /// validates can be generated.
     #[arg(short = 'j', long = "json-schema", value_name = "SCHEMA")]
     json_schema: Option<String>,
-    /// Constrain the output to a GBNF grammar: not available yet, refused.
+    /// Constrain the output to the JSON schema in FILE (llama.cpp's -jf).
+    #[arg(long = "json-schema-file", visible_alias = "jf", value_name = "FILE")]
+    json_schema_file: Option<PathBuf>,
+    /// Constrain the output to one JSON object (OpenAI's json_object mode).
+    #[arg(long)]
+    json: bool,
+    /// Constrain the output to a GBNF grammar (llama.cpp's format), given inline.
     #[arg(long, value_name = "GRAMMAR")]
     grammar: Option<String>,
-    /// Constrain the output to the GBNF grammar in FILE: not available yet, refused.
+    /// Constrain the output to the GBNF grammar in FILE.
     #[arg(long, value_name = "FILE")]
     grammar_file: Option<PathBuf>,
     #[command(flatten)]
@@ -608,6 +615,54 @@ fn read_text_arg(file: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
 }
 
+/// The grammar the flags ask for, with the flag that gave it; at most one may be given. A
+/// schema that is not JSON, or a GBNF text that does not parse, is an error naming the flag and
+/// the line and column.
+fn grammar_spec(args: &RunArgs) -> anyhow::Result<Option<(String, minfer::grammar::GrammarSpec)>> {
+    use minfer::grammar::GrammarSpec;
+    let text = |file: &Path| -> anyhow::Result<String> {
+        String::from_utf8(read_text_arg(file)?).with_context(|| format!("{} is not UTF-8", file.display()))
+    };
+    let schema = |flag: &str, text: &str| -> anyhow::Result<GrammarSpec> {
+        let value: serde_json::Value = serde_json::from_str(text).with_context(|| format!("{flag} is not JSON"))?;
+        anyhow::ensure!(
+            value.is_object() || value.is_boolean(),
+            "{flag} must be a JSON Schema: an object (or true/false), not {value}"
+        );
+        Ok(GrammarSpec::JsonSchema(value))
+    };
+    let gbnf = |flag: &str, text: String| -> anyhow::Result<GrammarSpec> {
+        // Parsed now, for the error to come before the model loads; compiled after.
+        minfer::grammar::gbnf::to_lark(&text).with_context(|| format!("{flag} does not parse"))?;
+        Ok(GrammarSpec::Gbnf(text))
+    };
+    let mut given = Vec::new();
+    if let Some(s) = &args.json_schema {
+        given.push(("--json-schema".to_string(), schema("--json-schema", s)?));
+    }
+    if let Some(f) = &args.json_schema_file {
+        let flag = format!("--json-schema-file {}", f.display());
+        given.push((flag.clone(), schema(&flag, &text(f)?)?));
+    }
+    if args.json {
+        given.push(("--json".to_string(), GrammarSpec::JsonObject));
+    }
+    if let Some(g) = &args.grammar {
+        given.push(("--grammar".to_string(), gbnf("--grammar", g.clone())?));
+    }
+    if let Some(f) = &args.grammar_file {
+        let flag = format!("--grammar-file {}", f.display());
+        given.push((flag.clone(), gbnf(&flag, text(f)?)?));
+    }
+    anyhow::ensure!(
+        given.len() <= 1,
+        "{} and {} both constrain the output: give one",
+        given.first().map_or("", |g| g.0.as_str()),
+        given.get(1).map_or("", |g| g.0.as_str())
+    );
+    Ok(given.pop())
+}
+
 fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     use minfer::cli::run;
     // llama.cpp's `-m MODEL`: a positional argument is then the prompt.
@@ -643,19 +698,19 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         .model
         .clone()
         .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
-    // Bad flags are refused before the model is read.
-    for (flag, given) in [
-        ("--json-schema", args.json_schema.is_some()),
-        ("--grammar", args.grammar.is_some()),
-        ("--grammar-file", args.grammar_file.is_some()),
-    ] {
-        anyhow::ensure!(
-            !given,
-            "{flag} cannot be honoured yet: grammar- and schema-constrained sampling is not implemented"
-        );
-    }
+    // Bad flags, and grammars that do not parse, are refused before the model is read.
+    let grammar_spec = grammar_spec(&args)?;
     let sampling = args.sampling.params()?;
     let mut loaded = run::load(&model, &args.load.options()?)?;
+    let grammar = match &grammar_spec {
+        Some((flag, spec)) => Some(
+            loaded
+                .model
+                .compile_grammar(spec)
+                .with_context(|| format!("{flag} cannot be used"))?,
+        ),
+        None => None,
+    };
     if args.dump_graph.is_some() || args.dump_graph_json.is_some() {
         let tokens = run::prompt_tokens(&loaded, args.prompt.as_deref().unwrap_or("Hello"), args.no_template)?;
         let arch = loaded.session.model().arch();
@@ -678,7 +733,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     let no_prompt_on_a_terminal =
         args.prompt.is_none() && !args.no_template && std::io::IsTerminal::is_terminal(&std::io::stdin());
     if args.cnv || no_prompt_on_a_terminal {
-        return run_conversation(args, sampling, loaded);
+        return run_conversation(args, sampling, grammar, loaded);
     }
     let prompt = match args.prompt {
         Some(p) => p,
@@ -699,6 +754,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         stop: args.stop,
         ignore_eos: args.ignore_eos,
         sampling,
+        grammar,
         special: false,
         // -n -2 (llama.cpp's): until the context is full, so never shifted.
         context_shift: (!args.no_context_shift && args.n_predict != -2).then_some(n_keep),
@@ -783,6 +839,7 @@ impl<W: Write> Write for Colored<W> {
 fn run_conversation(
     args: RunArgs,
     sampling: minfer::sampling::SamplingParams,
+    grammar: Option<minfer::grammar::Grammar>,
     mut loaded: minfer::cli::run::Loaded,
 ) -> anyhow::Result<()> {
     use minfer::cli::conversation::{run_conversation, ConversationOptions, LineSource};
@@ -807,6 +864,7 @@ fn run_conversation(
             stop: args.stop,
             ignore_eos: args.ignore_eos,
             sampling,
+            grammar,
             special: false,
             context_shift: None,
         },

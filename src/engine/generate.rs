@@ -4,6 +4,7 @@
 //! this loop only drives a session with them.
 
 use super::{EngineError, Sequence, Session};
+use crate::grammar::Grammar;
 use crate::sampling::SamplingParams;
 use crate::tokenizer::Tokenizer;
 use std::time::{Duration, Instant};
@@ -19,6 +20,9 @@ pub struct GenerateOptions {
     pub ignore_eos: bool,
     /// How each next token is chosen (penalties, top-k, top-p, temperature, seed).
     pub sampling: SamplingParams,
+    /// A grammar the output must follow (GBNF, a JSON schema, ...); only the tokens it allows
+    /// are sampled, and the generation ends where it is complete.
+    pub grammar: Option<Grammar>,
     /// Render control tokens as text in the output.
     pub special: bool,
     /// When the context fills: `Some(n_keep)` shifts it (llama.cpp's context shift: keep the
@@ -34,6 +38,7 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             ignore_eos: false,
             sampling: SamplingParams::default(),
+            grammar: None,
             special: false,
             context_shift: None,
         }
@@ -218,7 +223,7 @@ fn run(
         if observer.cancelled() {
             return Err(EngineError::Output("cancelled while reading the prompt".into()));
         }
-        session.eval(chunk, 1)?;
+        eval_preparing(session, &mut sequence, chunk)?;
         stats.n_prompt_passes += 1;
     }
     stats.prompt_time = start.elapsed();
@@ -260,10 +265,28 @@ fn run(
                 }
                 break;
             }
-            session.eval(&[token], 1)?;
+            eval_preparing(session, &mut sequence, &[token])?;
         }
     }
     stats.n_generated = sequence.generated().len();
     stats.gen_time = gen_start.elapsed();
     Ok(sequence.into_result(stats))
+}
+
+/// Evaluates `tokens` and, for a constrained generation, computes the grammar's next mask on a
+/// second thread meanwhile, so that the mask costs the step little more than its thread's
+/// share of the cores.
+pub fn eval_preparing(session: &mut Session, sequence: &mut Sequence, tokens: &[u32]) -> Result<(), EngineError> {
+    if !sequence.is_constrained() {
+        session.eval(tokens, 1)?;
+        return Ok(());
+    }
+    std::thread::scope(|scope| {
+        let mask = scope.spawn(|| sequence.prepare());
+        let evaluated = session.eval(tokens, 1).map(|_| ());
+        let prepared = mask
+            .join()
+            .unwrap_or_else(|_| Err(crate::grammar::GrammarError::Step("the mask computation panicked".into()).into()));
+        evaluated.and(prepared)
+    })
 }

@@ -162,6 +162,9 @@ pub enum EngineError {
     /// The sampler refused its parameters or a logits row.
     #[error(transparent)]
     Sampling(#[from] crate::sampling::SamplingError),
+    /// The grammar could not be compiled or followed.
+    #[error(transparent)]
+    Grammar(#[from] crate::grammar::GrammarError),
     /// The caller's output callback or observer asked to stop, with its reason.
     #[error("output callback failed: {0}")]
     Output(String),

@@ -8,13 +8,14 @@
 
 use crate::backends::BackendSet;
 use crate::gguf::{GgufError, GgufFile};
+use crate::grammar::{Grammar, GrammarError, GrammarSpec, GrammarVocabulary};
 use crate::graph::registry::{fence_from, RegistryError};
 use crate::graph::{BackendError, CParams, GraphParams};
 use crate::models::{load_model, GgufWeights, HParams, ModelDef, ModelError};
 use crate::template::{ChatTemplate, Rendered, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Why a model could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +87,8 @@ pub struct Model {
     tokenizer: Arc<Tokenizer>,
     template: ChatTemplate,
     backends: BackendSet,
+    /// Made on the first constrained generation: most runs never need it.
+    grammar_vocabulary: OnceLock<Result<Arc<GrammarVocabulary>, GrammarError>>,
 }
 
 impl Model {
@@ -129,6 +132,7 @@ impl Model {
             tokenizer,
             template,
             backends,
+            grammar_vocabulary: OnceLock::new(),
         })
     }
 
@@ -161,6 +165,19 @@ impl Model {
     /// response, say).
     pub fn shared_tokenizer(&self) -> Arc<Tokenizer> {
         Arc::clone(&self.tokenizer)
+    }
+
+    /// The vocabulary prepared for grammars and JSON schemas, made once (on first use) and
+    /// shared by every generation.
+    pub fn grammar_vocabulary(&self) -> Result<Arc<GrammarVocabulary>, GrammarError> {
+        self.grammar_vocabulary
+            .get_or_init(|| GrammarVocabulary::new(&self.tokenizer, self.hparams().n_vocab).map(Arc::new))
+            .clone()
+    }
+
+    /// Compiles `spec` against this model's vocabulary.
+    pub fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {
+        self.grammar_vocabulary()?.compile(spec)
     }
 
     /// The model's own chat template (ChatML for a file that has none).

@@ -8,6 +8,7 @@
 use super::generate::{GenerateOptions, GenerationResult, GenerationStats, StopReason};
 use super::stop::StopMatcher;
 use super::EngineError;
+use crate::grammar::{allowed, Constraint};
 use crate::sampling::Sampler;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::ops::Range;
@@ -51,6 +52,9 @@ pub struct Sequence<'t> {
     history: Vec<u32>,
     n_prompt: usize,
     sampler: Sampler,
+    /// The grammar the output must follow, if any, and the masked copy of a logits row.
+    constraint: Option<Constraint>,
+    masked: Vec<f32>,
     stops: StopMatcher,
     decoder: StreamDecoder<'t>,
     max_tokens: usize,
@@ -67,6 +71,8 @@ impl<'t> Sequence<'t> {
             history: prompt.to_vec(),
             n_prompt: prompt.len(),
             sampler: Sampler::new(options.sampling)?,
+            constraint: options.grammar.as_ref().map(|g| g.start()),
+            masked: Vec::new(),
             stops: StopMatcher::new(&options.stop),
             decoder: tokenizer.stream_decoder(options.special),
             max_tokens: options.max_tokens,
@@ -81,18 +87,56 @@ impl<'t> Sequence<'t> {
     }
 
     /// The next token from one row of logits (the model's output after the last accepted
-    /// token, or after the prompt), under the penalties of the history.
+    /// token, or after the prompt), under the penalties of the history and, with a grammar,
+    /// among the tokens it allows: the others are -inf before any sampler sees the row, so
+    /// top-k, top-p and the rest choose among valid continuations only.
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32, EngineError> {
-        Ok(self.sampler.sample(logits, &self.history)?)
+        let Some(constraint) = &mut self.constraint else {
+            return Ok(self.sampler.sample(logits, &self.history)?);
+        };
+        let mask = constraint.mask()?;
+        self.masked.clear();
+        self.masked.extend(logits.iter().enumerate().map(|(id, &logit)| {
+            if allowed(mask, id as u32) {
+                logit
+            } else {
+                f32::NEG_INFINITY
+            }
+        }));
+        Ok(self.sampler.sample(&self.masked, &self.history)?)
+    }
+
+    /// Computes what the grammar allows next, if there is one, so that the next
+    /// [`Sequence::sample`] does not wait for it: call it while the forward pass runs.
+    pub fn prepare(&mut self) -> Result<(), EngineError> {
+        match &mut self.constraint {
+            Some(constraint) => Ok(constraint.prepare()?),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a grammar constrains this generation.
+    pub fn is_constrained(&self) -> bool {
+        self.constraint.is_some()
     }
 
     /// Take `token` as the next one of the generation (sampled here, or proposed elsewhere and
     /// verified): its text is decoded and checked against the stop strings, and the generation
     /// ends at an end-of-generation token, a stop string or the token limit.
+    ///
+    /// With a grammar, the token advances it; a token the grammar refuses (one proposed
+    /// elsewhere) leaves it broken, and the next [`Sequence::sample`] says so. An
+    /// end-of-generation token ends a constrained generation even with `ignore_eos`: the
+    /// grammar allows one only where its text is complete.
     pub fn accept(&mut self, token: u32) -> Step {
         self.history.push(token);
         let n_generated = self.history.len() - self.n_prompt;
-        if self.tokenizer.is_eog(token) && !self.ignore_eos {
+        let mut grammar_done = false;
+        if let Some(constraint) = &mut self.constraint {
+            // A refusal is kept by the constraint and reported by the next `sample`.
+            grammar_done = constraint.accept(token).is_ok() && self.tokenizer.is_eog(token);
+        }
+        if self.tokenizer.is_eog(token) && (!self.ignore_eos || grammar_done) {
             return self.finish(token, None, StopReason::EndOfGeneration);
         }
         let (text, stopped) = self.stops.push(&self.decoder.push(token));

@@ -734,6 +734,7 @@ async fn start(
             stop: common.stop,
             ignore_eos: common.ignore_eos,
             sampling: common.sampling,
+            grammar: None,
             special: false,
             context_shift: None,
         },
