@@ -136,6 +136,8 @@ impl GrammarVocabulary {
         let env: llguidance::toktrie::TokEnv = Arc::new(ApproximateTokEnv::new(trie));
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| GrammarError::Vocabulary(e.to_string()))?;
         factory.quiet();
+        // An error names the fault, not the parser's whole state and grammar.
+        factory.limits_mut().verbose_errors = false;
         Ok(GrammarVocabulary { factory, eog, n_vocab })
     }
 
@@ -152,7 +154,7 @@ impl GrammarVocabulary {
         };
         let parser = self.factory.create_parser(top).map_err(|e| GrammarError::Compile {
             kind: spec.kind(),
-            reason: first_line(&e.to_string()),
+            reason: one_line(&e.to_string()),
         })?;
         Ok(Grammar {
             parser,
@@ -169,7 +171,7 @@ impl GrammarVocabulary {
 /// JSON's layout as the models write it (`{"a": 1, "b": [2, 3]}`), one space after each
 /// separator and no other whitespace, unless the schema sets llguidance's own `x-guidance`
 /// options. Free whitespace would let a sampled model indent without end.
-fn with_layout(schema: &serde_json::Value) -> serde_json::Value {
+pub fn with_layout(schema: &serde_json::Value) -> serde_json::Value {
     let mut schema = schema.clone();
     if let Some(object) = schema.as_object_mut() {
         object.entry("x-guidance").or_insert_with(
@@ -179,10 +181,10 @@ fn with_layout(schema: &serde_json::Value) -> serde_json::Value {
     schema
 }
 
-/// llguidance's errors may carry the whole grammar after the first line; the reason is there.
-fn first_line(message: &str) -> String {
-    let line = message.lines().next().unwrap_or(message).trim();
-    let mut line = line.to_string();
+/// llguidance's message on one line (a regex error points at the pattern over three), bounded
+/// so that a hostile grammar cannot make a huge error.
+fn one_line(message: &str) -> String {
+    let mut line = message.split_whitespace().collect::<Vec<_>>().join(" ");
     if line.len() > 500 {
         let mut end = 500;
         while !line.is_char_boundary(end) {
@@ -245,7 +247,7 @@ impl Constraint {
         let vob = self
             .matcher
             .compute_mask_or_eos()
-            .map_err(|e| GrammarError::Step(first_line(&e.to_string())))?;
+            .map_err(|e| GrammarError::Step(one_line(&e.to_string())))?;
         let words = self.vocabulary.n_vocab.div_ceil(32);
         self.mask.clear();
         self.mask
@@ -289,7 +291,7 @@ impl Constraint {
         let result = self
             .matcher
             .consume_token(token)
-            .map_err(|e| GrammarError::Step(first_line(&e.to_string())));
+            .map_err(|e| GrammarError::Step(one_line(&e.to_string())));
         if let Err(error) = &result {
             self.broken = Some(error.clone());
         }

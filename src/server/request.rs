@@ -8,6 +8,7 @@
 //! templates, tokenize or touch the scheduler: it only checks shapes and ranges.
 
 use super::error::ApiError;
+use crate::grammar::GrammarSpec;
 use crate::sampling::SamplingParams;
 use serde_json::{Map, Value as Json};
 
@@ -47,6 +48,9 @@ pub struct Common {
     pub logprobs: Option<usize>,
     /// Keep generating past end-of-generation tokens (llama.cpp's `ignore_eos`).
     pub ignore_eos: bool,
+    /// The grammar the reply must follow (`response_format`, llama-server's `json_schema` or
+    /// `grammar`), with the field that gave it, for a compile error to name.
+    pub grammar: Option<(String, GrammarSpec)>,
 }
 
 #[derive(Debug, Clone)]
@@ -288,33 +292,92 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         n,
         logprobs,
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
+        grammar: grammar(f)?,
     })
 }
 
-/// Fields that would change the output and that the server cannot honour yet: a 400 naming
-/// each, never a silent 200 (`response_format` of type `text` and an empty `logit_bias` change
-/// nothing and pass).
-fn refuse_unsupported(f: &Fields) -> Result<(), ApiError> {
-    for name in ["grammar", "json_schema"] {
-        if f.get(name).is_some() {
-            return Err(ApiError::field(
-                name,
-                format!("{name} is not supported yet (constrained decoding is not implemented)"),
-            ));
-        }
-    }
+/// The output constraint a request asks for: OpenAI's `response_format` (`text`,
+/// `json_object`, `json_schema` with its `schema`), or llama-server's own `json_schema` (a
+/// schema) or `grammar` (GBNF). At most one. A GBNF text is parsed here, so that its error
+/// names the line and column; schemas are checked when compiled.
+fn grammar(f: &Fields) -> Result<Option<(String, GrammarSpec)>, ApiError> {
+    let mut given: Vec<(String, GrammarSpec)> = Vec::new();
     if let Some(format) = f.get("response_format") {
-        let kind = Fields::of(format, "response_format")?.str("type")?;
-        if kind != Some("text") {
-            return Err(ApiError::field(
-                "response_format",
-                format!(
-                    "response_format type {} is not supported yet; only \"text\" is",
-                    kind.map_or("(none)".to_string(), |k| format!("'{k}'"))
-                ),
-            ));
+        let format_fields = Fields::of(format, "response_format")?;
+        match format_fields.str("type")? {
+            Some("text") => {}
+            Some("json_object") => match format_fields.get("schema") {
+                // llama-server's extension: a schema beside json_object.
+                Some(schema) => given.push((
+                    "response_format.schema".into(),
+                    schema_spec("response_format.schema", schema)?,
+                )),
+                None => given.push(("response_format".into(), GrammarSpec::JsonObject)),
+            },
+            Some("json_schema") => {
+                let inner = format_fields.get("json_schema").ok_or_else(|| {
+                    ApiError::field(
+                        "response_format.json_schema",
+                        "response_format.json_schema is required when the type is json_schema",
+                    )
+                })?;
+                let inner = Fields::of(inner, "response_format.json_schema")?;
+                inner.str("name")?;
+                inner.bool("strict")?;
+                let schema = inner.get("schema").ok_or_else(|| {
+                    ApiError::field(
+                        "response_format.json_schema.schema",
+                        "response_format.json_schema.schema is required",
+                    )
+                })?;
+                let field = "response_format.json_schema.schema";
+                given.push((field.into(), schema_spec(field, schema)?));
+            }
+            Some(other) => {
+                return Err(ApiError::field(
+                    "response_format.type",
+                    format!("response_format.type '{other}' is not one of text, json_object, json_schema"),
+                ))
+            }
+            None => {
+                return Err(ApiError::field(
+                    "response_format.type",
+                    "response_format.type is required",
+                ))
+            }
         }
     }
+    if let Some(schema) = f.get("json_schema") {
+        given.push(("json_schema".into(), schema_spec("json_schema", schema)?));
+    }
+    if let Some(text) = f.str("grammar")? {
+        if let Err(e) = crate::grammar::gbnf::to_lark(text) {
+            return Err(ApiError::field("grammar", format!("grammar does not parse: {e}")));
+        }
+        given.push(("grammar".into(), GrammarSpec::Gbnf(text.to_string())));
+    }
+    if given.len() > 1 {
+        return Err(ApiError::field(
+            given[1].0.clone(),
+            format!("{} and {} both constrain the output: send one", given[0].0, given[1].0),
+        ));
+    }
+    Ok(given.pop())
+}
+
+fn schema_spec(field: &str, schema: &Json) -> Result<GrammarSpec, ApiError> {
+    match schema {
+        Json::Object(_) | Json::Bool(_) => Ok(GrammarSpec::JsonSchema(schema.clone())),
+        other => Err(ApiError::field(
+            field,
+            format!("{field} must be a JSON Schema (an object), not {}", kind(other)),
+        )),
+    }
+}
+
+/// Fields that would change the output and that the server cannot honour yet: a 400 naming
+/// each, never a silent 200 (an empty `logit_bias` changes nothing and passes).
+fn refuse_unsupported(f: &Fields) -> Result<(), ApiError> {
     if f.get("logit_bias")
         .is_some_and(|b| b.as_object().is_none_or(|m| !m.is_empty()))
     {

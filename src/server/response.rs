@@ -32,9 +32,6 @@ pub struct Reply {
     pub endpoint: Endpoint,
     /// The offered tools' names: tool calls are parsed out of the text when there are any.
     pub tools: Vec<String>,
-    /// The start of the reply that the prompt already holds (a call forced by `tool_choice`),
-    /// parsed with the generated text; empty otherwise.
-    pub prefill: String,
     pub include_usage: bool,
     /// Choices per prompt (`n`), so that usage counts each prompt once.
     pub n: usize,
@@ -257,7 +254,7 @@ impl Collector {
             .map(|(&index, c)| match reply.endpoint {
                 Endpoint::Chat => {
                     let (content, calls) = if !reply.tools.is_empty() {
-                        tool_calls::parse(&reply.prefill, &c.text, &reply.tools)
+                        tool_calls::parse(&c.text, &reply.tools)
                     } else {
                         (Some(c.text.clone()), Vec::new())
                     };
@@ -322,9 +319,9 @@ impl Streamer {
     }
 
     fn choice(&mut self, index: usize) -> &mut Choice {
-        let (names, prefill) = (&self.reply.tools, &self.reply.prefill);
+        let names = &self.reply.tools;
         self.choices.entry(index).or_insert_with(|| Choice {
-            tool_stream: ToolCallStream::starting_with(names.clone(), prefill),
+            tool_stream: ToolCallStream::new(names.clone()),
             ..Default::default()
         })
     }
@@ -481,7 +478,6 @@ mod tests {
             model: "m".into(),
             endpoint,
             tools: tools.iter().map(|t| t.to_string()).collect(),
-            prefill: String::new(),
             include_usage: true,
             n: 1,
             tokenizer: Arc::new(Tokenizer::from_metadata(file.metadata()).unwrap()),

@@ -563,17 +563,28 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
             .flatten()
             .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
             .collect();
-        // Without constrained decoding, a call is forced by writing its start into the prompt,
-        // after the assistant's turn opens: the model can only go on with a call.
-        let prefill = match &req.tool_choice {
-            ToolChoice::Auto => String::new(),
-            ToolChoice::Required => tool_calls::forced_call_prefix(None),
-            ToolChoice::Function(name) => tool_calls::forced_call_prefix(Some(name)),
-        };
+        // With tools, the reply follows their grammar: a valid call where one is required,
+        // text or a valid call otherwise. A format the request asks for takes the place of the
+        // optional call; with a required one it is a contradiction.
+        let mut common = req.common;
+        if req.tools.is_some() {
+            match (&req.tool_choice, &common.grammar) {
+                (ToolChoice::Auto, Some(_)) => {}
+                (_, Some((field, _))) => {
+                    return Err(ApiError::field(
+                        field.clone(),
+                        format!("{field} cannot be combined with a tool_choice that requires a call"),
+                    ))
+                }
+                (choice, None) => {
+                    let tools = req.tools.as_deref().unwrap_or(&[]);
+                    common.grammar = Some(("tools".into(), tool_calls::call_grammar(tools, choice)));
+                }
+            }
+        }
         let state = Arc::clone(&app);
-        let prompt_end = prefill.clone();
         let (text, tokens) = blocking(move || {
-            let mut rendered = state
+            let rendered = state
                 .model
                 .template()
                 .render_guarded(
@@ -586,14 +597,13 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
                 .map_err(|e| {
                     ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
                 })?;
-            rendered.text.push_str(&prompt_end);
             let tokens = state.model.encode_rendered(&rendered);
             Ok((rendered.text, tokens))
         })
         .await?;
         let fault = app.fault_marker.as_deref().is_some_and(|m| text.contains(m));
-        let reply = ReplyTools { names: tools, prefill };
-        start(&app, Endpoint::Chat, req.common, vec![tokens], reply, fault, peer).await
+        let reply = ReplyTools { names: tools };
+        start(&app, Endpoint::Chat, common, vec![tokens], reply, fault, peer).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -669,8 +679,6 @@ impl Drop for CancelOnDrop {
 struct ReplyTools {
     /// The offered tools' names; none: the reply is not parsed for calls.
     names: Vec<String>,
-    /// The start of the reply that ends the prompt (a forced call).
-    prefill: String,
 }
 
 /// Checks the context budget, queues the job and answers with its stream or its whole result.
@@ -723,6 +731,20 @@ async fn start(
             });
         }
     }
+    let grammar = match common.grammar {
+        None => None,
+        Some((field, spec)) => {
+            let model = Arc::clone(&app.model);
+            Some(
+                blocking(move || {
+                    model
+                        .compile_grammar(&spec)
+                        .map_err(|e| ApiError::field(field.clone(), format!("{field} cannot be used: {e}")))
+                })
+                .await?,
+            )
+        }
+    };
     let n_choices = runs.len();
     let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
@@ -734,7 +756,7 @@ async fn start(
             stop: common.stop,
             ignore_eos: common.ignore_eos,
             sampling: common.sampling,
-            grammar: None,
+            grammar,
             special: false,
             context_shift: None,
         },
@@ -752,7 +774,6 @@ async fn start(
         model: app.model_id.clone(),
         endpoint,
         tools: tools.names,
-        prefill: tools.prefill,
         include_usage: common.include_usage,
         n: common.n,
         tokenizer: app.model.shared_tokenizer(),

@@ -13,6 +13,8 @@
 //! body is not a JSON object with a string `name` is not a tool call, and comes back as content
 //! exactly as the model wrote it, so nothing generated is ever lost.
 
+use super::request::ToolChoice;
+use crate::grammar::GrammarSpec;
 use serde_json::Value as Json;
 
 const OPEN: &str = "<tool_call>";
@@ -31,17 +33,47 @@ pub enum Piece {
     Call(ToolCall),
 }
 
-/// The start of a reply that can only go on as a tool call: the prompt ends with it, so that the
-/// model, which cannot take back what the prompt says it wrote, completes a call. Without
-/// `function` the model picks the tool (its name is the next thing it writes); with one, the
-/// name is written for it and the model writes the arguments. The prefix ends on a token
-/// boundary of the usual spelling (`": "` before a name, `":` before arguments), so that the
-/// model continues in tokens it knows rather than in the middle of one.
-pub fn forced_call_prefix(function: Option<&str>) -> String {
-    match function {
-        None => format!("{OPEN}\n{{\"name\": \""),
-        Some(name) => format!("{OPEN}\n{{\"name\": {}, \"arguments\":", Json::from(name)),
+/// The grammar of a reply to a request with tools: with `choice` `Required` or a function, one
+/// `<tool_call>` block whose JSON names an offered tool (or that function) and whose
+/// `arguments` satisfy the tool's `parameters` schema; with `Auto`, either that or text that
+/// never opens a block, so whatever the model chooses parses.
+pub fn call_grammar(tools: &[Json], choice: &ToolChoice) -> GrammarSpec {
+    let mut calls = Vec::new();
+    for tool in tools {
+        let function = &tool["function"];
+        let Some(name) = function["name"].as_str() else {
+            continue;
+        };
+        if matches!(choice, ToolChoice::Function(f) if f != name) {
+            continue;
+        }
+        let parameters = match &function["parameters"] {
+            Json::Null => serde_json::json!({"type": "object"}),
+            p => p.clone(),
+        };
+        let schema = crate::grammar::with_layout(&serde_json::json!({
+            "type": "object",
+            "properties": {"name": {"const": name}, "arguments": parameters},
+            "required": ["name", "arguments"],
+            "additionalProperties": false,
+        }));
+        calls.push(format!("call_{}: %json {schema}\n", calls.len()));
     }
+    let names: Vec<String> = (0..calls.len()).map(|i| format!("call_{i}")).collect();
+    let mut lark = match choice {
+        ToolChoice::Auto => "start: TEXT | call\nTEXT: ~/(?s:.*<tool_call>.*)/\n".to_string(),
+        _ => "start: call\n".to_string(),
+    };
+    lark.push_str(&format!(
+        "call: {} ({}) {}\n",
+        Json::from(format!("{OPEN}\n")),
+        names.join(" | "),
+        Json::from(format!("\n{CLOSE}"))
+    ));
+    for call in calls {
+        lark.push_str(&call);
+    }
+    GrammarSpec::Lark(lark)
 }
 
 /// The call a block's body describes, if it is one.
@@ -109,8 +141,6 @@ pub struct ToolCallStream {
     inside: bool,
     /// Whitespace-only content held back: sent with the next real content, dropped otherwise.
     blank: String,
-    /// What the prefix gave before any text came, returned with the first push or finish.
-    early: Vec<Piece>,
 }
 
 impl ToolCallStream {
@@ -121,19 +151,9 @@ impl ToolCallStream {
         }
     }
 
-    /// A stream for a reply the prompt has already begun with `prefix` (a forced call, see
-    /// [`forced_call_prefix`]): the prefix is parsed as the reply's first text, so a call is
-    /// completed by what follows, and a reply that does not complete one keeps the prefix in
-    /// its content.
-    pub fn starting_with(names: Vec<String>, prefix: &str) -> Self {
-        let mut stream = Self::new(names);
-        stream.early = stream.push(prefix);
-        stream
-    }
-
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         self.buf.push_str(text);
-        let mut out = std::mem::take(&mut self.early);
+        let mut out = Vec::new();
         if self.mode == Mode::Undecided {
             match self.buf.trim_start().chars().next() {
                 None => return out,
@@ -174,7 +194,7 @@ impl ToolCallStream {
     /// The end of the text: an unclosed block is still a call if its body parses (generation
     /// may stop at the end-of-turn token right where `</tool_call>` would be).
     pub fn finish(&mut self) -> Vec<Piece> {
-        let mut out = std::mem::take(&mut self.early);
+        let mut out = Vec::new();
         if self.mode == Mode::Bare {
             if let Some(calls) = parse_bare(&self.buf, &self.names) {
                 self.buf.clear();
@@ -219,8 +239,8 @@ fn partial_suffix(text: &str, tag: &str) -> usize {
 
 /// A whole reply, which the prompt began with `prefix` (empty unless a call was forced): its
 /// content (without the blocks, `None` when nothing else is left) and its calls.
-pub fn parse(prefix: &str, text: &str, names: &[String]) -> (Option<String>, Vec<ToolCall>) {
-    let mut stream = ToolCallStream::starting_with(names.to_vec(), prefix);
+pub fn parse(text: &str, names: &[String]) -> (Option<String>, Vec<ToolCall>) {
+    let mut stream = ToolCallStream::new(names.to_vec());
     let mut pieces = stream.push(text);
     pieces.extend(stream.finish());
     let mut content = String::new();
@@ -245,7 +265,6 @@ mod tests {
 
     fn parse(text: &str) -> (Option<String>, Vec<ToolCall>) {
         super::parse(
-            "",
             text,
             &[
                 "get_weather".to_string(),
@@ -346,26 +365,5 @@ mod tests {
         assert_eq!(parse(other), (Some(other.to_string()), vec![]));
         let data = r#"{"name": "get_weather"}"#;
         assert_eq!(parse(data), (Some(data.to_string()), vec![]));
-    }
-
-    #[test]
-    fn a_forced_prefix_and_the_models_continuation_parse_as_one_call_streamed_or_whole() {
-        let names = vec!["get_weather".to_string()];
-        let any = forced_call_prefix(None);
-        let rest = "get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-        let expected = (None, vec![call("get_weather", r#"{"city":"Paris"}"#)]);
-        assert_eq!(super::parse(&any, rest, &names), expected);
-        let named = forced_call_prefix(Some("get_weather"));
-        assert!(named.ends_with("{\"name\": \"get_weather\", \"arguments\":"), "{named}");
-        // Generation may end at the end-of-turn token, before the closing tag.
-        assert_eq!(super::parse(&named, " {\"city\": \"Paris\"}}", &names), expected);
-        let mut stream = ToolCallStream::starting_with(names.clone(), &named);
-        let mut pieces = stream.push(" {\"city\": ");
-        pieces.extend(stream.push("\"Paris\"}}\n</tool_call>"));
-        pieces.extend(stream.finish());
-        assert_eq!(pieces, vec![Piece::Call(expected.1[0].clone())]);
-        // A continuation that breaks the call keeps the prefix in the content: nothing is lost.
-        let (content, calls) = super::parse(&any, "oops", &names);
-        assert_eq!((content.unwrap(), calls), (format!("{any}oops"), vec![]));
     }
 }
