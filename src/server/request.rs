@@ -926,19 +926,68 @@ mod tests {
             with("n_predict", json!(0)).unwrap_err().param.as_deref(),
             Some("n_predict")
         );
-        for (field, value) in [
-            ("grammar", json!("root ::= \"a\"")),
-            ("json_schema", json!({"type": "object"})),
-            ("response_format", json!({"type": "json_object"})),
-            ("logit_bias", json!({"15": -100})),
-        ] {
+        for (field, value) in [("logit_bias", json!({"15": -100}))] {
             let err = with(field, value).unwrap_err();
             assert_eq!(err.param.as_deref(), Some(field), "{}", err.message);
         }
-        assert!(with("response_format", json!({"type": "text"})).is_ok());
+        assert!(with("response_format", json!({"type": "text"}))
+            .unwrap()
+            .common
+            .grammar
+            .is_none());
         assert!(with("logit_bias", json!({})).is_ok());
         assert_eq!(with("min_p", json!(0.2)).unwrap().common.sampling.min_p, 0.2);
         assert_eq!(with("min_p", json!(2)).unwrap_err().param.as_deref(), Some("min_p"));
+    }
+
+    #[test]
+    fn output_constraints_are_read_from_openai_and_llama_server_fields() {
+        let with = |extra: Json| {
+            let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            chat(&body)
+        };
+        let spec = |extra: Json| with(extra).unwrap().common.grammar.unwrap();
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        assert_eq!(
+            spec(json!({"response_format": {"type": "json_object"}})),
+            ("response_format".to_string(), GrammarSpec::JsonObject)
+        );
+        let named = json!({"type": "json_schema", "json_schema": {"name": "n", "strict": true, "schema": schema}});
+        assert_eq!(
+            spec(json!({"response_format": named})),
+            (
+                "response_format.json_schema.schema".to_string(),
+                GrammarSpec::JsonSchema(schema.clone())
+            )
+        );
+        assert_eq!(
+            spec(json!({"json_schema": schema})).1,
+            GrammarSpec::JsonSchema(schema.clone())
+        );
+        assert_eq!(
+            spec(json!({"grammar": "root ::= \"a\""})).1,
+            GrammarSpec::Gbnf("root ::= \"a\"".into())
+        );
+        let refused = |extra: Json| with(extra).unwrap_err();
+        let e = refused(json!({"grammar": "root ::= nope"}));
+        assert_eq!(e.param.as_deref(), Some("grammar"));
+        assert!(
+            e.message.contains("line 1, column 10: undefined rule `nope`"),
+            "{}",
+            e.message
+        );
+        let e = refused(json!({"response_format": {"type": "json_schema", "json_schema": {"name": "n"}}}));
+        assert_eq!(e.param.as_deref(), Some("response_format.json_schema.schema"));
+        let e = refused(json!({"response_format": {"type": "json_schema", "json_schema": {"schema": 3}}}));
+        assert!(e.message.contains("must be a JSON Schema"), "{}", e.message);
+        let e = refused(json!({"response_format": {"type": "yaml"}}));
+        assert_eq!(e.param.as_deref(), Some("response_format.type"));
+        let e = refused(json!({"response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}));
+        assert_eq!(e.param.as_deref(), Some("grammar"));
+        assert!(e.message.contains("both constrain"), "{}", e.message);
     }
 
     #[test]
