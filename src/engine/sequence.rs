@@ -8,9 +8,27 @@
 use super::generate::{GenerateOptions, GenerationResult, GenerationStats, StopReason};
 use super::stop::StopMatcher;
 use super::EngineError;
-use crate::sampling::Sampler;
+use crate::sampling::{DryBreakers, Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::ops::Range;
+
+/// The sampler of one generation, with DRY's sequence breakers turned into token sequences
+/// when DRY is on (a pass over the vocabulary, so only then).
+fn sampler(tokenizer: &Tokenizer, params: &SamplingParams) -> Result<Sampler, EngineError> {
+    let sampler = Sampler::new(params.clone())?;
+    if !params.dry_enabled() || params.dry_sequence_breakers.is_empty() {
+        return Ok(sampler);
+    }
+    // llama.cpp reads each token's text with control tokens rendered, and tokenizes a breaker's
+    // remainder as plain text without BOS.
+    let breakers = DryBreakers::new(
+        &params.dry_sequence_breakers,
+        tokenizer.n_vocab(),
+        |id| tokenizer.token_to_piece(id, true),
+        |bytes| tokenizer.encode_bytes(bytes, false, false),
+    );
+    Ok(sampler.with_dry_breakers(breakers))
+}
 
 /// What accepting a token produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,7 +84,7 @@ impl<'t> Sequence<'t> {
             tokenizer,
             history: prompt.to_vec(),
             n_prompt: prompt.len(),
-            sampler: Sampler::new(options.sampling)?,
+            sampler: sampler(tokenizer, &options.sampling)?,
             stops: StopMatcher::new(&options.stop),
             decoder: tokenizer.stream_decoder(options.special),
             max_tokens: options.max_tokens,

@@ -684,6 +684,18 @@ async fn start(
     peer: Option<Arc<Peer>>,
 ) -> Result<Response, ApiError> {
     let n_ctx = app.n_ctx;
+    // The request reader does not know the vocabulary; the biased ids are checked here.
+    if let Some(&(bad, _)) = common
+        .sampling
+        .logit_bias
+        .iter()
+        .find(|&&(id, _)| id as usize >= app.n_vocab)
+    {
+        return Err(ApiError::field(
+            "logit_bias",
+            format!("logit_bias token id {bad} is outside the vocabulary of {} tokens", app.n_vocab),
+        ));
+    }
     let mut runs = Vec::new();
     let seed = common.seed.unwrap_or_else(super::random_u64);
     for (p, prompt) in prompts.into_iter().enumerate() {
