@@ -362,7 +362,9 @@ impl SamplingArgs {
         let dry_penalty_last_n = match self.dry_penalty_last_n {
             -1 => usize::MAX,
             n => usize::try_from(n).map_err(|_| {
-                anyhow::anyhow!("--dry-penalty-last-n {n} is out of range: it must be -1 (the whole context), 0 (off) or more")
+                anyhow::anyhow!(
+                    "--dry-penalty-last-n {n} is out of range: it must be -1 (the whole context), 0 (off) or more"
+                )
             })?,
         };
         let dry_sequence_breakers = if self.dry_sequence_breakers.is_empty() {

@@ -525,7 +525,14 @@ fn llama_cpp_sampler_flags_run_reproducibly_and_bad_values_are_refused_by_flag()
     let greedy = minfer_ok(&base, &["--temp", "0", "--repeat-penalty", "1"]);
     let reordered = minfer_ok(
         &base,
-        &["--temp", "0", "--repeat-penalty", "1", "--samplers", "temperature;top_k;min_p"],
+        &[
+            "--temp",
+            "0",
+            "--repeat-penalty",
+            "1",
+            "--samplers",
+            "temperature;top_k;min_p",
+        ],
     );
     assert_eq!(reordered.stdout, greedy.stdout);
     for (extra, says) in [
@@ -533,7 +540,10 @@ fn llama_cpp_sampler_flags_run_reproducibly_and_bad_values_are_refused_by_flag()
         (["--samplers", "top_k;wizard"], "unknown sampler 'wizard'"),
         (["--typical", "1.5"], "--typical 1.5 is out of range"),
         (["--dry-base", "0.5"], "--dry-base 0.5 is out of range"),
-        (["--dry-penalty-last-n", "-2"], "--dry-penalty-last-n -2 is out of range"),
+        (
+            ["--dry-penalty-last-n", "-2"],
+            "--dry-penalty-last-n -2 is out of range",
+        ),
         (["--xtc-probability", "2"], "--xtc-probability 2 is out of range"),
     ] {
         let args: Vec<&str> = base.iter().chain(&extra).copied().collect();

@@ -51,7 +51,11 @@ fn assert_same(ours: &BTreeMap<u32, f64>, reference: &BTreeMap<u32, f64>, what: 
         "{what}: kept tokens differ\nours {ours:?}\nreference {reference:?}"
     );
     for (id, p) in reference {
-        assert!((ours[id] - p).abs() < 1e-6, "{what}: token {id}: ours {} reference {p}", ours[id]);
+        assert!(
+            (ours[id] - p).abs() < 1e-6,
+            "{what}: token {id}: ours {} reference {p}",
+            ours[id]
+        );
     }
 }
 
@@ -141,7 +145,10 @@ fn typical_keeps_the_tokens_closest_to_the_entropy_as_llama_cpp_does() {
                     typical_p,
                     ..plain(temperature)
                 };
-                let reference = finish(&reference_typical(&toks(&logits), f64::from(typical_p)), f64::from(temperature));
+                let reference = finish(
+                    &reference_typical(&toks(&logits), f64::from(typical_p)),
+                    f64::from(temperature),
+                );
                 assert_same(
                     &ours(&params, &logits, &[]),
                     &reference,
@@ -186,7 +193,10 @@ fn top_n_sigma_keeps_the_logits_within_n_deviations_of_the_best() {
                     top_n_sigma: n,
                     ..plain(temperature)
                 };
-                let reference = finish(&reference_top_n_sigma(&toks(&logits), f64::from(n)), f64::from(temperature));
+                let reference = finish(
+                    &reference_top_n_sigma(&toks(&logits), f64::from(n)),
+                    f64::from(temperature),
+                );
                 assert_same(
                     &ours(&params, &logits, &[]),
                     &reference,
@@ -235,7 +245,10 @@ fn xtc_at_probability_one_always_removes_the_top_choices() {
                     xtc_threshold: threshold,
                     ..plain(temperature)
                 };
-                let reference = finish(&reference_xtc(&toks(&logits), f64::from(threshold)), f64::from(temperature));
+                let reference = finish(
+                    &reference_xtc(&toks(&logits), f64::from(threshold)),
+                    f64::from(temperature),
+                );
                 assert_same(
                     &ours(&params, &logits, &[]),
                     &reference,
@@ -403,10 +416,25 @@ fn dry_stops_a_repeat_at_a_sequence_breaker_in_the_history() {
     // The repeat "1 2 9 3" crosses the breaker 9, one token back: nothing is long enough.
     dry_check(&[1, 2, 9, 3, 4, 7, 1, 2, 9, 3], &[vec![9]], 1.0, 2.0, 2, 64);
     let mut unchanged = toks(&rows()[3]);
-    reference_dry(&mut unchanged, &[1, 2, 9, 3, 4, 7, 1, 2, 9, 3], &[vec![9]], 1.0, 2.0, 2, 64);
+    reference_dry(
+        &mut unchanged,
+        &[1, 2, 9, 3, 4, 7, 1, 2, 9, 3],
+        &[vec![9]],
+        1.0,
+        2.0,
+        2,
+        64,
+    );
     assert!(unchanged.iter().zip(toks(&rows()[3])).all(|(a, b)| a.logit == b.logit));
     // Further back, the breaker caps the repeat at the tokens after it.
-    dry_check(&[1, 2, 3, 4, 9, 1, 2, 3, 4, 5, 8, 1, 2, 3, 4], &[vec![9]], 1.0, 2.0, 2, 64);
+    dry_check(
+        &[1, 2, 3, 4, 9, 1, 2, 3, 4, 5, 8, 1, 2, 3, 4],
+        &[vec![9]],
+        1.0,
+        2.0,
+        2,
+        64,
+    );
     // A two-token breaker counts only whole.
     dry_check(&[10, 11, 1, 2, 3, 4, 10, 1, 2, 3], &[vec![10, 11]], 1.0, 2.0, 1, 64);
     dry_check(&[10, 11, 1, 2, 3, 4, 10, 11, 1, 2, 3], &[vec![10, 11]], 1.0, 2.0, 1, 64);
@@ -526,7 +554,11 @@ fn mirostat_truncates_and_updates_mu_over_several_tokens_as_llama_cpp_does() {
                 assert_same(&distribution(&mut sampler, &logits, &[]), &reference, &what);
                 let token = sampler.draw().unwrap();
                 mu -= f64::from(eta) * (-reference[&token].log2() - f64::from(tau));
-                assert!((sampler.mirostat_mu() - mu).abs() < 1e-6, "{what}: mu {} against {mu}", sampler.mirostat_mu());
+                assert!(
+                    (sampler.mirostat_mu() - mu).abs() < 1e-6,
+                    "{what}: mu {} against {mu}",
+                    sampler.mirostat_mu()
+                );
             }
             sampler.reset();
             assert_eq!(sampler.mirostat_mu(), 2.0 * f64::from(tau));
@@ -585,14 +617,22 @@ fn a_temperature_placed_first_divides_the_logits_the_later_samplers_see() {
                 })
                 .collect();
             let reference = finish(&reference_top_p(&divided, 0.7), 1.0);
-            assert_same(&ours(&params, &logits, &[]), &reference, &format!("temperature {temperature} first"));
+            assert_same(
+                &ours(&params, &logits, &[]),
+                &reference,
+                &format!("temperature {temperature} first"),
+            );
             // Last, as by default, top-p sees the undivided logits.
             let last = SamplingParams {
                 samplers: SamplerKind::parse_list("top_p;temperature").unwrap(),
                 ..params
             };
             let reference = finish(&reference_top_p(&toks(&logits), 0.7), f64::from(temperature));
-            assert_same(&ours(&last, &logits, &[]), &reference, &format!("temperature {temperature} last"));
+            assert_same(
+                &ours(&last, &logits, &[]),
+                &reference,
+                &format!("temperature {temperature} last"),
+            );
         }
     }
 }
@@ -600,7 +640,11 @@ fn a_temperature_placed_first_divides_the_logits_the_later_samplers_see() {
 #[test]
 fn temperature_zero_stays_greedy_in_any_order_and_a_chain_without_temperature_ignores_it() {
     let logits = &rows()[3];
-    for order in ["temperature;top_k;top_p", "top_k;temperature", "min_p;xtc;temperature;typ_p"] {
+    for order in [
+        "temperature;top_k;top_p",
+        "top_k;temperature",
+        "min_p;xtc;temperature;typ_p",
+    ] {
         let params = SamplingParams {
             samplers: SamplerKind::parse_list(order).unwrap(),
             ..plain(0.0)
@@ -615,7 +659,11 @@ fn temperature_zero_stays_greedy_in_any_order_and_a_chain_without_temperature_ig
         samplers: vec![SamplerKind::TopK],
         ..plain(0.0)
     };
-    assert_same(&ours(&params, logits, &[]), &finish(&toks(logits), 1.0), "no temperature stage");
+    assert_same(
+        &ours(&params, logits, &[]),
+        &finish(&toks(logits), 1.0),
+        "no temperature stage",
+    );
 }
 
 #[test]
@@ -650,7 +698,10 @@ fn the_logit_bias_applies_before_the_penalties() {
         &[
             Tok { id: 0, logit: 1.0 },
             Tok { id: 1, logit: 1.0 },
-            Tok { id: 2, logit: f64::NEG_INFINITY },
+            Tok {
+                id: 2,
+                logit: f64::NEG_INFINITY,
+            },
             Tok { id: 3, logit: 0.0 },
         ],
         1.0,
@@ -673,7 +724,10 @@ fn the_default_chain_is_llama_cpps_order() {
     assert_eq!(p.typical_p, 1.0);
     assert_eq!(p.top_n_sigma, -1.0);
     assert_eq!((p.xtc_probability, p.xtc_threshold), (0.0, 0.1));
-    assert_eq!((p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n), (0.0, 1.75, 2, 64));
+    assert_eq!(
+        (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n),
+        (0.0, 1.75, 2, 64)
+    );
     assert_eq!(p.dry_sequence_breakers, ["\n", ":", "\"", "*"]);
     assert_eq!((p.mirostat, p.mirostat_tau, p.mirostat_eta), (Mirostat::Off, 5.0, 0.1));
 }
@@ -681,15 +735,69 @@ fn the_default_chain_is_llama_cpps_order() {
 #[test]
 fn out_of_range_sampler_parameters_are_refused_naming_the_field() {
     for (name, params) in [
-        ("typical_p", SamplingParams { typical_p: 1.5, ..plain(1.0) }),
-        ("top_n_sigma", SamplingParams { top_n_sigma: f32::NAN, ..plain(1.0) }),
-        ("xtc_probability", SamplingParams { xtc_probability: -0.5, ..plain(1.0) }),
-        ("xtc_threshold", SamplingParams { xtc_threshold: 1.5, ..plain(1.0) }),
-        ("dry_multiplier", SamplingParams { dry_multiplier: -1.0, ..plain(1.0) }),
-        ("dry_base", SamplingParams { dry_base: 0.5, ..plain(1.0) }),
-        ("mirostat_tau", SamplingParams { mirostat_tau: f32::INFINITY, ..plain(1.0) }),
-        ("mirostat_eta", SamplingParams { mirostat_eta: -0.1, ..plain(1.0) }),
-        ("logit_bias", SamplingParams { logit_bias: vec![(0, f32::INFINITY)], ..plain(1.0) }),
+        (
+            "typical_p",
+            SamplingParams {
+                typical_p: 1.5,
+                ..plain(1.0)
+            },
+        ),
+        (
+            "top_n_sigma",
+            SamplingParams {
+                top_n_sigma: f32::NAN,
+                ..plain(1.0)
+            },
+        ),
+        (
+            "xtc_probability",
+            SamplingParams {
+                xtc_probability: -0.5,
+                ..plain(1.0)
+            },
+        ),
+        (
+            "xtc_threshold",
+            SamplingParams {
+                xtc_threshold: 1.5,
+                ..plain(1.0)
+            },
+        ),
+        (
+            "dry_multiplier",
+            SamplingParams {
+                dry_multiplier: -1.0,
+                ..plain(1.0)
+            },
+        ),
+        (
+            "dry_base",
+            SamplingParams {
+                dry_base: 0.5,
+                ..plain(1.0)
+            },
+        ),
+        (
+            "mirostat_tau",
+            SamplingParams {
+                mirostat_tau: f32::INFINITY,
+                ..plain(1.0)
+            },
+        ),
+        (
+            "mirostat_eta",
+            SamplingParams {
+                mirostat_eta: -0.1,
+                ..plain(1.0)
+            },
+        ),
+        (
+            "logit_bias",
+            SamplingParams {
+                logit_bias: vec![(0, f32::INFINITY)],
+                ..plain(1.0)
+            },
+        ),
     ] {
         let err = Sampler::new(params).unwrap_err();
         assert!(err.to_string().contains(name), "{name}: {err}");

@@ -253,7 +253,12 @@ mod tests {
                 other => panic!("unexpected tail {other:?}"),
             }
         };
-        let breakers = DryBreakers::new(&["\n".into(), ":".into(), "abc".into()], 6, |id| vocab[id as usize], tokenize);
+        let breakers = DryBreakers::new(
+            &["\n".into(), ":".into(), "abc".into()],
+            6,
+            |id| vocab[id as usize],
+            tokenize,
+        );
         assert_eq!(
             breakers.entries,
             vec![(0, vec![4, 9]), (1, vec![]), (2, vec![]), (3, vec![9]), (5, vec![])]

@@ -50,7 +50,12 @@ pub(super) fn apply_logit_bias(candidates: &mut [Candidate], bias: &[(u32, f32)]
 /// llama.cpp's `llama_sampler_penalties_apply`, same f32 arithmetic. `scratch` is reused to count
 /// the window without a map. The list may be in any order (a user's chain can put the penalties
 /// after a truncation).
-pub(super) fn apply_penalties(candidates: &mut [Candidate], window: &[u32], scratch: &mut Vec<u32>, params: &SamplingParams) {
+pub(super) fn apply_penalties(
+    candidates: &mut [Candidate],
+    window: &[u32],
+    scratch: &mut Vec<u32>,
+    params: &SamplingParams,
+) {
     if window.is_empty() || params.penalties_are_neutral() {
         return;
     }
@@ -177,7 +182,11 @@ pub(super) fn apply_typical(candidates: &mut Vec<Candidate>, typical_p: f32) -> 
         .iter()
         .map(|c| {
             let p = probability(c);
-            let distance = if p > 0.0 { (-p.ln() - entropy).abs() } else { f64::INFINITY };
+            let distance = if p > 0.0 {
+                (-p.ln() - entropy).abs()
+            } else {
+                f64::INFINITY
+            };
             (distance, p, *c)
         })
         .collect();
@@ -443,7 +452,12 @@ mod tests {
         let mut list = candidates(&[1e10, 1.0]);
         apply_penalties(&mut list, &[0, 0, 0, 0], &mut Vec::new(), &params);
         assert_eq!(list[0].logit, f32::NEG_INFINITY);
-        assert_eq!(super::super::Sampler::new(params).unwrap().sample(&[1e10, 1.0], &[0, 0, 0, 0]), Ok(1));
+        assert_eq!(
+            super::super::Sampler::new(params)
+                .unwrap()
+                .sample(&[1e10, 1.0], &[0, 0, 0, 0]),
+            Ok(1)
+        );
     }
 
     #[test]

@@ -56,7 +56,10 @@ pub(super) fn truncate_v1(candidates: &mut Vec<Candidate>, mu: f64, n_vocab: usi
 /// least the best one, sorted best first and weighed at temperature 1.
 pub(super) fn truncate_v2(candidates: &mut Vec<Candidate>, mu: f64) -> Result<f64, SamplingError> {
     let total = weigh(candidates, 1.0)?;
-    let best = *candidates.iter().min_by(|a, b| better(a, b)).expect("weigh refuses an empty list");
+    let best = *candidates
+        .iter()
+        .min_by(|a, b| better(a, b))
+        .expect("weigh refuses an empty list");
     candidates.retain(|c| -(c.weight / total).log2() <= mu);
     if candidates.is_empty() {
         candidates.push(best);

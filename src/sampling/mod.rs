@@ -387,7 +387,11 @@ impl SamplingParams {
             );
         }
         if !(0.0..=1.0).contains(&self.xtc_probability) {
-            return invalid("xtc_probability", self.xtc_probability, "must lie in [0, 1] (0 disables XTC)");
+            return invalid(
+                "xtc_probability",
+                self.xtc_probability,
+                "must lie in [0, 1] (0 disables XTC)",
+            );
         }
         if !(0.0..=1.0).contains(&self.xtc_threshold) {
             return invalid(
@@ -413,7 +417,11 @@ impl SamplingParams {
             return invalid("mirostat_eta", self.mirostat_eta, "must be a finite number >= 0");
         }
         if let Some(&(_, bias)) = self.logit_bias.iter().find(|(_, b)| b.is_nan() || *b == f32::INFINITY) {
-            return invalid("logit_bias", bias, "must be a finite number or -inf (which bans the token)");
+            return invalid(
+                "logit_bias",
+                bias,
+                "must be a finite number or -inf (which bans the token)",
+            );
         }
         Ok(())
     }
@@ -425,7 +433,9 @@ impl SamplingParams {
 
     /// Whether DRY changes anything, llama.cpp's test: a caller builds [`DryBreakers`] only then.
     pub fn dry_enabled(&self) -> bool {
-        self.dry_multiplier != 0.0 && self.dry_penalty_last_n != 0 && self.samplers.contains(&SamplerKind::Dry)
+        self.dry_multiplier != 0.0
+            && self.dry_penalty_last_n != 0
+            && self.samplers.contains(&SamplerKind::Dry)
             && self.mirostat == Mirostat::Off
     }
 }
@@ -633,7 +643,13 @@ impl Sampler {
                             base: p.dry_base,
                             allowed_length: p.dry_allowed_length,
                         };
-                        dry::apply_dry(candidates, dry_window, &self.dry_breakers, params, &mut self.dry_scratch);
+                        dry::apply_dry(
+                            candidates,
+                            dry_window,
+                            &self.dry_breakers,
+                            params,
+                            &mut self.dry_scratch,
+                        );
                     }
                 }
                 SamplerKind::TopNSigma => apply_top_n_sigma(candidates, p.top_n_sigma),
@@ -764,7 +780,7 @@ mod tests {
     #[test]
     fn a_mask_drops_the_tokens_it_refuses_before_the_draw() {
         let logits = [5.0, 4.0, 3.0, 2.0];
-        let even = |id: u32| id % 2 == 0;
+        let even = |id: u32| id.is_multiple_of(2);
         for temperature in [0.0, 1.0] {
             let mut sampler = Sampler::new(SamplingParams {
                 temperature,
@@ -773,7 +789,7 @@ mod tests {
             .unwrap();
             for _ in 0..20 {
                 sampler.build_candidates_masked(&logits, &[], Some(&even)).unwrap();
-                assert_eq!(sampler.draw().unwrap() % 2, 0);
+                assert!(sampler.draw().unwrap().is_multiple_of(2));
             }
         }
         let mut sampler = Sampler::new(SamplingParams::greedy()).unwrap();
@@ -783,7 +799,9 @@ mod tests {
 
     #[test]
     fn sampler_names_read_llama_cpp_spellings_and_aliases() {
-        let chain = SamplerKind::parse_list("penalties;DRY;top-n-sigma;topk;typical;typical_p;typ_p;nucleus;min_p;xtc;temp;").unwrap();
+        let chain =
+            SamplerKind::parse_list("penalties;DRY;top-n-sigma;topk;typical;typical_p;typ_p;nucleus;min_p;xtc;temp;")
+                .unwrap();
         assert_eq!(
             chain,
             [
@@ -804,7 +822,10 @@ mod tests {
             SamplerKind::parse_list("top_k;wizard"),
             Err(SamplingError::UnknownSampler { name: "wizard".into() })
         );
-        assert_eq!(SamplerKind::parse_codes("edskypmxt").unwrap(), SamplerKind::DEFAULT_CHAIN);
+        assert_eq!(
+            SamplerKind::parse_codes("edskypmxt").unwrap(),
+            SamplerKind::DEFAULT_CHAIN
+        );
         for kind in SamplerKind::DEFAULT_CHAIN {
             assert_eq!(SamplerKind::from_name(kind.name()), Some(kind));
         }

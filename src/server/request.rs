@@ -235,9 +235,13 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         seed: defaults.seed,
         typical_p: f.number("typical_p", 0.0, 1.0)?.unwrap_or(defaults.typical_p),
         top_n_sigma: f.number("top_n_sigma", -100.0, 100.0)?.unwrap_or(defaults.top_n_sigma),
-        xtc_probability: f.number("xtc_probability", 0.0, 1.0)?.unwrap_or(defaults.xtc_probability),
+        xtc_probability: f
+            .number("xtc_probability", 0.0, 1.0)?
+            .unwrap_or(defaults.xtc_probability),
         xtc_threshold: f.number("xtc_threshold", 0.0, 1.0)?.unwrap_or(defaults.xtc_threshold),
-        dry_multiplier: f.number("dry_multiplier", 0.0, 100.0)?.unwrap_or(defaults.dry_multiplier),
+        dry_multiplier: f
+            .number("dry_multiplier", 0.0, 100.0)?
+            .unwrap_or(defaults.dry_multiplier),
         // llama-server replaces a base below 1 (which would turn DRY off) with its default.
         dry_base: f
             .number("dry_base", 0.0, 100.0)?
@@ -483,10 +487,7 @@ fn logit_bias(value: &Json) -> Result<Vec<(u32, f32)>, ApiError> {
                 .map(|(key, v)| {
                     let path = format!("{NAME}.{key}");
                     let token = key.parse::<u32>().map_err(|_| {
-                        ApiError::field(
-                            &path,
-                            format!("{NAME} key '{key}' is not a token id (an integer >= 0)"),
-                        )
+                        ApiError::field(&path, format!("{NAME} key '{key}' is not a token id (an integer >= 0)"))
                     })?;
                     Ok((token, bias(&path, v)?))
                 })
@@ -1096,7 +1097,11 @@ mod tests {
             body[k] = v;
             completion(&body).unwrap().common.sampling
         };
-        for read in [&chat_sampling as &dyn Fn(&str, Json) -> SamplingParams, &native_sampling, &completion_sampling] {
+        for read in [
+            &chat_sampling as &dyn Fn(&str, Json) -> SamplingParams,
+            &native_sampling,
+            &completion_sampling,
+        ] {
             assert_eq!(read("typical_p", json!(0.5)).typical_p, 0.5);
             assert_eq!(read("top_n_sigma", json!(1.5)).top_n_sigma, 1.5);
             assert_eq!(read("xtc_probability", json!(0.5)).xtc_probability, 0.5);

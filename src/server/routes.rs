@@ -693,7 +693,10 @@ async fn start(
     {
         return Err(ApiError::field(
             "logit_bias",
-            format!("logit_bias token id {bad} is outside the vocabulary of {} tokens", app.n_vocab),
+            format!(
+                "logit_bias token id {bad} is outside the vocabulary of {} tokens",
+                app.n_vocab
+            ),
         ));
     }
     let mut runs = Vec::new();
