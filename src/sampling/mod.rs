@@ -228,6 +228,15 @@ impl Mirostat {
             _ => None,
         }
     }
+
+    /// llama.cpp's number: 0, 1 or 2.
+    pub fn number(self) -> u8 {
+        match self {
+            Mirostat::Off => 0,
+            Mirostat::V1 => 1,
+            Mirostat::V2 => 2,
+        }
+    }
 }
 
 /// The sampler settings, with llama.cpp's names and meanings. Validated once, by
