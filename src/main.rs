@@ -279,6 +279,48 @@ struct SamplingArgs {
     /// Always pick the most likely token (same as --temp 0, without penalties).
     #[arg(long)]
     greedy: bool,
+    /// Locally typical sampling, parameter p (1.0 = off).
+    #[arg(long = "typical", visible_alias = "typical-p", default_value_t = 1.0)]
+    typical_p: f32,
+    /// Keep the tokens within N standard deviations of the best logit (-1 = off).
+    #[arg(long, default_value_t = -1.0, allow_negative_numbers = true)]
+    top_n_sigma: f32,
+    /// XTC's chance of removing the most likely tokens (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    xtc_probability: f32,
+    /// XTC removes the tokens at least this likely but the least likely of them (above 0.5 = off).
+    #[arg(long, default_value_t = 0.1)]
+    xtc_threshold: f32,
+    /// DRY repetition penalty multiplier (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    dry_multiplier: f32,
+    /// DRY base: the penalty is multiplier * base^(repeat length - allowed length).
+    #[arg(long, default_value_t = 1.75)]
+    dry_base: f32,
+    /// Repeats up to this many tokens go unpenalised by DRY.
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
+    dry_allowed_length: i64,
+    /// Tokens of history DRY scans (-1 = the whole context, 0 = off).
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    dry_penalty_last_n: i64,
+    /// A DRY sequence breaker; repeat the flag for several. The first one given replaces the
+    /// defaults ("\n", ":", "\"", "*"); "none" clears them.
+    #[arg(long = "dry-sequence-breaker", value_name = "STRING")]
+    dry_sequence_breakers: Vec<String>,
+    /// Mirostat sampling: 0 = off, 1 = Mirostat, 2 = Mirostat 2.0 (top-k, top-p, typical and the
+    /// other samplers are then not used).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    mirostat: i64,
+    /// Mirostat learning rate, parameter eta.
+    #[arg(long, default_value_t = 0.1)]
+    mirostat_lr: f32,
+    /// Mirostat target entropy, parameter tau.
+    #[arg(long, default_value_t = 5.0)]
+    mirostat_ent: f32,
+    /// The samplers to run, in order, separated by ';' (llama.cpp's names; default:
+    /// penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature).
+    #[arg(long, value_name = "LIST")]
+    samplers: Option<String>,
 }
 
 impl SamplingArgs {
@@ -311,7 +353,47 @@ impl SamplingArgs {
         if self.greedy {
             return Ok(minfer::sampling::SamplingParams::greedy());
         }
-        Ok(minfer::sampling::SamplingParams {
+        let defaults = minfer::sampling::SamplingParams::default();
+        let mirostat = minfer::sampling::Mirostat::from_number(self.mirostat).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--mirostat {} is out of range: it must be 0 (off), 1 or 2",
+                self.mirostat
+            )
+        })?;
+        let dry_allowed_length = usize::try_from(self.dry_allowed_length).map_err(|_| {
+            anyhow::anyhow!(
+                "--dry-allowed-length {} is out of range: it must be 0 or more",
+                self.dry_allowed_length
+            )
+        })?;
+        let dry_penalty_last_n = match self.dry_penalty_last_n {
+            -1 => usize::MAX,
+            n => usize::try_from(n).map_err(|_| {
+                anyhow::anyhow!(
+                    "--dry-penalty-last-n {n} is out of range: it must be -1 (the whole context), 0 (off) or more"
+                )
+            })?,
+        };
+        let dry_sequence_breakers = if self.dry_sequence_breakers.is_empty() {
+            defaults.dry_sequence_breakers
+        } else {
+            // As in llama.cpp, "none" clears what came before it.
+            let mut breakers = Vec::new();
+            for b in &self.dry_sequence_breakers {
+                if b == "none" {
+                    breakers.clear();
+                } else {
+                    breakers.push(b.clone());
+                }
+            }
+            breakers
+        };
+        let samplers = match &self.samplers {
+            None => defaults.samplers,
+            Some(list) => minfer::sampling::SamplerKind::parse_list(list)
+                .map_err(|e| anyhow::anyhow!("--samplers '{list}' is invalid: {e}"))?,
+        };
+        let params = minfer::sampling::SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
@@ -321,8 +403,50 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             penalty_last_n: self.repeat_last_n,
             seed: self.seed()?,
-        })
+            typical_p: self.typical_p,
+            top_n_sigma: self.top_n_sigma,
+            xtc_probability: self.xtc_probability,
+            xtc_threshold: self.xtc_threshold,
+            dry_multiplier: self.dry_multiplier,
+            dry_base: self.dry_base,
+            dry_allowed_length,
+            dry_penalty_last_n,
+            dry_sequence_breakers,
+            mirostat,
+            mirostat_tau: self.mirostat_ent,
+            mirostat_eta: self.mirostat_lr,
+            samplers,
+            logit_bias: Vec::new(),
+        };
+        params.validate().map_err(|e| anyhow::anyhow!("{}", flag_error(&e)))?;
+        Ok(params)
     }
+}
+
+/// A parameter error under the command-line flag that sets the field, so that the message
+/// names what the user typed.
+fn flag_error(e: &minfer::sampling::SamplingError) -> String {
+    let minfer::sampling::SamplingError::InvalidParameter { name, value, expected } = e else {
+        return e.to_string();
+    };
+    let flag = match *name {
+        "temperature" => "--temp",
+        "top_p" => "--top-p",
+        "min_p" => "--min-p",
+        "repeat_penalty" => "--repeat-penalty",
+        "frequency_penalty" => "--frequency-penalty",
+        "presence_penalty" => "--presence-penalty",
+        "typical_p" => "--typical",
+        "top_n_sigma" => "--top-n-sigma",
+        "xtc_probability" => "--xtc-probability",
+        "xtc_threshold" => "--xtc-threshold",
+        "dry_multiplier" => "--dry-multiplier",
+        "dry_base" => "--dry-base",
+        "mirostat_tau" => "--mirostat-ent",
+        "mirostat_eta" => "--mirostat-lr",
+        _ => return e.to_string(),
+    };
+    format!("{flag} {value} is out of range: it {expected}")
 }
 
 #[derive(Subcommand)]
@@ -753,7 +877,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         max_tokens: n_predict(args.n_predict)?,
         stop: args.stop,
         ignore_eos: args.ignore_eos,
-        sampling,
+        sampling: sampling.clone(),
         grammar,
         special: false,
         // -n -2 (llama.cpp's): until the context is full, so never shifted.

@@ -491,3 +491,62 @@ fn n_minus_two_generates_until_the_context_is_full_and_says_so() {
     assert!(err.contains("the context of 64 tokens is full (-n -2)"), "{err}");
     assert!(!err.contains("Context shifts"), "{err}");
 }
+
+#[test]
+fn llama_cpp_sampler_flags_run_reproducibly_and_bad_values_are_refused_by_flag() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let m = model.to_str().unwrap();
+    let base = ["-m", m, "-p", "Hello", "-n", "6", "--ignore-eos", "-s", "7"];
+    let samplers = [
+        "--typical",
+        "0.9",
+        "--top-n-sigma",
+        "1.5",
+        "--xtc-probability",
+        "0.5",
+        "--xtc-threshold",
+        "0.1",
+        "--dry-multiplier",
+        "0.8",
+        "--dry-sequence-breaker",
+        "none",
+        "--dry-sequence-breaker",
+        ".",
+        "--samplers",
+        "penalties;dry;top-k;typical;top_p;min_p;xtc;temp",
+    ];
+    let first = minfer_ok(&base, &samplers);
+    assert_eq!(minfer_ok(&base, &samplers).stdout, first.stdout);
+    for mirostat in ["1", "2"] {
+        let extra = ["--mirostat", mirostat, "--mirostat-lr", "0.2", "--mirostat-ent", "4"];
+        assert_eq!(minfer_ok(&base, &extra).stdout, minfer_ok(&base, &extra).stdout);
+    }
+    // Greedy in any order: the temperature stage keeps the best token.
+    let greedy = minfer_ok(&base, &["--temp", "0", "--repeat-penalty", "1"]);
+    let reordered = minfer_ok(
+        &base,
+        &[
+            "--temp",
+            "0",
+            "--repeat-penalty",
+            "1",
+            "--samplers",
+            "temperature;top_k;min_p",
+        ],
+    );
+    assert_eq!(reordered.stdout, greedy.stdout);
+    for (extra, says) in [
+        (["--mirostat", "3"], "--mirostat 3 is out of range"),
+        (["--samplers", "top_k;wizard"], "unknown sampler 'wizard'"),
+        (["--typical", "1.5"], "--typical 1.5 is out of range"),
+        (["--dry-base", "0.5"], "--dry-base 0.5 is out of range"),
+        (
+            ["--dry-penalty-last-n", "-2"],
+            "--dry-penalty-last-n -2 is out of range",
+        ),
+        (["--xtc-probability", "2"], "--xtc-probability 2 is out of range"),
+    ] {
+        let args: Vec<&str> = base.iter().chain(&extra).copied().collect();
+        assert_refused(&args, says);
+    }
+}

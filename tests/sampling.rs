@@ -241,16 +241,16 @@ fn penalties_match_llama_cpp_on_a_tiny_row() {
         ..SamplingParams::default()
     };
     // A positive logit is divided: 3 / 2 - 2 * 0.5 - 0.25 = 0.25.
-    assert!(penalised_above(3.0, 0.249, &[0, 0], params));
-    assert!(!penalised_above(3.0, 0.251, &[0, 0], params));
+    assert!(penalised_above(3.0, 0.249, &[0, 0], params.clone()));
+    assert!(!penalised_above(3.0, 0.251, &[0, 0], params.clone()));
     // A negative logit is multiplied: -1 * 2 - 3 * 0.5 - 0.25 = -3.75.
-    assert!(penalised_above(-1.0, -3.751, &[0, 0, 0], params));
-    assert!(!penalised_above(-1.0, -3.749, &[0, 0, 0], params));
+    assert!(penalised_above(-1.0, -3.751, &[0, 0, 0], params.clone()));
+    assert!(!penalised_above(-1.0, -3.749, &[0, 0, 0], params.clone()));
     // Zero counts as non-positive: 0 * 2 - 0.5 - 0.25 = -0.75.
-    assert!(penalised_above(0.0, -0.751, &[0], params));
-    assert!(!penalised_above(0.0, -0.749, &[0], params));
+    assert!(penalised_above(0.0, -0.751, &[0], params.clone()));
+    assert!(!penalised_above(0.0, -0.749, &[0], params.clone()));
     // A token outside the history keeps its logit: here the probe is penalised and token 0 is not.
-    assert!(penalised_above(1.0, 1.001, &[1], params));
+    assert!(penalised_above(1.0, 1.001, &[1], params.clone()));
 }
 
 #[test]
@@ -262,8 +262,8 @@ fn negative_frequency_and_presence_penalties_reward_repetition() {
         ..SamplingParams::default()
     };
     // 1 + 2 * 0.5 + 0.25 = 2.25.
-    assert!(penalised_above(1.0, 2.249, &[0, 0], params));
-    assert!(!penalised_above(1.0, 2.251, &[0, 0], params));
+    assert!(penalised_above(1.0, 2.249, &[0, 0], params.clone()));
+    assert!(!penalised_above(1.0, 2.251, &[0, 0], params.clone()));
 }
 
 #[test]
@@ -297,7 +297,7 @@ fn only_the_last_penalty_last_n_tokens_are_penalised() {
         penalty_last_n: 2,
         ..SamplingParams::default()
     };
-    assert!(penalised_above(3.0, 0.99, &[0, 0, 0, 0], params));
+    assert!(penalised_above(3.0, 0.99, &[0, 0, 0, 0], params.clone()));
     assert!(!penalised_above(3.0, 1.01, &[0, 0, 0, 0], params));
 }
 
@@ -472,7 +472,7 @@ fn invalid_parameters_are_errors_naming_the_parameter_and_value() {
         ),
     ];
     for (parameter, params) in cases {
-        let err = Sampler::new(params).expect_err(parameter);
+        let err = Sampler::new(params.clone()).expect_err(parameter);
         match &err {
             SamplingError::InvalidParameter { name, .. } => assert_eq!(*name, parameter),
             other => panic!("{parameter}: unexpected {other:?}"),
@@ -524,7 +524,7 @@ fn extreme_but_meaningful_parameters_are_accepted() {
             ..SamplingParams::default()
         },
     ] {
-        let mut sampler = Sampler::new(params).unwrap();
+        let mut sampler = Sampler::new(params.clone()).unwrap();
         assert!(sampler.sample(&[0.1, 0.4, 0.2], &[1, 2, 1]).is_ok(), "{params:?}");
     }
 }

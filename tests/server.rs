@@ -1032,20 +1032,36 @@ fn llama_servers_own_completion_apply_template_slots_and_embeddings_answer_as_it
         ("grammar", json!("root ::= nope")),
         ("json_schema", json!({"type": "strin"})),
         ("n_probs", json!(3)),
-        ("mirostat", json!(2)),
-        ("typical_p", json!(0.5)),
+        ("dynatemp_range", json!(0.5)),
+        ("mirostat", json!(3)),
+        ("logit_bias", json!([[loaded.hparams().n_vocab, 1.0]])),
     ] {
         let mut b = json!({"prompt": "hi", "n_predict": 2});
         b[field] = value;
         let (status, err) = server.json("/completion", b);
         assert_eq!((status, err["error"]["param"].as_str()), (400, Some(field)), "{err}");
     }
-    // Samplers left at their off values pass.
+    // Fields left at their off values pass, and llama-server's samplers run.
     let (status, _) = server.json(
         "/completion",
-        json!({"prompt": "hi", "n_predict": 2, "typical_p": 1.0, "mirostat": 0}),
+        json!({"prompt": "hi", "n_predict": 2, "n_probs": 0, "dynatemp_range": 0}),
     );
     assert_eq!(status, 200);
+    let (status, r2) = server.json(
+        "/completion",
+        json!({"prompt": "hi", "n_predict": 4, "mirostat": 2, "typical_p": 0.9, "dry_multiplier": 0.8,
+               "xtc_probability": 0.5, "top_n_sigma": 1.5, "samplers": "edkypmxt", "seed": 3}),
+    );
+    assert_eq!(status, 200, "{r2}");
+    // A banned token is never chosen: the greedy answer's first token gives way to another.
+    let mut session = minfer::engine::Session::new(&loaded, 64);
+    session.eval(&loaded.encode(prompt), 1).unwrap();
+    let first = minfer::sampling::argmax(session.last_logits().unwrap()).unwrap();
+    let mut banned = body.clone();
+    banned["logit_bias"] = json!([[first, false]]);
+    let (status, other) = server.json("/completion", banned);
+    assert_eq!(status, 200, "{other}");
+    assert_ne!(other["content"], r["content"]);
     // /apply-template: the chat template's prompt for the messages, nothing generated.
     let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]);
     let (status, applied) = server.json("/apply-template", json!({ "messages": messages }));

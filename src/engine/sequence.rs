@@ -9,9 +9,27 @@ use super::generate::{GenerateOptions, GenerationResult, GenerationStats, StopRe
 use super::stop::StopMatcher;
 use super::EngineError;
 use crate::grammar::{allowed, Constraint};
-use crate::sampling::Sampler;
+use crate::sampling::{DryBreakers, Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::ops::Range;
+
+/// The sampler of one generation, with DRY's sequence breakers turned into token sequences
+/// when DRY is on (a pass over the vocabulary, so only then).
+fn sampler(tokenizer: &Tokenizer, params: &SamplingParams) -> Result<Sampler, EngineError> {
+    let sampler = Sampler::new(params.clone())?;
+    if !params.dry_enabled() || params.dry_sequence_breakers.is_empty() {
+        return Ok(sampler);
+    }
+    // llama.cpp reads each token's text with control tokens rendered, and tokenizes a breaker's
+    // remainder as plain text without BOS.
+    let breakers = DryBreakers::new(
+        &params.dry_sequence_breakers,
+        tokenizer.n_vocab(),
+        |id| tokenizer.token_to_piece(id, true),
+        |bytes| tokenizer.encode_bytes(bytes, false, false),
+    );
+    Ok(sampler.with_dry_breakers(breakers))
+}
 
 /// What accepting a token produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,9 +70,8 @@ pub struct Sequence<'t> {
     history: Vec<u32>,
     n_prompt: usize,
     sampler: Sampler,
-    /// The grammar the output must follow, if any, and the masked copy of a logits row.
+    /// The grammar the output must follow, if any.
     constraint: Option<Constraint>,
-    masked: Vec<f32>,
     stops: StopMatcher,
     decoder: StreamDecoder<'t>,
     max_tokens: usize,
@@ -70,9 +87,8 @@ impl<'t> Sequence<'t> {
             tokenizer,
             history: prompt.to_vec(),
             n_prompt: prompt.len(),
-            sampler: Sampler::new(options.sampling)?,
+            sampler: sampler(tokenizer, &options.sampling)?,
             constraint: options.grammar.as_ref().map(|g| g.start()),
-            masked: Vec::new(),
             stops: StopMatcher::new(&options.stop),
             decoder: tokenizer.stream_decoder(options.special),
             max_tokens: options.max_tokens,
@@ -88,22 +104,16 @@ impl<'t> Sequence<'t> {
 
     /// The next token from one row of logits (the model's output after the last accepted
     /// token, or after the prompt), under the penalties of the history and, with a grammar,
-    /// among the tokens it allows: the others are -inf before any sampler sees the row, so
+    /// among the tokens it allows: the others are -inf before the filters see the row, so
     /// top-k, top-p and the rest choose among valid continuations only.
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32, EngineError> {
         let Some(constraint) = &mut self.constraint else {
             return Ok(self.sampler.sample(logits, &self.history)?);
         };
         let mask = constraint.mask()?;
-        self.masked.clear();
-        self.masked.extend(logits.iter().enumerate().map(|(id, &logit)| {
-            if allowed(mask, id as u32) {
-                logit
-            } else {
-                f32::NEG_INFINITY
-            }
-        }));
-        Ok(self.sampler.sample(&self.masked, &self.history)?)
+        self.sampler
+            .build_candidates_masked(logits, &self.history, Some(&|id| allowed(mask, id)))?;
+        Ok(self.sampler.draw()?)
     }
 
     /// Computes what the grammar allows next, if there is one, so that the next

@@ -9,7 +9,7 @@
 
 use super::error::ApiError;
 use crate::grammar::GrammarSpec;
-use crate::sampling::SamplingParams;
+use crate::sampling::{Mirostat, SamplerKind, SamplingError, SamplingParams};
 use serde_json::{Map, Value as Json};
 
 /// Most completions one request may ask for (`n`, and prompts times `n` for completions).
@@ -196,7 +196,6 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         None => false,
         Some(v) => Fields::of(v, "stream_options")?.bool("include_usage")?.unwrap_or(false),
     };
-    refuse_unsupported(f)?;
     let max_tokens = match f.integer("max_completion_tokens", 1, u32::MAX as i64)? {
         Some(n) => Some(n),
         None => match f.integer("max_tokens", 1, u32::MAX as i64)? {
@@ -237,6 +236,47 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         presence_penalty: f.number("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0),
         penalty_last_n,
         seed: defaults.seed,
+        typical_p: f.number("typical_p", 0.0, 1.0)?.unwrap_or(defaults.typical_p),
+        top_n_sigma: f.number("top_n_sigma", -100.0, 100.0)?.unwrap_or(defaults.top_n_sigma),
+        xtc_probability: f
+            .number("xtc_probability", 0.0, 1.0)?
+            .unwrap_or(defaults.xtc_probability),
+        xtc_threshold: f.number("xtc_threshold", 0.0, 1.0)?.unwrap_or(defaults.xtc_threshold),
+        dry_multiplier: f
+            .number("dry_multiplier", 0.0, 100.0)?
+            .unwrap_or(defaults.dry_multiplier),
+        // llama-server replaces a base below 1 (which would turn DRY off) with its default.
+        dry_base: f
+            .number("dry_base", 0.0, 100.0)?
+            .filter(|&b| b >= 1.0)
+            .unwrap_or(defaults.dry_base),
+        dry_allowed_length: f
+            .integer("dry_allowed_length", 0, i32::MAX as i64)?
+            .map_or(defaults.dry_allowed_length, |n| n as usize),
+        dry_penalty_last_n: match f.integer("dry_penalty_last_n", -1, i32::MAX as i64)? {
+            None => defaults.dry_penalty_last_n,
+            // llama.cpp's -1, the context size: everything there is of the history.
+            Some(-1) => usize::MAX,
+            Some(n) => n as usize,
+        },
+        dry_sequence_breakers: match f.get("dry_sequence_breakers") {
+            None => defaults.dry_sequence_breakers,
+            Some(v) => dry_sequence_breakers(v)?,
+        },
+        mirostat: f
+            .integer("mirostat", 0, 2)?
+            .and_then(Mirostat::from_number)
+            .unwrap_or(defaults.mirostat),
+        mirostat_tau: f.number("mirostat_tau", 0.0, 100.0)?.unwrap_or(defaults.mirostat_tau),
+        mirostat_eta: f.number("mirostat_eta", 0.0, 100.0)?.unwrap_or(defaults.mirostat_eta),
+        samplers: match f.get("samplers") {
+            None => defaults.samplers,
+            Some(v) => samplers(v)?,
+        },
+        logit_bias: match f.get("logit_bias") {
+            None => Vec::new(),
+            Some(v) => logit_bias(v)?,
+        },
     };
     let seed = match f.get("seed") {
         None => None,
@@ -375,15 +415,175 @@ fn schema_spec(field: &str, schema: &Json) -> Result<GrammarSpec, ApiError> {
     }
 }
 
-/// Fields that would change the output and that the server cannot honour yet: a 400 naming
-/// each, never a silent 200 (an empty `logit_bias` changes nothing and passes).
-fn refuse_unsupported(f: &Fields) -> Result<(), ApiError> {
-    if f.get("logit_bias")
-        .is_some_and(|b| b.as_object().is_none_or(|m| !m.is_empty()))
-    {
-        return Err(ApiError::field("logit_bias", "logit_bias is not supported yet"));
+/// Most `dry_sequence_breakers`, and the longest one in bytes (DRY reads its first 40 bytes):
+/// each costs a pass over the vocabulary when the generation starts.
+const MAX_DRY_BREAKERS: usize = 16;
+const MAX_DRY_BREAKER_LEN: usize = 256;
+/// Most stages in `samplers`, and most `logit_bias` entries.
+const MAX_SAMPLERS: usize = 32;
+const MAX_LOGIT_BIAS: usize = 1024;
+
+/// llama-server's `dry_sequence_breakers`: a non-empty array of strings.
+fn dry_sequence_breakers(value: &Json) -> Result<Vec<String>, ApiError> {
+    const NAME: &str = "dry_sequence_breakers";
+    let Json::Array(items) = value else {
+        return Err(ApiError::field(
+            NAME,
+            format!("{NAME} must be a non-empty array of strings, not {}", kind(value)),
+        ));
+    };
+    if items.is_empty() || items.len() > MAX_DRY_BREAKERS {
+        return Err(ApiError::field(
+            NAME,
+            format!(
+                "{NAME} has {} strings; from 1 to {MAX_DRY_BREAKERS} are allowed",
+                items.len()
+            ),
+        ));
     }
-    Ok(())
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Json::String(s) if s.len() <= MAX_DRY_BREAKER_LEN => Ok(s.clone()),
+            Json::String(s) => Err(ApiError::field(
+                format!("{NAME}[{i}]"),
+                format!(
+                    "{NAME}[{i}] has {} bytes; at most {MAX_DRY_BREAKER_LEN} are allowed",
+                    s.len()
+                ),
+            )),
+            other => Err(ApiError::field(
+                format!("{NAME}[{i}]"),
+                format!("{NAME}[{i}] must be a string, not {}", kind(other)),
+            )),
+        })
+        .collect()
+}
+
+/// llama-server's `samplers`: an array of sampler names, or a string of one-letter codes
+/// (`"kpt"`); a string with `;` is read as names, as `--samplers` writes them.
+fn samplers(value: &Json) -> Result<Vec<SamplerKind>, ApiError> {
+    const NAME: &str = "samplers";
+    let refuse = |e: SamplingError| ApiError::field(NAME, format!("{NAME}: {e}"));
+    let chain = match value {
+        Json::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Json::String(name) => SamplerKind::from_name(name).ok_or_else(|| {
+                    ApiError::field(
+                        format!("{NAME}[{i}]"),
+                        format!(
+                            "{NAME}[{i}] '{name}' is not a sampler name; expected one of {}",
+                            SamplerKind::NAMES
+                        ),
+                    )
+                }),
+                other => Err(ApiError::field(
+                    format!("{NAME}[{i}]"),
+                    format!("{NAME}[{i}] must be a string, not {}", kind(other)),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Json::String(s) if s.contains(';') => SamplerKind::parse_list(s).map_err(refuse)?,
+        Json::String(s) => SamplerKind::parse_codes(s).map_err(refuse)?,
+        other => {
+            return Err(ApiError::field(
+                NAME,
+                format!(
+                    "{NAME} must be an array of sampler names or a string of sampler letters, not {}",
+                    kind(other)
+                ),
+            ))
+        }
+    };
+    if chain.len() > MAX_SAMPLERS {
+        return Err(ApiError::field(
+            NAME,
+            format!("{NAME} has {} stages; at most {MAX_SAMPLERS} are allowed", chain.len()),
+        ));
+    }
+    Ok(chain)
+}
+
+/// `logit_bias`, in OpenAI's form (an object from token id strings to a bias) or llama-server's
+/// (an array of `[id, bias]` pairs); a bias lies in [-100, 100], and `false` bans the token
+/// (-inf). Ids are checked against the vocabulary where it is known, when the request starts.
+fn logit_bias(value: &Json) -> Result<Vec<(u32, f32)>, ApiError> {
+    const NAME: &str = "logit_bias";
+    let bias = |path: &str, v: &Json| -> Result<f32, ApiError> {
+        match v {
+            Json::Bool(false) => Ok(f32::NEG_INFINITY),
+            Json::Number(n) => match n.as_f64() {
+                Some(b) if (-100.0..=100.0).contains(&b) => Ok(b as f32),
+                _ => Err(ApiError::field(
+                    path,
+                    format!("{path} = {n} is out of range: expected a number from -100 to 100"),
+                )),
+            },
+            other => Err(ApiError::field(
+                path,
+                format!("{path} must be a number from -100 to 100 or false, not {}", kind(other)),
+            )),
+        }
+    };
+    let too_many = |n: usize| {
+        ApiError::field(
+            NAME,
+            format!("{NAME} has {n} entries; at most {MAX_LOGIT_BIAS} are allowed"),
+        )
+    };
+    match value {
+        Json::Object(map) => {
+            if map.len() > MAX_LOGIT_BIAS {
+                return Err(too_many(map.len()));
+            }
+            map.iter()
+                .map(|(key, v)| {
+                    let path = format!("{NAME}.{key}");
+                    let token = key.parse::<u32>().map_err(|_| {
+                        ApiError::field(&path, format!("{NAME} key '{key}' is not a token id (an integer >= 0)"))
+                    })?;
+                    Ok((token, bias(&path, v)?))
+                })
+                .collect()
+        }
+        Json::Array(items) => {
+            if items.len() > MAX_LOGIT_BIAS {
+                return Err(too_many(items.len()));
+            }
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, pair)| {
+                    let path = format!("{NAME}[{i}]");
+                    match pair.as_array().map(Vec::as_slice) {
+                        Some([id, b]) => {
+                            let token = id.as_u64().filter(|&t| t <= u32::MAX as u64).ok_or_else(|| {
+                                ApiError::field(
+                                    format!("{path}[0]"),
+                                    format!("{path}[0] must be a token id (an integer >= 0)"),
+                                )
+                            })?;
+                            Ok((token as u32, bias(&format!("{path}[1]"), b)?))
+                        }
+                        _ => Err(ApiError::field(
+                            &path,
+                            format!("{path} must be a [token id, bias] pair"),
+                        )),
+                    }
+                })
+                .collect()
+        }
+        other => Err(ApiError::field(
+            NAME,
+            format!(
+                "{NAME} must be an object of token ids to biases or an array of [id, bias] pairs, not {}",
+                kind(other)
+            ),
+        )),
+    }
 }
 
 /// The sampling the server uses for fields a request leaves out: the engine's (llama.cpp's)
@@ -687,18 +887,10 @@ pub struct NativeRequest {
     pub prompt: Prompt,
 }
 
-/// llama-server's samplers that minfer does not have, with the value that leaves them off: a
+/// llama-server's fields that minfer does not have, with the value that leaves them off: a
 /// request setting one otherwise is refused naming it, since the output would not be what it
 /// asked for.
-const NATIVE_SAMPLERS_OFF: [(&str, f64); 7] = [
-    ("n_probs", 0.0),
-    ("mirostat", 0.0),
-    ("typical_p", 1.0),
-    ("dry_multiplier", 0.0),
-    ("xtc_probability", 0.0),
-    ("dynatemp_range", 0.0),
-    ("top_n_sigma", -1.0),
-];
+const NATIVE_SAMPLERS_OFF: [(&str, f64); 2] = [("n_probs", 0.0), ("dynatemp_range", 0.0)];
 
 /// The fields `/completion` and `/infill` share.
 fn native_common(f: &Fields) -> Result<Common, ApiError> {
@@ -926,10 +1118,6 @@ mod tests {
             with("n_predict", json!(0)).unwrap_err().param.as_deref(),
             Some("n_predict")
         );
-        for (field, value) in [("logit_bias", json!({"15": -100}))] {
-            let err = with(field, value).unwrap_err();
-            assert_eq!(err.param.as_deref(), Some(field), "{}", err.message);
-        }
         assert!(with("response_format", json!({"type": "text"}))
             .unwrap()
             .common
@@ -938,6 +1126,148 @@ mod tests {
         assert!(with("logit_bias", json!({})).is_ok());
         assert_eq!(with("min_p", json!(0.2)).unwrap().common.sampling.min_p, 0.2);
         assert_eq!(with("min_p", json!(2)).unwrap_err().param.as_deref(), Some("min_p"));
+    }
+
+    fn chat_with(field: &str, value: Json) -> Result<ChatRequest, ApiError> {
+        let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+        body[field] = value;
+        chat(&body)
+    }
+
+    fn native_with(field: &str, value: Json) -> Result<NativeRequest, ApiError> {
+        let mut body = json!({"prompt": "x"});
+        body[field] = value;
+        native_completion(&body)
+    }
+
+    #[test]
+    fn llama_server_sampler_fields_are_read_on_every_endpoint() {
+        let chat_sampling = |k: &str, v: Json| chat_with(k, v).unwrap().common.sampling;
+        let native_sampling = |k: &str, v: Json| native_with(k, v).unwrap().common.sampling;
+        let completion_sampling = |k: &str, v: Json| {
+            let mut body = json!({"prompt": "x"});
+            body[k] = v;
+            completion(&body).unwrap().common.sampling
+        };
+        for read in [
+            &chat_sampling as &dyn Fn(&str, Json) -> SamplingParams,
+            &native_sampling,
+            &completion_sampling,
+        ] {
+            assert_eq!(read("typical_p", json!(0.5)).typical_p, 0.5);
+            assert_eq!(read("top_n_sigma", json!(1.5)).top_n_sigma, 1.5);
+            assert_eq!(read("xtc_probability", json!(0.5)).xtc_probability, 0.5);
+            assert_eq!(read("xtc_threshold", json!(0.2)).xtc_threshold, 0.2);
+            assert_eq!(read("dry_multiplier", json!(0.8)).dry_multiplier, 0.8);
+            assert_eq!(read("dry_base", json!(2.0)).dry_base, 2.0);
+            assert_eq!(read("dry_allowed_length", json!(3)).dry_allowed_length, 3);
+            assert_eq!(read("dry_penalty_last_n", json!(128)).dry_penalty_last_n, 128);
+            assert_eq!(read("dry_penalty_last_n", json!(-1)).dry_penalty_last_n, usize::MAX);
+            assert_eq!(
+                read("dry_sequence_breakers", json!(["\n", "###"])).dry_sequence_breakers,
+                ["\n", "###"]
+            );
+            assert_eq!(read("mirostat", json!(2)).mirostat, Mirostat::V2);
+            assert_eq!(read("mirostat_tau", json!(3.0)).mirostat_tau, 3.0);
+            assert_eq!(read("mirostat_eta", json!(0.2)).mirostat_eta, 0.2);
+            assert_eq!(
+                read("samplers", json!(["top_k", "temperature"])).samplers,
+                [SamplerKind::TopK, SamplerKind::Temperature]
+            );
+            assert_eq!(
+                read("samplers", json!("kt")).samplers,
+                [SamplerKind::TopK, SamplerKind::Temperature]
+            );
+            assert_eq!(
+                read("samplers", json!("top_k;temp")).samplers,
+                [SamplerKind::TopK, SamplerKind::Temperature]
+            );
+        }
+        // llama-server replaces a DRY base below 1 with its default.
+        assert_eq!(chat_sampling("dry_base", json!(0.5)).dry_base, 1.75);
+        let defaults = chat_sampling("seed", json!(1));
+        assert_eq!(defaults.samplers, SamplerKind::DEFAULT_CHAIN);
+        assert_eq!(defaults.dry_sequence_breakers, ["\n", ":", "\"", "*"]);
+        assert_eq!(defaults.mirostat, Mirostat::Off);
+    }
+
+    #[test]
+    fn sampler_fields_out_of_range_are_refused_by_name() {
+        for (field, value, param) in [
+            ("typical_p", json!(1.5), "typical_p"),
+            ("typical_p", json!("high"), "typical_p"),
+            ("top_n_sigma", json!(1000), "top_n_sigma"),
+            ("xtc_probability", json!(-0.1), "xtc_probability"),
+            ("xtc_threshold", json!(2), "xtc_threshold"),
+            ("dry_multiplier", json!(-1), "dry_multiplier"),
+            ("dry_allowed_length", json!(-1), "dry_allowed_length"),
+            ("dry_penalty_last_n", json!(-2), "dry_penalty_last_n"),
+            ("dry_sequence_breakers", json!([]), "dry_sequence_breakers"),
+            ("dry_sequence_breakers", json!("\n"), "dry_sequence_breakers"),
+            ("dry_sequence_breakers", json!(["a", 3]), "dry_sequence_breakers[1]"),
+            ("mirostat", json!(3), "mirostat"),
+            ("mirostat", json!(1.5), "mirostat"),
+            ("mirostat_tau", json!(-1), "mirostat_tau"),
+            ("mirostat_eta", json!(-1), "mirostat_eta"),
+            ("samplers", json!(["top_k", "wizard"]), "samplers[1]"),
+            ("samplers", json!("kq"), "samplers"),
+            ("samplers", json!(3), "samplers"),
+        ] {
+            for err in [
+                chat_with(field, value.clone()).unwrap_err(),
+                native_with(field, value.clone()).unwrap_err(),
+            ] {
+                assert_eq!(err.param.as_deref(), Some(param), "{field} = {value}: {}", err.message);
+                assert!(err.message.contains(field), "{field} = {value}: {}", err.message);
+            }
+        }
+    }
+
+    #[test]
+    fn native_fields_without_an_implementation_are_still_refused_unless_off() {
+        for (field, value) in [("n_probs", json!(5)), ("dynatemp_range", json!(0.5))] {
+            assert_eq!(native_with(field, value).unwrap_err().param.as_deref(), Some(field));
+        }
+        assert!(native_with("n_probs", json!(0)).is_ok());
+        assert!(native_with("dynatemp_range", json!(0)).is_ok());
+    }
+
+    #[test]
+    fn logit_bias_reads_the_openai_object_and_the_llama_server_pairs() {
+        let bias = |v: Json| chat_with("logit_bias", v).unwrap().common.sampling.logit_bias;
+        let mut object = bias(json!({"15": -100, "7": 2.5}));
+        object.sort_by_key(|e| e.0);
+        assert_eq!(object, [(7, 2.5), (15, -100.0)]);
+        assert_eq!(bias(json!([[3, 1.0], [4, false]])), [(3, 1.0), (4, f32::NEG_INFINITY)]);
+        assert_eq!(bias(json!({"9": false})), [(9, f32::NEG_INFINITY)]);
+        assert!(bias(json!({})).is_empty());
+        let native = native_with("logit_bias", json!([[1, -1]])).unwrap();
+        assert_eq!(native.common.sampling.logit_bias, [(1, -1.0)]);
+        let mut body = json!({"prompt": "x", "logit_bias": {"2": 1}});
+        assert_eq!(completion(&body).unwrap().common.sampling.logit_bias, [(2, 1.0)]);
+        body["logit_bias"] = json!({"2": 101});
+        assert_eq!(completion(&body).unwrap_err().param.as_deref(), Some("logit_bias.2"));
+    }
+
+    #[test]
+    fn logit_bias_refuses_bad_ids_values_and_shapes_by_name() {
+        for (value, param) in [
+            (json!({"15": 101}), "logit_bias.15"),
+            (json!({"15": -100.5}), "logit_bias.15"),
+            (json!({"15": true}), "logit_bias.15"),
+            (json!({"15": "1"}), "logit_bias.15"),
+            (json!({"hello": 1}), "logit_bias.hello"),
+            (json!({"-1": 1}), "logit_bias.-1"),
+            (json!([[1, 200]]), "logit_bias[0][1]"),
+            (json!([[-1, 1]]), "logit_bias[0][0]"),
+            (json!([[1]]), "logit_bias[0]"),
+            (json!([5]), "logit_bias[0]"),
+            (json!("15"), "logit_bias"),
+        ] {
+            let err = chat_with("logit_bias", value.clone()).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(param), "{value}: {}", err.message);
+            assert!(err.message.contains("logit_bias"), "{value}: {}", err.message);
+        }
     }
 
     #[test]

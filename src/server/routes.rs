@@ -286,6 +286,19 @@ async fn props(State(app): State<App>) -> Json<Value> {
             "repeat_last_n": d.penalty_last_n,
             "frequency_penalty": d.frequency_penalty,
             "presence_penalty": d.presence_penalty,
+            "typical_p": d.typical_p,
+            "top_n_sigma": d.top_n_sigma,
+            "xtc_probability": d.xtc_probability,
+            "xtc_threshold": d.xtc_threshold,
+            "dry_multiplier": d.dry_multiplier,
+            "dry_base": d.dry_base,
+            "dry_allowed_length": d.dry_allowed_length,
+            "dry_penalty_last_n": d.dry_penalty_last_n,
+            "dry_sequence_breakers": d.dry_sequence_breakers,
+            "mirostat": d.mirostat.number(),
+            "mirostat_tau": d.mirostat_tau,
+            "mirostat_eta": d.mirostat_eta,
+            "samplers": d.samplers.iter().map(|s| s.name()).collect::<Vec<_>>(),
         },
         "total_slots": app.n_slots,
         "model_path": app.model.path().display().to_string(),
@@ -692,6 +705,21 @@ async fn start(
     peer: Option<Arc<Peer>>,
 ) -> Result<Response, ApiError> {
     let n_ctx = app.n_ctx;
+    // The request reader does not know the vocabulary; the biased ids are checked here.
+    if let Some(&(bad, _)) = common
+        .sampling
+        .logit_bias
+        .iter()
+        .find(|&&(id, _)| id as usize >= app.n_vocab)
+    {
+        return Err(ApiError::field(
+            "logit_bias",
+            format!(
+                "logit_bias token id {bad} is outside the vocabulary of {} tokens",
+                app.n_vocab
+            ),
+        ));
+    }
     let mut runs = Vec::new();
     let seed = common.seed.unwrap_or_else(super::random_u64);
     for (p, prompt) in prompts.into_iter().enumerate() {
