@@ -435,14 +435,6 @@ fn llama_cpp_output_model_file_and_template_flags_are_honoured_or_refused_by_nam
         .unwrap_or_else(|| panic!("no drawn seed in: {said}"));
     let again = minfer_raw(&["-m", m, "-p", "Hello", "-n", "6", "--temp", "0.8", "-s", seed]);
     assert_eq!(again.stdout, sampled.stdout);
-    // Structured output is not there yet: refused by name, before the model is read.
-    for flag in ["-j", "--json-schema", "--grammar", "--grammar-file"] {
-        let name = if flag == "-j" { "--json-schema" } else { flag };
-        assert_refused(
-            &["-m", m, "-p", "Hello", flag, "x"],
-            &format!("{name} cannot be honoured yet"),
-        );
-    }
 }
 
 #[test]

@@ -22,6 +22,11 @@ const MAX_REPETITIONS: u64 = 2000;
 /// must not exhaust the stack.
 const MAX_NESTING: usize = 64;
 
+/// The most terminals (strings, character classes, `.`, tokens) a grammar may have. Compiling
+/// grows faster than linearly with them (50,000 alternatives take seconds, 200,000 minutes), and
+/// a server compiles what any client sends; llama.cpp's largest example has a few hundred.
+pub const MAX_TERMINALS: usize = 10_000;
+
 /// A GBNF text that could not be read, with where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("GBNF grammar, line {line}, column {column}: {message}")]
@@ -60,7 +65,13 @@ struct Rule {
 
 /// Translates GBNF `text` into llguidance's Lark syntax, whose start rule derives `root`.
 pub fn to_lark(text: &str) -> Result<String, GbnfError> {
-    let rules = Parser { text, pos: 0, depth: 0 }.parse()?;
+    let rules = Parser {
+        text,
+        pos: 0,
+        depth: 0,
+        terminals: 0,
+    }
+    .parse()?;
     let mut out = String::from("start: r_root\n");
     for rule in &rules {
         let _ = write!(out, "{}: ", rule_name(&rule.name));
@@ -157,6 +168,7 @@ struct Parser<'a> {
     text: &'a str,
     pos: usize,
     depth: usize,
+    terminals: usize,
 }
 
 fn is_word_char(c: char) -> bool {
@@ -343,6 +355,15 @@ impl Parser<'_> {
                 }
                 _ => break,
             };
+            if !matches!(term, Term::Rule { .. } | Term::Group(_)) {
+                self.terminals += 1;
+                if self.terminals > MAX_TERMINALS {
+                    return Err(self.error(
+                        start,
+                        format!("the grammar has more than {MAX_TERMINALS} terminals (strings and character classes), more than can be compiled promptly"),
+                    ));
+                }
+            }
             items.push(Item {
                 term,
                 repeat: (1, Some(1)),
