@@ -577,6 +577,13 @@ enum Command {
         /// (a pool run of an empty job, back to back and after a pause).
         #[arg(long)]
         handoff: bool,
+        /// Measure what a JSON schema's constraint costs: each generation test runs twice, its
+        /// tokens sampled without and then with the schema's mask (instead of random tokens).
+        #[arg(short = 'j', long = "json-schema", value_name = "SCHEMA")]
+        json_schema: Option<String>,
+        /// As --json-schema, for a GBNF grammar.
+        #[arg(long, value_name = "GRAMMAR", conflicts_with = "json_schema")]
+        grammar: Option<String>,
         /// Output format: a markdown table, llama-bench's JSON array, JSON lines (one object per
         /// test, as each ends), or CSV with the JSON's field names as the header.
         #[arg(short = 'o', long = "output", value_enum, default_value_t = BenchFormat::Md)]
@@ -1047,6 +1054,23 @@ fn n_predict(n: i64) -> anyhow::Result<usize> {
     }
 }
 
+/// `bench`'s `--json-schema` or `--grammar`, checked before the model is read.
+fn bench_grammar(
+    json_schema: Option<String>,
+    grammar: Option<String>,
+) -> anyhow::Result<Option<minfer::grammar::GrammarSpec>> {
+    use minfer::grammar::GrammarSpec;
+    if let Some(text) = json_schema {
+        let schema = serde_json::from_str(&text).context("--json-schema is not JSON")?;
+        return Ok(Some(GrammarSpec::JsonSchema(schema)));
+    }
+    if let Some(text) = grammar {
+        minfer::grammar::gbnf::to_lark(&text).context("--grammar does not parse")?;
+        return Ok(Some(GrammarSpec::Gbnf(text)));
+    }
+    Ok(None)
+}
+
 /// The model of `bench`: the positional argument or `-m` (clap lets exactly one through).
 fn bench_model(model: Option<PathBuf>, flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     model
@@ -1066,6 +1090,7 @@ fn run_bench(
     repetitions: usize,
     bandwidth: bool,
     handoff: bool,
+    grammar: Option<minfer::grammar::GrammarSpec>,
     output: BenchFormat,
     backend: Option<String>,
 ) -> anyhow::Result<()> {
@@ -1085,6 +1110,7 @@ fn run_bench(
         backend,
         bandwidth,
         handoff,
+        grammar,
         ..Default::default()
     };
     let mut stdout = std::io::stdout().lock();
@@ -1233,6 +1259,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             repetitions,
             bandwidth,
             handoff,
+            json_schema,
+            grammar,
             output,
             backend,
             compat,
@@ -1254,6 +1282,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 repetitions,
                 bandwidth,
                 handoff,
+                bench_grammar(json_schema, grammar)?,
                 output,
                 backend,
             )?

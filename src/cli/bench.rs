@@ -10,8 +10,10 @@
 //! This module measures and formats; it prints nothing itself.
 
 use super::run::{load, LoadOptions, RunError};
-use crate::engine::{EngineError, Session};
+use crate::engine::{eval_preparing, EngineError, GenerateOptions, Sequence, Session};
 use crate::gguf::GgufFile;
+use crate::grammar::{Grammar, GrammarError};
+use crate::tokenizer::Tokenizer;
 use std::path::Path;
 use std::time::Instant;
 
@@ -41,6 +43,9 @@ pub enum BenchError {
     /// An evaluation failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The `--json-schema` or `--grammar` does not compile.
+    #[error("the grammar cannot be used: {0}")]
+    Grammar(#[from] GrammarError),
     /// A result could not be written.
     #[error("cannot write the results: {0}")]
     Write(#[from] std::io::Error),
@@ -74,6 +79,10 @@ pub struct BenchOptions {
     /// Also measure what handing a node to the CPU thread pool costs at each thread count
     /// (`--handoff`).
     pub handoff: bool,
+    /// A grammar (`--json-schema`, `--grammar`) whose cost to measure: each test that generates
+    /// then runs twice, sampling each token (llama.cpp's default chain) without and with the
+    /// grammar's mask, in place of llama-bench's random tokens.
+    pub grammar: Option<crate::grammar::GrammarSpec>,
 }
 
 impl Default for BenchOptions {
@@ -90,6 +99,7 @@ impl Default for BenchOptions {
             seed: 1,
             bandwidth: false,
             handoff: false,
+            grammar: None,
         }
     }
 }
@@ -159,6 +169,10 @@ pub struct BenchResult {
     /// With `--handoff`: what one node's hand-off to the thread pool costs at this thread count.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Handoff>,
+    /// How the generated tokens were chosen: empty for llama-bench's random tokens, `sampled`,
+    /// or `constrained` (sampled under the `--json-schema` or `--grammar` mask).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub generation: String,
 }
 
 /// What handing one node to the CPU thread pool costs (publish the job, every worker runs it,
@@ -214,9 +228,13 @@ impl BenchResult {
             (0, n) => format!("tg{n}"),
             (p, n) => format!("pp{p}+tg{n}"),
         };
-        match self.n_depth {
+        let test = match self.n_depth {
             0 => test,
             d => format!("{test} @ d{d}"),
+        };
+        match self.generation.as_str() {
+            "" => test,
+            how => format!("{test} {how}"),
         }
     }
 
@@ -250,6 +268,7 @@ impl BenchResult {
             gen_bound_ts: None,
             kernels: String::new(),
             handoff: None,
+            generation: String::new(),
         }
     }
 
@@ -427,14 +446,33 @@ pub fn run_bench(
         let bos = tokenizer.add_bos().then(|| tokenizer.bos()).flatten();
         let session = &mut loaded.session;
 
+        let grammar = match &options.grammar {
+            Some(spec) => Some(loaded.model.compile_grammar(spec)?),
+            None => None,
+        };
         let tests: Vec<(usize, usize)> = prompts
             .iter()
             .map(|&p| (p, 0))
             .chain(gens.iter().map(|&n| (0, n)))
             .chain(pairs.iter().copied())
             .collect();
-        for (&n_depth, &(n_prompt, n_gen)) in depths.iter().flat_map(|d| tests.iter().map(move |t| (d, t))) {
+        // With a grammar, each generating test runs sampled, then sampled under the grammar.
+        let modes: Vec<Option<Generation>> = match &grammar {
+            None => vec![None],
+            Some(g) => vec![Some(Generation::Sampled), Some(Generation::Constrained(g))],
+        };
+        let runs = depths
+            .iter()
+            .flat_map(|d| tests.iter().map(move |t| (d, t)))
+            .flat_map(|(d, &(p, n))| {
+                let modes = if n == 0 { &modes[..1] } else { &modes[..] };
+                modes
+                    .iter()
+                    .map(move |m| (d, p, n, if n == 0 { None } else { m.clone() }))
+            });
+        for (&n_depth, n_prompt, n_gen, generation) in runs {
             let mut result = BenchResult::new(&info, n_threads, n_prompt, n_gen, utc_now());
+            result.generation = generation.as_ref().map_or("", Generation::name).to_string();
             result.n_depth = n_depth;
             result.n_ubatch = options.n_ubatch;
             if info.backends.split(',').any(|b| b == "CPU") {
@@ -450,7 +488,7 @@ pub fn run_bench(
                     // The warm-up generates one token: enough to build every graph shape.
                     n_gen: if warm_up { n_gen.min(1) } else { n_gen },
                 };
-                let ns = time_test(session, test, bos, &mut rng, n_vocab)?;
+                let ns = time_test(session, test, bos, &mut rng, n_vocab, tokenizer, generation.as_ref())?;
                 if !warm_up {
                     samples.push(ns);
                 }
@@ -612,14 +650,49 @@ struct Test {
     n_gen: usize,
 }
 
+/// How a generating test chooses its tokens beyond llama-bench's random ones.
+#[derive(Clone)]
+enum Generation<'g> {
+    /// Sampled from the logits with llama.cpp's default chain.
+    Sampled,
+    /// Sampled under the grammar's mask, which is computed while the forward pass runs.
+    Constrained(&'g Grammar),
+}
+
+impl Generation<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Generation::Sampled => "sampled",
+            Generation::Constrained(_) => "constrained",
+        }
+    }
+
+    /// A fresh generation; a constrained one starts its grammar over whenever it completes, so
+    /// that a test of any length measures the mask.
+    fn sequence<'t>(&self, tokenizer: &'t Tokenizer) -> Result<Sequence<'t>, EngineError> {
+        let options = GenerateOptions {
+            max_tokens: usize::MAX,
+            ignore_eos: matches!(self, Generation::Sampled),
+            grammar: match self {
+                Generation::Sampled => None,
+                Generation::Constrained(g) => Some((*g).clone()),
+            },
+            ..GenerateOptions::default()
+        };
+        Sequence::new(tokenizer, &[], &options)
+    }
+}
+
 /// Nanoseconds of `test`'s timed part, from an empty context; the tokens are random (the first
-/// is BOS where the model adds one).
+/// is BOS where the model adds one), or sampled after the first with `generation`.
 fn time_test(
     session: &mut Session,
     test: Test,
     bos: Option<u32>,
     rng: &mut TokenRng,
     n_vocab: usize,
+    tokenizer: &Tokenizer,
+    generation: Option<&Generation>,
 ) -> Result<u64, EngineError> {
     session.reset();
     let mut first = Some(first_token(bos, rng, n_vocab));
@@ -638,13 +711,22 @@ fn time_test(
     }
     let prompt = batch(test.n_prompt, rng);
     let mut token = batch(1, rng)[0];
+    let mut sequence = generation.map(|g| g.sequence(tokenizer)).transpose()?;
     let start = Instant::now();
     for chunk in prompt.chunks(n_ubatch) {
         session.eval(chunk, 1)?;
     }
     for _ in 0..test.n_gen {
-        session.eval(&[token], 1)?;
-        token = rng.token(n_vocab);
+        let (Some(generation), Some(sequence)) = (generation, sequence.as_mut()) else {
+            session.eval(&[token], 1)?;
+            token = rng.token(n_vocab);
+            continue;
+        };
+        eval_preparing(session, sequence, &[token])?;
+        token = sequence.sample(session.last_logits()?)?;
+        if sequence.accept(token).finished.is_some() {
+            *sequence = generation.sequence(tokenizer)?;
+        }
     }
     Ok(start.elapsed().as_nanos() as u64)
 }

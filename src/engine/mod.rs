@@ -41,8 +41,8 @@ pub use crate::backends::default_threads;
 pub use batch::{Batch, SeqId};
 pub use conversation::{Prepared, TokenStream};
 pub use generate::{
-    generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats, StopReason,
-    PREFILL_CHUNK,
+    eval_preparing, generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats,
+    StopReason, PREFILL_CHUNK,
 };
 pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use model::{encode_prompt, max_threads, LoadError, Model, ModelOptions};

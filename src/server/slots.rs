@@ -434,7 +434,25 @@ impl<'s> Engine<'s> {
         if self.batch.is_empty() {
             return;
         }
-        let decoded = catch_unwind(AssertUnwindSafe(|| self.session.decode(&self.batch)));
+        // The grammars' next masks are computed on a second thread while the pass runs. A
+        // failure there is met again, and reported, when the slot samples.
+        let (session, batch) = (&mut self.session, &self.batch);
+        let mut constrained: Vec<_> = self
+            .slots
+            .iter_mut()
+            .flatten()
+            .filter(|active| active.seq.is_constrained())
+            .collect();
+        let decoded = std::thread::scope(|scope| {
+            if !constrained.is_empty() {
+                scope.spawn(move || {
+                    for active in &mut constrained {
+                        let _ = catch_unwind(AssertUnwindSafe(|| active.seq.prepare()));
+                    }
+                });
+            }
+            catch_unwind(AssertUnwindSafe(|| session.decode(batch)))
+        });
         let failure = match decoded {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e.to_string()),
