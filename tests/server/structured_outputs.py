@@ -148,6 +148,27 @@ def helper():
     assert isinstance(city, City), r
     print(f"ok: the openai client's parse helper gets a valid City: {city!r}")
 
+    # Streamed, the pieces join into a valid document.
+    what, schema = SCHEMAS[5]
+    chunks = client.chat.completions.create(
+        model=MODEL, stream=True, temperature=0.8, seed=2, max_tokens=args.max_tokens,
+        messages=[{"role": "user", "content": f"Write {what} as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "book", "schema": schema}})
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    why = judge(text, schema)
+    assert why is None, f"streamed: {why}: {text}"
+    print("ok: a streamed json_schema reply validates")
+
+    # The legacy completions endpoint takes response_format too.
+    what, schema = SCHEMAS[3]
+    r = client.completions.create(model=MODEL, prompt=f"Write {what} as JSON: ", temperature=0.8, seed=3,
+                                  max_tokens=args.max_tokens,
+                                  extra_body={"response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}})
+    assert r.choices[0].finish_reason == "stop", r
+    why = judge(r.choices[0].text, schema)
+    assert why is None, f"completions: {why}: {r.choices[0].text}"
+    print("ok: /v1/completions with json_schema gives a valid document")
+
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
