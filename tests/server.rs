@@ -18,21 +18,7 @@ fn tiny() -> std::path::PathBuf {
 }
 
 fn run_client(server: &Server, group: &str, extra: &[&str]) {
-    let out = Command::new(common::python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/server/openai_client.py"))
-        .arg(server.url(""))
-        .arg(group)
-        .args(extra)
-        .output()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success(),
-        "openai client ({group}) failed:\n{stdout}\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        server.log()
-    );
+    server.run_script("openai_client.py", group, extra);
 }
 
 fn curl(args: &[&str]) -> String {

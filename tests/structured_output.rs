@@ -13,7 +13,6 @@ use common::server::Server;
 use minfer::engine::{generate, GenerateOptions, Model, ModelOptions, Session};
 use minfer::grammar::{gbnf, GrammarSpec};
 use minfer::sampling::SamplingParams;
-use std::path::Path;
 use std::process::{Command, Output};
 
 fn tiny() -> Model {
@@ -215,20 +214,7 @@ fn the_grammar_flags_constrain_a_run_and_refuse_bad_input_before_loading() {
 }
 
 fn structured(server: &Server, group: &str, extra: &[&str]) {
-    let out = Command::new(common::python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/server/structured_outputs.py"))
-        .arg(server.url(""))
-        .arg(group)
-        .args(extra)
-        .output()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success(),
-        "structured outputs ({group}) failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-    );
+    server.run_script("structured_outputs.py", group, extra);
 }
 
 #[test]

@@ -79,15 +79,7 @@ mod tests {
     use super::*;
 
     fn candidates(logits: &[f32]) -> Vec<Candidate> {
-        logits
-            .iter()
-            .enumerate()
-            .map(|(id, &logit)| Candidate {
-                id: id as u32,
-                logit,
-                weight: 0.0,
-            })
-            .collect()
+        Candidate::from_logits(logits).collect()
     }
 
     #[test]

@@ -569,12 +569,7 @@ impl Sampler {
             });
         }
 
-        self.candidates
-            .extend(logits.iter().enumerate().map(|(id, &logit)| Candidate {
-                id: id as u32,
-                logit,
-                weight: 0.0,
-            }));
+        self.candidates.extend(Candidate::from_logits(logits));
         let result = apply_logit_bias(&mut self.candidates, &self.params.logit_bias)
             .and_then(|()| self.run_chain(window, history, allowed));
         if let Err(e) = result {
@@ -736,6 +731,17 @@ pub struct Candidate {
     /// An unnormalised probability at the sampler's temperature; set only when the list was
     /// weighed (temperature above 0), else 0.
     pub weight: f64,
+}
+
+impl Candidate {
+    /// One unweighed candidate per entry of a logits row, in id order.
+    pub fn from_logits(logits: &[f32]) -> impl Iterator<Item = Candidate> + '_ {
+        logits.iter().enumerate().map(|(id, &logit)| Candidate {
+            id: id as u32,
+            logit,
+            weight: 0.0,
+        })
+    }
 }
 
 fn check_row(logits: &[f32]) -> Result<(), SamplingError> {
