@@ -9,7 +9,6 @@ use common::server::{read_until_closed, Server};
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -18,7 +17,9 @@ fn tiny() -> std::path::PathBuf {
 }
 
 fn run_client(server: &Server, group: &str, extra: &[&str]) {
-    server.run_script("openai_client.py", group, extra);
+    let url = server.url("");
+    let args: Vec<&str> = [url.as_str(), group].into_iter().chain(extra.iter().copied()).collect();
+    server.run_python("tests/server/openai_client.py", &args);
 }
 
 fn curl(args: &[&str]) -> String {
@@ -558,12 +559,13 @@ fn sigterm_cancels_requests_that_outlive_the_shutdown_timeout_and_exits_zero() {
 #[test]
 fn concurrent_streams_on_few_slots_all_complete_without_mixing() {
     let server = Server::start(&tiny(), &["--n-slots", "4"], &[]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/load-test.py");
-    let out = Command::new(common::python())
-        .arg(script)
-        .args([
+    let url = server.url("");
+    let pid = server.child.id().to_string();
+    server.run_python(
+        "scripts/load-test.py",
+        &[
             "--url",
-            &server.url(""),
+            &url,
             "--clients",
             "16",
             "--requests",
@@ -571,17 +573,9 @@ fn concurrent_streams_on_few_slots_all_complete_without_mixing() {
             "--max-tokens",
             "12",
             "--check",
-        ])
-        .args(["--pid", &server.child.id().to_string()])
-        .output()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        server.log()
+            "--pid",
+            &pid,
+        ],
     );
 }
 

@@ -214,7 +214,9 @@ fn the_grammar_flags_constrain_a_run_and_refuse_bad_input_before_loading() {
 }
 
 fn structured(server: &Server, group: &str, extra: &[&str]) {
-    server.run_script("structured_outputs.py", group, extra);
+    let url = server.url("");
+    let args: Vec<&str> = [url.as_str(), group].into_iter().chain(extra.iter().copied()).collect();
+    server.run_python("tests/server/structured_outputs.py", &args);
 }
 
 #[test]

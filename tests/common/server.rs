@@ -15,22 +15,20 @@ pub struct Server {
 }
 
 impl Server {
-    /// Runs the Python script `tests/server/SCRIPT` against this server (`SCRIPT URL GROUP
-    /// EXTRA...`, with the project's virtualenv), echoes its output and fails the test with it
-    /// and the server's log if the script fails.
-    pub fn run_script(&self, script: &str, group: &str, extra: &[&str]) {
+    /// Runs the project's Python `script` (a path from the repository's root, run with its
+    /// virtualenv) with `args`, echoes its output, and fails the test with it and the server's
+    /// log if the script fails.
+    pub fn run_python(&self, script: &str, args: &[&str]) {
         let out = Command::new(super::python())
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/server").join(script))
-            .arg(self.url(""))
-            .arg(group)
-            .args(extra)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+            .args(args)
             .output()
             .expect("python runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
         eprintln!("{stdout}");
         assert!(
             out.status.success(),
-            "{script} {group} failed:\n{stdout}\n{}\nserver log:\n{}",
+            "{script} {args:?} failed:\n{stdout}\n{}\nserver log:\n{}",
             String::from_utf8_lossy(&out.stderr),
             self.log()
         );
