@@ -99,6 +99,29 @@ struct RunArgs {
     /// Constrain the output to a GBNF grammar (llama.cpp's format), given inline.
     #[arg(long, value_name = "GRAMMAR")]
     grammar: Option<String>,
+    /// Speculative decoding with a draft model (llama.cpp's -md): a smaller model of the same
+    /// vocabulary proposes tokens, the model checks them in one pass; the output is unchanged.
+    #[arg(long = "model-draft", value_name = "FILE")]
+    model_draft: Option<PathBuf>,
+    /// Most tokens drafted per step.
+    #[arg(long = "draft-max", visible_alias = "spec-draft-n-max", default_value_t = 16)]
+    draft_max: usize,
+    /// Fewer drafted tokens than this are not checked.
+    #[arg(long = "draft-min", visible_alias = "spec-draft-n-min", default_value_t = 0)]
+    draft_min: usize,
+    /// The draft model stops proposing where its best token is less likely than this.
+    #[arg(long = "draft-p-min", visible_alias = "spec-draft-p-min", default_value_t = 0.75)]
+    draft_p_min: f32,
+    /// Speculative decoding without a draft model: `ngram-simple` (prompt lookup) proposes what
+    /// followed the last tokens where they occurred before in the prompt or the output.
+    #[arg(long = "spec-type", value_name = "TYPE")]
+    spec_type: Option<String>,
+    /// Prompt lookup: tokens of the context's end that must match.
+    #[arg(long = "spec-ngram-simple-size-n", default_value_t = 3)]
+    ngram_size_n: usize,
+    /// Prompt lookup: most tokens proposed from a match.
+    #[arg(long = "spec-ngram-simple-size-m", default_value_t = 16)]
+    ngram_size_m: usize,
     /// Constrain the output to the GBNF grammar in FILE.
     #[arg(long, value_name = "FILE")]
     grammar_file: Option<PathBuf>,
@@ -746,6 +769,49 @@ fn read_text_arg(file: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
 }
 
+/// The drafter the flags ask for: a draft model (`--model-draft`), prompt lookup (`--spec-type
+/// ngram-simple`), or none. The draft model is loaded with the target's load options.
+fn drafter(
+    args: &RunArgs,
+    loaded: &minfer::cli::run::Loaded,
+) -> anyhow::Result<Option<Box<dyn minfer::engine::Drafter>>> {
+    use minfer::engine::{ModelDrafter, NgramDrafter};
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.draft_p_min),
+        "--draft-p-min {} is out of range: it must lie in [0, 1]",
+        args.draft_p_min
+    );
+    match (&args.model_draft, args.spec_type.as_deref()) {
+        (Some(_), Some(_)) => anyhow::bail!("--model-draft and --spec-type both choose a drafter: give one"),
+        (None, None) => Ok(None),
+        (None, Some("ngram-simple")) => {
+            anyhow::ensure!(
+                args.ngram_size_n >= 1,
+                "--spec-ngram-simple-size-n must be at least 1"
+            );
+            Ok(Some(Box::new(NgramDrafter {
+                size_n: args.ngram_size_n,
+                size_m: args.ngram_size_m,
+            })))
+        }
+        (None, Some(other)) => {
+            anyhow::bail!("--spec-type {other} is not known: the speculative types are ngram-simple (or --model-draft FILE)")
+        }
+        (Some(path), None) => {
+            let model = minfer::engine::Model::load(path, &args.load.options()?.model_options())
+                .with_context(|| format!("cannot load the draft model {}", path.display()))?;
+            // The drafter's session keeps what it needs of the model (its weights, shared).
+            let drafter = ModelDrafter::new(
+                &model,
+                loaded.model.tokenizer(),
+                loaded.session.n_ctx(),
+                args.draft_p_min,
+            )?;
+            Ok(Some(Box::new(drafter)))
+        }
+    }
+}
+
 /// The grammar the flags ask for, with the flag that gave it; at most one may be given. A
 /// schema that is not JSON, or a GBNF text that does not parse, is an error naming the flag and
 /// the line and column.
@@ -866,7 +932,8 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     if args.cnv || no_prompt_on_a_terminal {
         return run_conversation(args, sampling, grammar, loaded);
     }
-    let prompt = match args.prompt {
+    let drafter = drafter(&args, &loaded)?;
+    let prompt = match args.prompt.take() {
         Some(p) => p,
         None => {
             String::from_utf8(read_text_arg(Path::new("-"))?).context("the prompt on standard input is not UTF-8")?
@@ -894,8 +961,19 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         args.sampling.say_drawn_seed(&sampling);
     }
     let mut stdout = Colored::new(std::io::stdout().lock(), args.color);
-    let result = match &args.session {
-        Some(path) => run::run_generation_saved(
+    anyhow::ensure!(
+        drafter.is_none() || args.session.is_none(),
+        "--session cannot be combined with speculative decoding yet"
+    );
+    let draft = minfer::engine::DraftOptions {
+        max: args.draft_max,
+        min: args.draft_min,
+    };
+    let result = match (&args.session, drafter) {
+        (_, Some(mut drafter)) => {
+            run::run_speculative(&mut loaded, drafter.as_mut(), draft, &tokens, &options, &mut stdout)?
+        }
+        (Some(path), None) => run::run_generation_saved(
             &mut loaded,
             &tokens,
             &options,
@@ -903,7 +981,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
             &mut stdout,
             &mut std::io::stderr().lock(),
         )?,
-        None => run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?,
+        (None, None) => run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?,
     };
     let mut stdout = stdout.into_inner();
     // stdout carries only the generated text; a terminal gets a final newline so that the

@@ -15,6 +15,7 @@ pub enum Mapping {
 /// llama.cpp's multi-letter single-dash flags (llama-cli, llama-server, llama-bench).
 pub const TABLE: &[(&str, Mapping)] = &[
     ("-cnv", Mapping::Long("--cnv")),
+    ("-md", Mapping::Long("--model-draft")),
     ("-sys", Mapping::Long("--system-prompt")),
     ("-np", Mapping::Long("--n-slots")),
     ("-ngl", Mapping::Long("--n-gpu-layers")),

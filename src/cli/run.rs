@@ -4,8 +4,8 @@
 //! the engine's ([`Model::load`]); this file only adds what a single command-line run needs.
 
 use crate::engine::{
-    generate, generate_cached, session_file, EngineError, GenerateOptions, GenerationObserver, GenerationResult,
-    LoadError, Model, ModelOptions, Session,
+    generate, generate_cached, generate_speculative, session_file, DraftOptions, Drafter, EngineError,
+    GenerateOptions, GenerationObserver, GenerationResult, LoadError, Model, ModelOptions, Session,
 };
 use crate::template::TemplateError;
 use std::io::Write;
@@ -73,17 +73,21 @@ pub struct LoadOptions {
     pub n_ubatch: Option<usize>,
 }
 
+impl LoadOptions {
+    /// The options of the model itself (threads, backends, how the file is read, template).
+    pub fn model_options(&self) -> ModelOptions {
+        ModelOptions {
+            n_threads: self.n_threads,
+            backend: self.backend.clone(),
+            open: self.open,
+            chat_template: self.chat_template.clone(),
+        }
+    }
+}
+
 /// Load the model at `path` and open one session over it.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, RunError> {
-    let model = Model::load(
-        path,
-        &ModelOptions {
-            n_threads: options.n_threads,
-            backend: options.backend.clone(),
-            open: options.open,
-            chat_template: options.chat_template.clone(),
-        },
-    )?;
+    let model = Model::load(path, &options.model_options())?;
     let mut session = Session::new(&model, options.n_ctx);
     session.set_kv_types(options.kv_types.0, options.kv_types.1)?;
     if let Some(n) = options.n_ubatch {
@@ -136,6 +140,26 @@ pub fn run_generation(
         },
     )?;
     Ok(result)
+}
+
+/// [`run_generation`] with speculative decoding: `drafter` proposes, the model checks.
+pub fn run_speculative(
+    loaded: &mut Loaded,
+    drafter: &mut dyn Drafter,
+    draft: DraftOptions,
+    tokens: &[u32],
+    options: &GenerateOptions,
+    out: &mut impl Write,
+) -> Result<GenerationResult, RunError> {
+    Ok(generate_speculative(
+        &mut loaded.session,
+        drafter,
+        draft,
+        loaded.model.tokenizer(),
+        tokens,
+        options,
+        &mut Streamed(out),
+    )?)
 }
 
 /// [`run_generation`] with a saved session (`--session FILE`): the file, when it exists, is

@@ -79,6 +79,10 @@ pub struct GenerationStats {
     pub n_shifts: usize,
     /// Tokens the context shifts discarded.
     pub n_discarded: usize,
+    /// Tokens a drafter proposed (speculative decoding), and how many of them the target kept.
+    pub n_drafted: usize,
+    /// See `n_drafted`.
+    pub n_accepted: usize,
 }
 
 impl GenerationStats {
@@ -98,12 +102,20 @@ impl GenerationStats {
             0 => String::new(),
             n => format!(" | Context shifts: {n}"),
         };
+        let drafts = match self.n_drafted {
+            0 => String::new(),
+            n => format!(
+                " | Drafted: {n}, accepted {} ({:.1} %)",
+                self.n_accepted,
+                100.0 * self.n_accepted as f64 / n as f64
+            ),
+        };
         let passes = match self.n_prompt_passes {
             0 | 1 => String::new(),
             n => format!(", {n} passes"),
         };
         format!(
-            "Prefill: {} tokens in {:.2} s ({:.1} tok/s{passes}) | Generated: {} tokens in {:.2} s ({:.1} tok/s) | Total: {:.2} s{shifts}",
+            "Prefill: {} tokens in {:.2} s ({:.1} tok/s{passes}) | Generated: {} tokens in {:.2} s ({:.1} tok/s) | Total: {:.2} s{shifts}{drafts}",
             self.n_prompt,
             self.prompt_time.as_secs_f64(),
             self.prompt_tok_per_s(),

@@ -34,6 +34,7 @@ mod kv_cells;
 mod model;
 mod sequence;
 mod session;
+mod speculative;
 pub mod session_file;
 mod stop;
 
@@ -48,6 +49,7 @@ pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use model::{encode_prompt, max_threads, LoadError, Model, ModelOptions};
 pub use sequence::{Sequence, Step};
 pub use session::{LayerRows, Session};
+pub use speculative::{check_compatible, generate_speculative, DraftOptions, Drafter, ModelDrafter, NgramDrafter};
 
 use crate::graph::GraphError;
 
@@ -165,6 +167,9 @@ pub enum EngineError {
     /// The grammar could not be compiled or followed.
     #[error(transparent)]
     Grammar(#[from] crate::grammar::GrammarError),
+    /// A draft model's vocabulary differs from the target's (the first difference).
+    #[error("the draft model cannot be used with this model: {0}")]
+    IncompatibleDraft(String),
     /// The caller's output callback or observer asked to stop, with its reason.
     #[error("output callback failed: {0}")]
     Output(String),
