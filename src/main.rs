@@ -117,10 +117,10 @@ struct RunArgs {
     #[arg(long = "spec-type", value_name = "TYPE")]
     spec_type: Option<String>,
     /// Prompt lookup: tokens of the context's end that must match.
-    #[arg(long = "spec-ngram-simple-size-n", default_value_t = 3)]
+    #[arg(long = "spec-ngram-simple-size-n", default_value_t = 12)]
     ngram_size_n: usize,
     /// Prompt lookup: most tokens proposed from a match.
-    #[arg(long = "spec-ngram-simple-size-m", default_value_t = 16)]
+    #[arg(long = "spec-ngram-simple-size-m", default_value_t = 32)]
     ngram_size_m: usize,
     /// Constrain the output to the GBNF grammar in FILE.
     #[arg(long, value_name = "FILE")]
@@ -785,17 +785,16 @@ fn drafter(
         (Some(_), Some(_)) => anyhow::bail!("--model-draft and --spec-type both choose a drafter: give one"),
         (None, None) => Ok(None),
         (None, Some("ngram-simple")) => {
-            anyhow::ensure!(
-                args.ngram_size_n >= 1,
-                "--spec-ngram-simple-size-n must be at least 1"
-            );
+            anyhow::ensure!(args.ngram_size_n >= 1, "--spec-ngram-simple-size-n must be at least 1");
             Ok(Some(Box::new(NgramDrafter {
                 size_n: args.ngram_size_n,
                 size_m: args.ngram_size_m,
             })))
         }
         (None, Some(other)) => {
-            anyhow::bail!("--spec-type {other} is not known: the speculative types are ngram-simple (or --model-draft FILE)")
+            anyhow::bail!(
+                "--spec-type {other} is not known: the speculative types are ngram-simple (or --model-draft FILE)"
+            )
         }
         (Some(path), None) => {
             let model = minfer::engine::Model::load(path, &args.load.options()?.model_options())
@@ -966,7 +965,12 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         "--session cannot be combined with speculative decoding yet"
     );
     let draft = minfer::engine::DraftOptions {
-        max: args.draft_max,
+        // Prompt lookup proposes what its match has, up to its own length.
+        max: if args.spec_type.is_some() {
+            args.ngram_size_m
+        } else {
+            args.draft_max
+        },
         min: args.draft_min,
     };
     let result = match (&args.session, drafter) {

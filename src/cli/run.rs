@@ -4,8 +4,8 @@
 //! the engine's ([`Model::load`]); this file only adds what a single command-line run needs.
 
 use crate::engine::{
-    generate, generate_cached, generate_speculative, session_file, DraftOptions, Drafter, EngineError,
-    GenerateOptions, GenerationObserver, GenerationResult, LoadError, Model, ModelOptions, Session,
+    generate, generate_cached, generate_speculative, session_file, DraftOptions, Drafter, EngineError, GenerateOptions,
+    GenerationObserver, GenerationResult, LoadError, Model, ModelOptions, Session,
 };
 use crate::template::TemplateError;
 use std::io::Write;

@@ -34,8 +34,8 @@ mod kv_cells;
 mod model;
 mod sequence;
 mod session;
-mod speculative;
 pub mod session_file;
+mod speculative;
 mod stop;
 
 pub use crate::backends::default_threads;

@@ -42,7 +42,9 @@ impl Drafter for NgramDrafter {
         }
         let key = &context[context.len() - n..];
         // The most recent earlier occurrence: the likeliest to continue the same way.
-        let found = (0..context.len() - n).rev().find(|&start| &context[start..start + n] == key);
+        let found = (0..context.len() - n)
+            .rev()
+            .find(|&start| &context[start..start + n] == key);
         Ok(match found {
             Some(start) => {
                 let from = start + n;
@@ -83,8 +85,12 @@ impl Drafter for ModelDrafter {
         let common = held.iter().zip(context).take_while(|(a, b)| a == b).count();
         let keep = common.min(context.len() - 1);
         self.session.truncate(keep);
-        for chunk in context[keep..].chunks(self.session.n_ubatch()) {
-            self.session.eval(chunk, 1)?;
+        let missing = &context[keep..];
+        // After a check the draft lacks a token or two: one at a time, they reuse the
+        // one-token graph that drafting runs on, where a small batch would rebuild it twice.
+        let chunk = if missing.len() <= 4 { 1 } else { self.session.n_ubatch() };
+        for tokens in missing.chunks(chunk) {
+            self.session.eval(tokens, 1)?;
         }
         let mut drafts = Vec::with_capacity(max);
         loop {
@@ -224,7 +230,10 @@ pub fn generate_speculative(
             break;
         }
         let room = session.n_ctx() - session.n_past() - 1;
-        let wanted = draft.max.min(room).min(options.max_tokens.saturating_sub(sequence.generated().len()));
+        let wanted = draft
+            .max
+            .min(room)
+            .min(options.max_tokens.saturating_sub(sequence.generated().len()));
         proposals = if wanted > 0 {
             drafter.draft(sequence.history(), wanted)?
         } else {
@@ -246,7 +255,11 @@ pub fn generate_speculative(
 }
 
 /// Ends the generation for `reason` and reports the text it releases.
-fn emit(sequence: &mut Sequence, observer: &mut impl GenerationObserver, reason: StopReason) -> Result<(), EngineError> {
+fn emit(
+    sequence: &mut Sequence,
+    observer: &mut impl GenerationObserver,
+    reason: StopReason,
+) -> Result<(), EngineError> {
     let text = sequence.stop(reason);
     let text = sequence.text(text);
     if !text.is_empty() {

@@ -32,6 +32,20 @@ pub const PANEL: usize = 16;
 /// panel, 6 at 106 and 137, so the panel starts at 5.
 pub const MIN_TOKENS: usize = 5;
 
+/// [`MIN_TOKENS`] for the K-quants, whose super-block panels cost more to unpack. Measured on
+/// Qwen2.5-Coder-1.5B Q4_K_M (`minfer bench -p 5,8,12,16 -n 0 -r 3 -t 2`, every matrix Q4_K or
+/// Q6_K): dot products 80, 87, 88, 92 tok/s against the panel's 42, 63, 88, 110, so the
+/// panel starts at 12. Small batches are what a speculative check runs.
+pub const MIN_TOKENS_K: usize = 12;
+
+/// The fewest tokens for which the panel beats the dot products on `wtype` weights.
+pub fn min_tokens(wtype: GgmlType) -> usize {
+    match wtype {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => MIN_TOKENS_K,
+        _ => MIN_TOKENS,
+    }
+}
+
 /// Per-(token, block) terms of quantized activations that the kernels read beside the bytes,
 /// computed once per product by [`PanelKernel::activation_terms`] and shared by every thread.
 ///
@@ -187,7 +201,7 @@ pub fn kernel(wtype: GgmlType) -> Option<PanelKernel> {
 /// product takes one (enough tokens, and a kernel for the type on this CPU); otherwise the
 /// per-row dot products do it.
 pub fn kernel_for(wtype: GgmlType, n_tokens: usize) -> Option<PanelKernel> {
-    kernel(wtype).filter(|_| n_tokens >= MIN_TOKENS)
+    kernel(wtype).filter(|_| n_tokens >= min_tokens(wtype))
 }
 
 /// Whether [`gemm_rows`] runs products of `wtype` weights on this CPU with this environment.
