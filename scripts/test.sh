@@ -2,7 +2,8 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 #
 # 1. formatting and lints; 2. what the tests need that is not in the repository: the gguf-py
-# virtualenv (scripts/python-env.sh), the default model (scripts/fetch-model.sh), both cached,
+# virtualenv (scripts/python-env.sh), the default model and the 1.5B speculative-decoding target
+# (scripts/fetch-model.sh, scripts/fetch-model.sh 1.5b), all cached,
 # and Chromium for the chat page's browser test (scripts/install-chromium.sh); 3. every test,
 # unit and integration, including those on the 491 MB model.
 set -euo pipefail
@@ -15,6 +16,7 @@ cargo clippy --all-targets -- -D warnings
 echo "== test dependencies" >&2
 scripts/python-env.sh >/dev/null
 scripts/fetch-model.sh >/dev/null
+scripts/fetch-model.sh 1.5b >/dev/null
 scripts/install-chromium.sh >/dev/null
 echo "== cargo test" >&2
 cargo test

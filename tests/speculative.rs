@@ -169,3 +169,65 @@ fn the_cli_speculates_with_a_draft_model_or_prompt_lookup_and_prints_the_same_te
     refused(&["--spec-type", "lookahead"], "--spec-type lookahead is not known");
     refused(&["--draft-p-min", "1.5"], "--draft-p-min 1.5 is out of range");
 }
+
+/// The proof on the real pair: the 1.5B checking the 0.5B's proposals prints what the
+/// 1.5B prints alone, 128 greedy tokens on ten prompts (code and prose).
+#[test]
+fn the_1_5b_with_the_0_5b_as_its_draft_gives_its_own_greedy_text_on_ten_prompts() {
+    let target = load(&common::model_1_5b());
+    let draft = load(&common::default_model());
+    let prompts = [
+        "Write a Python function that checks whether a number is prime, with a docstring.",
+        "Write a Python class for a stack with push, pop, peek and is_empty methods.",
+        "Write a JavaScript function that debounces another function.",
+        "Write a C function that reverses a singly linked list.",
+        "Write a Rust function that counts the words in a string and returns a HashMap.",
+        "Explain what a hash map is in two sentences.",
+        "Write a SQL query that returns the ten most recent orders with their customer names.",
+        "Write a bash script that counts the lines of every .py file in a directory.",
+        "Write a Go function that merges two sorted slices of ints.",
+        "What is the capital of France? Answer in one word, then give one fact about it.",
+    ];
+    let options = GenerateOptions {
+        max_tokens: 128,
+        sampling: SamplingParams::greedy(),
+        ..GenerateOptions::default()
+    };
+    let (mut drafted, mut accepted) = (0, 0);
+    for prompt in prompts {
+        let messages = [serde_json::json!({"role": "user", "content": prompt})];
+        let text = target
+            .template()
+            .render(&messages, None, true, &serde_json::Map::new())
+            .unwrap();
+        let tokens = target.encode(&text);
+        let mut session = Session::new(&target, 1024);
+        let plain = generate(&mut session, target.tokenizer(), &tokens, &options, |_| Ok(())).unwrap();
+        let mut session = Session::new(&target, 1024);
+        let mut drafter = ModelDrafter::new(&draft, target.tokenizer(), 1024, 0.75).unwrap();
+        let draft_options = DraftOptions { max: 16, min: 0 };
+        let fast = generate_speculative(
+            &mut session,
+            &mut drafter,
+            draft_options,
+            target.tokenizer(),
+            &tokens,
+            &options,
+            &mut Quiet,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&fast.text),
+            String::from_utf8_lossy(&plain.text),
+            "{prompt:?}"
+        );
+        assert_eq!(fast.tokens, plain.tokens, "{prompt:?}");
+        drafted += fast.stats.n_drafted;
+        accepted += fast.stats.n_accepted;
+    }
+    eprintln!("drafted {drafted}, accepted {accepted}");
+    assert!(
+        accepted * 2 > drafted,
+        "the 0.5B should agree with the 1.5B most of the time"
+    );
+}

@@ -18,13 +18,24 @@ pub fn tiny_model(arch: &str, ty: &str) -> PathBuf {
 /// The real test model in the model cache. `scripts/test.sh` fetches it before the tests run;
 /// a test run without it fails here rather than passing vacuously.
 pub fn default_model() -> PathBuf {
+    cached_model(DEFAULT_MODEL_FILE, "scripts/fetch-model.sh")
+}
+
+/// The second real model, Qwen2.5-Coder-1.5B-Instruct Q4_K_M (the speculative decoding
+/// target), fetched like the default one (`scripts/fetch-model.sh 1.5b`).
+#[allow(dead_code)]
+pub fn model_1_5b() -> PathBuf {
+    cached_model("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "scripts/fetch-model.sh 1.5b")
+}
+
+fn cached_model(file: &str, fetch: &str) -> PathBuf {
     let cache = std::env::var_os("MINFER_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/minfer/models"));
-    let path = cache.join(DEFAULT_MODEL_FILE);
+    let path = cache.join(file);
     assert!(
         path.exists(),
-        "the default model is missing at {}; run scripts/fetch-model.sh (scripts/test.sh does)",
+        "{file} is missing at {}; run {fetch} (scripts/test.sh does)",
         path.display()
     );
     path
