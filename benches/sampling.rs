@@ -18,7 +18,7 @@ fn logits(seed: u64) -> Vec<f32> {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let noise = (state >> 40) as f32 / (1u64 << 24) as f32;
-            if i % 9973 == 0 {
+            if i.is_multiple_of(9973) {
                 12.0 + noise
             } else {
                 noise * 8.0 - 4.0
@@ -49,7 +49,7 @@ fn main() {
         None,
     );
     time("greedy", SamplingParams::greedy(), None);
-    let allowed = |id: u32| id % 16 == 0;
+    let allowed = |id: u32| id.is_multiple_of(16);
     time(
         "default chain under a mask (1 in 16)",
         SamplingParams::default(),
