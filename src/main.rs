@@ -484,6 +484,23 @@ enum Command {
         #[arg(long)]
         tensors: bool,
     },
+    /// Quantize a GGUF file as llama-quantize --pure does: every matrix to TYPE.
+    ///
+    /// Example: minfer quantize model-f16.gguf model-q8_0.gguf Q8_0 --pure
+    Quantize {
+        /// The GGUF file to read.
+        input: PathBuf,
+        /// The GGUF file to write.
+        output: PathBuf,
+        /// The weight type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
+        ggml_type: String,
+        /// Every matrix in TYPE (the only mode so far; llama.cpp's mixes are not implemented).
+        #[arg(long)]
+        pure: bool,
+        /// Threads (default: one per physical core).
+        #[arg(short = 't', long)]
+        threads: Option<usize>,
+    },
     /// Tokenize a text with the model's tokenizer and print the tokens.
     ///
     /// Examples:
@@ -1234,6 +1251,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return run_generate(cli.run);
     };
     match command {
+        Command::Quantize {
+            input,
+            output,
+            ggml_type,
+            pure,
+            threads,
+        } => {
+            let n_threads = threads.unwrap_or_else(minfer::engine::default_threads);
+            minfer::cli::quantize::quantize(
+                &input,
+                &output,
+                &ggml_type,
+                pure,
+                n_threads,
+                &mut std::io::stderr().lock(),
+            )
+            .with_context(|| format!("cannot quantize {} to {ggml_type}", input.display()))?;
+        }
         Command::Info { model, tensors } => {
             let file = open_model(&model)?;
             print!("{}", minfer::cli::info::render(&file, tensors));

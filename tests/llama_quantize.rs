@@ -80,3 +80,62 @@ llama_quantize_tests! {
     qwen3_q5_k_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q5_K";
     qwen3_q6_k_tensors_match_llama_quantize_byte_for_byte: "qwen3", "Q6_K";
 }
+
+/// `minfer quantize F32 OUT TYPE --pure` writes the file llama-quantize wrote: every tensor
+/// with its type and bytes, and `general.file_type`.
+#[test]
+fn the_quantize_command_writes_llama_quantizes_files() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, ty) in [
+        ("qwen2", "Q4_0"),
+        ("qwen2", "Q5_1"),
+        ("qwen2", "Q4_K"),
+        ("qwen3", "Q6_K"),
+        ("qwen3", "Q8_0"),
+    ] {
+        let out = dir.path().join(format!("{arch}-{ty}.gguf"));
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_minfer"))
+            .arg("quantize")
+            .arg(common::tiny_model(arch, "F32"))
+            .arg(&out)
+            .args([ty, "--pure", "-t", "2"])
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        let ours = GgufFile::open(&out).unwrap();
+        let theirs = GgufFile::open(common::tiny_model(arch, ty)).unwrap();
+        assert_eq!(
+            ours.metadata().get_uint("general.file_type").unwrap(),
+            theirs.metadata().get_uint("general.file_type").unwrap(),
+            "{arch} {ty}"
+        );
+        assert_eq!(ours.tensors().len(), theirs.tensors().len());
+        for t in theirs.tensors() {
+            let o = ours.tensor(&t.name).unwrap();
+            assert_eq!(
+                (o.ggml_type, &o.shape),
+                (t.ggml_type, &t.shape),
+                "{arch} {ty} {}",
+                t.name
+            );
+            assert!(
+                ours.tensor_data(o) == theirs.tensor_data(t),
+                "{arch} {ty} {}: bytes differ",
+                t.name
+            );
+        }
+    }
+    let refused = |args: &[&str], says: &str| {
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_minfer"))
+            .arg("quantize")
+            .arg(common::tiny_model("qwen2", "F32"))
+            .arg(dir.path().join("x.gguf"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success() && err.contains(says), "{args:?}: {err}");
+    };
+    refused(&["Q4_K_M", "--pure"], "cannot quantize to Q4_K_M");
+    refused(&["Q4_0"], "only --pure is implemented");
+}

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod conversation;
 pub mod info;
 pub mod llama_flags;
+pub mod quantize;
 pub mod run;
 pub mod terminal;
 pub mod tokenize;
