@@ -786,13 +786,17 @@ fn read_text_arg(file: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
 }
 
+/// The drafter the flags choose, checked before any model is read.
+enum DraftChoice {
+    /// `--spec-type ngram-simple`.
+    Lookup(minfer::engine::NgramDrafter),
+    /// `--model-draft FILE`, loaded once the model is.
+    Model(PathBuf),
+}
+
 /// The drafter the flags ask for: a draft model (`--model-draft`), prompt lookup (`--spec-type
-/// ngram-simple`), or none. The draft model is loaded with the target's load options.
-fn drafter(
-    args: &RunArgs,
-    loaded: &minfer::cli::run::Loaded,
-) -> anyhow::Result<Option<Box<dyn minfer::engine::Drafter>>> {
-    use minfer::engine::{ModelDrafter, NgramDrafter};
+/// ngram-simple`), or none; a bad or contradictory flag is an error naming it.
+fn draft_choice(args: &RunArgs) -> anyhow::Result<Option<DraftChoice>> {
     anyhow::ensure!(
         (0.0..=1.0).contains(&args.draft_p_min),
         "--draft-p-min {} is out of range: it must lie in [0, 1]",
@@ -803,7 +807,7 @@ fn drafter(
         (None, None) => Ok(None),
         (None, Some("ngram-simple")) => {
             anyhow::ensure!(args.ngram_size_n >= 1, "--spec-ngram-simple-size-n must be at least 1");
-            Ok(Some(Box::new(NgramDrafter {
+            Ok(Some(DraftChoice::Lookup(minfer::engine::NgramDrafter {
                 size_n: args.ngram_size_n,
                 size_m: args.ngram_size_m,
             })))
@@ -813,17 +817,29 @@ fn drafter(
                 "--spec-type {other} is not known: the speculative types are ngram-simple (or --model-draft FILE)"
             )
         }
-        (Some(path), None) => {
-            let model = minfer::engine::Model::load(path, &args.load.options()?.model_options())
+        (Some(path), None) => Ok(Some(DraftChoice::Model(path.clone()))),
+    }
+}
+
+/// The drafter of `choice` for the loaded model; a draft model is loaded with the model's load
+/// options and checked against its vocabulary.
+fn drafter(
+    choice: DraftChoice,
+    args: &RunArgs,
+    loaded: &minfer::cli::run::Loaded,
+) -> anyhow::Result<Box<dyn minfer::engine::Drafter>> {
+    match choice {
+        DraftChoice::Lookup(lookup) => Ok(Box::new(lookup)),
+        DraftChoice::Model(path) => {
+            let model = minfer::engine::Model::load(&path, &args.load.options()?.model_options())
                 .with_context(|| format!("cannot load the draft model {}", path.display()))?;
             // The drafter's session keeps what it needs of the model (its weights, shared).
-            let drafter = ModelDrafter::new(
+            Ok(Box::new(minfer::engine::ModelDrafter::new(
                 &model,
                 loaded.model.tokenizer(),
                 loaded.session.n_ctx(),
                 args.draft_p_min,
-            )?;
-            Ok(Some(Box::new(drafter)))
+            )?))
         }
     }
 }
@@ -913,6 +929,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
     // Bad flags, and grammars that do not parse, are refused before the model is read.
     let grammar_spec = grammar_spec(&args)?;
+    let draft_choice = draft_choice(&args)?;
     let sampling = args.sampling.params()?;
     let mut loaded = run::load(&model, &args.load.options()?)?;
     let grammar = match &grammar_spec {
@@ -948,7 +965,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     if args.cnv || no_prompt_on_a_terminal {
         return run_conversation(args, sampling, grammar, loaded);
     }
-    let drafter = drafter(&args, &loaded)?;
+    let drafter = draft_choice.map(|choice| drafter(choice, &args, &loaded)).transpose()?;
     let prompt = match args.prompt.take() {
         Some(p) => p,
         None => {

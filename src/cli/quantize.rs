@@ -31,9 +31,10 @@ pub enum QuantizeError {
     Log(#[from] std::io::Error),
 }
 
-/// llama.cpp's `general.file_type` (`llama_ftype`) for a file whose matrices are all `ty`.
-fn file_type(ty: GgmlType) -> u32 {
-    match ty {
+/// llama.cpp's `general.file_type` (`llama_ftype`) for a file whose matrices are all `ty`, for
+/// the types `quantize` writes.
+fn file_type(ty: GgmlType) -> Option<u32> {
+    Some(match ty {
         GgmlType::F32 => 0,
         GgmlType::F16 => 1,
         GgmlType::Q4_0 => 2,
@@ -46,8 +47,8 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::Q5_K => 17,
         GgmlType::Q6_K => 18,
         GgmlType::BF16 => 32,
-        _ => 0,
-    }
+        _ => return None,
+    })
 }
 
 /// llama.cpp's fallback for a matrix whose rows do not split into `ty`'s blocks (a 896-wide
@@ -71,8 +72,8 @@ pub fn quantize(
     n_threads: usize,
     log: &mut impl Write,
 ) -> Result<(), QuantizeError> {
-    let ty = GgmlType::from_name(target)
-        .filter(|t| file_type(*t) != 0 || *t == GgmlType::F32)
+    let (ty, ftype) = GgmlType::from_name(target)
+        .and_then(|t| Some((t, file_type(t)?)))
         .ok_or_else(|| QuantizeError::Target(target.to_string()))?;
     if !pure {
         return Err(QuantizeError::NotPure(target.to_string()));
@@ -80,7 +81,7 @@ pub fn quantize(
     let file = GgufFile::open(input)?;
     let mut writer = GgufWriter::new();
     writer.set_all(file.metadata());
-    writer.set("general.file_type", Value::U32(file_type(ty)));
+    writer.set("general.file_type", Value::U32(ftype));
     let n_tensors = file.tensors().len();
     for (i, info) in file.tensors().iter().enumerate() {
         let data = file.tensor_data(info);
@@ -126,7 +127,10 @@ fn convert(
     row: usize,
     n_threads: usize,
 ) -> Result<Vec<u8>, QuantizeError> {
-    let n_rows = n / row;
+    let n_rows = n / row.max(1);
+    if n_rows == 0 {
+        return Ok(Vec::new());
+    }
     let (row_in, row_out) = (
         row / from.block_size() * from.type_size(),
         row / to.block_size() * to.type_size(),

@@ -230,23 +230,11 @@ fn run(
         n_cached,
         ..Default::default()
     };
-    let start = Instant::now();
-    for chunk in prompt[n_cached..].chunks(session.n_ubatch()) {
-        if observer.cancelled() {
-            return Err(EngineError::Output("cancelled while reading the prompt".into()));
-        }
-        eval_preparing(session, &mut sequence, chunk)?;
-        stats.n_prompt_passes += 1;
-    }
-    stats.prompt_time = start.elapsed();
+    prefill(session, &mut sequence, &prompt[n_cached..], observer, &mut stats)?;
     let gen_start = Instant::now();
     while sequence.finished().is_none() {
         if observer.interrupted() {
-            let text = sequence.stop(StopReason::Interrupted);
-            let text = sequence.text(text);
-            if !text.is_empty() {
-                observer.on_text(text).map_err(EngineError::Output)?;
-            }
+            stop_and_report(&mut sequence, observer, StopReason::Interrupted)?;
             break;
         }
         // Sampling reads the logits where the session keeps them: no vocabulary-sized copy.
@@ -270,11 +258,7 @@ fn run(
                     session.eval(&[token], 1)?;
                     continue;
                 }
-                let text = sequence.stop(StopReason::ContextFull);
-                let text = sequence.text(text);
-                if !text.is_empty() {
-                    observer.on_text(text).map_err(EngineError::Output)?;
-                }
+                stop_and_report(&mut sequence, observer, StopReason::ContextFull)?;
                 break;
             }
             eval_preparing(session, &mut sequence, &[token])?;
@@ -283,6 +267,42 @@ fn run(
     stats.n_generated = sequence.generated().len();
     stats.gen_time = gen_start.elapsed();
     Ok(sequence.into_result(stats))
+}
+
+/// Reads `tokens` (the prompt past what the session holds) in passes of the session's
+/// `n_ubatch`, the grammar's first mask computed meanwhile; a cancellation is checked before
+/// each pass. Fills the prompt's passes and time in `stats`.
+pub(super) fn prefill(
+    session: &mut Session,
+    sequence: &mut Sequence,
+    tokens: &[u32],
+    observer: &impl GenerationObserver,
+    stats: &mut GenerationStats,
+) -> Result<(), EngineError> {
+    let start = Instant::now();
+    for chunk in tokens.chunks(session.n_ubatch()) {
+        if observer.cancelled() {
+            return Err(EngineError::Output("cancelled while reading the prompt".into()));
+        }
+        eval_preparing(session, sequence, chunk)?;
+        stats.n_prompt_passes += 1;
+    }
+    stats.prompt_time = start.elapsed();
+    Ok(())
+}
+
+/// Ends the generation for `reason` and reports the text that releases.
+pub(super) fn stop_and_report(
+    sequence: &mut Sequence,
+    observer: &mut impl GenerationObserver,
+    reason: StopReason,
+) -> Result<(), EngineError> {
+    let text = sequence.stop(reason);
+    let text = sequence.text(text);
+    if !text.is_empty() {
+        observer.on_text(text).map_err(EngineError::Output)?;
+    }
+    Ok(())
 }
 
 /// Evaluates `tokens` and, for a constrained generation, computes the grammar's next mask on a

@@ -12,8 +12,11 @@
 //! This module owns the drafters (a draft model, prompt lookup) and the verifying loop; it
 //! knows no CLI or server.
 
-use super::generate::{GenerateOptions, GenerationObserver, GenerationResult, GenerationStats, StopReason};
+use super::generate::{
+    prefill, stop_and_report, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats, StopReason,
+};
 use super::{EngineError, Model, Sequence, Session};
+use crate::sampling::argmax;
 use crate::tokenizer::{TokenType, Tokenizer};
 use std::time::Instant;
 
@@ -81,8 +84,13 @@ impl Drafter for ModelDrafter {
         }
         // Keep the cached prefix the context still has; the last token is evaluated again for
         // the logits of the first proposal.
-        let held = self.session.seq_tokens(0);
-        let common = held.iter().zip(context).take_while(|(a, b)| a == b).count();
+        let common = self
+            .session
+            .kv()
+            .seq_tokens(0)
+            .zip(context)
+            .take_while(|(a, b)| a == *b)
+            .count();
         let keep = common.min(context.len() - 1);
         self.session.truncate(keep);
         let missing = &context[keep..];
@@ -95,7 +103,7 @@ impl Drafter for ModelDrafter {
         let mut drafts = Vec::with_capacity(max);
         loop {
             let logits = self.session.last_logits()?;
-            let (best, p) = best_with_probability(logits, self.p_min > 0.0);
+            let (best, p) = best_with_probability(logits, self.p_min > 0.0)?;
             if p < self.p_min {
                 break;
             }
@@ -109,20 +117,16 @@ impl Drafter for ModelDrafter {
     }
 }
 
-/// The argmax of a logits row and, when asked, its softmax probability (1 otherwise).
-fn best_with_probability(logits: &[f32], with_probability: bool) -> (u32, f32) {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
+/// The argmax of a logits row (the sampler's, ties to the lowest id) and, when asked, its
+/// softmax probability (1 otherwise).
+fn best_with_probability(logits: &[f32], with_probability: bool) -> Result<(u32, f32), EngineError> {
+    let best = argmax(logits)?;
     if !with_probability {
-        return (best as u32, 1.0);
+        return Ok((best, 1.0));
     }
-    let max = f64::from(logits[best]);
+    let max = f64::from(logits[best as usize]);
     let total: f64 = logits.iter().map(|&l| (f64::from(l) - max).exp()).sum();
-    (best as u32, (1.0 / total) as f32)
+    Ok((best, (1.0 / total) as f32))
 }
 
 /// Whether a draft model's tokenizer can propose tokens for the target's: the same text and
@@ -181,15 +185,7 @@ pub fn generate_speculative(
         n_cached,
         ..Default::default()
     };
-    let start = Instant::now();
-    for chunk in prompt[n_cached..].chunks(session.n_ubatch()) {
-        if observer.cancelled() {
-            return Err(EngineError::Output("cancelled while reading the prompt".into()));
-        }
-        session.eval(chunk, 1)?;
-        stats.n_prompt_passes += 1;
-    }
-    stats.prompt_time = start.elapsed();
+    prefill(session, &mut sequence, &prompt[n_cached..], observer, &mut stats)?;
     let gen_start = Instant::now();
     // The rows to sample from: after the prompt, its last row; after a check, one per kept
     // proposal and one more.
@@ -201,7 +197,7 @@ pub fn generate_speculative(
         let mut token = 0;
         for row in 0..rows {
             if observer.interrupted() {
-                emit(&mut sequence, observer, StopReason::Interrupted)?;
+                stop_and_report(&mut sequence, observer, StopReason::Interrupted)?;
                 break 'generation;
             }
             let logits = &session.last_logits()?[row * n_vocab..][..n_vocab];
@@ -226,7 +222,7 @@ pub fn generate_speculative(
         }
         // `token` is the target's own, not yet evaluated: check it with the next proposals.
         if session.n_past() >= session.n_ctx() {
-            emit(&mut sequence, observer, StopReason::ContextFull)?;
+            stop_and_report(&mut sequence, observer, StopReason::ContextFull)?;
             break;
         }
         let room = session.n_ctx() - session.n_past() - 1;
@@ -254,20 +250,6 @@ pub fn generate_speculative(
     Ok(sequence.into_result(stats))
 }
 
-/// Ends the generation for `reason` and reports the text it releases.
-fn emit(
-    sequence: &mut Sequence,
-    observer: &mut impl GenerationObserver,
-    reason: StopReason,
-) -> Result<(), EngineError> {
-    let text = sequence.stop(reason);
-    let text = sequence.text(text);
-    if !text.is_empty() {
-        observer.on_text(text).map_err(EngineError::Output)?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,9 +268,9 @@ mod tests {
 
     #[test]
     fn the_best_token_and_its_probability_come_from_a_softmax() {
-        let (best, p) = best_with_probability(&[0.0, 2.0f32.ln(), f32::NEG_INFINITY, 0.0], true);
+        let (best, p) = best_with_probability(&[0.0, 2.0f32.ln(), f32::NEG_INFINITY, 0.0], true).unwrap();
         assert_eq!(best, 1);
         assert!((p - 0.5).abs() < 1e-6);
-        assert_eq!(best_with_probability(&[1.0, 1.0], false), (0, 1.0));
+        assert_eq!(best_with_probability(&[1.0, 1.0], false).unwrap(), (0, 1.0));
     }
 }

@@ -356,6 +356,20 @@ async fn embeddings() -> ApiError {
     )
 }
 
+/// A chat request's messages and tools through the model's template, control-token text in
+/// the messages kept as text; what `/v1/chat/completions` reads and `/apply-template` shows.
+fn render_chat(
+    state: &AppState,
+    messages: &[Value],
+    tools: Option<&[Value]>,
+) -> Result<crate::template::Rendered, ApiError> {
+    state
+        .model
+        .template()
+        .render_guarded(messages, tools, true, &serde_json::Map::new(), &state.control_texts)
+        .map_err(|e| ApiError::field("messages", format!("the chat template cannot render the messages: {e}")))
+}
+
 /// llama-server's `/apply-template`: the chat request's messages through the model's template,
 /// as the prompt text a chat completion would read (`{"prompt"}`), without generating.
 async fn apply_template(State(app): State<App>, req: Request) -> Response {
@@ -363,19 +377,7 @@ async fn apply_template(State(app): State<App>, req: Request) -> Response {
         let req = read_request(&app, req, request::chat).await?;
         let state = Arc::clone(&app);
         blocking(move || {
-            let rendered = state
-                .model
-                .template()
-                .render_guarded(
-                    &req.messages,
-                    req.tools.as_deref(),
-                    true,
-                    &serde_json::Map::new(),
-                    &state.control_texts,
-                )
-                .map_err(|e| {
-                    ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
-                })?;
+            let rendered = render_chat(&state, &req.messages, req.tools.as_deref())?;
             Ok(Json(json!({ "prompt": rendered.text })).into_response())
         })
         .await
@@ -597,19 +599,7 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
         }
         let state = Arc::clone(&app);
         let (text, tokens) = blocking(move || {
-            let rendered = state
-                .model
-                .template()
-                .render_guarded(
-                    &req.messages,
-                    req.tools.as_deref(),
-                    true,
-                    &serde_json::Map::new(),
-                    &state.control_texts,
-                )
-                .map_err(|e| {
-                    ApiError::field("messages", format!("the chat template cannot render the messages: {e}"))
-                })?;
+            let rendered = render_chat(&state, &req.messages, req.tools.as_deref())?;
             let tokens = state.model.encode_rendered(&rendered);
             Ok((rendered.text, tokens))
         })
