@@ -99,29 +99,8 @@ struct RunArgs {
     /// Constrain the output to a GBNF grammar (llama.cpp's format), given inline.
     #[arg(long, value_name = "GRAMMAR")]
     grammar: Option<String>,
-    /// Speculative decoding with a draft model (llama.cpp's -md): a smaller model of the same
-    /// vocabulary proposes tokens, the model checks them in one pass; the output is unchanged.
-    #[arg(long = "model-draft", value_name = "FILE")]
-    model_draft: Option<PathBuf>,
-    /// Most tokens drafted per step.
-    #[arg(long = "draft-max", visible_alias = "spec-draft-n-max", default_value_t = 16)]
-    draft_max: usize,
-    /// Fewer drafted tokens than this are not checked.
-    #[arg(long = "draft-min", visible_alias = "spec-draft-n-min", default_value_t = 0)]
-    draft_min: usize,
-    /// The draft model stops proposing where its best token is less likely than this.
-    #[arg(long = "draft-p-min", visible_alias = "spec-draft-p-min", default_value_t = 0.75)]
-    draft_p_min: f32,
-    /// Speculative decoding without a draft model: `ngram-simple` (prompt lookup) proposes what
-    /// followed the last tokens where they occurred before in the prompt or the output.
-    #[arg(long = "spec-type", value_name = "TYPE")]
-    spec_type: Option<String>,
-    /// Prompt lookup: tokens of the context's end that must match.
-    #[arg(long = "spec-ngram-simple-size-n", default_value_t = 12)]
-    ngram_size_n: usize,
-    /// Prompt lookup: most tokens proposed from a match.
-    #[arg(long = "spec-ngram-simple-size-m", default_value_t = 32)]
-    ngram_size_m: usize,
+    #[command(flatten)]
+    draft: minfer::cli::draft::DraftArgs,
     /// Constrain the output to the GBNF grammar in FILE.
     #[arg(long, value_name = "FILE")]
     grammar_file: Option<PathBuf>,
@@ -722,6 +701,8 @@ enum Command {
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
+        #[command(flatten)]
+        draft: minfer::cli::draft::DraftArgs,
     },
 }
 
@@ -786,62 +767,17 @@ fn read_text_arg(file: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
 }
 
-/// The drafter the flags choose, checked before any model is read.
-enum DraftChoice {
-    /// `--spec-type ngram-simple`.
-    Lookup(minfer::engine::NgramDrafter),
-    /// `--model-draft FILE`, loaded once the model is.
-    Model(PathBuf),
-}
-
-/// The drafter the flags ask for: a draft model (`--model-draft`), prompt lookup (`--spec-type
-/// ngram-simple`), or none; a bad or contradictory flag is an error naming it.
-fn draft_choice(args: &RunArgs) -> anyhow::Result<Option<DraftChoice>> {
-    anyhow::ensure!(
-        (0.0..=1.0).contains(&args.draft_p_min),
-        "--draft-p-min {} is out of range: it must lie in [0, 1]",
-        args.draft_p_min
-    );
-    match (&args.model_draft, args.spec_type.as_deref()) {
-        (Some(_), Some(_)) => anyhow::bail!("--model-draft and --spec-type both choose a drafter: give one"),
-        (None, None) => Ok(None),
-        (None, Some("ngram-simple")) => {
-            anyhow::ensure!(args.ngram_size_n >= 1, "--spec-ngram-simple-size-n must be at least 1");
-            Ok(Some(DraftChoice::Lookup(minfer::engine::NgramDrafter {
-                size_n: args.ngram_size_n,
-                size_m: args.ngram_size_m,
-            })))
-        }
-        (None, Some(other)) => {
-            anyhow::bail!(
-                "--spec-type {other} is not known: the speculative types are ngram-simple (or --model-draft FILE)"
-            )
-        }
-        (Some(path), None) => Ok(Some(DraftChoice::Model(path.clone()))),
-    }
-}
-
 /// The drafter of `choice` for the loaded model; a draft model is loaded with the model's load
 /// options and checked against its vocabulary.
 fn drafter(
-    choice: DraftChoice,
+    choice: minfer::cli::draft::DraftChoice,
     args: &RunArgs,
     loaded: &minfer::cli::run::Loaded,
-) -> anyhow::Result<Box<dyn minfer::engine::Drafter>> {
-    match choice {
-        DraftChoice::Lookup(lookup) => Ok(Box::new(lookup)),
-        DraftChoice::Model(path) => {
-            let model = minfer::engine::Model::load(&path, &args.load.options()?.model_options())
-                .with_context(|| format!("cannot load the draft model {}", path.display()))?;
-            // The drafter's session keeps what it needs of the model (its weights, shared).
-            Ok(Box::new(minfer::engine::ModelDrafter::new(
-                &model,
-                loaded.model.tokenizer(),
-                loaded.session.n_ctx(),
-                args.draft_p_min,
-            )?))
-        }
-    }
+) -> anyhow::Result<Box<dyn minfer::engine::Drafter + Send>> {
+    let source = choice
+        .load(&args.load.options()?.model_options())
+        .context("cannot load the draft model")?;
+    Ok(source.drafter(loaded.model.tokenizer(), loaded.session.n_ctx())?)
 }
 
 /// The grammar the flags ask for, with the flag that gave it; at most one may be given. A
@@ -929,7 +865,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
     // Bad flags, and grammars that do not parse, are refused before the model is read.
     let grammar_spec = grammar_spec(&args)?;
-    let draft_choice = draft_choice(&args)?;
+    let draft_choice = args.draft.choice()?;
     let sampling = args.sampling.params()?;
     let mut loaded = run::load(&model, &args.load.options()?)?;
     let grammar = match &grammar_spec {
@@ -998,15 +934,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         drafter.is_none() || args.session.is_none(),
         "--session cannot be combined with speculative decoding yet"
     );
-    let draft = minfer::engine::DraftOptions {
-        // Prompt lookup proposes what its match has, up to its own length.
-        max: if args.spec_type.is_some() {
-            args.ngram_size_m
-        } else {
-            args.draft_max
-        },
-        min: args.draft_min,
-    };
+    let draft = args.draft.options();
     let result = match (&args.session, drafter) {
         (_, Some(mut drafter)) => {
             run::run_speculative(&mut loaded, drafter.as_mut(), draft, &tokens, &options, &mut stdout)?
@@ -1445,8 +1373,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             batch_size,
             cors_origins,
             backend,
+            draft,
         } => {
             compat.check()?;
+            let draft_choice = draft.choice()?;
             anyhow::ensure!(
                 !embeddings,
                 "--embeddings cannot be honoured: minfer computes no pooled hidden states (/v1/embeddings answers 501)"
@@ -1469,6 +1399,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // clap reads an empty MINFER_API_KEY as unset; an empty key must be refused as the
             // flag's is, not turn authentication off.
             let api_key = api_key.or_else(|| std::env::var("MINFER_API_KEY").ok());
+            // The draft model loads as the model will: same threads, backends and file options.
+            let draft = match draft_choice {
+                Some(choice) => {
+                    let options = minfer::engine::ModelOptions {
+                        n_threads: threads,
+                        backend: backend.clone(),
+                        open: file.open_options(),
+                        chat_template: None,
+                    };
+                    let source = choice.load(&options).context("cannot load the draft model")?;
+                    Some((source, draft.options()))
+                }
+                None => None,
+            };
             minfer::server::serve(minfer::server::ServerConfig {
                 model,
                 host,
@@ -1492,6 +1436,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 chat_template,
                 slots_endpoint: slots,
                 webui: !no_webui,
+                draft,
             })?
         }
     }

@@ -231,3 +231,155 @@ fn the_1_5b_with_the_0_5b_as_its_draft_gives_its_own_greedy_text_on_ten_prompts(
         "the 0.5B should agree with the 1.5B most of the time"
     );
 }
+
+/// The chi-square quantile at upper tail `alpha` = 0.001 (z = 3.0902), by Wilson and Hilferty's
+/// cube-root approximation: within a fraction of a percent for the degrees of freedom here.
+fn chi_square_critical_0_001(df: usize) -> f64 {
+    let (k, z) = (df as f64, 3.0902);
+    let h = 2.0 / (9.0 * k);
+    k * (1.0 - h + z * h.sqrt()).powi(3)
+}
+
+/// Sampling through a draft's proposals draws from the target's own distribution: over a fixed
+/// set of seeds, the second generated token (kept from a checked row when the draft guessed the
+/// first, drawn after a rejection otherwise) follows the exact marginal Σ p(t0)·p(t1 | t0) that
+/// the target's sampler chain gives, at α = 0.001. The F32 model is the target, its Q4_0 twin
+/// the draft.
+#[test]
+fn sampling_with_a_draft_follows_the_targets_distribution_by_a_chi_square_test() {
+    let target = load(&common::tiny_model("qwen2", "F32"));
+    let draft = load(&common::tiny_model("qwen2", "Q4_0"));
+    let prompt = target.encode("Once upon a time");
+    let sampling = SamplingParams {
+        temperature: 1.5,
+        ..SamplingParams::default()
+    };
+    // The exact marginal of the second token, from one-token passes and the sampler's weights.
+    let weights = |history: &[u32]| -> Vec<(u32, f64)> {
+        let mut session = Session::new(&target, 64);
+        let logits = session.eval(history, 1).unwrap().to_vec();
+        let mut sampler = minfer::sampling::Sampler::new(sampling.clone()).unwrap();
+        let candidates = sampler.build_candidates(&logits, history).unwrap();
+        let total: f64 = candidates.iter().map(|c| c.weight).sum();
+        candidates.iter().map(|c| (c.id, c.weight / total)).collect()
+    };
+    let mut expected = std::collections::BTreeMap::<u32, f64>::new();
+    for (t0, p0) in weights(&prompt) {
+        let history: Vec<u32> = prompt.iter().copied().chain([t0]).collect();
+        for (t1, p1) in weights(&history) {
+            *expected.entry(t1).or_default() += p0 * p1;
+        }
+    }
+    // A third token to make, so that the second is checked against a proposal.
+    let options = |seed| GenerateOptions {
+        max_tokens: 3,
+        ignore_eos: true,
+        sampling: SamplingParams {
+            seed,
+            ..sampling.clone()
+        },
+        ..GenerateOptions::default()
+    };
+    const N: u64 = 3000;
+    let mut counts = std::collections::BTreeMap::<u32, u64>::new();
+    let (mut kept, mut rejected) = (0, 0);
+    let mut drafter = ModelDrafter::new(&draft, target.tokenizer(), 64, 0.0).unwrap();
+    let mut session = Session::new(&target, 64);
+    for seed in 0..N {
+        let result = generate_speculative(
+            &mut session,
+            &mut drafter,
+            DraftOptions { max: 1, min: 0 },
+            target.tokenizer(),
+            &prompt,
+            &options(seed),
+            &mut Quiet,
+        )
+        .unwrap();
+        *counts.entry(result.tokens[1]).or_default() += 1;
+        if result.stats.n_accepted > 0 {
+            kept += 1;
+        } else {
+            rejected += 1;
+        }
+    }
+    // Both halves of the rule ran: proposals kept and proposals replaced.
+    assert!(kept > 100 && rejected > 100, "kept {kept}, rejected {rejected}");
+    // Bins of at least 5 expected draws; the rest pooled into one.
+    let (mut chi2, mut bins, mut pooled_expected, mut pooled_seen) = (0.0, 0, 0.0, 0u64);
+    for (token, p) in &expected {
+        let (e, seen) = (p * N as f64, counts.remove(token).unwrap_or(0));
+        if e >= 5.0 {
+            chi2 += (seen as f64 - e).powi(2) / e;
+            bins += 1;
+        } else {
+            pooled_expected += e;
+            pooled_seen += seen;
+        }
+    }
+    assert!(counts.is_empty(), "tokens the target's chain never allows: {counts:?}");
+    if pooled_expected >= 5.0 {
+        chi2 += (pooled_seen as f64 - pooled_expected).powi(2) / pooled_expected;
+        bins += 1;
+    }
+    let critical = chi_square_critical_0_001(bins - 1);
+    eprintln!("chi-square {chi2:.1} over {bins} bins (critical {critical:.1}); kept {kept}, rejected {rejected}");
+    assert!(bins >= 5, "the test needs a spread distribution, got {bins} bins");
+    assert!(
+        chi2 < critical,
+        "chi-square {chi2:.1} >= {critical:.1} over {bins} bins"
+    );
+}
+
+/// A server whose slots draft (a draft model, or prompt lookup) answers concurrent requests,
+/// greedy and seeded, with the text the same server gives without drafting, and counts the
+/// drafted and kept tokens in `/metrics`.
+#[test]
+fn the_server_drafts_per_slot_without_changing_any_answer_and_reports_the_counts() {
+    let target = common::tiny_model("qwen2", "F32");
+    let draft = common::tiny_model("qwen2", "Q4_0");
+    let answers = |extra: &[&str]| {
+        let server = common::server::Server::start(&target, &[&["--n-slots", "3"], extra].concat(), &[]);
+        let bodies: Vec<serde_json::Value> = PROMPTS
+            .iter()
+            .enumerate()
+            .flat_map(|(i, prompt)| {
+                [
+                    serde_json::json!({"prompt": prompt, "max_tokens": 40, "temperature": 0}),
+                    serde_json::json!({"prompt": prompt, "max_tokens": 40, "temperature": 0.9, "seed": i}),
+                ]
+            })
+            .collect();
+        let texts: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = bodies
+                .iter()
+                .map(|body| {
+                    let server = &server;
+                    scope.spawn(move || {
+                        let (status, reply) = server.json("/v1/completions", body.clone());
+                        assert_eq!(status, 200, "{reply}");
+                        reply["choices"][0]["text"].as_str().unwrap().to_string()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let counts = (
+            server.metric("minfer_draft_tokens_total"),
+            server.metric("minfer_draft_tokens_accepted_total"),
+        );
+        (texts, counts, server.log())
+    };
+    let (plain, (drafted, _), _) = answers(&[]);
+    assert_eq!(drafted, 0.0);
+    let d = draft.to_str().unwrap();
+    let (with_draft, (drafted, kept), log) = answers(&["-md", d, "--draft-max", "4", "--draft-p-min", "0"]);
+    assert_eq!(with_draft, plain, "{log}");
+    assert!(
+        drafted > 0.0 && kept > 0.0 && kept <= drafted,
+        "{drafted} {kept}\n{log}"
+    );
+    assert!(log.contains("drafted "), "{log}");
+    let (looked_up, _, log) = answers(&["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2"]);
+    assert_eq!(looked_up, plain, "{log}");
+}

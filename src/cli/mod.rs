@@ -4,6 +4,7 @@
 pub mod batched_bench;
 pub mod bench;
 pub mod conversation;
+pub mod draft;
 pub mod info;
 pub mod llama_flags;
 pub mod quantize;

@@ -49,7 +49,9 @@ pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use model::{encode_prompt, max_threads, LoadError, Model, ModelOptions};
 pub use sequence::{Sequence, Step};
 pub use session::{LayerRows, Session};
-pub use speculative::{check_compatible, generate_speculative, DraftOptions, Drafter, ModelDrafter, NgramDrafter};
+pub use speculative::{
+    check_compatible, generate_speculative, DraftOptions, DraftSource, Drafter, ModelDrafter, NgramDrafter,
+};
 
 use crate::graph::GraphError;
 

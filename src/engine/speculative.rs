@@ -18,6 +18,7 @@ use super::generate::{
 use super::{EngineError, Model, Sequence, Session};
 use crate::sampling::argmax;
 use crate::tokenizer::{TokenType, Tokenizer};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Proposes the tokens that may follow a context.
@@ -156,6 +157,44 @@ pub fn check_compatible(target: &Tokenizer, draft: &Tokenizer) -> Result<(), Str
     Ok(())
 }
 
+/// Where proposals come from, loaded once and shared: every generation (every server slot)
+/// gets its own [`Drafter`] from it, with a draft state of its own.
+#[derive(Clone)]
+pub enum DraftSource {
+    /// Prompt lookup (`--spec-type ngram-simple`).
+    Lookup(NgramDrafter),
+    /// A draft model (`--model-draft`), its weights shared by every drafter.
+    Model {
+        /// The loaded draft model.
+        model: Arc<Model>,
+        /// Proposals stop where the draft's best token is less likely than this.
+        p_min: f32,
+    },
+}
+
+impl std::fmt::Debug for DraftSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DraftSource::Lookup(lookup) => f.debug_tuple("Lookup").field(lookup).finish(),
+            DraftSource::Model { model, p_min } => f
+                .debug_struct("Model")
+                .field("path", &model.path())
+                .field("p_min", p_min)
+                .finish(),
+        }
+    }
+}
+
+impl DraftSource {
+    /// A drafter for one generation of `target`'s vocabulary with `n_ctx` positions.
+    pub fn drafter(&self, target: &Tokenizer, n_ctx: usize) -> Result<Box<dyn Drafter + Send>, EngineError> {
+        Ok(match self {
+            DraftSource::Lookup(lookup) => Box::new(lookup.clone()),
+            DraftSource::Model { model, p_min } => Box::new(ModelDrafter::new(model, target, n_ctx, *p_min)?),
+        })
+    }
+}
+
 /// How many tokens to draft.
 #[derive(Clone, Copy, Debug)]
 pub struct DraftOptions {
@@ -226,10 +265,11 @@ pub fn generate_speculative(
             break;
         }
         let room = session.n_ctx() - session.n_past() - 1;
+        // The check's last row gives a token too: one proposal fewer than the tokens left.
         let wanted = draft
             .max
             .min(room)
-            .min(options.max_tokens.saturating_sub(sequence.generated().len()));
+            .min(options.max_tokens.saturating_sub(sequence.generated().len() + 1));
         proposals = if wanted > 0 {
             drafter.draft(sequence.history(), wanted)?
         } else {
@@ -264,6 +304,45 @@ mod tests {
         assert!(drafter.draft(&[5, 6, 7], 16).unwrap().is_empty());
         // A match at the very end proposes only what is there.
         assert_eq!(drafter.draft(&[3, 3, 3], 16).unwrap(), [3]);
+    }
+
+    /// The standard rule (propose x drawn from q; keep it with probability min(1, p(x)/q(x)),
+    /// else draw from the normalised residual max(0, p - q)) gives exactly p. With a greedy
+    /// draft, q is one-hot on the proposal x, and the rule is this loop's check: the target
+    /// draws y from p and x is kept when y = x (probability p(x)); when it is not, y was drawn
+    /// from p without x, which is the residual.
+    #[test]
+    fn the_acceptance_rule_gives_the_targets_distribution_and_a_greedy_draft_makes_it_a_draw() {
+        let p = [0.5, 0.2, 0.2, 0.1, 0.0];
+        let rule = |q: &[f64]| -> Vec<f64> {
+            let excess: Vec<f64> = p.iter().zip(q).map(|(p, q)| (p - q).max(0.0)).collect();
+            let total: f64 = excess.iter().sum();
+            let residual: Vec<f64> = excess.iter().map(|e| e / total).collect();
+            let mut out = vec![0.0; p.len()];
+            for x in 0..p.len() {
+                if q[x] == 0.0 {
+                    continue;
+                }
+                let keep = (p[x] / q[x]).min(1.0);
+                out[x] += q[x] * keep;
+                for (y, r) in residual.iter().enumerate() {
+                    out[y] += q[x] * (1.0 - keep) * r;
+                }
+            }
+            out
+        };
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(a, b)| (a - b).abs() < 1e-12);
+        assert!(close(&rule(&[0.1, 0.6, 0.1, 0.0, 0.2]), &p));
+        for x in 0..4 {
+            let mut q = [0.0; 5];
+            q[x] = 1.0;
+            assert!(close(&rule(&q), &p));
+            // The draw-and-compare check: kept with probability p(x); otherwise p without x.
+            let excess: Vec<f64> = p.iter().zip(q).map(|(p, q)| (p - q).max(0.0)).collect();
+            let total: f64 = excess.iter().sum();
+            let without_x: Vec<f64> = (0..5).map(|y| if y == x { 0.0 } else { p[y] / (1.0 - p[x]) }).collect();
+            assert!(close(&excess.iter().map(|e| e / total).collect::<Vec<_>>(), &without_x));
+        }
     }
 
     #[test]

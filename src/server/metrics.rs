@@ -16,6 +16,9 @@ pub struct Metrics {
     pub prompt_tokens: AtomicU64,
     pub prompt_tokens_cached: AtomicU64,
     pub completion_tokens: AtomicU64,
+    /// Speculative decoding: tokens proposed and checked, and those kept.
+    pub draft_tokens: AtomicU64,
+    pub draft_tokens_accepted: AtomicU64,
     prompt_micros: AtomicU64,
     generation_micros: AtomicU64,
     ttft_micros: AtomicU64,
@@ -46,6 +49,9 @@ impl Metrics {
             .fetch_add(stats.n_cached as u64, Ordering::Relaxed);
         self.completion_tokens
             .fetch_add(stats.n_generated as u64, Ordering::Relaxed);
+        self.draft_tokens.fetch_add(stats.n_drafted as u64, Ordering::Relaxed);
+        self.draft_tokens_accepted
+            .fetch_add(stats.n_accepted as u64, Ordering::Relaxed);
         self.prompt_micros
             .fetch_add(micros(stats.prompt_time), Ordering::Relaxed);
         self.generation_micros
@@ -99,6 +105,18 @@ impl Metrics {
             "counter",
             "Tokens generated.",
             plain(load(&self.completion_tokens).to_string()),
+        );
+        metric(
+            "minfer_draft_tokens_total",
+            "counter",
+            "Speculative decoding: drafted tokens checked by the model.",
+            plain(load(&self.draft_tokens).to_string()),
+        );
+        metric(
+            "minfer_draft_tokens_accepted_total",
+            "counter",
+            "Speculative decoding: drafted tokens the model kept.",
+            plain(load(&self.draft_tokens_accepted).to_string()),
         );
         let prompt_s = load(&self.prompt_micros) as f64 / 1e6;
         let gen_s = load(&self.generation_micros) as f64 / 1e6;

@@ -98,6 +98,9 @@ pub struct ServerConfig {
     pub slots_endpoint: bool,
     /// Serve the chat page at `/` (off with `--no-webui`).
     pub webui: bool,
+    /// Speculative decoding (`--model-draft`, `--spec-type`): where each slot's proposals come
+    /// from, and how many a step checks.
+    pub draft: Option<(crate::engine::DraftSource, crate::engine::DraftOptions)>,
 }
 
 /// The most slots a server runs: one KV sequence each, and a cache holds at most
@@ -209,11 +212,25 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         model.tokenizer().control_token_texts()
     };
     let metrics = Arc::new(metrics::Metrics::default());
+    // Each slot drafts on its own: a draft model's drafter holds a KV cache per slot.
+    let drafters = match &config.draft {
+        Some((source, options)) => {
+            let drafters = (0..config.n_slots)
+                .map(|_| source.drafter(model.tokenizer(), n_ctx))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ServerError::Config(e.to_string()))?;
+            Some((drafters, *options))
+        }
+        None => None,
+    };
     let scheduler = slots::Scheduler::start(
         session,
-        config.n_slots,
-        n_ctx,
-        config.batch_size,
+        slots::SlotConfig {
+            n_slots: config.n_slots,
+            n_ctx,
+            step_tokens: config.batch_size,
+            drafters,
+        },
         Arc::clone(&model),
         Arc::clone(&metrics),
     )

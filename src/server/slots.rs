@@ -20,7 +20,9 @@
 
 use super::metrics::Metrics;
 use super::peer::Peer;
-use crate::engine::{Batch, GenerateOptions, GenerationStats, Model, Sequence, Session, StopReason};
+use crate::engine::{
+    Batch, DraftOptions, Drafter, EngineError, GenerateOptions, GenerationStats, Model, Sequence, Session, StopReason,
+};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -117,19 +119,29 @@ fn common_prefix(held: impl Iterator<Item = u32>, b: &[u32]) -> usize {
 /// shares the passes with the streams already running instead of stalling them.
 pub const STEP_TOKENS: usize = 512;
 
+/// How the engine loop runs its slots.
+pub struct SlotConfig {
+    /// Slots: KV sequences `0..n_slots` of the session.
+    pub n_slots: usize,
+    /// Positions each slot may hold.
+    pub n_ctx: usize,
+    /// Tokens a pass takes at most (at least one per slot).
+    pub step_tokens: usize,
+    /// Speculative decoding: one drafter per slot, and how many proposals a step checks.
+    pub drafters: Option<(Vec<Box<dyn Drafter + Send>>, DraftOptions)>,
+}
+
 impl Scheduler {
     /// Starts the engine loop over `session`, whose sequences `0..n_slots` are the slots, each
     /// allowed `n_ctx` positions.
     pub fn start(
         session: Session,
-        n_slots: usize,
-        n_ctx: usize,
-        step_tokens: usize,
+        config: SlotConfig,
         model: Arc<Model>,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
-        metrics.slots_total.store(n_slots, Ordering::Relaxed);
-        *metrics.slot_processing.lock().unwrap_or_else(PoisonError::into_inner) = vec![false; n_slots];
+        metrics.slots_total.store(config.n_slots, Ordering::Relaxed);
+        *metrics.slot_processing.lock().unwrap_or_else(PoisonError::into_inner) = vec![false; config.n_slots];
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
             wake: Condvar::new(),
@@ -140,7 +152,7 @@ impl Scheduler {
         let engine = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("engine".into())
-            .spawn(move || Engine::new(session, n_slots, n_ctx, step_tokens, &engine).run())?;
+            .spawn(move || Engine::new(session, config, &engine).run())?;
         Ok(Scheduler { shared })
     }
 
@@ -192,6 +204,20 @@ struct Active<'t> {
     started: Instant,
     prompt_time: Duration,
     gen_started: Option<Instant>,
+    /// The proposals this step checks, while they stand.
+    check: Option<Check>,
+    /// Proposals checked, and kept, over the run.
+    n_drafted: usize,
+    n_accepted: usize,
+}
+
+/// A step's proposals for one slot: batch rows after the pending token's, at the positions
+/// after `pos` (the pending token's).
+struct Check {
+    proposals: Vec<u32>,
+    pos: usize,
+    /// Proposals kept so far: the next row to sample is this one's.
+    kept: usize,
 }
 
 /// The one loop that owns the session: every step, one forward pass over the next token of
@@ -204,20 +230,27 @@ struct Engine<'s> {
     shared: &'s Shared,
     slots: Vec<Option<Active<'s>>>,
     batch: Batch,
-    /// Per batch row that wants logits: the slot it belongs to.
-    rows: Vec<(usize, usize)>,
+    /// Per batch row that wants logits: the row, its slot, and its place among the slot's
+    /// rows of the step (0, then one per proposal).
+    rows: Vec<(usize, usize, usize)>,
+    /// Each slot's drafter (none without speculative decoding).
+    drafters: Vec<Box<dyn Drafter + Send>>,
+    draft: DraftOptions,
 }
 
 impl<'s> Engine<'s> {
-    fn new(session: Session, n_slots: usize, n_ctx: usize, step_tokens: usize, shared: &'s Shared) -> Self {
+    fn new(session: Session, config: SlotConfig, shared: &'s Shared) -> Self {
+        let (drafters, draft) = config.drafters.unwrap_or((Vec::new(), DraftOptions { max: 0, min: 0 }));
         Engine {
             session,
-            n_ctx,
-            step_tokens: step_tokens.max(n_slots),
+            n_ctx: config.n_ctx,
+            step_tokens: config.step_tokens.max(config.n_slots),
             shared,
-            slots: (0..n_slots).map(|_| None).collect(),
+            slots: (0..config.n_slots).map(|_| None).collect(),
             batch: Batch::new(),
             rows: Vec::new(),
+            drafters,
+            draft,
         }
     }
 
@@ -338,6 +371,9 @@ impl<'s> Engine<'s> {
                     started: Instant::now(),
                     prompt_time: Duration::ZERO,
                     gen_started: None,
+                    check: None,
+                    n_drafted: 0,
+                    n_accepted: 0,
                 });
             }
             Err(e) => self.fail(id, job, e.to_string()),
@@ -384,6 +420,9 @@ impl<'s> Engine<'s> {
         self.batch.clear();
         self.rows.clear();
         let stop_all = self.shared.stop_all.load(Ordering::Relaxed);
+        // Proposals take what the generating slots' own tokens leave of the step.
+        let n_pending = self.slots.iter().flatten().filter(|a| a.pending.is_some()).count();
+        let mut spare = self.step_tokens.saturating_sub(n_pending);
         for id in 0..self.slots.len() {
             let Some(active) = &self.slots[id] else { continue };
             let (cancelled, pending) = (stop_all || active.job.abandoned(), active.pending);
@@ -403,8 +442,21 @@ impl<'s> Engine<'s> {
                     self.finish_context_full(id);
                     continue;
                 }
-                self.rows.push((self.batch.len(), id));
+                let proposals = match self.propose(id, pos, spare) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let active = self.slots[id].take().expect("checked");
+                        self.fail(id, active.job, format!("drafting failed: {e}"));
+                        continue;
+                    }
+                };
+                spare -= proposals.len();
+                self.rows.push((self.batch.len(), id, 0));
                 self.batch.add(token, pos as i32, id, true);
+                for (k, &proposal) in proposals.iter().enumerate() {
+                    self.rows.push((self.batch.len(), id, k + 1));
+                    self.batch.add(proposal, (pos + 1 + k) as i32, id, true);
+                }
             }
         }
         self.share_prompts();
@@ -425,7 +477,7 @@ impl<'s> Engine<'s> {
             for pos in active.next_prompt..end {
                 let last = pos + 1 == prompt.len();
                 if last {
-                    self.rows.push((self.batch.len(), id));
+                    self.rows.push((self.batch.len(), id, 0));
                 }
                 self.batch.add(prompt[pos], pos as i32, id, last);
             }
@@ -475,10 +527,48 @@ impl<'s> Engine<'s> {
             return;
         }
         let rows = std::mem::take(&mut self.rows);
-        for &(row, id) in &rows {
-            self.sample(row, id);
+        for &(row, id, k) in &rows {
+            // A proposal's row counts only while every proposal before it was kept.
+            let wanted = k == 0
+                || self.slots[id]
+                    .as_ref()
+                    .and_then(|a| a.check.as_ref())
+                    .is_some_and(|c| c.kept == k);
+            if wanted {
+                self.sample(row, id);
+            }
         }
         self.rows = rows;
+    }
+
+    /// Slot `id`'s proposals to check after its pending token at `pos`, at most `spare`: what
+    /// its drafter offers within the context, the tokens the run may still make and
+    /// `--draft-max`; none below `--draft-min`.
+    fn propose(&mut self, id: usize, pos: usize, spare: usize) -> Result<Vec<u32>, EngineError> {
+        let Some(drafter) = self.drafters.get_mut(id) else {
+            return Ok(Vec::new());
+        };
+        let active = self.slots[id].as_mut().expect("a generating slot");
+        // The check's last row makes a token too: one proposal fewer than the tokens left.
+        let left = active.job.runs[active.run]
+            .max_tokens
+            .saturating_sub(active.n_generated + 1);
+        let wanted = self.draft.max.min(self.n_ctx - pos - 1).min(left).min(spare);
+        if wanted == 0 {
+            return Ok(Vec::new());
+        }
+        let mut proposals = drafter.draft(active.seq.history(), wanted)?;
+        proposals.truncate(wanted);
+        if proposals.len() < self.draft.min.max(1) {
+            return Ok(Vec::new());
+        }
+        active.n_drafted += proposals.len();
+        active.check = Some(Check {
+            proposals: proposals.clone(),
+            pos,
+            kept: 0,
+        });
+        Ok(proposals)
     }
 
     /// Choices waiting for their leader's prompt: once the leader has read all of it but the
@@ -535,6 +625,21 @@ impl<'s> Engine<'s> {
         let step = active.seq.accept(token);
         let text = active.seq.text(step.text).to_vec();
         send_text(&mut active, &text);
+        if let Some(check) = &mut active.check {
+            let k = check.kept;
+            if step.finished.is_none() && check.proposals.get(k) == Some(&token) {
+                // Already in the cache: the slot's next row samples the token after it.
+                check.kept += 1;
+                active.n_accepted += 1;
+            } else {
+                // The target's token stands; the proposals after it are void, and so are
+                // their cells.
+                if k < check.proposals.len() {
+                    let _ = self.session.seq_rm(Some(id), (check.pos + 1 + k) as i32, i32::MAX);
+                }
+                active.check = None;
+            }
+        }
         match step.finished {
             Some(reason) => self.finish(id, active, reason),
             None => {
@@ -574,6 +679,8 @@ impl<'s> Engine<'s> {
             prompt_time: active.prompt_time,
             n_generated: active.n_generated,
             gen_time: active.gen_started.map_or(Duration::ZERO, |t| t.elapsed()),
+            n_drafted: active.n_drafted,
+            n_accepted: active.n_accepted,
             ..Default::default()
         };
         self.metrics().record_generation(&stats);
@@ -586,6 +693,14 @@ impl<'s> Engine<'s> {
             stats.gen_time.as_secs_f64(),
             stats.gen_tok_per_s(),
         );
+        if stats.n_drafted > 0 {
+            eprintln!(
+                "slot {id}: drafted {} tokens, kept {} ({:.1} %)",
+                stats.n_drafted,
+                stats.n_accepted,
+                100.0 * stats.n_accepted as f64 / stats.n_drafted as f64
+            );
+        }
         let _ = send(
             &active.job,
             Event::Done {
