@@ -17,6 +17,10 @@ use std::process::ExitCode;
     after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2\n  minfer serve model.gguf --port 8080"
 )]
 struct Cli {
+    /// Record every forward pass (each executed node's op, layer, backend, shapes, start and
+    /// duration) as a Chrome trace in FILE, for Perfetto or chrome://tracing.
+    #[arg(long, global = true, value_name = "FILE", env = "MINFER_TRACE")]
+    trace: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
@@ -596,6 +600,10 @@ enum Command {
         /// (a pool run of an empty job, back to back and after a pause).
         #[arg(long)]
         handoff: bool,
+        /// Also time every node of the timed runs and print where each test's time went: by op
+        /// kind, weight matrix (with GB/s and GFLOP/s) and layer (in the JSON as `profile`).
+        #[arg(long)]
+        profile: bool,
         /// Measure what a JSON schema's constraint costs: each generation test runs twice, its
         /// tokens sampled without and then with the schema's mask (instead of random tokens).
         #[arg(short = 'j', long = "json-schema", value_name = "SCHEMA")]
@@ -1134,6 +1142,7 @@ fn run_bench(
     repetitions: usize,
     bandwidth: bool,
     handoff: bool,
+    profile: bool,
     grammar: Option<minfer::grammar::GrammarSpec>,
     output: BenchFormat,
     backend: Option<String>,
@@ -1155,6 +1164,7 @@ fn run_bench(
         bandwidth,
         handoff,
         grammar,
+        profile,
         ..Default::default()
     };
     let mut stdout = std::io::stdout().lock();
@@ -1169,6 +1179,13 @@ fn run_bench(
                 stdout.flush()
             })?;
             stdout.write_all(bench::markdown_footer(&results).as_bytes())?;
+            for r in &results {
+                if let Some(profile) = &r.profile {
+                    let title = format!("\n### Profile: {} at {} threads\n\n", r.test_name(), r.n_threads);
+                    stdout.write_all(title.as_bytes())?;
+                    stdout.write_all(profile.to_markdown().as_bytes())?;
+                }
+            }
         }
         BenchFormat::Json => {
             let results = bench::run_bench(model, &options, |_| Ok(()))?;
@@ -1192,6 +1209,20 @@ fn run_bench(
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(path) = &cli.trace {
+        minfer::engine::trace::trace_to(path).with_context(|| format!("--trace: cannot create {}", path.display()))?;
+    }
+    let result = run_command(cli);
+    if let Some((path, failure)) = minfer::engine::trace::trace_status() {
+        match failure {
+            Some(e) => eprintln!("error: the trace {} is incomplete: {e}", path.display()),
+            None => eprintln!("trace written to {}", path.display()),
+        }
+    }
+    result
+}
+
+fn run_command(cli: Cli) -> anyhow::Result<()> {
     let Some(command) = cli.command else {
         return run_generate(cli.run);
     };
@@ -1321,6 +1352,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             repetitions,
             bandwidth,
             handoff,
+            profile,
             json_schema,
             grammar,
             output,
@@ -1344,6 +1376,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 repetitions,
                 bandwidth,
                 handoff,
+                profile,
                 bench_grammar(json_schema, grammar)?,
                 output,
                 backend,

@@ -100,7 +100,7 @@ fn run(case: &Case, backends: Vec<Box<dyn ComputeBackend>>) -> Result<Vec<Vec<f3
                 Data::I32(v) => alloc.fill_input_i32(&graph, name, v)?,
             }
         }
-        BackendScheduler::execute_splits(&graph, &splits, &mut alloc, &mut Vec::new())?;
+        BackendScheduler::execute_splits(&graph, &splits, &mut alloc, &mut Vec::new(), None)?;
         for &out in &graph.outputs {
             let mut values = Vec::new();
             alloc.read_f32(&graph, out, &mut values)?;

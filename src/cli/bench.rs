@@ -10,11 +10,13 @@
 //! This module measures and formats; it prints nothing itself.
 
 use super::run::{load, LoadOptions, RunError};
+use crate::engine::profile::{ProfileObserver, ProfileRecorder};
 use crate::engine::{eval_preparing, EngineError, GenerateOptions, Sequence, Session};
 use crate::gguf::GgufFile;
 use crate::grammar::{Grammar, GrammarError};
 use crate::tokenizer::Tokenizer;
 use std::path::Path;
+use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 /// Why a benchmark could not run.
@@ -83,6 +85,9 @@ pub struct BenchOptions {
     /// then runs twice, sampling each token (llama.cpp's default chain) without and with the
     /// grammar's mask, in place of llama-bench's random tokens.
     pub grammar: Option<crate::grammar::GrammarSpec>,
+    /// Also time every node of the timed runs and report where each test's time went
+    /// (`--profile`): by op kind, weight matrix and layer.
+    pub profile: bool,
 }
 
 impl Default for BenchOptions {
@@ -100,6 +105,7 @@ impl Default for BenchOptions {
             bandwidth: false,
             handoff: false,
             grammar: None,
+            profile: false,
         }
     }
 }
@@ -173,6 +179,9 @@ pub struct BenchResult {
     /// or `constrained` (sampled under the `--json-schema` or `--grammar` mask).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub generation: String,
+    /// With `--profile`: where the timed runs' time went.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::engine::profile::Profile>,
 }
 
 /// What handing one node to the CPU thread pool costs (publish the job, every worker runs it,
@@ -269,6 +278,7 @@ impl BenchResult {
             kernels: String::new(),
             handoff: None,
             generation: String::new(),
+            profile: None,
         }
     }
 
@@ -480,8 +490,12 @@ pub fn run_bench(
                 result.kernels = cpu_kernels(loaded.model.file(), n_prompt.min(options.n_ubatch).max(1));
             }
             let mut samples = Vec::with_capacity(options.repetitions);
+            let recorder = options.profile.then(ProfileRecorder::shared);
             for rep in 0..=options.repetitions {
                 let warm_up = rep == 0;
+                if let (Some(recorder), 1) = (&recorder, rep) {
+                    session.add_step_observer(Box::new(ProfileObserver(Arc::clone(recorder))));
+                }
                 let test = Test {
                     n_depth,
                     n_prompt,
@@ -492,6 +506,10 @@ pub fn run_bench(
                 if !warm_up {
                     samples.push(ns);
                 }
+            }
+            if let Some(recorder) = recorder {
+                session.pop_step_observer();
+                result.profile = Some(recorder.lock().unwrap_or_else(PoisonError::into_inner).profile());
             }
             result.set_samples(samples);
             result.peak_rss_bytes = peak_rss_bytes();

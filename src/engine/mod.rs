@@ -32,11 +32,13 @@ mod conversation;
 mod generate;
 mod kv_cells;
 mod model;
+pub mod profile;
 mod sequence;
 mod session;
 pub mod session_file;
 mod speculative;
 mod stop;
+pub mod trace;
 
 pub use crate::backends::default_threads;
 pub use batch::{Batch, SeqId};

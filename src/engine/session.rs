@@ -12,12 +12,14 @@
 
 use super::{Batch, EngineError, KvCells, Model, SeqId};
 use crate::backends::cpu::kernels;
+use crate::graph::scheduler::Timed;
 use crate::graph::{
     Backend, CParams, ComputeBackend, ComputeGraph, DType, GraphAllocator, GraphCache, GraphError, GraphParams,
     InputKind, NodeMeta,
 };
 use crate::models::ModelDef;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// One layer's K rows and V rows as stored (f32, f16 or Q8_0 bytes), one row a token.
 pub type LayerRows = (Vec<u8>, Vec<u8>);
@@ -70,6 +72,8 @@ pub struct Session {
     scratch: Scratch,
     /// Prompt tokens a generation prefills per forward pass (llama.cpp's `n_ubatch`).
     n_ubatch: usize,
+    /// What watches each step (a trace, a profile); none: no step is timed.
+    observers: Vec<Box<dyn super::trace::StepObserver>>,
 }
 
 /// Buffers reused by every step, so that a decode step allocates nothing.
@@ -80,6 +84,7 @@ struct Scratch {
     ids: Vec<i32>,
     index: Vec<i32>,
     spans: Vec<i32>,
+    timings: Vec<Timed>,
 }
 
 impl Session {
@@ -145,6 +150,7 @@ impl Session {
             output_rows: Vec::new(),
             scratch: Scratch::default(),
             n_ubatch: super::generate::PREFILL_CHUNK,
+            observers: super::trace::process_observer().into_iter().collect(),
         })
     }
 
@@ -516,8 +522,20 @@ impl Session {
         result
     }
 
+    /// Adds an observer that sees every later step with its timed nodes (see
+    /// [`trace`](super::trace)). A session created while a process trace is open has that one.
+    pub fn add_step_observer(&mut self, observer: Box<dyn super::trace::StepObserver>) {
+        self.observers.push(observer);
+    }
+
+    /// Removes the observer added last (and returns it); with none left, steps are not timed.
+    pub fn pop_step_observer(&mut self) -> Option<Box<dyn super::trace::StepObserver>> {
+        self.observers.pop()
+    }
+
     /// The forward pass of a placed batch.
     fn run(&mut self, batch: &Batch, cells: &[i32]) -> Result<(), EngineError> {
+        let start = (!self.observers.is_empty()).then(Instant::now);
         let nt = batch.len();
         let n_outputs = batch.n_outputs();
         // A batch that wants no logits still computes its last row's (the head needs a row).
@@ -527,13 +545,33 @@ impl Session {
         self.params.set_batch(nt, n_out);
         self.params.cparams.explicit_span = !(one_sequence && self.kv.is_identity(first_seq));
         let model = &self.model;
-        self.cache.prepare(&self.params, |p| model.build_graph(p))?;
+        let reused = self.cache.prepare(&self.params, |p| model.build_graph(p))?;
         self.fill_inputs(batch, cells)?;
-        self.cache.execute()?;
+        let mut timings = std::mem::take(&mut self.scratch.timings);
+        timings.clear();
+        let executed = self.cache.execute(start.is_some().then_some(&mut timings));
+        self.scratch.timings = timings;
+        executed?;
         let (graph, alloc) = self.cache.parts().expect("executed");
         if let Err(e) = alloc.read_f32(graph, graph.outputs[0], &mut self.logits) {
             self.logits.clear();
             return Err(e.into());
+        }
+        if let Some(start) = start {
+            let graph = self.cache.graph().expect("executed");
+            let record = super::trace::StepRecord {
+                graph,
+                splits: self.cache.splits(),
+                timings: &self.scratch.timings,
+                start,
+                end: Instant::now(),
+                n_tokens: nt,
+                n_outputs: n_out,
+                rebuilt: !reused,
+            };
+            for observer in &mut self.observers {
+                observer.on_step(&record);
+            }
         }
         self.output_rows.clear();
         let mut next = 0;

@@ -5,7 +5,7 @@
 use super::alloc::GraphAllocator;
 use super::fusion::FusionPass;
 use super::params::GraphParams;
-use super::scheduler::{BackendScheduler, Split};
+use super::scheduler::{BackendScheduler, Split, Timed};
 use super::{BufRef, ComputeGraph, GraphError};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -107,12 +107,18 @@ impl GraphCache {
         self.graph.as_ref().map(|g| (g, &mut self.alloc))
     }
 
-    /// Execute the cached graph.
-    pub fn execute(&mut self) -> Result<(), GraphError> {
+    /// Execute the cached graph; with `timings`, each node's run (and each copy and wait) is
+    /// appended to it.
+    pub fn execute(&mut self, timings: Option<&mut Vec<Timed>>) -> Result<(), GraphError> {
         let graph = self.graph.as_ref().ok_or_else(|| GraphError::NoBuffer {
             node: "<no graph>".into(),
         })?;
-        BackendScheduler::execute_splits(graph, &self.splits, &mut self.alloc, &mut self.in_bufs)
+        BackendScheduler::execute_splits(graph, &self.splits, &mut self.alloc, &mut self.in_bufs, timings)
+    }
+
+    /// The cached graph's splits (backend runs), as executed.
+    pub fn splits(&self) -> &[Split] {
+        &self.splits
     }
 
     /// How many times a graph was built (the first build included).

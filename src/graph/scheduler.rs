@@ -7,6 +7,56 @@ use super::alloc::GraphAllocator;
 use super::backend::{Backend, KvProvider};
 use super::ops::{NodeMeta, Op};
 use super::{BufRef, ComputeGraph, GraphError, NodeId};
+use std::time::Instant;
+
+/// What a timed stretch of an execution did (see [`Timed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// The node ran on its split's backend.
+    Execute,
+    /// The node's value was copied to another backend's split that reads it.
+    CopyTo(Backend),
+    /// The split's backend was waited for before another backend's split.
+    Synchronize(Backend),
+}
+
+/// One timed stretch of an execution: a node run, a copy across backends, or a wait. Recorded
+/// only when the caller asks (a trace, a profile); an untimed execution reads no clock.
+#[derive(Clone, Copy, Debug)]
+pub struct Timed {
+    /// The node run or copied (for a wait, the first node of the split that waited).
+    pub node: NodeId,
+    /// What was done.
+    pub work: Work,
+    /// When it started and ended; a backend that queues work asynchronously is timed at its
+    /// synchronisation points instead.
+    pub start: Instant,
+    /// See `start`.
+    pub end: Instant,
+}
+
+/// Runs `f`, recording its span as `work` on `node` when `timings` asks for it.
+fn timed<T>(
+    timings: &mut Option<&mut Vec<Timed>>,
+    node: NodeId,
+    work: Work,
+    f: impl FnOnce() -> Result<T, GraphError>,
+) -> Result<T, GraphError> {
+    match timings {
+        None => f(),
+        Some(out) => {
+            let start = Instant::now();
+            let result = f();
+            out.push(Timed {
+                node,
+                work,
+                start,
+                end: Instant::now(),
+            });
+            result
+        }
+    }
+}
 
 /// A contiguous run of nodes on one backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,20 +136,22 @@ impl BackendScheduler {
 
     /// Run the graph: split by split, node by node in build order.
     pub fn execute(graph: &ComputeGraph, alloc: &mut GraphAllocator) -> Result<(), GraphError> {
-        Self::execute_splits(graph, &Self::split_graph(graph), alloc, &mut Vec::new())
+        Self::execute_splits(graph, &Self::split_graph(graph), alloc, &mut Vec::new(), None)
     }
 
     /// [`Self::execute`] over splits computed once for the graph ([`Self::split_graph`]), with
     /// a reused buffer for each node's input list: what a cached graph runs every step, without
     /// allocating. A failed execution still waits for every backend, so that none is left with
-    /// work in flight (or counted as executing) when the error reaches the caller.
+    /// work in flight (or counted as executing) when the error reaches the caller. With
+    /// `timings`, every node run, copy and wait is appended to it, in execution order.
     pub fn execute_splits(
         graph: &ComputeGraph,
         splits: &[Split],
         alloc: &mut GraphAllocator,
         in_bufs: &mut Vec<BufRef>,
+        timings: Option<&mut Vec<Timed>>,
     ) -> Result<(), GraphError> {
-        let result = Self::run_splits(graph, splits, alloc, in_bufs);
+        let result = Self::run_splits(graph, splits, alloc, in_bufs, timings);
         if result.is_err() {
             for handle in splits.iter().map(|s| s.backend) {
                 // The execution's own error is the one to report.
@@ -116,14 +168,19 @@ impl BackendScheduler {
         splits: &[Split],
         alloc: &mut GraphAllocator,
         in_bufs: &mut Vec<BufRef>,
+        mut timings: Option<&mut Vec<Timed>>,
     ) -> Result<(), GraphError> {
         let mut previous: Option<Backend> = None;
         for split in splits {
             if let Some(prev) = previous.filter(|&p| p != split.backend) {
-                alloc.backend_mut(prev)?.synchronize()?;
+                timed(&mut timings, split.node_range.0, Work::Synchronize(prev), || {
+                    Ok(alloc.backend_mut(prev)?.synchronize()?)
+                })?;
             }
             for &src in &split.inputs {
-                alloc.copy_across(src, split.backend)?;
+                timed(&mut timings, src, Work::CopyTo(split.backend), || {
+                    alloc.copy_across(src, split.backend)
+                })?;
             }
             for node in &graph.nodes[split.node_range.0..split.node_range.1] {
                 let Some(out) = alloc.node_buffer(node.id) else {
@@ -159,12 +216,16 @@ impl BackendScheduler {
                     _ => None,
                 };
                 let kv = layer.and_then(|l| alloc.kv_pair(l));
-                alloc.backend_mut(split.backend)?.execute_node(node, in_bufs, out, kv)?;
+                timed(&mut timings, node.id, Work::Execute, || {
+                    Ok(alloc.backend_mut(split.backend)?.execute_node(node, in_bufs, out, kv)?)
+                })?;
             }
             previous = Some(split.backend);
         }
-        if let Some(prev) = previous {
-            alloc.backend_mut(prev)?.synchronize()?;
+        if let (Some(prev), Some(last)) = (previous, splits.last()) {
+            timed(&mut timings, last.node_range.0, Work::Synchronize(prev), || {
+                Ok(alloc.backend_mut(prev)?.synchronize()?)
+            })?;
         }
         Ok(())
     }
