@@ -4,6 +4,8 @@
 //! - [`gguf`] reads and writes GGUF v3 files (memory-mapped, zero-copy, split models);
 //! - [`quant`] defines every ggml block layout with its scalar reference quantizer and
 //!   dequantizer;
+//! - [`quantize`] converts a model file as llama-quantize does (its mixes' per-tensor rules,
+//!   its bytes);
 //! - [`tokenizer`] turns text into token ids and back (byte-level BPE from GGUF metadata);
 //! - [`template`] renders a conversation with the model's own Jinja chat template;
 //! - [`graph`] is the compute graph: IR, builder, params and reuse cache, allocator, scheduler,
@@ -19,9 +21,9 @@
 //!
 //! Dependencies point one way, from the surfaces down to the formats: `cli`, `server` →
 //! `engine` (+ `sampling`) → `models` → `graph` → `quant`; `backends` → `graph`, `quant`;
-//! `models`, `tokenizer`, `template` → `gguf`. Nothing outside `cli` (and the binary) imports
-//! `cli`. `gguf` and `quant` know nothing of execution. The design of record is the
-//! compute-graph and architecture documents.
+//! `models`, `tokenizer`, `template` → `gguf`; `quantize` → `gguf`, `quant`. Nothing outside
+//! `cli` (and the binary) imports `cli`. `gguf` and `quant` know nothing of execution. The
+//! design of record is the compute-graph and architecture documents.
 //!
 //! Every public item is documented (`missing_docs` is denied).
 
@@ -38,6 +40,7 @@ pub mod grammar;
 pub mod graph;
 pub mod models;
 pub mod quant;
+pub mod quantize;
 pub mod sampling;
 pub mod server;
 pub mod template;

@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use minfer::gguf::split::SplitLimit;
 use minfer::gguf::GgufFile;
 use minfer::tokenizer::Tokenizer;
 use std::io::{Read, Write};
@@ -467,22 +468,56 @@ enum Command {
         #[arg(long)]
         tensors: bool,
     },
-    /// Quantize a GGUF file as llama-quantize --pure does: every matrix to TYPE.
+    /// Quantize a GGUF file as llama-quantize does: its mixes' per-tensor rules, its bytes.
     ///
-    /// Example: minfer quantize model-f16.gguf model-q8_0.gguf Q8_0 --pure
+    /// Examples:
+    ///   minfer quantize model-f16.gguf model-q4_k_m.gguf Q4_K_M
+    ///   minfer quantize model-f16.gguf model-q8_0.gguf Q8_0 --pure
+    #[command(verbatim_doc_comment)]
     Quantize {
-        /// The GGUF file to read.
+        /// The GGUF file to read (for a split model, its first part).
         input: PathBuf,
         /// The GGUF file to write.
         output: PathBuf,
-        /// The weight type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
+        /// The file type: Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+        /// F16, BF16, F32 (Q4_K and Q5_K are aliases of Q4_K_M and Q5_K_M).
         ggml_type: String,
-        /// Every matrix in TYPE (the only mode so far; llama.cpp's mixes are not implemented).
+        /// Every matrix in TYPE's own type, without the mix's rules (llama-quantize's --pure).
         #[arg(long)]
         pure: bool,
         /// Threads (default: one per physical core).
         #[arg(short = 't', long)]
         threads: Option<usize>,
+    },
+    /// Split a GGUF file into parts as llama-gguf-split does (OUT_PREFIX-00001-of-0000N.gguf).
+    ///
+    /// Examples:
+    ///   minfer split model.gguf parts/model --split-max-size 500M
+    ///   minfer split model.gguf parts/model --split-max-tensors 128
+    #[command(verbatim_doc_comment)]
+    Split {
+        /// The GGUF file to split.
+        input: PathBuf,
+        /// The parts' path without the -NNNNN-of-NNNNN.gguf suffix.
+        out_prefix: String,
+        /// At most this many tensors per part (the default, 128).
+        #[arg(long, conflicts_with = "split_max_size")]
+        split_max_tensors: Option<usize>,
+        /// At most this much tensor data per part: N M or N G (decimal megabytes, gigabytes).
+        #[arg(long)]
+        split_max_size: Option<String>,
+        /// The first part holds only the metadata.
+        #[arg(long)]
+        no_tensor_first_split: bool,
+    },
+    /// Merge a split GGUF model back into one file (the inverse of split).
+    ///
+    /// Example: minfer merge parts/model-00001-of-00003.gguf model.gguf
+    Merge {
+        /// A part of the split model (the first, or any).
+        part: PathBuf,
+        /// The file to write (it must not exist).
+        output: PathBuf,
     },
     /// Tokenize a text with the model's tokenizer and print the tokens.
     ///
@@ -1244,6 +1279,30 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 &mut std::io::stderr().lock(),
             )
             .with_context(|| format!("cannot quantize {} to {ggml_type}", input.display()))?;
+        }
+        Command::Split {
+            input,
+            out_prefix,
+            split_max_tensors,
+            split_max_size,
+            no_tensor_first_split,
+        } => {
+            let limit = match split_max_size {
+                Some(size) => SplitLimit::MaxBytes(minfer::cli::split::parse_size(&size)?),
+                None => SplitLimit::MaxTensors(split_max_tensors.unwrap_or(128)),
+            };
+            minfer::cli::split::split(
+                &input,
+                &out_prefix,
+                limit,
+                no_tensor_first_split,
+                &mut std::io::stderr().lock(),
+            )
+            .with_context(|| format!("cannot split {}", input.display()))?;
+        }
+        Command::Merge { part, output } => {
+            minfer::cli::split::merge(&part, &output, &mut std::io::stderr().lock())
+                .with_context(|| format!("cannot merge {} into {}", part.display(), output.display()))?;
         }
         Command::Info { model, tensors } => {
             let file = open_model(&model)?;

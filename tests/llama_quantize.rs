@@ -136,6 +136,6 @@ fn the_quantize_command_writes_llama_quantizes_files() {
         let err = String::from_utf8_lossy(&run.stderr);
         assert!(!run.status.success() && err.contains(says), "{args:?}: {err}");
     };
-    refused(&["Q4_K_M", "--pure"], "cannot quantize to Q4_K_M");
-    refused(&["Q4_0"], "only --pure is implemented");
+    refused(&["Q3_K_M", "--pure"], "cannot quantize to Q3_K_M");
+    refused(&["IQ4_XS"], "cannot quantize to IQ4_XS");
 }

@@ -9,5 +9,6 @@ pub mod info;
 pub mod llama_flags;
 pub mod quantize;
 pub mod run;
+pub mod split;
 pub mod terminal;
 pub mod tokenize;

@@ -223,6 +223,15 @@ pub enum GgufError {
         /// Where the duplicate was found, preformatted with a leading space.
         location: String,
     },
+    /// A [`super::GgufStreamWriter`] was given a tensor other than the next one it declared
+    /// (an empty `name`: finished early; an empty `expected`: every tensor was written).
+    #[error("tensor data written out of order: got '{name}', the header's next tensor is '{expected}'")]
+    OutOfOrderTensor {
+        /// The tensor written.
+        name: String,
+        /// The tensor the header places next.
+        expected: String,
+    },
     /// No tensor of that name exists in the model.
     #[error("tensor '{name}' not found")]
     MissingTensor {

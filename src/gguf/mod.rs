@@ -17,4 +17,4 @@ pub use error::{GgufError, Result};
 pub use file::{GgufFile, OpenOptions};
 pub use reader::{parse_header, Header, TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 pub use value::{Array, Metadata, Value, ValueType};
-pub use writer::GgufWriter;
+pub use writer::{GgufStreamWriter, GgufWriter, TensorLayout};

@@ -284,6 +284,20 @@ impl Metadata {
         }
     }
 
+    /// Remove `key`, returning its value if it was present.
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        let i = self.entries.iter().position(|(k, _)| k == key)?;
+        Some(self.entries.remove(i).1)
+    }
+
+    /// Remove `key` wherever it is and append it with `value`: where ggml's `gguf_set_val_*`
+    /// puts a key, which decides the order of the keys in the files llama.cpp's tools write.
+    pub fn set_last(&mut self, key: impl Into<String>, value: Value) {
+        let key = key.into();
+        self.remove(&key);
+        self.entries.push((key, value));
+    }
+
     pub(crate) fn push_unchecked(&mut self, key: String, value: Value) {
         self.entries.push((key, value));
     }

@@ -1,5 +1,10 @@
 //! Writing GGUF v3 files: metadata, a tensor table and aligned tensor data, laid out as
 //! llama.cpp and gguf-py write them (tensors in insertion order, each padded to the alignment).
+//!
+//! [`GgufWriter`] builds a whole file in memory; [`GgufStreamWriter`] writes the header first
+//! (every tensor's offset follows from the declared types and shapes) and then takes the tensor
+//! data one tensor at a time, so a tool that converts or copies a model holds one tensor, not
+//! the file. Both lay out the same bytes.
 
 use super::error::{GgufError, Result};
 use super::reader::{tensor_size, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
@@ -82,43 +87,18 @@ impl GgufWriter {
     }
 
     fn alignment(&self) -> Result<u64> {
-        match self.metadata.get("general.alignment") {
-            None => Ok(DEFAULT_ALIGNMENT),
-            Some(_) => {
-                let a = self.metadata.get_u32("general.alignment")? as u64;
-                if a == 0 || !a.is_power_of_two() {
-                    return Err(GgufError::BadAlignment { alignment: a });
-                }
-                Ok(a)
-            }
-        }
+        alignment(&self.metadata)
     }
 
     /// Serialise the whole file.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let alignment = self.alignment()?;
-        let mut out = Vec::new();
-        out.extend_from_slice(&GGUF_MAGIC);
-        out.extend_from_slice(&3u32.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (key, value) in self.metadata.iter() {
-            write_string(&mut out, key);
-            out.extend_from_slice(&(value.value_type() as u32).to_le_bytes());
-            write_value(&mut out, value);
-        }
-        let mut offset = 0u64;
-        for t in &self.tensors {
-            write_string(&mut out, &t.name);
-            out.extend_from_slice(&(t.shape.len() as u32).to_le_bytes());
-            for d in &t.shape {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-            out.extend_from_slice(&(t.ggml_type as u32).to_le_bytes());
-            out.extend_from_slice(&offset.to_le_bytes());
-            offset = (offset + t.data.len() as u64).next_multiple_of(alignment);
-        }
-        pad_to(&mut out, alignment);
+        let layout: Vec<_> = self
+            .tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.ggml_type, t.shape.as_slice(), t.data.len() as u64))
+            .collect();
+        let mut out = header_bytes(&self.metadata, &layout, alignment);
         for t in &self.tensors {
             out.extend_from_slice(&t.data);
             pad_to(&mut out, alignment);
@@ -143,6 +123,187 @@ impl GgufWriter {
             source,
         })
     }
+}
+
+/// One tensor of a [`GgufStreamWriter`]'s table: what the header says of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorLayout {
+    /// The tensor name.
+    pub name: String,
+    /// The ggml type its data will have.
+    pub ggml_type: GgmlType,
+    /// Dimensions in ggml order (ne0 first).
+    pub shape: Vec<u64>,
+}
+
+impl TensorLayout {
+    /// The entry as ggml's `gguf_add_tensor` records a tensor: trailing dimensions of 1 dropped
+    /// (`ggml_n_dims`), so that a `[256, 1]` tensor is written as `[256]`, as llama.cpp's
+    /// tools write it.
+    pub fn as_ggml_records(name: &str, ggml_type: GgmlType, shape: &[u64]) -> Self {
+        let n_dims = shape.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
+        TensorLayout {
+            name: name.to_string(),
+            ggml_type,
+            shape: shape[..n_dims.min(shape.len())].to_vec(),
+        }
+    }
+}
+
+/// Writes a GGUF file in one pass: the header at creation, then [`GgufStreamWriter::write_tensor`]
+/// once per declared tensor, in the declared order.
+pub struct GgufStreamWriter<W: Write> {
+    out: W,
+    sizes: Vec<(String, u64)>,
+    next: usize,
+    alignment: u64,
+    path: std::path::PathBuf,
+}
+
+impl GgufStreamWriter<std::io::BufWriter<std::fs::File>> {
+    /// Create (or replace) the file at `path` and write its header: `metadata`, then the table
+    /// of `tensors`.
+    pub fn create(path: &Path, metadata: &Metadata, tensors: &[TensorLayout]) -> Result<Self> {
+        let file = std::fs::File::create(path).map_err(|source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::new(
+            std::io::BufWriter::with_capacity(1 << 20, file),
+            path,
+            metadata,
+            tensors,
+        )
+    }
+}
+
+impl<W: Write> GgufStreamWriter<W> {
+    /// Write the header into `out`; `path` names `out` in errors.
+    pub fn new(out: W, path: &Path, metadata: &Metadata, tensors: &[TensorLayout]) -> Result<Self> {
+        let alignment = alignment(metadata)?;
+        let mut layout = Vec::with_capacity(tensors.len());
+        let mut names = std::collections::HashSet::new();
+        for t in tensors {
+            if t.shape.len() > MAX_DIMS {
+                return Err(GgufError::TooManyDims {
+                    name: t.name.clone(),
+                    offset: 0,
+                    n_dims: t.shape.len() as u32,
+                    max: MAX_DIMS,
+                });
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err(GgufError::DuplicateTensor {
+                    name: t.name.clone(),
+                    location: " (declared twice)".into(),
+                });
+            }
+            let size = tensor_size(&t.name, t.ggml_type, &t.shape)?;
+            layout.push((t.name.as_str(), t.ggml_type, t.shape.as_slice(), size));
+        }
+        let header = header_bytes(metadata, &layout, alignment);
+        let sizes = layout.iter().map(|&(n, _, _, size)| (n.to_string(), size)).collect();
+        let mut writer = GgufStreamWriter {
+            out,
+            sizes,
+            next: 0,
+            alignment,
+            path: path.to_path_buf(),
+        };
+        writer.write(&header)?;
+        Ok(writer)
+    }
+
+    /// Write the next tensor's data (the tensors go in the order they were declared), padded
+    /// to the alignment.
+    pub fn write_tensor(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        let (expected_name, size) = match self.sizes.get(self.next) {
+            Some((n, s)) => (n.as_str(), *s),
+            None => ("", 0),
+        };
+        if expected_name != name {
+            return Err(GgufError::OutOfOrderTensor {
+                name: name.into(),
+                expected: expected_name.into(),
+            });
+        }
+        if size != data.len() as u64 {
+            return Err(GgufError::DataSizeMismatch {
+                name: name.into(),
+                expected: size,
+                got: data.len() as u64,
+            });
+        }
+        let padding = (size.next_multiple_of(self.alignment) - size) as usize;
+        self.next += 1;
+        self.write(data)?;
+        self.write(&vec![0u8; padding])?;
+        Ok(())
+    }
+
+    /// Check that every declared tensor was written and flush the output.
+    pub fn finish(mut self) -> Result<W> {
+        if let Some((name, _)) = self.sizes.get(self.next) {
+            return Err(GgufError::OutOfOrderTensor {
+                name: String::new(),
+                expected: name.clone(),
+            });
+        }
+        self.out.flush().map_err(|source| GgufError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(self.out)
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes).map_err(|source| GgufError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+/// The file's alignment: `general.alignment` if set (a power of two), else the default.
+fn alignment(metadata: &Metadata) -> Result<u64> {
+    match metadata.get("general.alignment") {
+        None => Ok(DEFAULT_ALIGNMENT),
+        Some(_) => {
+            let a = metadata.get_u32("general.alignment")? as u64;
+            if a == 0 || !a.is_power_of_two() {
+                return Err(GgufError::BadAlignment { alignment: a });
+            }
+            Ok(a)
+        }
+    }
+}
+
+/// The header: magic, version, counts, metadata and the tensor table (name, type, shape and
+/// the size of each tensor's data, which places the next), padded to the alignment.
+fn header_bytes(metadata: &Metadata, tensors: &[(&str, GgmlType, &[u64], u64)], alignment: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&GGUF_MAGIC);
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (key, value) in metadata.iter() {
+        write_string(&mut out, key);
+        out.extend_from_slice(&(value.value_type() as u32).to_le_bytes());
+        write_value(&mut out, value);
+    }
+    let mut offset = 0u64;
+    for &(name, ggml_type, shape, size) in tensors {
+        write_string(&mut out, name);
+        out.extend_from_slice(&(shape.len() as u32).to_le_bytes());
+        for d in shape {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&(ggml_type as u32).to_le_bytes());
+        out.extend_from_slice(&offset.to_le_bytes());
+        offset = (offset + size).next_multiple_of(alignment);
+    }
+    pad_to(&mut out, alignment);
+    out
 }
 
 fn pad_to(out: &mut Vec<u8>, alignment: u64) {

@@ -1,0 +1,122 @@
+//! llama.cpp's file types (`llama_ftype`): what `general.file_type` says of a quantized file,
+//! the names llama-quantize takes for them and the type each one starts every matrix from.
+
+use crate::quant::GgmlType;
+
+/// A file type `quantize` writes, with its `llama_ftype` id as the discriminant.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum FileType {
+    /// Every tensor in F32 (`LLAMA_FTYPE_ALL_F32`).
+    F32 = 0,
+    /// Matrices in F16.
+    F16 = 1,
+    /// Matrices in Q4_0, the output in Q6_K.
+    Q4_0 = 2,
+    /// Matrices in Q4_1, the output in Q6_K.
+    Q4_1 = 3,
+    /// Matrices in Q8_0.
+    Q8_0 = 7,
+    /// Matrices in Q5_0, the output in Q6_K.
+    Q5_0 = 8,
+    /// Matrices in Q5_1, the output in Q6_K.
+    Q5_1 = 9,
+    /// Q4_K, the first attention values and feed-forward outputs in Q5_K.
+    Q4_K_S = 14,
+    /// Q4_K, half the attention values and feed-forward outputs in Q6_K.
+    Q4_K_M = 15,
+    /// Q5_K, the output in Q6_K.
+    Q5_K_S = 16,
+    /// Q5_K, half the attention values and feed-forward outputs in Q6_K.
+    Q5_K_M = 17,
+    /// Matrices in Q6_K.
+    Q6_K = 18,
+    /// Matrices in BF16.
+    BF16 = 32,
+}
+
+/// llama-quantize's names (its `QUANT_OPTIONS`), aliases included, for the types we write.
+const NAMES: &[(&str, FileType)] = &[
+    ("Q4_0", FileType::Q4_0),
+    ("Q4_1", FileType::Q4_1),
+    ("Q5_0", FileType::Q5_0),
+    ("Q5_1", FileType::Q5_1),
+    ("Q4_K", FileType::Q4_K_M),
+    ("Q4_K_S", FileType::Q4_K_S),
+    ("Q4_K_M", FileType::Q4_K_M),
+    ("Q5_K", FileType::Q5_K_M),
+    ("Q5_K_S", FileType::Q5_K_S),
+    ("Q5_K_M", FileType::Q5_K_M),
+    ("Q6_K", FileType::Q6_K),
+    ("Q8_0", FileType::Q8_0),
+    ("F16", FileType::F16),
+    ("BF16", FileType::BF16),
+    ("F32", FileType::F32),
+];
+
+impl FileType {
+    /// The file type llama-quantize means by `name` (any case; `Q4_K` and `Q5_K` are its
+    /// aliases for `Q4_K_M` and `Q5_K_M`), or `None` for a type we do not write.
+    pub fn from_name(name: &str) -> Option<Self> {
+        NAMES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|&(_, t)| t)
+    }
+
+    /// The names [`FileType::from_name`] takes, for messages.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        NAMES.iter().map(|(n, _)| *n)
+    }
+
+    /// The canonical name (`Q4_K_M`, never its alias).
+    pub fn name(self) -> &'static str {
+        match self {
+            FileType::Q4_K_M => "Q4_K_M",
+            FileType::Q5_K_M => "Q5_K_M",
+            t => NAMES.iter().find(|&&(_, f)| f == t).map(|(n, _)| *n).unwrap_or("?"),
+        }
+    }
+
+    /// The `general.file_type` value (`llama_ftype`).
+    pub fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// The type every matrix starts from before the mix's rules (`llama_ftype_get_default_type`).
+    pub fn default_type(self) -> GgmlType {
+        match self {
+            FileType::F32 => GgmlType::F32,
+            FileType::F16 => GgmlType::F16,
+            FileType::BF16 => GgmlType::BF16,
+            FileType::Q4_0 => GgmlType::Q4_0,
+            FileType::Q4_1 => GgmlType::Q4_1,
+            FileType::Q5_0 => GgmlType::Q5_0,
+            FileType::Q5_1 => GgmlType::Q5_1,
+            FileType::Q8_0 => GgmlType::Q8_0,
+            FileType::Q4_K_S | FileType::Q4_K_M => GgmlType::Q4_K,
+            FileType::Q5_K_S | FileType::Q5_K_M => GgmlType::Q5_K,
+            FileType::Q6_K => GgmlType::Q6_K,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_in_any_case_and_aliases_name_the_medium_mixes() {
+        assert_eq!(FileType::from_name("q4_k_m"), Some(FileType::Q4_K_M));
+        assert_eq!(FileType::from_name("Q4_K"), Some(FileType::Q4_K_M));
+        assert_eq!(FileType::from_name("Q5_K"), Some(FileType::Q5_K_M));
+        assert_eq!(FileType::from_name("Q3_K_M"), None);
+        assert_eq!(FileType::Q4_K_M.name(), "Q4_K_M");
+        assert_eq!(FileType::Q5_K_M.name(), "Q5_K_M");
+        for name in FileType::names() {
+            let t = FileType::from_name(name).unwrap();
+            assert_eq!(FileType::from_name(t.name()), Some(t), "{name}");
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! llama-quantize's mixes (Q4_K_M, Q5_K_S, …, and the plain types' own rules): our files
+//! against the sha256 of llama-quantize's for the tiny models (from F32 and from F16), and our
+//! per-tensor rules against llama-quantize's choices for the real Qwen2.5-Coder shapes
+//! (`tests/fixtures/quantize/`, made as its README says).
+
+mod common;
+
+use minfer::gguf::GgufFile;
+use minfer::quant::GgmlType;
+use minfer::quantize::{plan, quantize_file, FileType, ModelFacts, QuantizeOptions, TensorMeta};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::Path;
+
+fn manifest(name: &str) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(common::fixtures().join("quantize").join(name)).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (hash, file) = l.split_once("  ").unwrap();
+            (file.to_string(), hash.to_string())
+        })
+        .collect()
+}
+
+fn sha256(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap();
+    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+const MIXES: [&str; 12] = [
+    "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16",
+];
+
+/// Every file type from `source` (F32 or F16) of the tiny `arch` model hashes as
+/// llama-quantize's output did.
+fn assert_mixes_match_llama_quantize(arch: &str, source: &str) {
+    let expected = manifest("llama-quantize.sha256");
+    let input = GgufFile::open(common::tiny_model(arch, source)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut wrong = Vec::new();
+    for mix in MIXES {
+        let name = format!("{arch}-{source}-{mix}.gguf");
+        let out = dir.path().join(&name);
+        let options = QuantizeOptions {
+            ftype: FileType::from_name(mix).unwrap(),
+            pure: false,
+            n_threads: 2,
+        };
+        quantize_file(&input, &out, options, |_| Ok(())).unwrap();
+        if sha256(&out) != expected[&name] {
+            wrong.push(name);
+        }
+    }
+    assert!(wrong.is_empty(), "differ from llama-quantize's files: {wrong:?}");
+}
+
+#[test]
+fn every_mix_of_the_tiny_qwen2_from_f32_is_llama_quantizes_file_byte_for_byte() {
+    assert_mixes_match_llama_quantize("qwen2", "F32");
+}
+
+#[test]
+fn every_mix_of_the_tiny_qwen2_from_f16_is_llama_quantizes_file_byte_for_byte() {
+    assert_mixes_match_llama_quantize("qwen2", "F16");
+}
+
+#[test]
+fn every_mix_of_the_tiny_qwen3_from_f32_is_llama_quantizes_file_byte_for_byte() {
+    assert_mixes_match_llama_quantize("qwen3", "F32");
+}
+
+#[test]
+fn every_mix_of_the_tiny_qwen3_from_f16_is_llama_quantizes_file_byte_for_byte() {
+    assert_mixes_match_llama_quantize("qwen3", "F16");
+}
+
+/// The F16 inputs above are llama-quantize's own F16 files: quantizing the F32 model to F16
+/// gives the fixture back.
+#[test]
+fn the_f16_fixtures_are_what_quantizing_the_f32_models_to_f16_writes() {
+    let expected = manifest("llama-quantize.sha256");
+    for arch in ["qwen2", "qwen3"] {
+        assert_eq!(
+            sha256(&common::tiny_model(arch, "F16")),
+            expected[&format!("{arch}-F32-F16.gguf")],
+            "{arch}"
+        );
+    }
+}
+
+/// The `--pure` files of `tests/fixtures/models/` come back whole, header and all.
+#[test]
+fn the_pure_mode_writes_llama_quantizes_pure_files_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["qwen2", "qwen3"] {
+        let input = GgufFile::open(common::tiny_model(arch, "F32")).unwrap();
+        for ty in [
+            "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K",
+        ] {
+            let out = dir.path().join(format!("{arch}-{ty}.gguf"));
+            let options = QuantizeOptions {
+                ftype: FileType::from_name(ty).unwrap(),
+                pure: true,
+                n_threads: 2,
+            };
+            quantize_file(&input, &out, options, |_| Ok(())).unwrap();
+            assert!(
+                std::fs::read(&out).unwrap() == std::fs::read(common::tiny_model(arch, ty)).unwrap(),
+                "{arch} {ty} --pure differs from llama-quantize's file"
+            );
+        }
+    }
+}
+
+/// `minfer quantize IN OUT Q4_K_M` writes llama-quantize's file and a line per tensor, with
+/// the rows that fell back; an unknown type is refused by name.
+#[test]
+fn the_quantize_command_writes_a_mix_and_reports_each_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("q4_k_m.gguf");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg("quantize")
+        .arg(common::tiny_model("qwen3", "F16"))
+        .arg(&out)
+        .args(["q4_k_m", "-t", "2"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    assert_eq!(sha256(&out), manifest("llama-quantize.sha256")["qwen3-F16-Q4_K_M.gguf"]);
+    let lines: Vec<&str> = log.lines().filter(|l| l.starts_with('[')).collect();
+    let n = GgufFile::open(&out).unwrap().tensors().len();
+    assert_eq!(lines.len(), n, "{log}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("blk.1.ffn_down.weight") && l.contains("-> Q6_K")),
+        "{log}"
+    );
+
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg("quantize")
+        .arg(common::tiny_model("qwen3", "F16"))
+        .arg(dir.path().join("x.gguf"))
+        .arg("Q3_K_M")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success() && err.contains("cannot quantize to Q3_K_M") && err.contains("Q4_K_M"),
+        "{err}"
+    );
+
+    // Writing over the mapped input would truncate it under the reader.
+    let input = dir.path().join("in.gguf");
+    std::fs::copy(common::tiny_model("qwen3", "F16"), &input).unwrap();
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg("quantize")
+        .arg(&input)
+        .arg(&input)
+        .arg("Q8_0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && err.contains("is the input file"), "{err}");
+    assert_eq!(sha256(&input), sha256(&common::tiny_model("qwen3", "F16")));
+}
+
+/// Our rules against llama-quantize's choices (`--dry-run` on the real files) for every file
+/// type, over the real models' tensor names and shapes, and in its order.
+fn assert_rules_match_llama_quantize(fixture: &str) {
+    let text = std::fs::read_to_string(common::fixtures().join("quantize").join(fixture)).unwrap();
+    let mut lines = text.lines();
+    let facts_line = lines.next().unwrap().trim_start_matches("# ");
+    let facts: HashMap<&str, &str> = facts_line.split(' ').filter_map(|kv| kv.split_once('=')).collect();
+    let facts = ModelFacts {
+        arch: facts["arch"].to_string(),
+        n_layer: facts["block_count"].parse().unwrap(),
+        n_expert: 0,
+        is_70b: false,
+    };
+    let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split('\t').collect()).collect();
+    let shapes: Vec<Vec<u64>> = rows
+        .iter()
+        .map(|r| r[1].split(',').map(|d| d.parse().unwrap()).collect())
+        .collect();
+    // Given in a scrambled order: the plan must find llama-quantize's order itself.
+    let mut given: Vec<usize> = (0..rows.len()).collect();
+    given.reverse();
+    given.rotate_left(rows.len() / 3);
+    let tensors: Vec<TensorMeta> = given
+        .iter()
+        .map(|&i| TensorMeta {
+            name: rows[i][0],
+            shape: &shapes[i],
+            ggml_type: GgmlType::from_name(rows[i][2]).unwrap(),
+        })
+        .collect();
+    assert!(rows.len() > 250, "{fixture}: {} tensors", rows.len());
+    for (column, mix) in header.iter().enumerate().skip(3) {
+        let ftype = FileType::from_name(mix).unwrap();
+        let planned = plan(&tensors, &facts, ftype, false);
+        let ours: Vec<(&str, &str)> = planned
+            .iter()
+            .map(|p| (tensors[p.index].name, p.ggml_type.name()))
+            .collect();
+        let theirs: Vec<(&str, &str)> = rows.iter().map(|r| (r[0], r[column])).collect();
+        let differ: Vec<_> = ours.iter().zip(&theirs).filter(|(o, t)| o != t).collect();
+        assert!(
+            differ.is_empty(),
+            "{fixture} {mix}: (ours, llama-quantize's): {differ:?}"
+        );
+    }
+}
+
+#[test]
+fn the_rules_choose_llama_quantizes_types_for_qwen25_coder_0_5b() {
+    assert_rules_match_llama_quantize("qwen2.5-coder-0.5b-types.tsv");
+}
+
+#[test]
+fn the_rules_choose_llama_quantizes_types_for_qwen25_coder_1_5b() {
+    assert_rules_match_llama_quantize("qwen2.5-coder-1.5b-types.tsv");
+}
