@@ -14,7 +14,7 @@ use std::process::ExitCode;
     version,
     about = "A pure-Rust LLM inference engine for GGUF models",
     args_conflicts_with_subcommands = true,
-    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2\n  minfer serve model.gguf --port 8080"
+    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2\n  minfer serve model.gguf --port 8080\n  minfer hf:Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M 'Write a haiku about Rust'\n  minfer pull ollama:qwen2.5-coder:0.5b\n\nMODEL is a GGUF file, a file name in the model cache ($MINFER_MODELS, default\n~/.cache/minfer/models), hf:OWNER/REPO[:QUANT] or ollama:NAME[:TAG]; a reference the cache\nlacks is fetched into it first."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -26,7 +26,8 @@ struct Cli {
 /// Generate text: `minfer MODEL [PROMPT]`.
 #[derive(clap::Args)]
 struct RunArgs {
-    /// The GGUF model file.
+    /// The model: a GGUF file, a name in the model cache, hf:OWNER/REPO[:QUANT] or
+    /// ollama:NAME[:TAG].
     model: Option<PathBuf>,
     /// The prompt, sent as one user turn through the model's chat template (standard input if
     /// absent).
@@ -474,6 +475,23 @@ fn flag_error(e: &minfer::sampling::SamplingError) -> String {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Fetch a model into the model cache without running it, and print its local path.
+    ///
+    /// REF is hf:OWNER/REPO[:QUANT] (a GGUF file of a Hugging Face repository; QUANT defaults to
+    /// Q4_K_M, else the only model there) or ollama:NAME[:TAG] (an Ollama registry model; TAG
+    /// defaults to latest). An interrupted download resumes; the file is verified against its
+    /// published sha256 before it enters the cache.
+    ///
+    /// Examples:
+    ///   minfer pull hf:Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M
+    ///   minfer pull ollama:qwen2.5-coder:0.5b
+    #[command(verbatim_doc_comment)]
+    Pull {
+        /// hf:OWNER/REPO[:QUANT] or ollama:NAME[:TAG].
+        reference: String,
+    },
+    /// List the models in the model cache: name, size, GGUF file type and source.
+    List,
     /// Print a model's format, hyper-parameters, tokenizer and tensor summary.
     ///
     /// Example: minfer info ~/.cache/minfer/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --tensors
@@ -771,7 +789,14 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// A model argument as a local file: a cached name or an `hf:`/`ollama:` reference is looked up
+/// in the model cache, and fetched into it if it is not there yet.
+fn model_path(arg: &Path) -> anyhow::Result<PathBuf> {
+    Ok(minfer::cli::pull::resolve_model(arg)?)
+}
+
 fn open_model(model: &Path) -> anyhow::Result<GgufFile> {
+    let model = &model_path(model)?;
     GgufFile::open(model).with_context(|| format!("cannot read model {}", model.display()))
 }
 
@@ -831,6 +856,7 @@ fn drafter(
     match choice {
         DraftChoice::Lookup(lookup) => Ok(Box::new(lookup)),
         DraftChoice::Model(path) => {
+            let path = model_path(&path)?;
             let model = minfer::engine::Model::load(&path, &args.load.options()?.model_options())
                 .with_context(|| format!("cannot load the draft model {}", path.display()))?;
             // The drafter's session keeps what it needs of the model (its weights, shared).
@@ -931,7 +957,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     let grammar_spec = grammar_spec(&args)?;
     let draft_choice = draft_choice(&args)?;
     let sampling = args.sampling.params()?;
-    let mut loaded = run::load(&model, &args.load.options()?)?;
+    let mut loaded = run::load(&model_path(&model)?, &args.load.options()?)?;
     let grammar = match &grammar_spec {
         Some((flag, spec)) => Some(
             loaded
@@ -1189,9 +1215,10 @@ fn bench_grammar(
 
 /// The model of `bench`: the positional argument or `-m` (clap lets exactly one through).
 fn bench_model(model: Option<PathBuf>, flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    model
+    let model = model
         .or(flag)
-        .ok_or_else(|| anyhow::anyhow!("bench needs a model: minfer bench MODEL or -m MODEL"))
+        .ok_or_else(|| anyhow::anyhow!("bench needs a model: minfer bench MODEL or -m MODEL"))?;
+    model_path(&model)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1268,6 +1295,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return run_generate(cli.run);
     };
     match command {
+        Command::Pull { reference } => {
+            let path = minfer::cli::pull::pull(&reference)?;
+            println!("{}", path.display());
+        }
+        Command::List => print!("{}", minfer::cli::pull::list()?),
         Command::Quantize {
             input,
             output,
@@ -1339,7 +1371,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             load,
         } => {
-            let mut loaded = minfer::cli::run::load(&model, &load.options()?)?;
+            let mut loaded = minfer::cli::run::load(&model_path(&model)?, &load.options()?)?;
             let logits = minfer::cli::run::eval_last_logits(&mut loaded, &text)?;
             if let Some(path) = out {
                 let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -1470,7 +1502,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // flag's is, not turn authentication off.
             let api_key = api_key.or_else(|| std::env::var("MINFER_API_KEY").ok());
             minfer::server::serve(minfer::server::ServerConfig {
-                model,
+                model: model_path(&model)?,
                 host,
                 port,
                 n_slots,

@@ -1,11 +1,13 @@
 //! What the command-line surfaces print. The binary parses flags and calls these; nothing here
-//! exits the process, and only `terminal` touches the terminal (the line editor and Ctrl-C).
+//! exits the process, and only `terminal` touches the terminal (the line editor and Ctrl-C);
+//! `pull` draws download progress on standard error.
 
 pub mod batched_bench;
 pub mod bench;
 pub mod conversation;
 pub mod info;
 pub mod llama_flags;
+pub mod pull;
 pub mod quantize;
 pub mod run;
 pub mod terminal;
