@@ -16,6 +16,8 @@
 //! - [`engine`] is the library API: a [`engine::Model`] loaded once, [`engine::Session`]s over it
 //!   (one sequence's KV cache and activations each, graph reuse), and the generation loop;
 //! - [`sampling`] maps a logits row and the recent token history to the next token id;
+//! - [`download`] turns a model argument (a path, a cached name, `hf:OWNER/REPO[:QUANT]`,
+//!   `ollama:NAME[:TAG]`) into a local file, fetching and verifying it into the model cache;
 //! - [`server`] is `minfer serve`, the OpenAI-compatible HTTP server over the engine;
 //! - [`cli`] holds what the command-line surfaces print (the binary only parses flags).
 //!
@@ -34,6 +36,7 @@ compile_error!("minfer reads GGUF data in place and supports little-endian targe
 
 pub mod backends;
 pub mod cli;
+pub mod download;
 pub mod engine;
 pub mod gguf;
 pub mod grammar;

@@ -15,7 +15,7 @@ use std::process::ExitCode;
     version,
     about = "A pure-Rust LLM inference engine for GGUF models",
     args_conflicts_with_subcommands = true,
-    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2\n  minfer serve model.gguf --port 8080"
+    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2\n  minfer serve model.gguf --port 8080\n  minfer hf:Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M 'Write a haiku about Rust'\n  minfer pull ollama:qwen2.5-coder:0.5b\n\nMODEL is a GGUF file, a file name in the model cache ($MINFER_MODELS, default\n~/.cache/minfer/models), hf:OWNER/REPO[:QUANT] or ollama:NAME[:TAG]; a reference the cache\nlacks is fetched into it first."
 )]
 struct Cli {
     /// Record every forward pass (each executed node's op, layer, backend, shapes, start and
@@ -31,7 +31,8 @@ struct Cli {
 /// Generate text: `minfer MODEL [PROMPT]`.
 #[derive(clap::Args)]
 struct RunArgs {
-    /// The GGUF model file.
+    /// The model: a GGUF file, a name in the model cache, hf:OWNER/REPO[:QUANT] or
+    /// ollama:NAME[:TAG].
     model: Option<PathBuf>,
     /// The prompt, sent as one user turn through the model's chat template (standard input if
     /// absent).
@@ -458,6 +459,23 @@ fn flag_error(e: &minfer::sampling::SamplingError) -> String {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Fetch a model into the model cache without running it, and print its local path.
+    ///
+    /// REF is hf:OWNER/REPO[:QUANT] (a GGUF file of a Hugging Face repository; QUANT defaults to
+    /// Q4_K_M, else the only model there) or ollama:NAME[:TAG] (an Ollama registry model; TAG
+    /// defaults to latest). An interrupted download resumes; the file is verified against its
+    /// published sha256 before it enters the cache.
+    ///
+    /// Examples:
+    ///   minfer pull hf:Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M
+    ///   minfer pull ollama:qwen2.5-coder:0.5b
+    #[command(verbatim_doc_comment)]
+    Pull {
+        /// hf:OWNER/REPO[:QUANT] or ollama:NAME[:TAG].
+        reference: String,
+    },
+    /// List the models in the model cache: name, size, GGUF file type and source.
+    List,
     /// Print a model's format, hyper-parameters, tokenizer and tensor summary.
     ///
     /// Example: minfer info ~/.cache/minfer/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --tensors
@@ -795,7 +813,14 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// A model argument as a local file: a cached name or an `hf:`/`ollama:` reference is looked up
+/// in the model cache, and fetched into it if it is not there yet.
+fn model_path(arg: &Path) -> anyhow::Result<PathBuf> {
+    Ok(minfer::cli::pull::resolve_model(arg)?)
+}
+
 fn open_model(model: &Path) -> anyhow::Result<GgufFile> {
+    let model = &model_path(model)?;
     GgufFile::open(model).with_context(|| format!("cannot read model {}", model.display()))
 }
 
@@ -810,6 +835,19 @@ fn read_text_arg(file: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
 }
 
+/// `choice` with its draft model's reference (a path, a cached name, `hf:`, `ollama:`) resolved
+/// to a file, fetched if need be.
+fn resolve_draft(choice: minfer::cli::draft::DraftChoice) -> anyhow::Result<minfer::cli::draft::DraftChoice> {
+    use minfer::cli::draft::DraftChoice;
+    Ok(match choice {
+        DraftChoice::Model { path, p_min } => DraftChoice::Model {
+            path: model_path(&path)?,
+            p_min,
+        },
+        lookup => lookup,
+    })
+}
+
 /// The drafter of `choice` for the loaded model; a draft model is loaded with the model's load
 /// options and checked against its vocabulary.
 fn drafter(
@@ -817,7 +855,7 @@ fn drafter(
     args: &RunArgs,
     loaded: &minfer::cli::run::Loaded,
 ) -> anyhow::Result<Box<dyn minfer::engine::Drafter + Send>> {
-    let source = choice
+    let source = resolve_draft(choice)?
         .load(&args.load.options()?.model_options())
         .context("cannot load the draft model")?;
     Ok(source.drafter(loaded.model.tokenizer(), loaded.session.n_ctx())?)
@@ -910,7 +948,7 @@ fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     let grammar_spec = grammar_spec(&args)?;
     let draft_choice = args.draft.choice()?;
     let sampling = args.sampling.params()?;
-    let mut loaded = run::load(&model, &args.load.options()?)?;
+    let mut loaded = run::load(&model_path(&model)?, &args.load.options()?)?;
     let grammar = match &grammar_spec {
         Some((flag, spec)) => Some(
             loaded
@@ -1160,9 +1198,10 @@ fn bench_grammar(
 
 /// The model of `bench`: the positional argument or `-m` (clap lets exactly one through).
 fn bench_model(model: Option<PathBuf>, flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    model
+    let model = model
         .or(flag)
-        .ok_or_else(|| anyhow::anyhow!("bench needs a model: minfer bench MODEL or -m MODEL"))
+        .ok_or_else(|| anyhow::anyhow!("bench needs a model: minfer bench MODEL or -m MODEL"))?;
+    model_path(&model)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1262,6 +1301,11 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
         return run_generate(cli.run);
     };
     match command {
+        Command::Pull { reference } => {
+            let path = minfer::cli::pull::pull(&reference)?;
+            println!("{}", path.display());
+        }
+        Command::List => print!("{}", minfer::cli::pull::list()?),
         Command::Quantize {
             input,
             output,
@@ -1357,7 +1401,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             out,
             load,
         } => {
-            let mut loaded = minfer::cli::run::load(&model, &load.options()?)?;
+            let mut loaded = minfer::cli::run::load(&model_path(&model)?, &load.options()?)?;
             let logits = minfer::cli::run::eval_last_logits(&mut loaded, &text)?;
             if let Some(path) = out {
                 let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -1500,13 +1544,15 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                         open: file.open_options(),
                         chat_template: None,
                     };
-                    let source = choice.load(&options).context("cannot load the draft model")?;
+                    let source = resolve_draft(choice)?
+                        .load(&options)
+                        .context("cannot load the draft model")?;
                     Some((source, draft.options()))
                 }
                 None => None,
             };
             minfer::server::serve(minfer::server::ServerConfig {
-                model,
+                model: model_path(&model)?,
                 host,
                 port,
                 n_slots,

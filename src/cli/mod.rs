@@ -1,5 +1,6 @@
 //! What the command-line surfaces print. The binary parses flags and calls these; nothing here
-//! exits the process, and only `terminal` touches the terminal (the line editor and Ctrl-C).
+//! exits the process, and only `terminal` touches the terminal (the line editor and Ctrl-C);
+//! `pull` draws download progress on standard error.
 
 pub mod batched_bench;
 pub mod bench;
@@ -7,6 +8,7 @@ pub mod conversation;
 pub mod draft;
 pub mod info;
 pub mod llama_flags;
+pub mod pull;
 pub mod quantize;
 pub mod run;
 pub mod split;
