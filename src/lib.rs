@@ -48,6 +48,7 @@ pub mod sampling;
 pub mod server;
 pub mod template;
 pub mod tokenizer;
+pub mod viz;
 
 #[cfg(test)]
 mod test_util;

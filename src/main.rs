@@ -678,6 +678,32 @@ enum Command {
         #[command(flatten)]
         compat: AccelArgs,
     },
+    /// Watch a model run: a local page that draws its forward graph and, while it generates
+    /// from a prompt typed there, shows each step's node timings and tokens/s live.
+    ///
+    /// Examples:
+    ///   minfer viz MODEL                 (then open http://127.0.0.1:8081)
+    ///   minfer viz MODEL --port 9000 -t 4
+    #[command(verbatim_doc_comment)]
+    Viz {
+        /// The GGUF model (a path, a cached name, hf:… or ollama:…).
+        model: PathBuf,
+        /// Address to listen on (loopback unless told otherwise).
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Port to listen on (0 picks a free one; the address is printed on standard error).
+        #[arg(long, default_value_t = 8081)]
+        port: u16,
+        /// Context size in tokens.
+        #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 4096)]
+        n_ctx: usize,
+        /// CPU threads (default: the physical cores).
+        #[arg(short = 't', long = "threads")]
+        threads: Option<usize>,
+        /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
+        #[arg(long, value_name = "NAME")]
+        backend: Option<String>,
+    },
     /// Serve the model over an OpenAI-compatible HTTP API.
     ///
     /// Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
@@ -1485,6 +1511,24 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 backend,
             )?
         }
+        Command::Viz {
+            model,
+            host,
+            port,
+            n_ctx,
+            threads,
+            backend,
+        } => minfer::viz::serve(minfer::viz::VizConfig {
+            model: model_path(&model)?,
+            host,
+            port,
+            n_ctx,
+            options: minfer::engine::ModelOptions {
+                n_threads: threads,
+                backend,
+                ..Default::default()
+            },
+        })?,
         Command::Serve {
             model,
             host,

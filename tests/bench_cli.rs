@@ -256,7 +256,19 @@ fn the_ubatch_size_splits_the_prompt_and_is_reported() {
 /// output prints the tables after the rows.
 #[test]
 fn the_profile_splits_each_tests_time_by_op_matrix_and_layer() {
-    let out = stdout(&bench(&["-p", "16", "-n", "4", "-r", "2", "-t", "1", "-o", "json", "--profile"]));
+    let out = stdout(&bench(&[
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "-t",
+        "1",
+        "-o",
+        "json",
+        "--profile",
+    ]));
     let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
     for row in &rows {
         let p = &row["profile"];
@@ -266,8 +278,16 @@ fn the_profile_splits_each_tests_time_by_op_matrix_and_layer() {
         let node_s = p["node_seconds"].as_f64().unwrap();
         assert!(node_s > 0.0 && node_s <= p["step_seconds"].as_f64().unwrap());
         for table in ["ops", "layers", "matmuls"] {
-            let sum: f64 = p[table].as_array().unwrap().iter().map(|r| r["seconds"].as_f64().unwrap()).sum();
-            assert!((sum - node_s).abs() <= 1e-6 + node_s * 1e-6 || table == "matmuls", "{table}: {p}");
+            let sum: f64 = p[table]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["seconds"].as_f64().unwrap())
+                .sum();
+            assert!(
+                (sum - node_s).abs() <= 1e-6 + node_s * 1e-6 || table == "matmuls",
+                "{table}: {p}"
+            );
         }
         let ops = p["ops"].as_array().unwrap();
         let matmul = ops.iter().find(|r| r["name"] == "MatMul").expect("a MatMul row");
@@ -275,10 +295,22 @@ fn the_profile_splits_each_tests_time_by_op_matrix_and_layer() {
         let rms = ops.iter().find(|r| r["name"] == "RmsNorm").expect("an RmsNorm row");
         assert!(rms.get("gb_per_s").is_none());
         // The tiny model's two layers, then the embedding and the head.
-        let layers: Vec<&str> = p["layers"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        let layers: Vec<&str> = p["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
         assert_eq!(layers, ["layer 0", "layer 1", "outside layers"]);
-        assert!(p["matmuls"].as_array().unwrap().iter().any(|r| r["name"].as_str().unwrap().starts_with("ffn_down.weight")));
+        assert!(p["matmuls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"].as_str().unwrap().starts_with("ffn_down.weight")));
     }
     let md = stdout(&bench(&["-p", "16", "-n", "0", "-r", "1", "-t", "1", "--profile"]));
-    assert!(md.contains("### Profile: pp16 at 1 threads") && md.contains("| weight matrix |"), "{md}");
+    assert!(
+        md.contains("### Profile: pp16 at 1 threads") && md.contains("| weight matrix |"),
+        "{md}"
+    );
 }

@@ -30,7 +30,15 @@ fn a_trace_of_sixteen_tokens_has_every_executed_node_of_every_step_and_adds_up()
     let trace = dir.path().join("trace.json");
     let out = Command::new(env!("CARGO_BIN_EXE_minfer"))
         .arg(&model_path)
-        .args(["Write a haiku about the sea.", "-n", "16", "--greedy", "--ignore-eos", "-t", "2"])
+        .args([
+            "Write a haiku about the sea.",
+            "-n",
+            "16",
+            "--greedy",
+            "--ignore-eos",
+            "-t",
+            "2",
+        ])
         .arg("--trace")
         .arg(&trace)
         .output()
@@ -62,7 +70,10 @@ fn a_trace_of_sixteen_tokens_has_every_executed_node_of_every_step_and_adds_up()
         for e in &nodes {
             assert_eq!(&e["tid"], tid);
             let (ts, d) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
-            assert!(ts >= start && ts + d <= start + dur + 1.0, "a node outside its step: {e}");
+            assert!(
+                ts >= start && ts + d <= start + dur + 1.0,
+                "a node outside its step: {e}"
+            );
             node_us += d;
         }
         for e in executed {
@@ -79,8 +90,17 @@ fn a_trace_of_sixteen_tokens_has_every_executed_node_of_every_step_and_adds_up()
         .expect("layer 3's attention");
     assert!(attn_3["args"]["inputs"].as_array().unwrap().len() >= 3);
     let ratio = node_us / step_us;
-    eprintln!("nodes {:.1} ms of {:.1} ms of steps ({:.1} %)", node_us / 1e3, step_us / 1e3, ratio * 100.0);
-    assert!((0.9..=1.0).contains(&ratio), "the node times cover {:.1} % of the steps", ratio * 100.0);
+    eprintln!(
+        "nodes {:.1} ms of {:.1} ms of steps ({:.1} %)",
+        node_us / 1e3,
+        step_us / 1e3,
+        ratio * 100.0
+    );
+    assert!(
+        (0.9..=1.0).contains(&ratio),
+        "the node times cover {:.1} % of the steps",
+        ratio * 100.0
+    );
 }
 
 /// A trace file that cannot be created is refused before anything runs.
@@ -92,5 +112,8 @@ fn a_trace_that_cannot_be_written_is_an_error_naming_the_file() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("/nonexistent-dir/trace.json"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("/nonexistent-dir/trace.json"),
+        "{stderr}"
+    );
 }

@@ -8,167 +8,9 @@
 
 mod common;
 
+use common::browser::Browser;
 use common::server::Server;
-use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// A headless Chromium and a DevTools connection to its page.
-struct Browser {
-    child: Child,
-    socket: tungstenite::WebSocket<TcpStream>,
-    next_id: u64,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    fn launch() -> Browser {
-        let exe = std::env::var("MINFER_CHROMIUM").unwrap_or_else(|_| "chromium".into());
-        let profile = tempfile::tempdir().unwrap();
-        let mut child = Command::new(&exe)
-            .args([
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--window-size=1000,720",
-                "--remote-debugging-port=0",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg("about:blank")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {exe} ({e}): run scripts/install-chromium.sh"));
-        // Chromium says where its DevTools endpoint listens on stderr.
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        let ws = loop {
-            line.clear();
-            assert!(
-                stderr.read_line(&mut line).unwrap() > 0,
-                "Chromium exited before listening"
-            );
-            if let Some(url) = line.trim().strip_prefix("DevTools listening on ") {
-                break url.to_string();
-            }
-        };
-        // Keep draining stderr so that Chromium never blocks on a full pipe.
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        let port: u16 = ws
-            .split(':')
-            .nth(2)
-            .unwrap()
-            .split('/')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let targets: Value = serde_json::from_str(&http_get(port, "/json/list")).unwrap();
-        let page = targets
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["type"] == "page")
-            .expect("a page target");
-        let url = page["webSocketDebuggerUrl"].as_str().unwrap();
-        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let (socket, _) = tungstenite::client(url, stream).unwrap();
-        Browser {
-            child,
-            socket,
-            next_id: 1,
-            _profile: profile,
-        }
-    }
-
-    /// Calls a DevTools method and returns its result (events in between are skipped).
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let message = json!({"id": id, "method": method, "params": params}).to_string();
-        self.socket.send(tungstenite::Message::text(message)).unwrap();
-        loop {
-            let reply = self.socket.read().unwrap();
-            let Ok(text) = reply.to_text() else { continue };
-            let reply: Value = serde_json::from_str(text).unwrap();
-            if reply["id"] == id {
-                assert!(reply.get("error").is_none(), "{method}: {reply}");
-                return reply["result"].clone();
-            }
-        }
-    }
-
-    /// The value of a JavaScript expression in the page.
-    fn eval(&mut self, expression: &str) -> Value {
-        let r = self.call(
-            "Runtime.evaluate",
-            json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
-        );
-        assert!(r.get("exceptionDetails").is_none(), "{expression}: {r}");
-        r["result"]["value"].clone()
-    }
-
-    /// Polls `expression` until it is true.
-    fn wait_for(&mut self, expression: &str, what: &str) {
-        let start = Instant::now();
-        while self.eval(expression) != Value::Bool(true) {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "timed out waiting for {what}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn open(&mut self, url: &str) {
-        self.call("Page.navigate", json!({ "url": url }));
-        self.wait_for(
-            "document.readyState === 'complete' && !!document.getElementById('messages')",
-            "the page to load",
-        );
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A plain HTTP/1.1 GET on loopback: the body (read to its `Content-Length`: Chromium keeps
-/// the connection open).
-fn http_get(port: u16, path: &str) -> String {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        &s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut reader = BufReader::new(s);
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().unwrap();
-            }
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).unwrap();
-    String::from_utf8(body).unwrap()
-}
+use serde_json::json;
 
 /// The messages on the page: (class, text) each.
 const MESSAGES: &str =
@@ -181,7 +23,7 @@ fn the_chat_page_streams_a_typed_message_s_reply_and_keeps_the_conversation_over
         .unwrap_or_else(|_| common::tiny_model("qwen2", "Q8_0"));
     let server = Server::start(&model, &["--n-slots", "1"], &[]);
     let mut browser = Browser::launch();
-    browser.open(&server.url("/"));
+    browser.open(&server.url("/"), "!!document.getElementById('messages')");
     assert_eq!(browser.eval("document.title"), "minfer");
     // Settings first: short, greedy replies.
     browser.eval(
@@ -234,9 +76,7 @@ fn the_chat_page_streams_a_typed_message_s_reply_and_keeps_the_conversation_over
         "the page shows the API's reply"
     );
     if let Ok(path) = std::env::var("MINFER_WEBUI_SCREENSHOT") {
-        let shot = browser.call("Page.captureScreenshot", json!({"format": "png"}));
-        let png = base64_decode(shot["data"].as_str().unwrap());
-        std::fs::write(path, png).unwrap();
+        std::fs::write(path, browser.screenshot()).unwrap();
     }
     // A reload keeps the conversation (the browser's storage).
     browser.call("Page.reload", json!({}));
@@ -265,31 +105,4 @@ fn no_webui_turns_the_page_off_and_the_page_needs_no_api_key() {
     // Everything the page calls still needs the key.
     let (status, _) = keyed.request("GET", "/v1/models", "", b"");
     assert_eq!(status, 401);
-}
-
-/// Standard base64 (the screenshot), without a dependency for it.
-fn base64_decode(s: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    };
-    let digits: Vec<u8> = s
-        .bytes()
-        .filter(|&c| c != b'=' && !c.is_ascii_whitespace())
-        .map(value)
-        .collect();
-    digits
-        .chunks(4)
-        .flat_map(|q| {
-            let n = q
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, &d)| n | (d as u32) << (18 - 6 * i));
-            let bytes = n.to_be_bytes();
-            bytes[1..q.len()].to_vec()
-        })
-        .collect()
 }

@@ -522,6 +522,11 @@ impl Session {
         result
     }
 
+    /// The splits (runs of nodes on one backend) of the graph prepared last.
+    pub fn graph_splits(&self) -> &[crate::graph::scheduler::Split] {
+        self.cache.splits()
+    }
+
     /// Adds an observer that sees every later step with its timed nodes (see
     /// [`trace`](super::trace)). A session created while a process trace is open has that one.
     pub fn add_step_observer(&mut self, observer: Box<dyn super::trace::StepObserver>) {

@@ -95,13 +95,18 @@ impl ComputeGraph {
         out
     }
 
-    /// The visualizer's JSON: `{format, version, model, kind, inputs, outputs, nodes: [...]}`.
+    /// The visualizer's JSON: `{format, version, model, kind, inputs, outputs, nodes: [...]}`;
+    /// each node says whether it runs (`live`: a Silu folded into a SwiGLU does not) and whether
+    /// the fusion pass made it (`fused`).
     pub fn to_json(&self, model: &str, kind: &str) -> Value {
+        let live = self.live_nodes();
         let nodes: Vec<Value> = self
             .nodes
             .iter()
             .map(|n| {
                 json!({
+                    "live": live[n.id],
+                    "fused": matches!(n.op, Op::SwiGLU | Op::FusedQKV { .. } | Op::FusedQkvNorm { .. } | Op::FusedFFN),
                     "id": n.id,
                     "name": n.name,
                     "op": n.op.name(),

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: where fixtures and the default model live.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod server;
 
 use std::path::PathBuf;

@@ -72,29 +72,9 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
-    /// A raw HTTP/1.1 request; the status and body (chunked bodies are de-chunked by reading
-    /// the whole reply and leaving the framing in place, which the callers do not mind).
+    /// A raw HTTP/1.1 request; see [`raw_request`].
     pub fn raw(&self, request: &[u8]) -> (u16, String) {
-        let mut s = TcpStream::connect(&self.addr).expect("connects");
-        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        s.write_all(request).unwrap();
-        let mut reply = Vec::new();
-        if let Err(e) = s.read_to_end(&mut reply) {
-            panic!(
-                "no reply within the timeout ({e}) to {:?}",
-                String::from_utf8_lossy(&request[..request.len().min(200)])
-            );
-        }
-        let reply = String::from_utf8_lossy(&reply).into_owned();
-        let status = reply
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no status line in {reply:?}"));
-        let body = reply
-            .split_once("\r\n\r\n")
-            .map_or(String::new(), |(_, b)| b.to_string());
-        (status, body)
+        raw_request(&self.addr, request)
     }
 
     pub fn request(&self, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, String) {
@@ -173,4 +153,29 @@ pub fn read_until_closed(s: &mut TcpStream, timeout: Duration) -> String {
         ),
     }
     String::from_utf8_lossy(&reply).into_owned()
+}
+
+/// A raw HTTP/1.1 request; the status and body (chunked bodies are de-chunked by reading
+/// the whole reply and leaving the framing in place, which the callers do not mind).
+pub fn raw_request(addr: &str, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connects");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(request).unwrap();
+    let mut reply = Vec::new();
+    if let Err(e) = s.read_to_end(&mut reply) {
+        panic!(
+            "no reply within the timeout ({e}) to {:?}",
+            String::from_utf8_lossy(&request[..request.len().min(200)])
+        );
+    }
+    let reply = String::from_utf8_lossy(&reply).into_owned();
+    let status = reply
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {reply:?}"));
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_string());
+    (status, body)
 }
