@@ -4,7 +4,8 @@
 # 1. formatting and lints; 2. what the tests need that is not in the repository: the gguf-py
 # virtualenv (scripts/python-env.sh), the default model and the 1.5B speculative-decoding target
 # (scripts/fetch-model.sh, scripts/fetch-model.sh 1.5b), all cached,
-# and Chromium for the chat page's browser test (scripts/install-chromium.sh); 3. every test,
+# Chromium for the chat page's browser test (scripts/install-chromium.sh) and NGINX for the
+# replicas test (scripts/install-nginx.sh); 3. every test,
 # unit and integration, including those on the 491 MB model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +19,6 @@ scripts/python-env.sh >/dev/null
 scripts/fetch-model.sh >/dev/null
 scripts/fetch-model.sh 1.5b >/dev/null
 scripts/install-chromium.sh >/dev/null
+scripts/install-nginx.sh >/dev/null
 echo "== cargo test" >&2
 cargo test

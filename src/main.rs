@@ -706,10 +706,12 @@ enum Command {
     },
     /// Serve the model over an OpenAI-compatible HTTP API.
     ///
-    /// Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
-    /// GET /metrics (Prometheus). Each slot generates one request at a time with its own KV
-    /// cache; requests beyond the slots wait in order. SIGINT/SIGTERM stop accepting, let
-    /// in-flight requests finish (at most --shutdown-timeout seconds), then exit 0.
+    /// Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
+    /// (alive), GET /ready (200 only when ready for work), GET /metrics (Prometheus). The port
+    /// is bound before the model loads. Each slot generates one request at a time with its own
+    /// KV cache; requests beyond the slots wait in order (503 beyond --queue-max of them).
+    /// SIGINT/SIGTERM: /ready turns 503, the listener closes (after --drain-delay), in-flight
+    /// requests finish (at most --shutdown-timeout seconds), then exit 0.
     ///
     /// Examples:
     ///   minfer serve MODEL
@@ -740,9 +742,19 @@ enum Command {
         /// Largest request body accepted, in bytes (larger ones get 413).
         #[arg(long, default_value_t = minfer::server::DEFAULT_MAX_BODY_BYTES)]
         max_body_bytes: usize,
-        /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
+        /// Seconds in-flight requests may run after SIGINT/SIGTERM (once the listener is
+        /// closed) before they are cancelled.
         #[arg(long, default_value_t = 10.0)]
         shutdown_timeout: f64,
+        /// Seconds after SIGINT/SIGTERM during which /ready answers 503 but connections are
+        /// still accepted and served, for balancers that poll /ready; then the listener closes.
+        #[arg(long, default_value_t = 0.0)]
+        drain_delay: f64,
+        /// Requests that may wait for a slot while all are busy; more are answered 503 with
+        /// Retry-After, and /ready answers 503 while the queue is full. Default: no bound
+        /// (beyond --max-connections).
+        #[arg(long, value_name = "N")]
+        queue_max: Option<usize>,
         /// Seconds a connection may take to send a request's headers, idle keep-alive time
         /// included; slower connections are closed.
         #[arg(long, default_value_t = minfer::server::DEFAULT_HEADER_TIMEOUT_S)]
@@ -1539,6 +1551,8 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             api_key,
             max_body_bytes,
             shutdown_timeout,
+            drain_delay,
+            queue_max,
             header_timeout,
             body_timeout,
             write_timeout,
@@ -1562,10 +1576,12 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 "--embeddings cannot be honoured: minfer computes no pooled hidden states (/v1/embeddings answers 501)"
             );
             let chat_template = file.chat_template()?;
-            anyhow::ensure!(
-                shutdown_timeout.is_finite() && shutdown_timeout >= 0.0,
-                "--shutdown-timeout must be a number of seconds >= 0"
-            );
+            for (flag, seconds) in [("--shutdown-timeout", shutdown_timeout), ("--drain-delay", drain_delay)] {
+                anyhow::ensure!(
+                    seconds.is_finite() && (0.0..1e9).contains(&seconds),
+                    "{flag} must be a number of seconds >= 0"
+                );
+            }
             for (flag, seconds) in [
                 ("--header-timeout", header_timeout),
                 ("--body-timeout", body_timeout),
@@ -1606,6 +1622,8 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 api_key,
                 max_body_bytes,
                 shutdown_timeout: std::time::Duration::from_secs_f64(shutdown_timeout),
+                drain_delay: std::time::Duration::from_secs_f64(drain_delay),
+                queue_max,
                 header_timeout: std::time::Duration::from_secs_f64(header_timeout),
                 body_timeout: std::time::Duration::from_secs_f64(body_timeout),
                 write_timeout: std::time::Duration::from_secs_f64(write_timeout),

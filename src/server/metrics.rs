@@ -3,6 +3,9 @@
 //! Everything here is a lock-free atomic except the per-route request counts, so recording
 //! never waits on a generation. This file only counts: it decides nothing and reads no
 //! request.
+//!
+//! The names, types and labels are a stable interface for Prometheus scraping, each listed in
+//! the README's metrics table: rename nothing, and add a metric to the table with the code.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -30,6 +33,8 @@ pub struct Metrics {
     pub slot_processing: Mutex<Vec<bool>>,
     pub cancelled: AtomicU64,
     pub internal_errors: AtomicU64,
+    /// Requests refused with 503 because `--queue-max` requests were already waiting.
+    pub rejected: AtomicU64,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -183,6 +188,12 @@ impl Metrics {
             "counter",
             "Generations that failed inside the server (answered 500).",
             plain(load(&self.internal_errors).to_string()),
+        );
+        metric(
+            "minfer_requests_rejected_total",
+            "counter",
+            "Requests refused with 503 because every slot was busy and --queue-max requests were waiting.",
+            plain(load(&self.rejected).to_string()),
         );
         out
     }

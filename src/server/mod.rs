@@ -1,17 +1,20 @@
 //! `minfer serve`: an OpenAI-compatible HTTP server (`/v1/chat/completions`, `/v1/completions`,
-//! `/v1/models`, `/health`, `/metrics`) on axum and tokio.
+//! `/v1/models`, `/health`, `/ready`, `/metrics`) on axum and tokio.
 //!
 //! The async runtime only moves bytes: generation runs on one thread per slot (`slots`), each
 //! with its own session (KV cache) over the one loaded [`Model`], whose backend set and thread
 //! pool every slot shares, and tokens come back over channels. The parts: `request` reads OpenAI bodies, `routes` holds the handlers, `slots` the
 //! scheduler, `response` the JSON and SSE shapes, `tool_calls` the `<tool_call>` parser,
-//! `metrics` the Prometheus counters, `error` the error shapes. This module wires them together
-//! and owns start-up, the connections (accepted here and served by hyper, under a header-read
-//! timeout and a bound on how many are open) and graceful shutdown; it must not know the API's
+//! `metrics` the Prometheus counters, `lifecycle` what `/ready` answers, `error` the error
+//! shapes. This module wires them together and owns start-up (bind first, then load the model
+//! while `/health` and `/ready` answer), the connections (accepted here and served by hyper,
+//! under a header-read timeout and a bound on how many are open) and graceful shutdown (not
+//! ready, then the listener closed, then in-flight work finished); it must not know the API's
 //! shapes itself.
 
 mod body;
 mod error;
+mod lifecycle;
 mod metrics;
 mod peer;
 mod request;
@@ -22,6 +25,7 @@ mod tool_calls;
 mod write_timeout;
 
 pub use error::{ApiError, ServerError};
+pub use routes::SESSION_HEADER;
 
 use crate::engine::{Model, ModelOptions, Session};
 use std::path::PathBuf;
@@ -68,8 +72,16 @@ pub struct ServerConfig {
     pub api_key: Option<String>,
     /// Largest request body accepted (413 beyond).
     pub max_body_bytes: usize,
-    /// How long in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
+    /// How long in-flight requests may run, once the listener is closed after SIGINT/SIGTERM,
+    /// before they are cancelled.
     pub shutdown_timeout: Duration,
+    /// How long after SIGINT/SIGTERM the server keeps accepting while `/ready` answers 503,
+    /// so that a balancer with active health checks stops sending first (`--drain-delay`).
+    pub drain_delay: Duration,
+    /// Requests that may wait for a slot while every slot is busy; beyond them a request is
+    /// answered 503 with `Retry-After` (`--queue-max`). `None`: any number (bounded only by
+    /// `max_connections`, as each waiting request holds its connection).
+    pub queue_max: Option<usize>,
     /// How long a connection may take to send a request's headers, counted from the moment the
     /// server waits for them (so it also bounds an idle keep-alive connection).
     pub header_timeout: Duration,
@@ -150,8 +162,10 @@ pub(crate) fn unix_time() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Loads the model, starts the slots, serves until SIGINT or SIGTERM, then shuts down within
-/// `shutdown_timeout`. Progress and one line per generation go to standard error.
+/// Binds, loads the model while `/health` and `/ready` answer, starts the slots, serves until
+/// SIGINT or SIGTERM, then drains: not ready, `drain_delay` later the listener closes, and
+/// in-flight requests get `shutdown_timeout` more. Progress and one line per generation go to
+/// standard error.
 pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
     if !(1..=MAX_SLOTS).contains(&config.n_slots) {
         return Err(ServerError::Config(format!(
@@ -186,6 +200,48 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
             "--header-timeout, --body-timeout and --write-timeout must be above 0".into(),
         ));
     }
+    let load_delay = load_delay()?;
+    // The async side only parses, routes and copies bytes; two threads keep it responsive
+    // without taking cores from the model's pool.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(ServerError::Runtime)?;
+    let result = runtime.block_on(run_server(config, load_delay));
+    // The model may still be loading on the blocking pool after a signal: not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+/// `MINFER_SERVE_LOAD_DELAY`: seconds to wait before loading, so that tests (and anyone
+/// trying a probe configuration) can watch `/ready` answer "loading" with a model that loads
+/// in milliseconds.
+fn load_delay() -> Result<Duration, ServerError> {
+    let Ok(text) = std::env::var("MINFER_SERVE_LOAD_DELAY") else {
+        return Ok(Duration::ZERO);
+    };
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && (0.0..1e6).contains(s))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            ServerError::Config(format!(
+                "MINFER_SERVE_LOAD_DELAY={text:?} is not a number of seconds from 0 to 1000000"
+            ))
+        })
+}
+
+/// What loading makes: the handlers' state and the scheduler whose slots run the model.
+struct Loaded {
+    app: Arc<routes::AppState>,
+    scheduler: slots::Scheduler,
+    n_threads: usize,
+}
+
+/// Loads the model and starts the slots (blocking: seconds for a large model).
+fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<Loaded, ServerError> {
     let options = ModelOptions {
         n_threads: config.n_threads,
         backend: config.backend.clone(),
@@ -230,6 +286,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
             n_ctx,
             step_tokens: config.batch_size,
             drafters,
+            queue_max: config.queue_max,
         },
         Arc::clone(&model),
         Arc::clone(&metrics),
@@ -253,25 +310,17 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         parsing: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
         slots_endpoint: config.slots_endpoint,
         webui: config.webui,
+        lifecycle,
+        queue_max: config.queue_max,
     });
-    // The async side only parses, routes and copies bytes; two threads keep it responsive
-    // without taking cores from the model's pool.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(ServerError::Runtime)?;
-    let result = runtime.block_on(run_server(config, n_threads, app, scheduler));
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    result
+    Ok(Loaded {
+        app,
+        scheduler,
+        n_threads,
+    })
 }
 
-async fn run_server(
-    config: ServerConfig,
-    n_threads: usize,
-    app: Arc<routes::AppState>,
-    scheduler: slots::Scheduler,
-) -> Result<(), ServerError> {
+async fn run_server(config: ServerConfig, load_delay: Duration) -> Result<(), ServerError> {
     let addr = format!("{}:{}", config.host, config.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -280,6 +329,63 @@ async fn run_server(
             source,
         })?;
     let local = listener.local_addr().map_err(ServerError::Serve)?;
+    // Bound before the model loads, so that an orchestrator's probes see a live process that is
+    // not ready yet rather than a refused connection it cannot tell from a dead one.
+    eprintln!(
+        "minfer serve: bound to http://{local}; loading the model (/health answers 200, /ready 503 until it is loaded)"
+    );
+    let lifecycle = Arc::new(lifecycle::Lifecycle::default());
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let (timeout, drain_delay) = (config.shutdown_timeout, config.drain_delay);
+    let draining = Arc::clone(&lifecycle);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        // Not ready first: a balancer that polls /ready stops sending during the drain delay,
+        // while requests it still sends are served.
+        draining.drain();
+        if !drain_delay.is_zero() {
+            eprintln!(
+                "minfer serve: draining: /ready answers 503; still accepting for {:.1} s",
+                drain_delay.as_secs_f64()
+            );
+            tokio::time::sleep(drain_delay).await;
+        }
+        eprintln!(
+            "minfer serve: shutting down: listener closed; in-flight requests get {:.0} s",
+            timeout.as_secs_f64()
+        );
+        let _ = tx.send(true);
+    });
+    let limits = Limits {
+        header_timeout: config.header_timeout,
+        write_timeout: config.write_timeout,
+        max_connections: config.max_connections,
+    };
+    let routers = Routers {
+        loading: routes::loading_router(),
+        loaded: Arc::new(std::sync::OnceLock::new()),
+    };
+    let loaded_router = Arc::clone(&routers.loaded);
+    let mut server = std::pin::pin!(accept_loop(listener, routers, limits, rx.clone()));
+    let loading = Arc::clone(&lifecycle);
+    let mut load = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(load_delay);
+        load(&config, loading)
+    });
+    let loaded = tokio::select! {
+        loaded = &mut load => loaded.map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??,
+        // A signal while loading: the accept loop has closed; nothing was started to finish.
+        result = &mut server => {
+            result?;
+            eprintln!("minfer serve: stopped before the model was loaded");
+            return Ok(());
+        }
+    };
+    let Loaded {
+        app,
+        scheduler,
+        n_threads,
+    } = loaded;
     eprintln!(
         "minfer serve: model {} | {} slots × {} tokens of context, {} threads shared{}",
         app.model_id,
@@ -292,24 +398,10 @@ async fn run_server(
             " | no API key"
         }
     );
-    eprintln!("minfer serve: listening on http://{local}");
+    let _ = loaded_router.set(routes::router(Arc::clone(&app)));
+    lifecycle.loaded();
+    eprintln!("minfer serve: ready: listening on http://{local}");
 
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let timeout = config.shutdown_timeout;
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        eprintln!(
-            "minfer serve: shutting down: no new connections; in-flight requests get {:.0} s",
-            timeout.as_secs_f64()
-        );
-        let _ = tx.send(true);
-    });
-    let limits = Limits {
-        header_timeout: config.header_timeout,
-        write_timeout: config.write_timeout,
-        max_connections: config.max_connections,
-    };
-    let mut server = std::pin::pin!(accept_loop(listener, routes::router(app), limits, rx.clone()));
     let mut stop = rx;
     tokio::select! {
         result = &mut server => result?,
@@ -322,6 +414,19 @@ async fn run_server(
     }
     eprintln!("minfer serve: stopped");
     Ok(())
+}
+
+/// The router that answers a request: the small one until the model is loaded, then the API.
+/// Chosen per request, so a connection opened while loading is served fully afterwards.
+struct Routers {
+    loading: axum::Router,
+    loaded: Arc<std::sync::OnceLock<axum::Router>>,
+}
+
+impl Routers {
+    fn current(&self) -> axum::Router {
+        self.loaded.get().unwrap_or(&self.loading).clone()
+    }
 }
 
 /// What bounds the connections.
@@ -339,7 +444,7 @@ struct Limits {
 /// connects and never sends, or sends its headers a byte a minute, holds a connection forever.
 async fn accept_loop(
     listener: tokio::net::TcpListener,
-    router: axum::Router,
+    routers: Routers,
     limits: Limits,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
@@ -352,6 +457,7 @@ async fn accept_loop(
         .header_read_timeout(limits.header_timeout)
         .half_close(true);
     let http = Arc::new(http);
+    let routers = Arc::new(routers);
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&permits).acquire_owned() => permit.expect("the semaphore is never closed"),
@@ -373,11 +479,12 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         // Every request of the connection carries its peer, for the generation to watch.
         let peer = peer::Peer::of(&stream).map(Arc::new);
-        let inner = hyper_util::service::TowerToHyperService::new(router.clone());
+        let routers = Arc::clone(&routers);
         let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             if let Some(peer) = &peer {
                 request.extensions_mut().insert(Arc::clone(peer));
             }
+            let inner = hyper_util::service::TowerToHyperService::new(routers.current());
             hyper::service::Service::call(&inner, request)
         });
         let http = Arc::clone(&http);

@@ -4,7 +4,8 @@
 //!
 //! Fields are read by hand rather than derived, so that a wrong type is reported by its name
 //! instead of by a byte offset. Unknown fields are ignored, as OpenAI's own clients send fields
-//! minfer has no use for (`user`, `metadata`, `parallel_tool_calls`). This file must not render
+//! minfer has no use for (`metadata`, `parallel_tool_calls`); `user` is only echoed, as the
+//! session id a load balancer may hash on. This file must not render
 //! templates, tokenize or touch the scheduler: it only checks shapes and ranges.
 
 use super::error::ApiError;
@@ -51,6 +52,9 @@ pub struct Common {
     /// The grammar the reply must follow (`response_format`, llama-server's `json_schema` or
     /// `grammar`), with the field that gave it, for a compile error to name.
     pub grammar: Option<(String, GrammarSpec)>,
+    /// OpenAI's `user`, when a string: echoed as `X-Session-Id` when the request sent none.
+    /// Any other type is ignored, as the field was before it was read.
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -333,6 +337,7 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         logprobs,
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
         grammar: grammar(f)?,
+        user: f.get("user").and_then(Json::as_str).map(str::to_string),
     })
 }
 

@@ -1,4 +1,6 @@
-//! The HTTP surface: the axum router, its handlers, API-key checking and request counting.
+//! The HTTP surface: the axum router, its handlers, API-key checking, request counting, the
+//! session id echoed for load balancers, and the small router that answers while the model
+//! loads.
 //!
 //! Handlers read a body, let `request` check it, render and tokenize on the blocking pool
 //! (templates and tokenization of a large prompt would otherwise stall the async runtime),
@@ -8,6 +10,7 @@
 
 use super::body;
 use super::error::ApiError;
+use super::lifecycle::{Lifecycle, Readiness};
 use super::metrics::Metrics;
 use super::peer::Peer;
 use super::request::{self, Common, Prompt, ToolChoice};
@@ -18,7 +21,7 @@ use crate::engine::{GenerateOptions, Model};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -57,7 +60,19 @@ pub struct AppState {
     pub slots_endpoint: bool,
     /// Whether `/` serves the chat page (off with `--no-webui`).
     pub webui: bool,
+    /// Loading, ready or draining, for `/ready`.
+    pub lifecycle: Arc<Lifecycle>,
+    /// Requests that may wait for a slot (`--queue-max`), reported by `/ready`.
+    pub queue_max: Option<usize>,
 }
+
+/// The header a load balancer hashes on to send every turn of a conversation to the replica
+/// whose slots hold its KV prefix. A request's own value is echoed on the response; without
+/// one, a generation echoes OpenAI's `user` field, so a client can learn the id to send.
+pub const SESSION_HEADER: &str = "x-session-id";
+
+/// The longest `user` echoed as a session id: an id, not a document.
+const MAX_SESSION_ID: usize = 256;
 
 /// The chat page: one static file, embedded so that the binary serves it offline.
 const CHAT_PAGE: &str = include_str!("webui/index.html");
@@ -75,6 +90,7 @@ pub fn router(app: App) -> Router {
         .nest("/v1", api.clone())
         .merge(api)
         .route("/health", get(health))
+        .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
@@ -92,10 +108,47 @@ pub fn router(app: App) -> Router {
         .layer(middleware::from_fn_with_state(Arc::clone(&app), authenticate))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), cors))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), count))
+        .layer(middleware::from_fn(echo_session))
         .with_state(app)
 }
 
-const ROUTES: [&str; 18] = [
+/// What answers between binding and the model's arrival: `/health` (the process is alive),
+/// `/ready` (503, loading) and, for everything else, a 503 with `Retry-After`, as llama-server
+/// answers while it loads.
+pub fn loading_router() -> Router {
+    Router::new()
+        .route("/health", get(|| async { Json(json!({"status": "loading"})) }))
+        .route(
+            "/ready",
+            get(|| async {
+                let r = Readiness::Loading;
+                (r.status(), Json(json!({"status": r.name()}))).into_response()
+            }),
+        )
+        .fallback(|| async { unavailable("the model is still loading: try again shortly") })
+}
+
+/// A 503 whose `Retry-After` tells a client, or a balancer that retries, to come back in a
+/// second.
+fn unavailable(message: &str) -> Response {
+    let mut response = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// The request's `X-Session-Id`, back on its response (over any `user` the handler echoed).
+async fn echo_session(req: Request, next: Next) -> Response {
+    let id = req.headers().get(SESSION_HEADER).cloned();
+    let mut response = next.run(req).await;
+    if let Some(id) = id {
+        response.headers_mut().insert(SESSION_HEADER, id);
+    }
+    response
+}
+
+const ROUTES: [&str; 19] = [
     "/",
     "/v1/chat/completions",
     "/v1/completions",
@@ -104,6 +157,7 @@ const ROUTES: [&str; 18] = [
     "/completions",
     "/models",
     "/health",
+    "/ready",
     "/metrics",
     "/tokenize",
     "/detokenize",
@@ -128,7 +182,7 @@ async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
     response
 }
 
-/// With `--api-key`, every route but `/health` and the chat page needs `Authorization: Bearer
+/// With `--api-key`, every route but `/health`, `/ready` and the chat page needs `Authorization: Bearer
 /// KEY` (the page holds nothing secret; it asks for the key and sends it with each request).
 /// CORS for the origins given with `--cors-origin` (none by default, so a page elsewhere cannot
 /// call the server): a preflight from one of them is answered here, before authentication (a
@@ -171,7 +225,7 @@ async fn cors(State(app): State<App>, req: Request, next: Next) -> Response {
 
 async fn authenticate(State(app): State<App>, req: Request, next: Next) -> Response {
     if let Some(key) = &app.api_key {
-        if req.uri().path() != "/health" && req.uri().path() != "/" {
+        if !matches!(req.uri().path(), "/health" | "/ready" | "/") {
             // The scheme is case-insensitive (RFC 9110 §11.1): `bearer KEY` is as good.
             let given = req
                 .headers()
@@ -221,6 +275,21 @@ async fn health(State(app): State<App>) -> Json<Value> {
         "slots_idle": app.n_slots.saturating_sub(busy),
         "queue_depth": app.metrics.queue_depth.load(Ordering::Relaxed),
     }))
+}
+
+/// Whether to send this replica work: 200 when ready, 503 while loading, draining, or when
+/// every slot is busy and `--queue-max` requests wait (a request sent now would be refused).
+async fn ready(State(app): State<App>) -> Response {
+    let readiness = Readiness::of(app.lifecycle.phase(), || app.scheduler.full());
+    let busy = app.metrics.slots_busy.load(Ordering::Relaxed);
+    let body = json!({
+        "status": readiness.name(),
+        "slots_total": app.n_slots,
+        "slots_idle": app.n_slots.saturating_sub(busy),
+        "queue_depth": app.metrics.queue_depth.load(Ordering::Relaxed),
+        "queue_max": app.queue_max,
+    });
+    (readiness.status(), Json(body)).into_response()
 }
 
 /// llama-server's `/tokenize`: `{"content", "add_special"?, "parse_special"?, "with_pieces"?}`
@@ -694,6 +763,17 @@ async fn start(
     fault: bool,
     peer: Option<Arc<Peer>>,
 ) -> Result<Response, ApiError> {
+    let session = common
+        .user
+        .as_deref()
+        .filter(|u| !u.is_empty() && u.len() <= MAX_SESSION_ID)
+        .and_then(|u| HeaderValue::from_str(u).ok());
+    let with_session = |mut response: Response| {
+        if let Some(id) = &session {
+            response.headers_mut().insert(SESSION_HEADER, id.clone());
+        }
+        response
+    };
     let n_ctx = app.n_ctx;
     // The request reader does not know the vocabulary; the biased ids are checked here.
     if let Some(&(bad, _)) = common
@@ -767,7 +847,7 @@ async fn start(
     let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(Arc::clone(&cancel));
-    app.scheduler.submit(Job {
+    let submitted = app.scheduler.submit(Job {
         runs,
         options: GenerateOptions {
             max_tokens: 0,
@@ -785,6 +865,12 @@ async fn start(
         arrived: Instant::now(),
         fault,
     });
+    if submitted.is_err() {
+        app.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+        return Ok(with_session(unavailable(
+            "every slot is busy and the queue is full (--queue-max): try again shortly, or another replica",
+        )));
+    }
     let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
     let reply = Reply {
         id: format!("{prefix}-{:016x}", super::random_u64()),
@@ -802,7 +888,7 @@ async fn start(
             collector.push(event)?;
         }
         drop(guard);
-        return Ok(Json(collector.finish(n_choices)?).into_response());
+        return Ok(with_session(Json(collector.finish(n_choices)?).into_response()));
     }
     let streamer = Streamer::new(reply);
     let frames = futures_util::stream::unfold(
@@ -836,5 +922,6 @@ async fn start(
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(frames))
+        .map(with_session)
         .map_err(|e| ApiError::internal(e.to_string()))
 }

@@ -7,10 +7,14 @@
 //! from its own row; a row's logits do not depend on the other rows of its batch, so each
 //! stream gets the tokens it would get alone.
 //!
-//! Jobs wait in a FIFO queue; a free slot takes the oldest, and among free slots the one whose
+//! Jobs wait in a FIFO queue (refused, with `--queue-max`, once that many wait for a slot
+//! while every slot is busy); a free slot takes the oldest, and among free slots the one whose
 //! cached tokens share the longest prefix with its prompt. A slot keeps its KV cells after a
 //! job (`Session::reuse_prefix`), so a follow-up that extends the same conversation prefills
-//! only its new tokens. Tokens flow back to the HTTP side over a channel; a job whose receiver
+//! only its new tokens. A shared prefix counts only where the job keeps at least half of what
+//! the slot holds; otherwise (a new conversation that shares only a system prompt) the job
+//! takes the least recently used idle slot, empty ones first, instead of wiping the cells of
+//! a conversation that may come back (llama-server's slot-similarity rule, on the slot's side). Tokens flow back to the HTTP side over a channel; a job whose receiver
 //! is gone, whose cancel flag is set or whose client hung up stops at the next step and frees
 //! the slot. A failure or a panic inside a pass is reported to the jobs of that pass as
 //! [`Event::Failed`], their slots' cells are cleared, and the loop serves on.
@@ -102,7 +106,14 @@ struct Shared {
     model: Arc<Model>,
     /// Set at shutdown: every generation stops at its next step.
     stop_all: AtomicBool,
+    n_slots: usize,
+    /// Jobs that may wait for a slot; `None`: any number.
+    queue_max: Option<usize>,
 }
+
+/// A job refused because every slot is busy and `--queue-max` jobs already wait.
+#[derive(Debug)]
+pub struct QueueFull;
 
 #[derive(Clone)]
 pub struct Scheduler {
@@ -112,6 +123,17 @@ pub struct Scheduler {
 /// How many leading tokens `held` (what a slot's cells hold, in position order) shares with `b`.
 fn common_prefix(held: impl Iterator<Item = u32>, b: &[u32]) -> usize {
     held.zip(b).take_while(|(x, y)| x == *y).count()
+}
+
+/// How much a job reuses of a slot that holds `held` tokens, `shared` of them a prefix of its
+/// prompt: the prefix when it keeps at least half of them (the same conversation, or a branch of
+/// it), else nothing, so that sharing a system prompt does not outbid an empty slot.
+fn reuse(shared: usize, held: usize) -> usize {
+    if shared * 2 >= held {
+        shared
+    } else {
+        0
+    }
 }
 
 /// Tokens one forward pass takes at most by default (`--batch-size`): every generating slot's
@@ -129,6 +151,8 @@ pub struct SlotConfig {
     pub step_tokens: usize,
     /// Speculative decoding: one drafter per slot, and how many proposals a step checks.
     pub drafters: Option<(Vec<Box<dyn Drafter + Send>>, DraftOptions)>,
+    /// Jobs that may wait while every slot is busy (`--queue-max`); `None`: any number.
+    pub queue_max: Option<usize>,
 }
 
 impl Scheduler {
@@ -148,6 +172,8 @@ impl Scheduler {
             metrics,
             model,
             stop_all: AtomicBool::new(false),
+            n_slots: config.n_slots,
+            queue_max: config.queue_max,
         });
         let engine = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -160,12 +186,37 @@ impl Scheduler {
         self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `job`; the engine loop gives it a slot as soon as one is free.
-    pub fn submit(&self, job: Job) {
+    /// Queues `job`; the engine loop gives it a slot as soon as one is free. Refused when
+    /// `--queue-max` jobs already wait for one.
+    pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
         let mut queue = self.queue();
+        if self.full_with(queue.len()) {
+            return Err(QueueFull);
+        }
         queue.push_back(job);
         self.shared.metrics.queue_depth.store(queue.len(), Ordering::Relaxed);
         self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Whether a job submitted now would be refused.
+    pub fn full(&self) -> bool {
+        let queue = self.queue();
+        self.full_with(queue.len())
+    }
+
+    /// Whether `queued` jobs fill the queue. A queued job that an idle slot is about to take
+    /// (the engine loop has not woken yet) is not waiting, so it does not count: with
+    /// `--n-slots 1 --queue-max 1`, a request arriving at an idle server and the one after it
+    /// are both taken. The busy count only falls once a slot is released, so this errs towards
+    /// refusing for the moment between a job's end and its slot's release.
+    fn full_with(&self, queued: usize) -> bool {
+        let Some(max) = self.shared.queue_max else {
+            return false;
+        };
+        let busy = self.shared.metrics.slots_busy.load(Ordering::Relaxed);
+        let idle = self.shared.n_slots.saturating_sub(busy);
+        queued.saturating_sub(idle) >= max
     }
 
     /// Stops every generation at its next step and drops every queued job (their clients see
@@ -236,6 +287,10 @@ struct Engine<'s> {
     /// Each slot's drafter (none without speculative decoding).
     drafters: Vec<Box<dyn Drafter + Send>>,
     draft: DraftOptions,
+    /// When each slot last took a job, in jobs taken (0: never); the least recent is evicted
+    /// first.
+    last_used: Vec<u64>,
+    jobs_taken: u64,
 }
 
 impl<'s> Engine<'s> {
@@ -251,6 +306,8 @@ impl<'s> Engine<'s> {
             rows: Vec::new(),
             drafters,
             draft,
+            last_used: vec![0; config.n_slots],
+            jobs_taken: 0,
         }
     }
 
@@ -286,15 +343,20 @@ impl<'s> Engine<'s> {
                 // Read in place: copying each idle slot's tokens for every job would cost a context
                 // of tokens per slot.
                 let prompt: &[u32] = job.runs.first().map_or(&[], |r| &r.prompt);
+                let kv = self.session.kv();
                 let id = (0..self.slots.len())
                     .filter(|&id| self.slots[id].is_none())
                     .max_by_key(|&id| {
+                        let held = kv.seq_cells(id).len();
                         (
-                            common_prefix(self.session.kv().seq_tokens(id), prompt),
+                            reuse(common_prefix(kv.seq_tokens(id), prompt), held),
+                            std::cmp::Reverse(self.last_used[id]),
                             std::cmp::Reverse(id),
                         )
                     })
                     .expect("a slot is idle");
+                self.jobs_taken += 1;
+                self.last_used[id] = self.jobs_taken;
                 let (job, next_run) = (Arc::new(job), Arc::new(AtomicUsize::new(1)));
                 self.begin(id, Arc::clone(&job), Arc::clone(&next_run), 0, None);
                 self.fan_out(id, &job, &next_run);
@@ -812,6 +874,15 @@ mod tests {
         pending.extend_from_slice(b"a\xffb");
         assert_eq!(take_utf8(&mut pending), "éa\u{FFFD}b");
         assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_shared_system_prompt_alone_does_not_claim_a_slot_but_a_continuation_does() {
+        // 20 tokens of system prompt in common with a slot holding a 150-token conversation.
+        assert_eq!(reuse(20, 150), 0);
+        assert_eq!(reuse(150, 150), 150);
+        assert_eq!(reuse(75, 150), 75);
+        assert_eq!(reuse(0, 0), 0);
     }
 
     #[test]

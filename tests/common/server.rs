@@ -34,7 +34,16 @@ impl Server {
         );
     }
 
+    /// Starts `minfer serve` on a free port and returns once it is ready (its "listening on"
+    /// line, printed after the model has loaded).
     pub fn start(model: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::start_until(model, args, env, "listening on http://")
+    }
+
+    /// Starts `minfer serve` and returns as soon as a log line holds `marker` followed by the
+    /// address: "bound to http://" returns while the model is still loading.
+    pub fn start_until(model: &Path, args: &[&str], env: &[(&str, &str)], marker: &str) -> Server {
+        let marker = marker.to_string();
         let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
             .arg("serve")
             .arg(model)
@@ -52,8 +61,9 @@ impl Server {
         let sink = Arc::clone(&log);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("listening on http://").nth(1) {
-                    let _ = tx.send(addr.trim().to_string());
+                if let Some(addr) = line.split(marker.as_str()).nth(1) {
+                    let addr = addr.split(|c: char| c == ';' || c.is_whitespace()).next().unwrap_or("");
+                    let _ = tx.send(addr.to_string());
                 }
                 sink.lock().unwrap().push_str(&(line + "\n"));
             }
