@@ -1,0 +1,351 @@
+//! Generation from the command line: `minfer MODEL [PROMPT]` (plain, saved-session and
+//! speculative runs) and `--cnv`, with the grammar and drafter flags resolved. Flag parsing is
+//! `main`'s; what is printed is `minfer::cli`'s.
+
+use super::*;
+
+/// `choice` with its draft model's reference (a path, a cached name, `hf:`, `ollama:`) resolved
+/// to a file, fetched if need be.
+pub(super) fn resolve_draft(
+    choice: minfer::cli::draft::DraftChoice,
+) -> anyhow::Result<minfer::cli::draft::DraftChoice> {
+    use minfer::cli::draft::DraftChoice;
+    Ok(match choice {
+        DraftChoice::Model { path, p_min } => DraftChoice::Model {
+            path: model_path(&path)?,
+            p_min,
+        },
+        lookup => lookup,
+    })
+}
+
+/// The drafter of `choice` for the loaded model; a draft model is loaded with the model's load
+/// options and checked against its vocabulary.
+pub(super) fn drafter(
+    choice: minfer::cli::draft::DraftChoice,
+    args: &RunArgs,
+    loaded: &minfer::cli::run::Loaded,
+) -> anyhow::Result<Box<dyn minfer::engine::Drafter + Send>> {
+    let source = resolve_draft(choice)?
+        .load(&args.load.options()?.model_options())
+        .context("cannot load the draft model")?;
+    Ok(source.drafter(loaded.model.tokenizer(), loaded.session.n_ctx())?)
+}
+
+/// The grammar the flags ask for, with the flag that gave it; at most one may be given. A
+/// schema that is not JSON, or a GBNF text that does not parse, is an error naming the flag and
+/// the line and column.
+pub(super) fn grammar_spec(args: &RunArgs) -> anyhow::Result<Option<(String, minfer::grammar::GrammarSpec)>> {
+    use minfer::grammar::GrammarSpec;
+    let text = |file: &Path| -> anyhow::Result<String> {
+        String::from_utf8(read_text_arg(file)?).with_context(|| format!("{} is not UTF-8", file.display()))
+    };
+    let schema = |flag: &str, text: &str| -> anyhow::Result<GrammarSpec> {
+        let value: serde_json::Value = serde_json::from_str(text).with_context(|| format!("{flag} is not JSON"))?;
+        anyhow::ensure!(
+            value.is_object() || value.is_boolean(),
+            "{flag} must be a JSON Schema: an object (or true/false), not {value}"
+        );
+        Ok(GrammarSpec::JsonSchema(value))
+    };
+    let gbnf = |flag: &str, text: String| -> anyhow::Result<GrammarSpec> {
+        // Parsed now, for the error to come before the model loads; compiled after.
+        minfer::grammar::gbnf::to_lark(&text).with_context(|| format!("{flag} does not parse"))?;
+        Ok(GrammarSpec::Gbnf(text))
+    };
+    let mut given = Vec::new();
+    if let Some(s) = &args.json_schema {
+        given.push(("--json-schema".to_string(), schema("--json-schema", s)?));
+    }
+    if let Some(f) = &args.json_schema_file {
+        let flag = format!("--json-schema-file {}", f.display());
+        given.push((flag.clone(), schema(&flag, &text(f)?)?));
+    }
+    if args.json {
+        given.push(("--json".to_string(), GrammarSpec::JsonObject));
+    }
+    if let Some(g) = &args.grammar {
+        given.push(("--grammar".to_string(), gbnf("--grammar", g.clone())?));
+    }
+    if let Some(f) = &args.grammar_file {
+        let flag = format!("--grammar-file {}", f.display());
+        given.push((flag.clone(), gbnf(&flag, text(f)?)?));
+    }
+    anyhow::ensure!(
+        given.len() <= 1,
+        "{} and {} both constrain the output: give one",
+        given.first().map_or("", |g| g.0.as_str()),
+        given.get(1).map_or("", |g| g.0.as_str())
+    );
+    Ok(given.pop())
+}
+
+pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
+    use minfer::cli::run;
+    // llama.cpp's `-m MODEL`: a positional argument is then the prompt.
+    let mut args = args;
+    if let Some(flag) = args.model_flag.take() {
+        anyhow::ensure!(
+            args.prompt.is_none(),
+            "the model is given twice: with -m and as the first argument"
+        );
+        args.prompt = args.model.take().map(|p| p.to_string_lossy().into_owned());
+        args.model = Some(flag);
+    }
+    if let Some(prompt) = args.prompt_flag.take() {
+        anyhow::ensure!(
+            args.prompt.is_none(),
+            "the prompt is given twice: with -p and as an argument"
+        );
+        args.prompt = Some(prompt);
+    }
+    if let Some(file) = args.prompt_file.take() {
+        anyhow::ensure!(
+            args.prompt.is_none(),
+            "the prompt is given twice: with -f and as an argument"
+        );
+        let text = read_text_arg(&file)?;
+        args.prompt = Some(String::from_utf8(text).with_context(|| format!("{} is not UTF-8", file.display()))?);
+    }
+    if args.escape {
+        args.prompt = args.prompt.map(|p| minfer::cli::run::unescape(&p));
+        args.stop = args.stop.iter().map(|s| minfer::cli::run::unescape(s)).collect();
+    }
+    let model = args
+        .model
+        .clone()
+        .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
+    // Bad flags, and grammars that do not parse, are refused before the model is read.
+    let grammar_spec = grammar_spec(&args)?;
+    let draft_choice = args.draft.choice()?;
+    let sampling = args.sampling.params()?;
+    let mut loaded = run::load(&model_path(&model)?, &args.load.options()?)?;
+    let grammar = match &grammar_spec {
+        Some((flag, spec)) => Some(
+            loaded
+                .model
+                .compile_grammar(spec)
+                .with_context(|| format!("{flag} cannot be used"))?,
+        ),
+        None => None,
+    };
+    if args.dump_graph.is_some() || args.dump_graph_json.is_some() {
+        let tokens = run::prompt_tokens(&loaded, args.prompt.as_deref().unwrap_or("Hello"), args.no_template)?;
+        let arch = loaded.session.model().arch();
+        let graph = loaded
+            .session
+            .prepare_graph(tokens.len(), 1)
+            .map_err(run::RunError::from)?;
+        if let Some(path) = &args.dump_graph {
+            std::fs::write(path, graph.to_dot()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let Some(path) = &args.dump_graph_json {
+            let kind = if tokens.len() == 1 { "decode" } else { "prefill" };
+            let json = serde_json::to_string_pretty(&graph.to_json(arch, kind))?;
+            std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        return Ok(());
+    }
+    // llama-cli's habit: no prompt on a terminal starts a conversation (a pipe still gives
+    // the prompt on standard input).
+    let no_prompt_on_a_terminal =
+        args.prompt.is_none() && !args.no_template && std::io::IsTerminal::is_terminal(&std::io::stdin());
+    if args.cnv || no_prompt_on_a_terminal {
+        return run_conversation(args, sampling, grammar, loaded);
+    }
+    let drafter = draft_choice.map(|choice| drafter(choice, &args, &loaded)).transpose()?;
+    let prompt = match args.prompt.take() {
+        Some(p) => p,
+        None => {
+            String::from_utf8(read_text_arg(Path::new("-"))?).context("the prompt on standard input is not UTF-8")?
+        }
+    };
+    let tokens = run::prompt_tokens(&loaded, &prompt, args.no_template)?;
+    let n_keep = match args.keep {
+        None => 0,
+        Some(-1) => tokens.len(),
+        Some(n) => usize::try_from(n).map_err(|_| {
+            anyhow::anyhow!("--keep {n} is out of range: it must be -1 (the whole prompt) or 0 or more")
+        })?,
+    };
+    let options = minfer::engine::GenerateOptions {
+        max_tokens: n_predict(args.n_predict)?,
+        stop: args.stop,
+        ignore_eos: args.ignore_eos,
+        sampling: sampling.clone(),
+        grammar,
+        special: false,
+        // -n -2 (llama.cpp's): until the context is full, so never shifted.
+        context_shift: (!args.no_context_shift && args.n_predict != -2).then_some(n_keep),
+    };
+    if !args.log_disable {
+        args.sampling.say_drawn_seed(&sampling);
+    }
+    let mut stdout = Colored::new(std::io::stdout().lock(), args.color);
+    anyhow::ensure!(
+        drafter.is_none() || args.session.is_none(),
+        "--session cannot be combined with speculative decoding yet"
+    );
+    let draft = args.draft.options();
+    let result = match (&args.session, drafter) {
+        (_, Some(mut drafter)) => {
+            run::run_speculative(&mut loaded, drafter.as_mut(), draft, &tokens, &options, &mut stdout)?
+        }
+        (Some(path), None) => run::run_generation_saved(
+            &mut loaded,
+            &tokens,
+            &options,
+            path,
+            &mut stdout,
+            &mut std::io::stderr().lock(),
+        )?,
+        (None, None) => run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?,
+    };
+    let mut stdout = stdout.into_inner();
+    // stdout carries only the generated text; a terminal gets a final newline so that the
+    // timing line on stderr starts on a line of its own.
+    if std::io::IsTerminal::is_terminal(&stdout) {
+        stdout.write_all(b"\n")?;
+    }
+    stdout.flush()?;
+    if result.stop_reason == minfer::engine::StopReason::ContextFull && args.n_predict == -2 {
+        eprintln!(
+            "generation stopped after {} tokens: the context of {} tokens is full (-n -2)",
+            result.tokens.len(),
+            loaded.session.n_ctx()
+        );
+    }
+    anyhow::ensure!(
+        result.stop_reason != minfer::engine::StopReason::ContextFull || args.n_predict == -2,
+        "generation stopped after {} tokens: the context of {} tokens is full (raise --n-ctx, or drop --no-context-shift)",
+        result.tokens.len(),
+        loaded.session.n_ctx()
+    );
+    if !args.log_disable {
+        eprintln!("{}", result.stats.summary());
+    }
+    Ok(())
+}
+
+/// Standard output with `--color`: each piece of generated text in yellow, the colour reset
+/// after it, so that what the model wrote stands apart from the prompt and the user's turns.
+pub(super) struct Colored<W: Write> {
+    out: W,
+    on: bool,
+}
+
+impl<W: Write> Colored<W> {
+    fn new(out: W, on: bool) -> Self {
+        Colored { out, on }
+    }
+
+    fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+impl<W: Write> Write for Colored<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.on && !buf.is_empty() {
+            self.out.write_all(b"\x1b[33m")?;
+            self.out.write_all(buf)?;
+            self.out.write_all(b"\x1b[0m")?;
+            Ok(buf.len())
+        } else {
+            self.out.write(buf)
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// `--cnv`: the conversation, on a line editor when a person is at the terminal, else one turn
+/// per line of standard input.
+pub(super) fn run_conversation(
+    args: RunArgs,
+    sampling: minfer::sampling::SamplingParams,
+    grammar: Option<minfer::grammar::Grammar>,
+    mut loaded: minfer::cli::run::Loaded,
+) -> anyhow::Result<()> {
+    use minfer::cli::conversation::{run_conversation, ConversationOptions, LineSource};
+    use minfer::cli::terminal;
+    use std::io::IsTerminal;
+    let keep = match args.keep {
+        None | Some(-1) => None,
+        Some(n) => Some(usize::try_from(n).map_err(|_| {
+            anyhow::anyhow!("--keep {n} is out of range: it must be -1 (the system prompt) or 0 or more")
+        })?),
+    };
+    let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let color = args.color;
+    let max_tokens = n_predict(args.n_predict)?;
+    if !args.log_disable {
+        args.sampling.say_drawn_seed(&sampling);
+    }
+    let options = ConversationOptions {
+        system: args.system_prompt,
+        generate: minfer::engine::GenerateOptions {
+            max_tokens,
+            stop: args.stop,
+            ignore_eos: args.ignore_eos,
+            sampling,
+            grammar,
+            special: false,
+            context_shift: None,
+        },
+        keep,
+        context_shift: !args.no_context_shift,
+        interactive,
+        session: args.session,
+    };
+    terminal::install_ctrl_c().context("cannot catch Ctrl-C")?;
+    let mut input: Box<dyn LineSource> = if interactive {
+        Box::new(terminal::Editor::new().context("cannot start the line editor")?)
+    } else {
+        Box::new(terminal::Lines(std::io::stdin().lock()))
+    };
+    let mut stdout = Colored::new(std::io::stdout().lock(), color);
+    let mut stderr = std::io::stderr().lock();
+    terminal::GENERATING.store(false, std::sync::atomic::Ordering::SeqCst);
+    run_conversation(
+        &mut loaded,
+        &options,
+        &mut Generating(input.as_mut()),
+        &mut stdout,
+        &mut stderr,
+        &terminal::INTERRUPT,
+    )?;
+    Ok(())
+}
+
+/// A line source that marks the time between two reads as generating, so that Ctrl-C then
+/// stops the reply rather than the process.
+struct Generating<'a>(&'a mut dyn minfer::cli::conversation::LineSource);
+
+impl minfer::cli::conversation::LineSource for Generating<'_> {
+    fn read_line(&mut self, prompt: &str) -> std::io::Result<minfer::cli::conversation::Input> {
+        use std::sync::atomic::Ordering::SeqCst;
+        minfer::cli::terminal::GENERATING.store(false, SeqCst);
+        let line = self.0.read_line(prompt);
+        minfer::cli::terminal::GENERATING.store(true, SeqCst);
+        line
+    }
+
+    fn remember(&mut self, turn: &str) {
+        self.0.remember(turn);
+    }
+}
+
+/// `-n`: a count, or -1 for no limit.
+pub(super) fn n_predict(n: i64) -> anyhow::Result<usize> {
+    match n {
+        -1 | -2 => Ok(usize::MAX),
+        n => usize::try_from(n).map_err(|_| {
+            anyhow::anyhow!(
+                "-n {n} is out of range: it must be -1 (no limit), -2 (until the context is full) or 0 or more"
+            )
+        }),
+    }
+}
