@@ -181,6 +181,7 @@ pub fn entries(dir: &Path) -> Result<Vec<CacheEntry>, DownloadError> {
     for name in &names {
         let path = dir.join(name);
         let size = std::fs::metadata(&path).map_err(DownloadError::io(&path))?.len();
+        let mut parts_expected = 1;
         if let Some((prefix, no, count)) = crate::gguf::split::parse_split_path(name) {
             if no > 0 {
                 let first = crate::gguf::split::split_path(prefix, 0, count);
@@ -190,16 +191,7 @@ pub fn entries(dir: &Path) -> Result<Vec<CacheEntry>, DownloadError> {
                     continue;
                 }
             }
-            let source = read_sidecar(dir, name).and_then(|s| s.references.last().cloned());
-            list.push(CacheEntry {
-                name: name.clone(),
-                path,
-                size,
-                parts: 1,
-                parts_expected: count,
-                source,
-            });
-            continue;
+            parts_expected = count;
         }
         let source = read_sidecar(dir, name).and_then(|s| s.references.last().cloned());
         list.push(CacheEntry {
@@ -207,7 +199,7 @@ pub fn entries(dir: &Path) -> Result<Vec<CacheEntry>, DownloadError> {
             path,
             size,
             parts: 1,
-            parts_expected: 1,
+            parts_expected,
             source,
         });
     }

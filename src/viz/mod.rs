@@ -49,6 +49,8 @@ pub struct VizConfig {
     pub n_ctx: usize,
     /// Threads, backends and file options, as for a run.
     pub options: ModelOptions,
+    /// How the KV cache stores K and V.
+    pub kv_types: (crate::graph::DType, crate::graph::DType),
 }
 
 /// Why the page could not be served.
@@ -275,6 +277,7 @@ pub fn serve(config: VizConfig) -> Result<(), VizError> {
         .file_stem()
         .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
     let mut session = Session::new(&model, config.n_ctx);
+    session.set_kv_types(config.kv_types.0, config.kv_types.1)?;
     session.prepare_graph(1, 1)?;
     // Before any step has run, the page draws the decode graph as it will run.
     let decode = graph_json(

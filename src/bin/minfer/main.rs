@@ -700,15 +700,8 @@ enum Command {
         /// Port to listen on (0 picks a free one; the address is printed on standard error).
         #[arg(long, default_value_t = 8081)]
         port: u16,
-        /// Context size in tokens.
-        #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 4096)]
-        n_ctx: usize,
-        /// CPU threads (default: the physical cores).
-        #[arg(short = 't', long = "threads")]
-        threads: Option<usize>,
-        /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
-        #[arg(long, value_name = "NAME")]
-        backend: Option<String>,
+        #[command(flatten)]
+        load: LoadArgs,
     },
     /// Serve the model over an OpenAI-compatible HTTP API.
     ///
@@ -1086,20 +1079,18 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             model,
             host,
             port,
-            n_ctx,
-            threads,
-            backend,
-        } => minfer::viz::serve(minfer::viz::VizConfig {
-            model: model_path(&model)?,
-            host,
-            port,
-            n_ctx,
-            options: minfer::engine::ModelOptions {
-                n_threads: threads,
-                backend,
-                ..Default::default()
-            },
-        })?,
+            load,
+        } => {
+            let options = load.options()?;
+            minfer::viz::serve(minfer::viz::VizConfig {
+                model: model_path(&model)?,
+                host,
+                port,
+                n_ctx: options.n_ctx,
+                kv_types: options.kv_types,
+                options: options.model_options(),
+            })?
+        }
         Command::Serve {
             model,
             host,
