@@ -1,16 +1,16 @@
 //! `minfer serve`: an OpenAI-compatible HTTP server (`/v1/chat/completions`, `/v1/completions`,
 //! `/v1/models`, `/health`, `/ready`, `/metrics`) on axum and tokio.
 //!
-//! The async runtime only moves bytes: generation runs on one thread per slot (`slots`), each
-//! with its own session (KV cache) over the one loaded [`Model`], whose backend set and thread
-//! pool every slot shares, and tokens come back over channels. The parts: `request` reads OpenAI bodies, `routes` holds the handlers, `slots` the
-//! scheduler, `response` the JSON and SSE shapes, `tool_calls` the `<tool_call>` parser,
-//! `metrics` the Prometheus counters, `lifecycle` what `/ready` answers, `error` the error
-//! shapes. This module wires them together and owns start-up (bind first, then load the model
-//! while `/health` and `/ready` answer), the connections (accepted here and served by hyper,
-//! under a header-read timeout and a bound on how many are open) and graceful shutdown (not
-//! ready, then the listener closed, then in-flight work finished); it must not know the API's
-//! shapes itself.
+//! The async runtime only moves bytes: generation runs on one engine thread (`slots`) whose one
+//! session holds every slot's KV sequence over the one loaded [`Model`] (its backend set and
+//! thread pool), and tokens come back over channels. The parts: `request` reads OpenAI
+//! bodies, `routes` holds the handlers, `slots` the scheduler, `response` the JSON and SSE
+//! shapes, `tool_calls` the `<tool_call>` parser, `metrics` the Prometheus counters,
+//! `lifecycle` what `/ready` answers, `error` the error shapes. This module wires them together
+//! and owns start-up (bind first, then load the model while `/health` and `/ready` answer),
+//! the connections (accepted here and served by hyper, under a header-read timeout and a bound
+//! on how many are open) and graceful shutdown (not ready, then the listener closed, then
+//! in-flight work finished); it must not know the API's shapes itself.
 
 mod body;
 mod error;

@@ -1,9 +1,10 @@
 //! Slots and the scheduler (continuous batching): one engine loop owns the one [`Session`],
 //! whose KV sequences `0..n_slots` are the slots, over the shared [`Model`] (weights, backends
 //! and their thread pool). Each step is one forward pass over the next token of every
-//! generating slot plus chunks of the prompts being read (at most `--batch-size` tokens, [`STEP_TOKENS`] by default), so
-//! the weights are read once per step for all the streams, a request alone runs on every
-//! thread, and a long prompt does not stall the streams already running. Every slot samples
+//! generating slot (and the proposals of the slots that draft) plus chunks of the prompts being
+//! read (at most `--batch-size` tokens, [`STEP_TOKENS`] by default), so the weights are read
+//! once per step for all the streams, a request alone runs on every thread, and a long prompt
+//! does not stall the streams already running. Every slot samples
 //! from its own row; a row's logits do not depend on the other rows of its batch, so each
 //! stream gets the tokens it would get alone.
 //!
@@ -14,10 +15,11 @@
 //! only its new tokens. A shared prefix counts only where the job keeps at least half of what
 //! the slot holds; otherwise (a new conversation that shares only a system prompt) the job
 //! takes the least recently used idle slot, empty ones first, instead of wiping the cells of
-//! a conversation that may come back (llama-server's slot-similarity rule, on the slot's side). Tokens flow back to the HTTP side over a channel; a job whose receiver
-//! is gone, whose cancel flag is set or whose client hung up stops at the next step and frees
-//! the slot. A failure or a panic inside a pass is reported to the jobs of that pass as
-//! [`Event::Failed`], their slots' cells are cleared, and the loop serves on.
+//! a conversation that may come back (llama-server's slot-similarity rule, on the slot's
+//! side). Tokens flow back to the HTTP side over a channel; a job whose receiver is gone, whose
+//! cancel flag is set or whose client hung up stops at the next step and frees the slot. A
+//! failure or a panic inside a pass is reported to the jobs of that pass as [`Event::Failed`],
+//! their slots' cells are cleared, and the loop serves on.
 //!
 //! This file must not parse requests or shape responses: it runs token lists and reports
 //! events.
