@@ -19,9 +19,10 @@
 //! - [`download`] turns a model argument (a path, a cached name, `hf:OWNER/REPO[:QUANT]`,
 //!   `ollama:NAME[:TAG]`) into a local file, fetching and verifying it into the model cache;
 //! - [`server`] is `minfer serve`, the OpenAI-compatible HTTP server over the engine;
+//! - [`viz`] is `minfer viz`, the page that draws the forward graph and its live timings;
 //! - [`cli`] holds what the command-line surfaces print (the binary only parses flags).
 //!
-//! Dependencies point one way, from the surfaces down to the formats: `cli`, `server` →
+//! Dependencies point one way, from the surfaces down to the formats: `cli`, `server`, `viz` →
 //! `engine` (+ `sampling`) → `models` → `graph` → `quant`; `backends` → `graph`, `quant`;
 //! `models`, `tokenizer`, `template` → `gguf`; `quantize` → `gguf`, `quant`. Nothing outside
 //! `cli` (and the binary) imports `cli`. `gguf` and `quant` know nothing of execution. The

@@ -89,6 +89,17 @@ fn split_parts_read_as_the_original_model_and_merge_back_into_its_bytes() {
         );
         let again = merge_file(&parts[0].path, &merged).unwrap_err().to_string();
         assert!(again.contains("already exists"), "{again}");
+        // Splitting the split model again under its own prefix would write over what it reads.
+        let bytes = std::fs::read(&parts[0].path).unwrap();
+        let resplit = split_file(&reread, out_prefix.to_str().unwrap(), limit, no_first).unwrap_err();
+        assert!(
+            resplit.to_string().contains("would overwrite a file of the input"),
+            "{resplit}"
+        );
+        assert!(
+            std::fs::read(&parts[0].path).unwrap() == bytes,
+            "{prefix}: a part was touched"
+        );
     }
 }
 

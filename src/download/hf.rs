@@ -15,6 +15,8 @@ use crate::gguf::split::parse_split_path;
 /// the bound keeps a hostile listing from filling memory).
 const MAX_PAGES: usize = 1000;
 const MAX_FILES: usize = 100_000;
+/// The longest file path a listing may name.
+const MAX_PATH_BYTES: usize = 1024;
 
 /// A file of the repository, as the tree lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +136,16 @@ fn parse_tree(url: &str, page: &serde_json::Value) -> Result<Vec<Listed>, Downlo
             .get("path")
             .and_then(|p| p.as_str())
             .ok_or_else(|| bad(format!("a file without a path: {entry}")))?;
+        // Only models are kept, so a listing's size bounds what is held, not its file count.
+        if !path.to_ascii_lowercase().ends_with(".gguf") {
+            continue;
+        }
+        if path.len() > MAX_PATH_BYTES {
+            return Err(bad(format!(
+                "a file path of {} bytes (at most {MAX_PATH_BYTES})",
+                path.len()
+            )));
+        }
         let size_of = |v: &serde_json::Value| v.get("size").and_then(|s| s.as_u64());
         let (size, sha256) = match entry.get("lfs").filter(|l| !l.is_null()) {
             Some(lfs) => {
@@ -387,24 +399,20 @@ mod tests {
             {"type": "file", "path": "m.gguf", "size": 7,
              "lfs": {"oid": "AB".repeat(32), "size": 7, "pointerSize": 130}},
         ]);
+        // Only the models are kept.
         let listed = parse_tree("u", &page).unwrap();
         assert_eq!(
             listed,
-            [
-                Listed {
-                    path: "README.md".into(),
-                    size: 10,
-                    sha256: None
-                },
-                Listed {
-                    path: "m.gguf".into(),
-                    size: 7,
-                    sha256: Some("ab".repeat(32))
-                }
-            ]
+            [Listed {
+                path: "m.gguf".into(),
+                size: 7,
+                sha256: Some("ab".repeat(32))
+            }]
         );
         let bad = serde_json::json!([{"type": "file", "path": "m.gguf", "size": 7, "lfs": {"oid": "zz"}}]);
         assert!(parse_tree("u", &bad).unwrap_err().to_string().contains("m.gguf"));
+        let long = serde_json::json!([{"type": "file", "path": format!("{}.gguf", "a".repeat(2000)), "size": 7}]);
+        assert!(parse_tree("u", &long).unwrap_err().to_string().contains("2005 bytes"));
     }
 
     #[test]

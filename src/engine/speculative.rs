@@ -64,6 +64,9 @@ impl Drafter for NgramDrafter {
 pub struct ModelDrafter {
     session: Session,
     p_min: f32,
+    /// The target's vocabulary size: a draft with more rows (padding) must not propose ids
+    /// the target cannot evaluate.
+    n_vocab_target: usize,
 }
 
 impl ModelDrafter {
@@ -74,6 +77,7 @@ impl ModelDrafter {
         Ok(ModelDrafter {
             session: Session::new(draft, n_ctx),
             p_min,
+            n_vocab_target: target.n_vocab(),
         })
     }
 }
@@ -105,7 +109,7 @@ impl Drafter for ModelDrafter {
         loop {
             let logits = self.session.last_logits()?;
             let (best, p) = best_with_probability(logits, self.p_min > 0.0)?;
-            if p < self.p_min {
+            if p < self.p_min || best as usize >= self.n_vocab_target {
                 break;
             }
             drafts.push(best);

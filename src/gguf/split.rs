@@ -142,6 +142,18 @@ pub fn split_file(
         e => e,
     })?;
     let count = parts.len() as u32;
+    // Writing a part over a file of the input (re-splitting under the same prefix) would
+    // truncate what is being read: refused before anything is written.
+    let inputs: Vec<PathBuf> = input.paths().filter_map(|p| p.canonicalize().ok()).collect();
+    for no in 0..count {
+        let path = PathBuf::from(split_path(prefix, no, count));
+        if path.canonicalize().is_ok_and(|p| inputs.contains(&p)) {
+            return Err(GgufError::Split {
+                path,
+                reason: "this part would overwrite a file of the input: choose another prefix".into(),
+            });
+        }
+    }
     let mut written = Vec::with_capacity(parts.len());
     for (no, part) in parts.iter().enumerate() {
         // gguf-split sets split.count to a placeholder before it knows the count and again at

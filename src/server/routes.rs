@@ -182,8 +182,9 @@ async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
     response
 }
 
-/// With `--api-key`, every route but `/health`, `/ready` and the chat page needs `Authorization: Bearer
-/// KEY` (the page holds nothing secret; it asks for the key and sends it with each request).
+/// With `--api-key`, every route but `/health`, `/ready` and the chat page needs
+/// `Authorization: Bearer KEY` (the page holds nothing secret; it asks for the key and sends it
+/// with each request).
 /// CORS for the origins given with `--cors-origin` (none by default, so a page elsewhere cannot
 /// call the server): a preflight from one of them is answered here, before authentication (a
 /// browser sends no credentials on it), and every response to one carries its origin.

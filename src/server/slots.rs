@@ -27,7 +27,7 @@
 use super::metrics::Metrics;
 use super::peer::Peer;
 use crate::engine::{
-    Batch, DraftOptions, Drafter, EngineError, GenerateOptions, GenerationStats, Model, Sequence, Session, StopReason,
+    Batch, DraftOptions, Drafter, GenerateOptions, GenerationStats, Model, Sequence, Session, StopReason,
 };
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -138,6 +138,13 @@ fn reuse(shared: usize, held: usize) -> usize {
     }
 }
 
+/// Whether a job submitted behind `queued` others, with `idle` slots free, is refused under
+/// `--queue-max max`: only a job that would wait can be, so with `max` 0 one that an idle slot
+/// takes at once still gets in.
+fn refuses(queued: usize, idle: usize, max: usize) -> bool {
+    queued >= idle && queued - idle >= max
+}
+
 /// Tokens one forward pass takes at most by default (`--batch-size`): every generating slot's
 /// next token, and prompt chunks up to the rest (llama.cpp's `n_batch`), so a long prompt
 /// shares the passes with the streams already running instead of stalling them.
@@ -217,8 +224,7 @@ impl Scheduler {
             return false;
         };
         let busy = self.shared.metrics.slots_busy.load(Ordering::Relaxed);
-        let idle = self.shared.n_slots.saturating_sub(busy);
-        queued.saturating_sub(idle) >= max
+        refuses(queued, self.shared.n_slots.saturating_sub(busy), max)
     }
 
     /// Stops every generation at its next step and drops every queued job (their clients see
@@ -286,8 +292,8 @@ struct Engine<'s> {
     /// Per batch row that wants logits: the row, its slot, and its place among the slot's
     /// rows of the step (0, then one per proposal).
     rows: Vec<(usize, usize, usize)>,
-    /// Each slot's drafter (none without speculative decoding).
-    drafters: Vec<Box<dyn Drafter + Send>>,
+    /// Each slot's drafter (none without speculative decoding, or after it panicked).
+    drafters: Vec<Option<Box<dyn Drafter + Send>>>,
     draft: DraftOptions,
     /// When each slot last took a job, in jobs taken (0: never); the least recent is evicted
     /// first.
@@ -306,7 +312,7 @@ impl<'s> Engine<'s> {
             slots: (0..config.n_slots).map(|_| None).collect(),
             batch: Batch::new(),
             rows: Vec::new(),
-            drafters,
+            drafters: drafters.into_iter().map(Some).collect(),
             draft,
             last_used: vec![0; config.n_slots],
             jobs_taken: 0,
@@ -506,14 +512,7 @@ impl<'s> Engine<'s> {
                     self.finish_context_full(id);
                     continue;
                 }
-                let proposals = match self.propose(id, pos, spare) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        let active = self.slots[id].take().expect("checked");
-                        self.fail(id, active.job, format!("drafting failed: {e}"));
-                        continue;
-                    }
-                };
+                let proposals = self.propose(id, pos, spare);
                 spare -= proposals.len();
                 self.rows.push((self.batch.len(), id, 0));
                 self.batch.add(token, pos as i32, id, true);
@@ -607,10 +606,12 @@ impl<'s> Engine<'s> {
 
     /// Slot `id`'s proposals to check after its pending token at `pos`, at most `spare`: what
     /// its drafter offers within the context, the tokens the run may still make and
-    /// `--draft-max`; none below `--draft-min`.
-    fn propose(&mut self, id: usize, pos: usize, spare: usize) -> Result<Vec<u32>, EngineError> {
-        let Some(drafter) = self.drafters.get_mut(id) else {
-            return Ok(Vec::new());
+    /// `--draft-max`; none below `--draft-min`. Drafting is optional: a drafter that fails
+    /// proposes nothing this step (it resynchronises with the slot's tokens on its next call),
+    /// and one that panics is dropped, the slot decoding plainly from then on.
+    fn propose(&mut self, id: usize, pos: usize, spare: usize) -> Vec<u32> {
+        let Some(drafter) = self.drafters.get_mut(id).and_then(Option::as_mut) else {
+            return Vec::new();
         };
         let active = self.slots[id].as_mut().expect("a generating slot");
         // The check's last row makes a token too: one proposal fewer than the tokens left.
@@ -619,12 +620,24 @@ impl<'s> Engine<'s> {
             .saturating_sub(active.n_generated + 1);
         let wanted = self.draft.max.min(self.n_ctx - pos - 1).min(left).min(spare);
         if wanted == 0 {
-            return Ok(Vec::new());
+            return Vec::new();
         }
-        let mut proposals = drafter.draft(active.seq.history(), wanted)?;
+        let history = active.seq.history();
+        let mut proposals = match catch_unwind(AssertUnwindSafe(|| drafter.draft(history, wanted))) {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                eprintln!("slot {id}: drafting failed ({e}); this step decodes one token");
+                return Vec::new();
+            }
+            Err(_) => {
+                eprintln!("slot {id}: the drafter panicked; the slot decodes without drafting from now on");
+                self.drafters[id] = None;
+                return Vec::new();
+            }
+        };
         proposals.truncate(wanted);
         if proposals.len() < self.draft.min.max(1) {
-            return Ok(Vec::new());
+            return Vec::new();
         }
         active.n_drafted += proposals.len();
         active.check = Some(Check {
@@ -632,7 +645,7 @@ impl<'s> Engine<'s> {
             pos,
             kept: 0,
         });
-        Ok(proposals)
+        proposals
     }
 
     /// Choices waiting for their leader's prompt: once the leader has read all of it but the
@@ -885,6 +898,17 @@ mod tests {
         assert_eq!(reuse(150, 150), 150);
         assert_eq!(reuse(75, 150), 75);
         assert_eq!(reuse(0, 0), 0);
+    }
+
+    #[test]
+    fn a_queue_bound_refuses_only_jobs_that_would_wait() {
+        // --queue-max 0: an idle slot takes the job; with none idle it would wait, refused.
+        assert!(!refuses(0, 1, 0));
+        assert!(refuses(1, 1, 0) && refuses(0, 0, 0));
+        // --queue-max 1: one may wait behind the busy slots, not two.
+        assert!(!refuses(0, 0, 1) && refuses(1, 0, 1));
+        // Two queued, one idle slot: one already waits, so a third is refused.
+        assert!(!refuses(2, 2, 1) && !refuses(1, 1, 1) && refuses(2, 1, 1));
     }
 
     #[test]

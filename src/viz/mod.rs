@@ -155,6 +155,25 @@ impl StepObserver for PageObserver {
 /// The generation thread: owns the session and runs one request at a time.
 fn generation_loop(model: Arc<Model>, mut session: Session, state: Arc<VizState>, runs: mpsc::Receiver<RunRequest>) {
     for run in runs {
+        // The next run is allowed once this one has ended however it ended, a panic included;
+        // the flag is cleared before the last event, so a page that runs again on `done` is
+        // not refused.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_one(&model, &mut session, &state, run)
+        }));
+        let last = match outcome {
+            Ok(last) => last,
+            Err(_) => ("error", json!({"error": "the generation panicked; the page serves on"})),
+        };
+        state.running.store(false, Ordering::Release);
+        let _ = state.events.send((last.0, last.1.to_string()));
+    }
+}
+
+/// One generation; returns the event that ends it (`done` or `error`), for the caller to send
+/// once the next run is allowed.
+fn run_one(model: &Model, session: &mut Session, state: &VizState, run: RunRequest) -> (&'static str, Value) {
+    {
         let send = |name: &'static str, value: Value| {
             let _ = state.events.send((name, value.to_string()));
         };
@@ -162,11 +181,7 @@ fn generation_loop(model: Arc<Model>, mut session: Session, state: Arc<VizState>
         let messages = [json!({"role": "user", "content": run.prompt})];
         let tokens = match model.template().render(&messages, None, true, &serde_json::Map::new()) {
             Ok(text) => model.encode(&text),
-            Err(e) => {
-                send("error", json!({"error": format!("the chat template failed: {e}")}));
-                state.running.store(false, Ordering::Release);
-                continue;
-            }
+            Err(e) => return ("error", json!({"error": format!("the chat template failed: {e}")})),
         };
         send(
             "start",
@@ -178,12 +193,12 @@ fn generation_loop(model: Arc<Model>, mut session: Session, state: Arc<VizState>
             ..GenerateOptions::default()
         };
         let started = Instant::now();
-        let result = crate::engine::generate(&mut session, model.tokenizer(), &tokens, &options, |text| {
+        let result = crate::engine::generate(session, model.tokenizer(), &tokens, &options, |text| {
             send("text", json!({"text": String::from_utf8_lossy(text)}));
             Ok(())
         });
         match result {
-            Ok(r) => send(
+            Ok(r) => (
                 "done",
                 json!({
                     "n_generated": r.tokens.len(),
@@ -192,9 +207,8 @@ fn generation_loop(model: Arc<Model>, mut session: Session, state: Arc<VizState>
                     "stop": format!("{:?}", r.stop_reason),
                 }),
             ),
-            Err(e) => send("error", json!({"error": e.to_string()})),
+            Err(e) => ("error", json!({"error": e.to_string()})),
         }
-        state.running.store(false, Ordering::Release);
     }
 }
 

@@ -707,7 +707,8 @@ enum Command {
     ///
     /// Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
     /// (alive), GET /ready (200 only when ready for work), GET /metrics (Prometheus). The port
-    /// is bound before the model loads. Each slot generates one request at a time with its own
+    /// is bound before the model loads (after a download: an hf: or ollama: model, or a draft
+    /// model, is fetched and a draft loaded first). Each slot generates one request at a time with its own
     /// KV cache; requests beyond the slots wait in order (503 beyond --queue-max of them).
     /// SIGINT/SIGTERM: /ready turns 503, the listener closes (after --drain-delay), in-flight
     /// requests finish (at most --shutdown-timeout seconds), then exit 0.
