@@ -158,22 +158,61 @@ pub struct GgufStreamWriter<W: Write> {
     next: usize,
     alignment: u64,
     path: std::path::PathBuf,
+    /// For a file: its temporary name, renamed to the final one by a successful finish.
+    pending: Option<PendingFile>,
+}
+
+/// A file being written under a temporary name beside its final one (`NAME.tmp`): renamed into
+/// place once complete, removed if dropped before, so that a failure part-way (a full disk, a
+/// refused tensor) never leaves a truncated file under the final name.
+struct PendingFile {
+    temp: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl PendingFile {
+    fn commit(self) -> Result<()> {
+        let result = std::fs::rename(&self.temp, &self.path).map_err(|source| GgufError::Io {
+            path: self.path.clone(),
+            source,
+        });
+        if result.is_ok() {
+            // Renamed: nothing is left for the drop to remove.
+            std::mem::forget(self);
+        }
+        result
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.temp);
+    }
 }
 
 impl GgufStreamWriter<std::io::BufWriter<std::fs::File>> {
-    /// Create (or replace) the file at `path` and write its header: `metadata`, then the table
-    /// of `tensors`.
+    /// Create the file at `path` (replacing any file there once it is complete) and write its
+    /// header: `metadata`, then the table of `tensors`. The data goes to `path` + `.tmp` until
+    /// [`GgufStreamWriter::finish`] renames it.
     pub fn create(path: &Path, metadata: &Metadata, tensors: &[TensorLayout]) -> Result<Self> {
-        let file = std::fs::File::create(path).map_err(|source| GgufError::Io {
+        let mut temp = path.as_os_str().to_owned();
+        temp.push(".tmp");
+        let pending = PendingFile {
+            temp: temp.into(),
             path: path.to_path_buf(),
+        };
+        let file = std::fs::File::create(&pending.temp).map_err(|source| GgufError::Io {
+            path: pending.temp.clone(),
             source,
         })?;
-        Self::new(
+        let mut writer = Self::new(
             std::io::BufWriter::with_capacity(1 << 20, file),
             path,
             metadata,
             tensors,
-        )
+        )?;
+        writer.pending = Some(pending);
+        Ok(writer)
     }
 }
 
@@ -209,6 +248,7 @@ impl<W: Write> GgufStreamWriter<W> {
             next: 0,
             alignment,
             path: path.to_path_buf(),
+            pending: None,
         };
         writer.write(&header)?;
         Ok(writer)
@@ -241,7 +281,8 @@ impl<W: Write> GgufStreamWriter<W> {
         Ok(())
     }
 
-    /// Check that every declared tensor was written and flush the output.
+    /// Check that every declared tensor was written and flush the output; a file is then
+    /// renamed to its final name.
     pub fn finish(mut self) -> Result<W> {
         if let Some((name, _)) = self.sizes.get(self.next) {
             return Err(GgufError::OutOfOrderTensor {
@@ -253,6 +294,9 @@ impl<W: Write> GgufStreamWriter<W> {
             path: self.path.clone(),
             source,
         })?;
+        if let Some(pending) = self.pending.take() {
+            pending.commit()?;
+        }
         Ok(self.out)
     }
 
@@ -358,5 +402,34 @@ fn write_array(out: &mut Vec<u8>, array: &Array) {
         Array::F64(v) => each!(v, |o: &mut Vec<u8>, x: &f64| o.extend_from_slice(&x.to_le_bytes())),
         Array::String(v) => each!(v, |o: &mut Vec<u8>, x: &String| write_string(o, x)),
         Array::Array(v) => each!(v, write_array),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_file_appears_under_its_name_only_when_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let temp = dir.path().join("m.gguf.tmp");
+        let layout = [TensorLayout::as_ggml_records("t", GgmlType::F32, &[4])];
+        // Dropped before its tensor: nothing under either name.
+        let writer = GgufStreamWriter::create(&path, &Metadata::default(), &layout).unwrap();
+        assert!(temp.exists() && !path.exists());
+        drop(writer);
+        assert!(!temp.exists() && !path.exists());
+        // A refused tensor, then a finish that finds one missing: still nothing.
+        let mut writer = GgufStreamWriter::create(&path, &Metadata::default(), &layout).unwrap();
+        assert!(writer.write_tensor("t", &[0; 3]).is_err());
+        assert!(writer.finish().is_err());
+        assert!(!temp.exists() && !path.exists());
+        // Complete: renamed into place, and it reads back.
+        let mut writer = GgufStreamWriter::create(&path, &Metadata::default(), &layout).unwrap();
+        writer.write_tensor("t", &[0; 16]).unwrap();
+        writer.finish().unwrap();
+        assert!(path.exists() && !temp.exists());
+        assert_eq!(crate::gguf::GgufFile::open(&path).unwrap().tensors().len(), 1);
     }
 }
