@@ -9,7 +9,6 @@ mod common;
 
 use minfer::gguf::split::split_path;
 use minfer::gguf::{GgufFile, GgufWriter, Value};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -19,10 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const CHUNK: usize = 64 << 10;
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// A file of a fake repository: its path, the bytes served for it and the digest the listing
 /// publishes (the bytes' own unless a test lies).
@@ -95,7 +90,7 @@ impl Server {
     }
 
     fn add_blob(&self, bytes: Vec<u8>) -> (String, u64) {
-        let sha = sha256_hex(&bytes);
+        let sha = common::sha256_hex(&bytes);
         let size = bytes.len() as u64;
         self.state.lock().unwrap().blobs.insert(sha.clone(), Arc::new(bytes));
         (sha, size)

@@ -6,8 +6,6 @@ mod common;
 
 use minfer::gguf::split::{merge_file, split_file, split_path, SplitLimit};
 use minfer::gguf::GgufFile;
-use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The llama-gguf-split runs the manifest records: the part prefix, the input and the flags.
@@ -18,24 +16,8 @@ const CASES: [(&str, &str, &str, SplitLimit, bool); 4] = [
     ("q3-t8-nf", "qwen3", "Q4_K", SplitLimit::MaxTensors(8), true),
 ];
 
-fn manifest() -> HashMap<String, String> {
-    let path = common::fixtures().join("quantize/llama-gguf-split.sha256");
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (hash, file) = l.split_once("  ").unwrap();
-            (file.to_string(), hash.to_string())
-        })
-        .collect()
-}
-
 fn sha256(path: &Path) -> String {
-    Sha256::digest(std::fs::read(path).unwrap())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    common::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 fn file_name(path: &Path) -> String {
@@ -44,7 +26,7 @@ fn file_name(path: &Path) -> String {
 
 #[test]
 fn our_parts_are_llama_gguf_splits_byte_for_byte() {
-    let expected = manifest();
+    let expected = common::sha256_manifest("llama-gguf-split.sha256");
     let dir = tempfile::tempdir().unwrap();
     for (prefix, arch, ty, limit, no_first) in CASES {
         let input = GgufFile::open(common::tiny_model(arch, ty)).unwrap();
@@ -125,7 +107,10 @@ fn the_split_and_merge_commands_round_trip_and_refuse_bad_limits() {
     assert!(run.status.success(), "{log}");
     assert!(log.contains("3 parts, 27 tensors"), "{log}");
     let first = PathBuf::from(split_path(prefix.to_str().unwrap(), 0, 3));
-    assert_eq!(sha256(&first), manifest()["q2-s5M-00001-of-00003.gguf"]);
+    assert_eq!(
+        sha256(&first),
+        common::sha256_manifest("llama-gguf-split.sha256")["q2-s5M-00001-of-00003.gguf"]
+    );
 
     let merged = dir.path().join("merged.gguf");
     let run = minfer(&["merge".as_ref(), first.as_os_str(), merged.as_os_str()]);

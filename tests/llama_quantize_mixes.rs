@@ -8,24 +8,11 @@ mod common;
 use minfer::gguf::GgufFile;
 use minfer::quant::GgmlType;
 use minfer::quantize::{plan, quantize_file, FileType, ModelFacts, QuantizeOptions, TensorMeta};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::Path;
 
-fn manifest(name: &str) -> HashMap<String, String> {
-    let text = std::fs::read_to_string(common::fixtures().join("quantize").join(name)).unwrap();
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (hash, file) = l.split_once("  ").unwrap();
-            (file.to_string(), hash.to_string())
-        })
-        .collect()
-}
-
 fn sha256(path: &Path) -> String {
-    let bytes = std::fs::read(path).unwrap();
-    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    common::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 const MIXES: [&str; 12] = [
@@ -35,7 +22,7 @@ const MIXES: [&str; 12] = [
 /// Every file type from `source` (F32 or F16) of the tiny `arch` model hashes as
 /// llama-quantize's output did.
 fn assert_mixes_match_llama_quantize(arch: &str, source: &str) {
-    let expected = manifest("llama-quantize.sha256");
+    let expected = common::sha256_manifest("llama-quantize.sha256");
     let input = GgufFile::open(common::tiny_model(arch, source)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut wrong = Vec::new();
@@ -79,7 +66,7 @@ fn every_mix_of_the_tiny_qwen3_from_f16_is_llama_quantizes_file_byte_for_byte() 
 /// gives the fixture back.
 #[test]
 fn the_f16_fixtures_are_what_quantizing_the_f32_models_to_f16_writes() {
-    let expected = manifest("llama-quantize.sha256");
+    let expected = common::sha256_manifest("llama-quantize.sha256");
     for arch in ["qwen2", "qwen3"] {
         assert_eq!(
             sha256(&common::tiny_model(arch, "F16")),
@@ -128,7 +115,10 @@ fn the_quantize_command_writes_a_mix_and_reports_each_tensor() {
         .unwrap();
     let log = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{log}");
-    assert_eq!(sha256(&out), manifest("llama-quantize.sha256")["qwen3-F16-Q4_K_M.gguf"]);
+    assert_eq!(
+        sha256(&out),
+        common::sha256_manifest("llama-quantize.sha256")["qwen3-F16-Q4_K_M.gguf"]
+    );
     let lines: Vec<&str> = log.lines().filter(|l| l.starts_with('[')).collect();
     let n = GgufFile::open(&out).unwrap().tensors().len();
     assert_eq!(lines.len(), n, "{log}");

@@ -154,11 +154,8 @@ impl ProfileRecorder {
                 Vec::new()
             };
             let n_tokens = node.out_shape[1];
-            let cost = (!mats.is_empty()).then(|| {
-                mats.iter()
-                    .map(|m| matmul_cost(m, n_tokens))
-                    .fold((0, 0), |(b, f), (b2, f2)| (b + b2, f + f2))
-            });
+            let costs: Vec<(u64, u64)> = mats.iter().map(|m| matmul_cost(m, n_tokens)).collect();
+            let cost = (!costs.is_empty()).then(|| costs.iter().fold((0, 0), |(b, f), &(b2, f2)| (b + b2, f + f2)));
             self.ops.entry(kind).or_default().add(nanos, cost);
             let layer = node_layer(node);
             self.layers
@@ -166,9 +163,8 @@ impl ProfileRecorder {
                 .or_default()
                 .add(nanos, cost);
             // A fused product's time is shared among its matrices by their weight bytes.
-            let total_bytes: u64 = mats.iter().map(|m| matmul_cost(m, n_tokens).0).sum();
-            for m in &mats {
-                let (bytes, flops) = matmul_cost(m, n_tokens);
+            let total_bytes = cost.map_or(0, |(bytes, _)| bytes);
+            for (m, &(bytes, flops)) in mats.iter().zip(&costs) {
                 let part = nanos * u128::from(bytes) / u128::from(total_bytes.max(1));
                 self.matmuls
                     .entry(matrix_name(m))

@@ -44,12 +44,8 @@ pub trait StepObserver: Send {
 /// The layer a node belongs to: from its op or metadata, else from its name's `-N` suffix
 /// (`attn_norm-3`); `None` for the nodes outside the layers (embedding, output head).
 pub fn node_layer(node: &CNode) -> Option<usize> {
-    use crate::graph::{NodeMeta, Op};
-    match (&node.op, &node.meta) {
-        (Op::KvcacheStore { layer } | Op::FusedQKV { layer } | Op::FusedQkvNorm { layer }, _) => Some(*layer),
-        (_, NodeMeta::Attn(m)) => Some(m.layer),
-        _ => node.name.rsplit_once('-').and_then(|(_, n)| n.parse().ok()),
-    }
+    node.kv_layer()
+        .or_else(|| node.name.rsplit_once('-').and_then(|(_, n)| n.parse().ok()))
 }
 
 /// A Chrome trace-event file (the JSON object format, which Perfetto and `chrome://tracing`
@@ -118,9 +114,11 @@ impl ChromeTrace {
         }
     }
 
-    fn new_track(&mut self, name: &str) -> u64 {
+    /// A new track, `session N`; its thread id.
+    fn new_track(&mut self) -> u64 {
         self.n_tracks += 1;
         let tid = self.n_tracks;
+        let name = format!("session {tid}");
         self.append(&[json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": name}})]);
         tid
     }
@@ -215,10 +213,6 @@ pub fn trace_status() -> Option<(PathBuf, Option<String>)> {
 /// A new session's observer on the process trace, if one is open.
 pub(super) fn process_observer() -> Option<Box<dyn StepObserver>> {
     let trace = Arc::clone(PROCESS_TRACE.lock().unwrap_or_else(PoisonError::into_inner).as_ref()?);
-    let tid = {
-        let mut t = trace.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = t.n_tracks + 1;
-        t.new_track(&format!("session {n}"))
-    };
+    let tid = trace.lock().unwrap_or_else(PoisonError::into_inner).new_track();
     Some(Box::new(TraceTrack { trace, tid }))
 }

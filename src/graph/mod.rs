@@ -124,6 +124,16 @@ impl CNode {
     pub fn n_bytes(&self) -> usize {
         self.out_dtype.bytes(self.n_elements())
     }
+
+    /// The layer whose KV region the node reads or writes (a KV store, a fused QKV, an
+    /// attention), if any.
+    pub fn kv_layer(&self) -> Option<usize> {
+        match (&self.op, &self.meta) {
+            (Op::KvcacheStore { layer } | Op::FusedQKV { layer } | Op::FusedQkvNorm { layer }, _) => Some(*layer),
+            (Op::Attn { .. }, NodeMeta::Attn(m)) => Some(m.layer),
+            _ => None,
+        }
+    }
 }
 
 /// One forward pass: nodes in build order (which is also the execution order), the inputs the

@@ -5,7 +5,7 @@
 
 use super::alloc::GraphAllocator;
 use super::backend::{Backend, KvProvider};
-use super::ops::{NodeMeta, Op};
+use super::ops::Op;
 use super::{BufRef, ComputeGraph, GraphError, NodeId};
 use std::time::Instant;
 
@@ -208,14 +208,7 @@ impl BackendScheduler {
                     };
                     in_bufs.push(buf);
                 }
-                let layer = match (&node.op, &node.meta) {
-                    (Op::KvcacheStore { layer } | Op::FusedQKV { layer } | Op::FusedQkvNorm { layer }, _) => {
-                        Some(*layer)
-                    }
-                    (Op::Attn { .. }, NodeMeta::Attn(m)) => Some(m.layer),
-                    _ => None,
-                };
-                let kv = layer.and_then(|l| alloc.kv_pair(l));
+                let kv = node.kv_layer().and_then(|l| alloc.kv_pair(l));
                 timed(&mut timings, node.id, Work::Execute, || {
                     Ok(alloc.backend_mut(split.backend)?.execute_node(node, in_bufs, out, kv)?)
                 })?;

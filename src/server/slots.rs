@@ -512,11 +512,12 @@ impl<'s> Engine<'s> {
                     self.finish_context_full(id);
                     continue;
                 }
-                let proposals = self.propose(id, pos, spare);
-                spare -= proposals.len();
+                self.propose(id, pos, spare);
                 self.rows.push((self.batch.len(), id, 0));
                 self.batch.add(token, pos as i32, id, true);
-                for (k, &proposal) in proposals.iter().enumerate() {
+                let check = self.slots[id].as_ref().and_then(|a| a.check.as_ref());
+                for (k, &proposal) in check.map_or(&[][..], |c| &c.proposals).iter().enumerate() {
+                    spare -= 1;
                     self.rows.push((self.batch.len(), id, k + 1));
                     self.batch.add(proposal, (pos + 1 + k) as i32, id, true);
                 }
@@ -604,48 +605,49 @@ impl<'s> Engine<'s> {
         self.rows = rows;
     }
 
-    /// Slot `id`'s proposals to check after its pending token at `pos`, at most `spare`: what
-    /// its drafter offers within the context, the tokens the run may still make and
-    /// `--draft-max`; none below `--draft-min`. Drafting is optional: a drafter that fails
+    /// Sets slot `id`'s proposals to check after its pending token at `pos` (its `check`), at
+    /// most `spare`: what its drafter offers within the context, the tokens the run may still
+    /// make and `--draft-max`; none below `--draft-min`. Drafting is optional: a drafter that fails
     /// proposes nothing this step (it resynchronises with the slot's tokens on its next call),
     /// and one that panics is dropped, the slot decoding plainly from then on.
-    fn propose(&mut self, id: usize, pos: usize, spare: usize) -> Vec<u32> {
-        let Some(drafter) = self.drafters.get_mut(id).and_then(Option::as_mut) else {
-            return Vec::new();
-        };
+    fn propose(&mut self, id: usize, pos: usize, spare: usize) {
         let active = self.slots[id].as_mut().expect("a generating slot");
+        // Sampling ends every check (kept in full, cut short or finished); none outlives its step.
+        debug_assert!(active.check.is_none(), "slot {id}: a check from an earlier step");
+        let Some(drafter) = self.drafters.get_mut(id).and_then(Option::as_mut) else {
+            return;
+        };
         // The check's last row makes a token too: one proposal fewer than the tokens left.
         let left = active.job.runs[active.run]
             .max_tokens
             .saturating_sub(active.n_generated + 1);
         let wanted = self.draft.max.min(self.n_ctx - pos - 1).min(left).min(spare);
         if wanted == 0 {
-            return Vec::new();
+            return;
         }
         let history = active.seq.history();
         let mut proposals = match catch_unwind(AssertUnwindSafe(|| drafter.draft(history, wanted))) {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 eprintln!("slot {id}: drafting failed ({e}); this step decodes one token");
-                return Vec::new();
+                return;
             }
             Err(_) => {
                 eprintln!("slot {id}: the drafter panicked; the slot decodes without drafting from now on");
                 self.drafters[id] = None;
-                return Vec::new();
+                return;
             }
         };
         proposals.truncate(wanted);
         if proposals.len() < self.draft.min.max(1) {
-            return Vec::new();
+            return;
         }
         active.n_drafted += proposals.len();
         active.check = Some(Check {
-            proposals: proposals.clone(),
+            proposals,
             pos,
             kept: 0,
         });
-        proposals
     }
 
     /// Choices waiting for their leader's prompt: once the leader has read all of it but the

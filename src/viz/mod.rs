@@ -173,42 +173,40 @@ fn generation_loop(model: Arc<Model>, mut session: Session, state: Arc<VizState>
 /// One generation; returns the event that ends it (`done` or `error`), for the caller to send
 /// once the next run is allowed.
 fn run_one(model: &Model, session: &mut Session, state: &VizState, run: RunRequest) -> (&'static str, Value) {
-    {
-        let send = |name: &'static str, value: Value| {
-            let _ = state.events.send((name, value.to_string()));
-        };
-        session.reset();
-        let messages = [json!({"role": "user", "content": run.prompt})];
-        let tokens = match model.template().render(&messages, None, true, &serde_json::Map::new()) {
-            Ok(text) => model.encode(&text),
-            Err(e) => return ("error", json!({"error": format!("the chat template failed: {e}")})),
-        };
-        send(
-            "start",
-            json!({"prompt_tokens": tokens.len(), "n_predict": run.n_predict}),
-        );
-        let options = GenerateOptions {
-            max_tokens: run.n_predict,
-            sampling: SamplingParams::greedy(),
-            ..GenerateOptions::default()
-        };
-        let started = Instant::now();
-        let result = crate::engine::generate(session, model.tokenizer(), &tokens, &options, |text| {
-            send("text", json!({"text": String::from_utf8_lossy(text)}));
-            Ok(())
-        });
-        match result {
-            Ok(r) => (
-                "done",
-                json!({
-                    "n_generated": r.tokens.len(),
-                    "seconds": started.elapsed().as_secs_f64(),
-                    "tok_s": r.stats.gen_tok_per_s(),
-                    "stop": format!("{:?}", r.stop_reason),
-                }),
-            ),
-            Err(e) => ("error", json!({"error": e.to_string()})),
-        }
+    let send = |name: &'static str, value: Value| {
+        let _ = state.events.send((name, value.to_string()));
+    };
+    session.reset();
+    let messages = [json!({"role": "user", "content": run.prompt})];
+    let tokens = match model.template().render(&messages, None, true, &serde_json::Map::new()) {
+        Ok(text) => model.encode(&text),
+        Err(e) => return ("error", json!({"error": format!("the chat template failed: {e}")})),
+    };
+    send(
+        "start",
+        json!({"prompt_tokens": tokens.len(), "n_predict": run.n_predict}),
+    );
+    let options = GenerateOptions {
+        max_tokens: run.n_predict,
+        sampling: SamplingParams::greedy(),
+        ..GenerateOptions::default()
+    };
+    let started = Instant::now();
+    let result = crate::engine::generate(session, model.tokenizer(), &tokens, &options, |text| {
+        send("text", json!({"text": String::from_utf8_lossy(text)}));
+        Ok(())
+    });
+    match result {
+        Ok(r) => (
+            "done",
+            json!({
+                "n_generated": r.tokens.len(),
+                "seconds": started.elapsed().as_secs_f64(),
+                "tok_s": r.stats.gen_tok_per_s(),
+                "stop": format!("{:?}", r.stop_reason),
+            }),
+        ),
+        Err(e) => ("error", json!({"error": e.to_string()})),
     }
 }
 

@@ -109,7 +109,6 @@ fn value_json(v: &minfer::gguf::Value) -> serde_json::Value {
 /// What our reader sees in a file, in the shape `scripts/gguf_dump.py` prints with gguf-py.
 pub fn dump_json(file: &minfer::gguf::GgufFile) -> serde_json::Value {
     use serde_json::json;
-    use sha2::{Digest, Sha256};
     let metadata: Vec<_> = file
         .metadata()
         .iter()
@@ -119,8 +118,7 @@ pub fn dump_json(file: &minfer::gguf::GgufFile) -> serde_json::Value {
         .tensors()
         .iter()
         .map(|t| {
-            let digest = Sha256::digest(file.tensor_data(t));
-            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            let hex = sha256_hex(file.tensor_data(t));
             json!({"name": t.name, "type": t.ggml_type.name(), "shape": t.shape, "offset": t.offset, "sha256": hex})
         })
         .collect();
@@ -163,4 +161,23 @@ impl Rng {
     pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| self.f32(scale)).collect()
     }
+}
+
+/// Lowercase hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A `sha256sum`-format manifest under `tests/fixtures/quantize/` (`HASH  FILE` lines, `#`
+/// comments): file name → hash.
+pub fn sha256_manifest(name: &str) -> std::collections::HashMap<String, String> {
+    let text = std::fs::read_to_string(fixtures().join("quantize").join(name)).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (hash, file) = l.split_once("  ").unwrap();
+            (file.to_string(), hash.to_string())
+        })
+        .collect()
 }
