@@ -35,6 +35,15 @@ use super::testing::TestHooks;
 /// whole blocks of one count make a kernel panic, never read out of bounds.
 type BlockKernel<const N: usize> = unsafe fn(&[u8], [&[u8]; N]) -> [f32; N];
 
+/// A dot product of `R` weight rows with one activation row, on their bytes.
+///
+/// # Safety
+/// As for [`BlockKernel`].
+type RowsKernel<const R: usize> = unsafe fn([&[u8]; R], &[u8]) -> [f32; R];
+
+/// The weight rows of a [`BlockDots::dot_rows`] call.
+pub const DOT_ROWS: usize = 4;
+
 /// A dot product of one float weight row with f32 activations.
 ///
 /// # Safety
@@ -58,6 +67,7 @@ enum Dot {
     Blocks {
         one: BlockKernel<1>,
         two: Option<BlockKernel<2>>,
+        rows: Option<RowsKernel<DOT_ROWS>>,
         /// Bytes of an activation block.
         a_size: usize,
         /// The alignments of the weight and the activation blocks.
@@ -100,11 +110,13 @@ impl TypeTraits {
             Dot::Blocks {
                 one,
                 two,
+                rows,
                 a_size,
                 align,
             } => Some(BlockDots {
                 one,
                 two,
+                rows,
                 w_size: self.type_size,
                 a_size,
                 align,
@@ -156,6 +168,7 @@ impl TypeTraits {
 pub struct BlockDots {
     one: BlockKernel<1>,
     two: Option<BlockKernel<2>>,
+    rows: Option<RowsKernel<DOT_ROWS>>,
     w_size: usize,
     a_size: usize,
     /// The alignments of the weight and the activation blocks.
@@ -203,6 +216,26 @@ impl BlockDots {
         }
         // SAFETY: as for `dot`.
         unsafe { two(w, [a0, a1]) }
+    }
+
+    /// `[self.dot(ws[0], a), ...]`: [`DOT_ROWS`] weight rows against one activation row, reading
+    /// each activation block once for all of them (decoding's matrix-vector product).
+    ///
+    /// # Panics
+    /// If the rows do not hold the same number of blocks.
+    #[inline(always)]
+    pub fn dot_rows(&self, ws: [&[u8]; DOT_ROWS], a: &[u8]) -> [f32; DOT_ROWS] {
+        let Some(rows) = self.rows else {
+            return ws.map(|w| self.dot(w, a));
+        };
+        for w in ws {
+            self.check(w, a);
+        }
+        if ws.iter().any(|w| !self.aligned(w, a)) {
+            return ws.map(|w| self.dot(w, a));
+        }
+        // SAFETY: as for `dot`.
+        unsafe { rows(ws, a) }
     }
 
     #[inline(always)]
@@ -427,7 +460,7 @@ macro_rules! float_kernel {
 /// reference serves every instruction set) and its panel kernel (`none`, or `block32(KIND)` /
 /// `k(KIND)` of `simd::x86::gemm` / `gemm_k`).
 macro_rules! quant {
-    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, x86 $($x86:ident)::+, panel $($panel:tt)+) => {{
+    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, x86 $($x86:ident)::+, rows $($rows:ident)::+, panel $($panel:tt)+) => {{
         const {
             assert!(std::mem::size_of::<$m::$block>() == GgmlType::$ty.type_size());
             activation_checks!($ty, $($dot)::+);
@@ -440,7 +473,7 @@ macro_rules! quant {
             to_float: |src, dst| with_blocks(src, |b| $m::dequantize_row(b, dst)),
             from_float_ref: |src, dst| into_blocks(dst, |b| $m::quantize_row_ref(src, b)),
             from_float: quantizer!($isa, $m),
-            dot: block_dot!($isa, $m::$block, $($dot)::+, $($x86)::+),
+            dot: block_dot!($isa, $m::$block, $($dot)::+, ($($x86)::+), ($($rows)::+)),
             panel: panel!($isa, $ty, $($panel)+),
             #[cfg(test)]
             test: Some(TestHooks::block::<$m::$block>()),
@@ -465,13 +498,14 @@ macro_rules! activation_checks {
 }
 
 macro_rules! block_dot {
-    ($isa:ident, $m:ident::$block:ident, none, $($x86:tt)*) => {
+    ($isa:ident, $m:ident::$block:ident, none, $x86:tt, $rows:tt) => {
         Dot::None
     };
-    ($isa:ident, $m:ident::$block:ident, $am:ident::$ablock:ident, $($x86:tt)*) => {
+    ($isa:ident, $m:ident::$block:ident, $am:ident::$ablock:ident, ($($x86:tt)*), ($($rows:tt)*)) => {
         Dot::Blocks {
             one: block_kernel!($isa, 1, $m, $($x86)*),
             two: Some(block_kernel!($isa, 2, $m, $($x86)*)),
+            rows: rows_kernel!($isa, $($rows)*),
             a_size: std::mem::size_of::<$am::$ablock>(),
             align: (std::mem::align_of::<$m::$block>(), std::mem::align_of::<$am::$ablock>()),
         }
@@ -490,6 +524,23 @@ macro_rules! block_kernel {
     };
     (avx512, $n:literal, $m:ident, $file:ident::$kernel:ident) => {
         $file::$kernel::<true, $n>
+    };
+}
+
+/// The [`RowsKernel`] of a row: its SIMD kernel, if it has one (otherwise [`BlockDots::dot_rows`]
+/// takes the rows one by one).
+macro_rules! rows_kernel {
+    ($isa:ident, none) => {
+        None
+    };
+    (scalar, $file:ident::$kernel:ident) => {
+        None
+    };
+    (avx2, $file:ident::$kernel:ident) => {
+        Some($file::$kernel::<false>)
+    };
+    (avx512, $file:ident::$kernel:ident) => {
+        Some($file::$kernel::<true>)
     };
 }
 
@@ -544,16 +595,16 @@ type_table! {
     F32: float(f32_from_le, f32_to_le, vec_dot_f32_ref, x86 vec_dot_f32);
     F16: float(f16_from_le, f16_to_le, vec_dot_f16_ref, x86 vec_dot_f16);
     BF16: float(bf16_from_le, bf16_to_le, vec_dot_bf16_ref, x86 vec_dot_bf16);
-    Q4_0: quant(q4_0::BlockQ4_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q4_0, panel block32(Q4_0));
-    Q4_1: quant(q4_1::BlockQ4_1, dot q8_1::BlockQ8_1, x86 legacy::vec_dot_q4_1, panel block32(Q4_1));
-    Q5_0: quant(q5_0::BlockQ5_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q5_0, panel block32(Q5_0));
-    Q5_1: quant(q5_1::BlockQ5_1, dot q8_1::BlockQ8_1, x86 legacy::vec_dot_q5_1, panel block32(Q5_1));
-    Q8_0: quant(q8_0::BlockQ8_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q8_0, panel block32(Q8_0));
-    Q8_1: quant(q8_1::BlockQ8_1, dot none, x86 none, panel none);
-    Q4_K: quant(q4_k::BlockQ4K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q4_k, panel k(Q4_K));
-    Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q5_k, panel k(Q5_K));
-    Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q6_k, panel k(Q6_K));
-    Q8_K: quant(q8_k::BlockQ8K, dot none, x86 none, panel none);
+    Q4_0: quant(q4_0::BlockQ4_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q4_0, rows legacy::rows_q4_0, panel block32(Q4_0));
+    Q4_1: quant(q4_1::BlockQ4_1, dot q8_1::BlockQ8_1, x86 legacy::vec_dot_q4_1, rows legacy::rows_q4_1, panel block32(Q4_1));
+    Q5_0: quant(q5_0::BlockQ5_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q5_0, rows legacy::rows_q5_0, panel block32(Q5_0));
+    Q5_1: quant(q5_1::BlockQ5_1, dot q8_1::BlockQ8_1, x86 legacy::vec_dot_q5_1, rows legacy::rows_q5_1, panel block32(Q5_1));
+    Q8_0: quant(q8_0::BlockQ8_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q8_0, rows legacy::rows_q8_0, panel block32(Q8_0));
+    Q8_1: quant(q8_1::BlockQ8_1, dot none, x86 none, rows none, panel none);
+    Q4_K: quant(q4_k::BlockQ4K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q4_k, rows none, panel k(Q4_K));
+    Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q5_k, rows none, panel k(Q5_K));
+    Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q6_k, rows none, panel k(Q6_K));
+    Q8_K: quant(q8_k::BlockQ8K, dot none, x86 none, rows none, panel none);
 }
 
 #[cfg(test)]

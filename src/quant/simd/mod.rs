@@ -29,8 +29,8 @@ pub enum Isa {
     Scalar,
     /// AVX2 with F16C.
     Avx2,
-    /// The AVX2 kernels with AVX-512 VNNI's `vpdpbusd`/`vpdpwssd` (256-bit, needs AVX-512 F, VL
-    /// and VNNI).
+    /// The AVX2 kernels with AVX-512 VNNI's `vpdpbusd`/`vpdpwssd` and BW's byte masks (256-bit,
+    /// needs AVX-512 F, VL, BW and VNNI).
     Avx512,
 }
 
@@ -58,6 +58,7 @@ impl Isa {
                 Isa::Avx2.is_supported()
                     && is_x86_feature_detected!("avx512f")
                     && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vnni")
             }
             #[cfg(not(target_arch = "x86_64"))]

@@ -33,7 +33,8 @@ fn rows_and_references(isa: Isa) -> Vec<(&'static TypeTraits, &'static TypeTrait
     pairs
 }
 
-/// Both forms of every quantized dot product of `isa` against the scalar references.
+/// Every form of every quantized dot product of `isa` (one weight row with one or two activation
+/// rows, four weight rows with one) against the scalar references.
 fn check_block_dots(isa: Isa, seed: u64) {
     for (row, reference) in rows_and_references(isa) {
         let (Some(dots), Some(expected_dots)) = (row.block_dots(), reference.block_dots()) else {
@@ -60,6 +61,24 @@ fn check_block_dots(isa: Isa, seed: u64) {
                 );
                 for (i, (g, e)) in got_x2.iter().zip(expected).enumerate() {
                     assert_eq!(g.to_bits(), e.to_bits(), "{}, two rows, row {i}: {g} vs {e}", context());
+                }
+                // Four weight rows (`w` among them) against one activation row.
+                let ws: [Vec<u8>; traits::DOT_ROWS] = std::array::from_fn(|k| {
+                    if k == 1 {
+                        w.clone()
+                    } else {
+                        w_hooks.random_row(&mut r, n, row.type_size)
+                    }
+                });
+                let got_rows = dots.dot_rows(std::array::from_fn(|k| &ws[k][..]), &a);
+                for (k, (g, w)) in got_rows.iter().zip(&ws).enumerate() {
+                    let e = expected_dots.dot(w, &a);
+                    assert_eq!(
+                        g.to_bits(),
+                        e.to_bits(),
+                        "{}, four weight rows, row {k}: {g} vs {e}",
+                        context()
+                    );
                 }
             }
         }

@@ -1,5 +1,8 @@
 //! The 32-value block dot products (Q4_0, Q5_0, Q8_0 against Q8_0; Q4_1, Q5_1 against Q8_1),
-//! of one weight row with `N` activation rows at once (the weight blocks are unpacked once).
+//! of one weight row with `N` activation rows at once (the weight blocks are unpacked once), and
+//! of `R` weight rows with one activation row (`rows_*`, for decoding: the activation blocks and
+//! their offset terms are read once for all rows, and the rows' float sums form `R` independent
+//! chains instead of one, whose latency bounded a single row's product).
 //!
 //! Blocks go eight at a time: each block's integer dot product is summed exactly in i32 lanes,
 //! the eight sums are gathered into one vector, the reference's per-block float expression is
@@ -15,10 +18,11 @@ use crate::quant::q8_0::BlockQ8_0;
 use crate::quant::q8_1::BlockQ8_1;
 
 /// The block loop shared by the kernels, for the weight row `$x` and the `N` activation rows
-/// `$ys`: `$prep(xb)` unpacks a weight block, `$dot(u, yb)` gives the integer dot product of
-/// the unpacked block with an activation block as i32 lanes, and `$floats(xc, yc, sumi)` the
-/// reference's per-block float terms of a chunk of up to eight blocks given their integer sums.
-/// The terms are added to each row's total in block order.
+/// `$ys`: `$prep(xb)` unpacks a
+/// weight block, `$dot(u, yb)` gives the integer dot product of the unpacked block with an
+/// activation block as i32 lanes, and `$floats(xc, yc, sumi)` the reference's per-block float
+/// terms of a chunk of up to eight blocks given their integer sums. The terms are added to each
+/// row's total in block order.
 macro_rules! blockwise {
     ($x:expr, $ys:expr, $prep:expr, $dot:expr, $floats:expr) => {{
         let (x, ys) = ($x, $ys);
@@ -77,6 +81,98 @@ macro_rules! blockwise {
     }};
 }
 
+/// Eight values of each of `$f(0)` ... `$f(7)`, written out (a closure over `from_fn` would be
+/// left as a loop over memory).
+macro_rules! eight {
+    ($f:expr) => {
+        [$f(0), $f(1), $f(2), $f(3), $f(4), $f(5), $f(6), $f(7)]
+    };
+}
+
+/// The block loop of the `rows_*` kernels, for four weight rows `$xs` and one activation row
+/// `$y`: `$prep`, `$floats` as in `blockwise!`, `$dot(u, yb)` the integer products of unpacked
+/// levels with an activation block and `$offset(yb)` those of the type's level offset (zero for
+/// none; the compiler then drops them), computed once per block for the four rows. Each row's
+/// integer sums are `Σ u·y - Σ offset·y = Σ (u - offset)·y`, exactly those of the one-row
+/// kernel, and each row's terms are added in block order (the four rows side by side in one
+/// vector), so a row's result is its one-row kernel's, bit for bit.
+macro_rules! rowwise {
+    ($xs:expr, $y:expr, $prep:expr, $dot:expr, $offset:expr, $floats:expr) => {{
+        let (xs, y) = ($xs, $y);
+        let n = xs.iter().fold(y.len(), |n, x| n.min(x.len()));
+        // The terms of eight blocks of the four rows, block by block.
+        macro_rules! chunk {
+            ($xc:expr, $yc:expr) => {{
+                let (xc, yc) = ($xc, $yc);
+                let offset_sums = hsum_8x8(&eight!(|k| $offset(&yc[k])));
+                macro_rules! row {
+                    ($r:expr) => {{
+                        let x = xc[$r];
+                        prefetch_ahead(x);
+                        let lanes = eight!(|k| $dot($prep(&x[k]), &yc[k]));
+                        $floats(x, yc, _mm256_sub_epi32(hsum_8x8(&lanes), offset_sums))
+                    }};
+                }
+                transpose_4x8([row!(0), row!(1), row!(2), row!(3)])
+            }};
+        }
+        let mut sums = _mm_setzero_ps();
+        let whole = n - n % 8;
+        for start in (0..whole).step_by(8) {
+            let xc = [
+                &xs[0][start..start + 8],
+                &xs[1][start..start + 8],
+                &xs[2][start..start + 8],
+                &xs[3][start..start + 8],
+            ];
+            for b in chunk!(xc, &y[start..start + 8]) {
+                sums = _mm_add_ps(sums, b);
+            }
+        }
+        if whole < n {
+            // The last, short chunk, copied after zero blocks' worth of padding whose terms are
+            // not added.
+            let len = n - whole;
+            let mut x_pad = [[bytemuck::Zeroable::zeroed(); 8]; 4];
+            let mut y_pad = [bytemuck::Zeroable::zeroed(); 8];
+            for (pad, x) in x_pad.iter_mut().zip(xs) {
+                pad[..len].copy_from_slice(&x[whole..n]);
+            }
+            y_pad[..len].copy_from_slice(&y[whole..n]);
+            let terms = chunk!([&x_pad[0][..], &x_pad[1][..], &x_pad[2][..], &x_pad[3][..]], &y_pad[..]);
+            for b in &terms[..len] {
+                sums = _mm_add_ps(sums, *b);
+            }
+        }
+        let mut out = [0.0f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), sums);
+        out
+    }};
+}
+
+/// The lanes of four vectors by lane: element `k` holds lane `k` of `v[0]`, `v[1]`, `v[2]` and
+/// `v[3]`, in that order.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_4x8(v: [__m256; 4]) -> [__m128; 8] {
+    let (t0, t1) = (_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
+    let (t2, t3) = (_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
+    // u_j holds lanes j (low half) and j + 4 (high half).
+    let u = [
+        _mm256_shuffle_ps(t0, t2, 0x44),
+        _mm256_shuffle_ps(t0, t2, 0xee),
+        _mm256_shuffle_ps(t1, t3, 0x44),
+        _mm256_shuffle_ps(t1, t3, 0xee),
+    ];
+    std::array::from_fn(|k| {
+        if k < 4 {
+            _mm256_castps256_ps128(u[k])
+        } else {
+            _mm256_extractf128_ps(u[k - 4], 1)
+        }
+    })
+}
+
 // `heads8` reads the scale `d` from the first two bytes of every block, and the minimum `m` or
 // the scaled sum `s` from the next two.
 const _: () = {
@@ -87,102 +183,188 @@ const _: () = {
     assert!(offset_of!(BlockQ8_1, d) == 0 && offset_of!(BlockQ8_1, s) == 2);
 };
 
-/// `q4_0::vec_dot_ref`: `sumf += sumi * d_x * d_y`, i.e. `(sumi * d_x) * d_y`.
-#[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant) unsafe fn vec_dot_q4_0<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
-    let (x, ys) = block_rows::<BlockQ4_0, BlockQ8_0, N>(x, ys);
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn prep(x: &BlockQ4_0) -> __m256i {
-        nibbles_32(&x.qs)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot<const VNNI: bool>(u: __m256i, y: &BlockQ8_0) -> __m256i {
-        dot4_offset::<VNNI>(u, load32(&y.qs, 0), _mm256_set1_epi8(8))
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn floats(x: &[BlockQ4_0], y: &[BlockQ8_0], sumi: __m256i) -> __m256 {
+/// The kernels of one type from its parts: `$one` (one weight row, `N` activation rows) and
+/// `$rows` (`R` weight rows, one activation row). `$prep` unpacks a weight block to unsigned
+/// levels; `$dot` is their integer product with an activation block and `$offset` the product
+/// of the type's level offset with it (both i32 lanes, any arrangement), so that a block's sum
+/// is `Σ $dot - Σ $offset`; `$floats` is the reference's per-block float expression.
+macro_rules! kernels {
+    ($(#[$doc:meta])* $one:ident, $rows:ident, $w:ty, $a:ty, $prep:expr, $dot:expr, $offset:expr, $floats:expr) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub(in crate::quant) unsafe fn $one<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+            // One body per instruction set, each compiled for its features (the AVX-512 one may
+            // then use the mask registers and all 32 vector registers).
+            macro_rules! body {
+                ($features:literal, $vnni:literal) => {{
+                    #[target_feature(enable = $features)]
+                    unsafe fn kernel<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+                        const VNNI: bool = $vnni;
+                        let (x, ys) = block_rows::<$w, $a, N>(x, ys);
+                        let dot = |u, y: &$a| _mm256_sub_epi32($dot(u, y), $offset(y));
+                        blockwise!(x, ys, $prep, dot, $floats)
+                    }
+                    kernel::<N>(x, ys)
+                }};
+            }
+            if VNNI {
+                body!("avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni", true)
+            } else {
+                body!("avx2,f16c", false)
+            }
+        }
+
+        $(#[$doc])*
+        ///
+        /// `R` weight rows against one activation row.
+        #[inline(always)]
+        pub(in crate::quant) unsafe fn $rows<const VNNI: bool>(xs: [&[u8]; 4], y: &[u8]) -> [f32; 4] {
+            macro_rules! body {
+                ($features:literal, $vnni:literal) => {{
+                    #[target_feature(enable = $features)]
+                    unsafe fn kernel(xs: [&[u8]; 4], y: &[u8]) -> [f32; 4] {
+                        const VNNI: bool = $vnni;
+                        let xs: [&[$w]; 4] = xs.map(bytemuck::cast_slice);
+                        let y: &[$a] = bytemuck::cast_slice(y);
+                        rowwise!(xs, y, $prep, $dot, $offset, $floats)
+                    }
+                    kernel(xs, y)
+                }};
+            }
+            if VNNI {
+                body!("avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni", true)
+            } else {
+                body!("avx2,f16c", false)
+            }
+        }
+    };
+}
+
+/// The integer products of unsigned levels with a Q8_0 or Q8_1 block.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_levels<const VNNI: bool, A: Copy>(u: __m256i, qs: &[A; 32]) -> __m256i {
+    dot4::<VNNI>(u, load32(qs, 0))
+}
+
+/// The products of the offset `k` (every byte) with a Q8_0 block.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn offset_q8_0<const VNNI: bool>(k: i8, y: &BlockQ8_0) -> __m256i {
+    dot4::<VNNI>(_mm256_set1_epi8(k), load32(&y.qs, 0))
+}
+
+kernels!(
+    /// `q4_0::vec_dot_ref`: `sumf += sumi * d_x * d_y`, i.e. `(sumi * d_x) * d_y`.
+    vec_dot_q4_0,
+    rows_q4_0,
+    BlockQ4_0,
+    BlockQ8_0,
+    |x: &BlockQ4_0| nibbles_32(&x.qs),
+    |u, y: &BlockQ8_0| dot_levels::<VNNI, _>(u, &y.qs),
+    |y| offset_q8_0::<VNNI>(8, y),
+    |x: &[BlockQ4_0], y: &[BlockQ8_0], sumi| {
         let ((dx, _), (dy, _)) = (f16_pairs(heads8(x)), f16_pairs(heads8(y)));
         _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dx), dy)
     }
-    blockwise!(x, ys, prep, dot::<VNNI>, floats)
+);
+
+/// The 5-bit levels of a Q5_0 or Q5_1 block, unsigned. With AVX-512 (`VNNI`), a masked add
+/// puts in the fifth bits straight from `qh` (two instructions instead of seven).
+#[inline(always)]
+unsafe fn five_bits<const VNNI: bool>(qs: &[u8; 16], qh: [u8; 4]) -> __m256i {
+    if VNNI {
+        #[inline]
+        #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+        unsafe fn masked(qs: &[u8; 16], qh: [u8; 4]) -> __m256i {
+            let low = nibbles_32(qs);
+            _mm256_mask_add_epi8(low, u32::from_le_bytes(qh), low, _mm256_set1_epi8(0x10))
+        }
+        masked(qs, qh)
+    } else {
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        unsafe fn spread(qs: &[u8; 16], qh: [u8; 4]) -> __m256i {
+            _mm256_or_si256(nibbles_32(qs), fifth_bits_32(qh))
+        }
+        spread(qs, qh)
+    }
 }
 
-/// The 5-bit levels of a Q5_0 or Q5_1 block, unsigned.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn five_bits(qs: &[u8; 16], qh: [u8; 4]) -> __m256i {
-    _mm256_or_si256(nibbles_32(qs), fifth_bits_32(qh))
-}
-
-/// `q5_0::vec_dot_ref`: `sumf += (d_x * d_y) * sumi`.
-#[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant) unsafe fn vec_dot_q5_0<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
-    let (x, ys) = block_rows::<BlockQ5_0, BlockQ8_0, N>(x, ys);
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn prep(x: &BlockQ5_0) -> __m256i {
-        five_bits(&x.qs, x.qh)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot<const VNNI: bool>(u: __m256i, y: &BlockQ8_0) -> __m256i {
-        dot4_offset::<VNNI>(u, load32(&y.qs, 0), _mm256_set1_epi8(16))
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn floats(x: &[BlockQ5_0], y: &[BlockQ8_0], sumi: __m256i) -> __m256 {
+kernels!(
+    /// `q5_0::vec_dot_ref`: `sumf += (d_x * d_y) * sumi`.
+    vec_dot_q5_0,
+    rows_q5_0,
+    BlockQ5_0,
+    BlockQ8_0,
+    |x: &BlockQ5_0| five_bits::<VNNI>(&x.qs, x.qh),
+    |u, y: &BlockQ8_0| dot_levels::<VNNI, _>(u, &y.qs),
+    |y| offset_q8_0::<VNNI>(16, y),
+    |x: &[BlockQ5_0], y: &[BlockQ8_0], sumi| {
         let ((dx, _), (dy, _)) = (f16_pairs(heads8(x)), f16_pairs(heads8(y)));
         _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(sumi))
     }
-    blockwise!(x, ys, prep, dot::<VNNI>, floats)
+);
+
+/// With VNNI, a Q8_0 weight block's values plus 128 (unsigned); without, the values themselves.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q8_0_levels<const VNNI: bool>(x: &BlockQ8_0) -> __m256i {
+    let xv = load32(&x.qs, 0);
+    if VNNI {
+        _mm256_xor_si256(xv, _mm256_set1_epi8(-128))
+    } else {
+        xv
+    }
 }
 
-/// `q8_0::vec_dot_ref`: `sumf += sumi * (d_x * d_y)`.
-#[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant) unsafe fn vec_dot_q8_0<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
-    let (x, ys) = block_rows::<BlockQ8_0, BlockQ8_0, N>(x, ys);
-    /// With VNNI, `x + 128` (unsigned); without, `x` itself.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn prep<const VNNI: bool>(x: &BlockQ8_0) -> __m256i {
-        let xv = load32(&x.qs, 0);
-        if VNNI {
-            _mm256_xor_si256(xv, _mm256_set1_epi8(-128))
-        } else {
-            xv
-        }
+/// The integer products of [`q8_0_levels`] with a Q8_0 block.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q8_0_dot<const VNNI: bool>(u: __m256i, y: &BlockQ8_0) -> __m256i {
+    let yv = load32(&y.qs, 0);
+    if VNNI {
+        dpbusd(_mm256_setzero_si256(), u, yv)
+    } else {
+        // Both operands signed and possibly -128: widen to i16 (`maddubs` could saturate).
+        let lo = _mm256_madd_epi16(
+            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u)),
+            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(yv)),
+        );
+        let hi = _mm256_madd_epi16(
+            _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u, 1)),
+            _mm256_cvtepi8_epi16(_mm256_extracti128_si256(yv, 1)),
+        );
+        _mm256_add_epi32(lo, hi)
     }
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot<const VNNI: bool>(u: __m256i, y: &BlockQ8_0) -> __m256i {
-        let yv = load32(&y.qs, 0);
-        if VNNI {
-            // (x + 128) * y summed, less 128 * sum(y): exact in i32.
-            dot4_offset::<true>(u, yv, _mm256_set1_epi8(-128))
-        } else {
-            // Both operands signed and possibly -128: widen to i16 (`maddubs` could saturate).
-            let lo = _mm256_madd_epi16(
-                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u)),
-                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(yv)),
-            );
-            let hi = _mm256_madd_epi16(
-                _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u, 1)),
-                _mm256_cvtepi8_epi16(_mm256_extracti128_si256(yv, 1)),
-            );
-            _mm256_add_epi32(lo, hi)
-        }
+}
+
+/// With VNNI, the 128 added to the weights times the activations (`(x + 128) * y` summed, less
+/// `128 * Σ y`, is exact in i32); without, nothing.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q8_0_offset<const VNNI: bool>(y: &BlockQ8_0) -> __m256i {
+    if VNNI {
+        dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(-128), load32(&y.qs, 0))
+    } else {
+        _mm256_setzero_si256()
     }
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn floats(x: &[BlockQ8_0], y: &[BlockQ8_0], sumi: __m256i) -> __m256 {
+}
+
+kernels!(
+    /// `q8_0::vec_dot_ref`: `sumf += sumi * (d_x * d_y)`.
+    vec_dot_q8_0,
+    rows_q8_0,
+    BlockQ8_0,
+    BlockQ8_0,
+    q8_0_levels::<VNNI>,
+    q8_0_dot::<VNNI>,
+    q8_0_offset::<VNNI>,
+    |x: &[BlockQ8_0], y: &[BlockQ8_0], sumi| {
         let ((dx, _), (dy, _)) = (f16_pairs(heads8(x)), f16_pairs(heads8(y)));
         _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(dx, dy))
     }
-    blockwise!(x, ys, prep::<VNNI>, dot::<VNNI>, floats)
-}
+);
 
 /// The `(d_x * d_y) * sumi + m_x * s_y` terms of the Q4_1 and Q5_1 references.
 #[inline]
@@ -193,33 +375,26 @@ unsafe fn min_floats<W: bytemuck::Pod>(x: &[W], y: &[BlockQ8_1], sumi: __m256i) 
     _mm256_add_ps(scaled, _mm256_mul_ps(mx, sy))
 }
 
-/// The integer dot product of unsigned levels with a Q8_1 block.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn dot_q8_1<const VNNI: bool>(u: __m256i, y: &BlockQ8_1) -> __m256i {
-    dot4::<VNNI>(u, load32(&y.qs, 0))
-}
+kernels!(
+    /// `q4_1::vec_dot_ref`.
+    vec_dot_q4_1,
+    rows_q4_1,
+    BlockQ4_1,
+    BlockQ8_1,
+    |x: &BlockQ4_1| nibbles_32(&x.qs),
+    |u, y: &BlockQ8_1| dot_levels::<VNNI, _>(u, &y.qs),
+    |_: &BlockQ8_1| _mm256_setzero_si256(),
+    min_floats
+);
 
-/// `q4_1::vec_dot_ref`.
-#[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant) unsafe fn vec_dot_q4_1<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
-    let (x, ys) = block_rows::<BlockQ4_1, BlockQ8_1, N>(x, ys);
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn prep(x: &BlockQ4_1) -> __m256i {
-        nibbles_32(&x.qs)
-    }
-    blockwise!(x, ys, prep, dot_q8_1::<VNNI>, min_floats)
-}
-
-/// `q5_1::vec_dot_ref`.
-#[target_feature(enable = "avx2,f16c")]
-pub(in crate::quant) unsafe fn vec_dot_q5_1<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
-    let (x, ys) = block_rows::<BlockQ5_1, BlockQ8_1, N>(x, ys);
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn prep(x: &BlockQ5_1) -> __m256i {
-        five_bits(&x.qs, x.qh)
-    }
-    blockwise!(x, ys, prep, dot_q8_1::<VNNI>, min_floats)
-}
+kernels!(
+    /// `q5_1::vec_dot_ref`.
+    vec_dot_q5_1,
+    rows_q5_1,
+    BlockQ5_1,
+    BlockQ8_1,
+    |x: &BlockQ5_1| five_bits::<VNNI>(&x.qs, x.qh),
+    |u, y: &BlockQ8_1| dot_levels::<VNNI, _>(u, &y.qs),
+    |_: &BlockQ8_1| _mm256_setzero_si256(),
+    min_floats
+);

@@ -125,23 +125,6 @@ unsafe fn dot4<const VNNI: bool>(u: __m256i, s: __m256i) -> __m256i {
     }
 }
 
-/// Sums of four consecutive `(u - offset) * s` byte products in i32 lanes, `u` and `offset`
-/// unsigned, `s` signed. Computed as `u * s - offset * s`: exact for every `s`, -128 included,
-/// where the usual sign trick (`|x| * sign(s, x)`) would overflow. Without VNNI, `u` must be at
-/// most 31 and `offset` at most 16, so that `maddubs`'s pair sums stay within i16; with VNNI any
-/// bytes will do.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn dot4_offset<const VNNI: bool>(u: __m256i, s: __m256i, offset: __m256i) -> __m256i {
-    if VNNI {
-        let zero = _mm256_setzero_si256();
-        _mm256_sub_epi32(dpbusd(zero, u, s), dpbusd(zero, offset, s))
-    } else {
-        let pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, s), _mm256_maddubs_epi16(offset, s));
-        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
-    }
-}
-
 /// The 32 bytes of `bytes` from element `at` on.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -235,11 +218,11 @@ unsafe fn hsum_i32(v: __m256i) -> i32 {
 #[target_feature(enable = "avx2")]
 unsafe fn heads8<B: bytemuck::Pod>(blocks: &[B]) -> __m256i {
     const { assert!(std::mem::size_of::<B>() >= 4) };
-    let last = blocks.len() - 1;
-    let head = |k: usize| {
-        let bytes = bytemuck::bytes_of(&blocks[k.min(last)]);
-        i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
-    };
+    // A whole chunk (the usual case) reads at constant offsets; a short one repeats its last.
+    let last = if blocks.len() >= 8 { 7 } else { blocks.len() - 1 };
+    let base = blocks.as_ptr();
+    // SAFETY: `k.min(last)` indexes `blocks`, and every block has at least four bytes.
+    let head = |k: usize| unsafe { base.add(k.min(last)).cast::<i32>().read_unaligned() };
     let mut v = _mm256_set1_epi32(head(0));
     v = _mm256_blend_epi32(v, _mm256_set1_epi32(head(1)), 0b0000_0010);
     v = _mm256_blend_epi32(v, _mm256_set1_epi32(head(2)), 0b0000_0100);
