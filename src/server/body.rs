@@ -53,6 +53,18 @@ pub fn release_freed_memory() {
     }
 }
 
+/// Fixes glibc's threshold for serving an allocation by its own mapping at 256 KiB. By default
+/// glibc raises that threshold to the size of each large block freed (up to 32 MiB), after which
+/// a large request's buffers come from the arenas and stay resident once freed; with the
+/// threshold fixed, every large buffer is unmapped when freed.
+pub fn keep_large_allocations_mapped() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt sets an allocator parameter; it takes no pointers.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
+}
+
 /// One value, charged to the shared budget.
 #[derive(Clone, Copy)]
 struct Budgeted<'a> {

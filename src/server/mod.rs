@@ -167,6 +167,7 @@ pub(crate) fn unix_time() -> u64 {
 /// in-flight requests get `shutdown_timeout` more. Progress and one line per generation go to
 /// standard error.
 pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
+    body::keep_large_allocations_mapped();
     if !(1..=MAX_SLOTS).contains(&config.n_slots) {
         return Err(ServerError::Config(format!(
             "--n-slots {} is out of range: it must be from 1 to {MAX_SLOTS}",
