@@ -15,8 +15,9 @@
 //! cut their output rows, and attention its (token, head) rows, into chunks that the pool's
 //! threads claim one at a time; the chunk size depends on the sizes and the thread count only,
 //! and every row is computed by exactly the same code whatever chunk holds it, so results are
-//! bit-identical for any thread count. The other nodes are cheap next to these and run on the
-//! calling thread. The parallel paths allocate nothing per call: the row blocks and the
+//! bit-identical for any thread count. Element-wise additions, products and SwiGLU of a
+//! prompt's size are cut into chunks of values the same way; the other nodes, and those of a
+//! decode step, are cheap next to these and run on the calling thread. The parallel paths allocate nothing per call: the row blocks and the
 //! quantized activations live in buffers reused across calls, and one-token matmuls write their
 //! chunks straight into the output.
 
@@ -152,6 +153,10 @@ impl Drop for CpuBackend {
 /// Chunks per thread a parallel node is cut into: enough that a thread slowed down by another
 /// process on a shared machine costs little, few enough that claiming a chunk stays cheap.
 const CHUNKS_PER_THREAD: usize = 4;
+
+/// Element-wise nodes with at least this many values (a prompt's, not a decode step's) are
+/// shared by the pool's threads.
+const PARALLEL_ELEMENTS: usize = 1 << 16;
 
 /// Items per chunk when `n` items are shared by `n_threads` threads (at least 1).
 fn chunk_len(n: usize, n_threads: usize) -> usize {
@@ -640,12 +645,26 @@ impl CpuBackend {
             (Op::Add | Op::Mul | Op::SwiGLU, _) => {
                 let a = self.buffer(node, in_bufs[0])?;
                 let b = self.buffer(node, in_bufs[1])?;
-                match node.op {
-                    Op::Add => kernels::add(a, b, out),
-                    Op::Mul => kernels::mul(a, b, out),
-                    _ => kernels::swiglu(a, b, out),
+                let kernel = match node.op {
+                    Op::Add => kernels::add,
+                    Op::Mul => kernels::mul,
+                    _ => kernels::swiglu,
+                };
+                let n_threads = self.device.n_threads;
+                if out.len() < PARALLEL_ELEMENTS || n_threads <= 1 || a.len() != out.len() || b.len() != out.len() {
+                    return kernel(a, b, out).map_err(kerr);
                 }
-                .map_err(kerr)
+                // A prompt's activations: each value on its own, so any split gives the same bits.
+                let per_chunk = chunk_len(out.len(), n_threads).next_multiple_of(64);
+                let chunks = Claim::new(out.chunks_mut(per_chunk).enumerate());
+                let failed = FirstError::new();
+                run_parallel(&self.device, |_, _| {
+                    while let Some((i, chunk)) = chunks.next() {
+                        let at = i * per_chunk..i * per_chunk + chunk.len();
+                        failed.record(kernel(&a[at.clone()], &b[at], chunk));
+                    }
+                });
+                failed.into_result().map_err(kerr)
             }
             (Op::KvcacheStore { .. }, NodeMeta::Kvcache(_)) => {
                 let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;

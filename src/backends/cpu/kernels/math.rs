@@ -46,7 +46,8 @@ pub fn exp_f32(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4; // 355 / 512: 9 significant bits
     const LN2_LO: f32 = -2.121_944_4e-4;
     let xc = x.clamp(-87.0, 88.3);
-    let n = (xc * LOG2_E + ROUND) - ROUND;
+    let shifted = xc * LOG2_E + ROUND;
+    let n = shifted - ROUND;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let mut p = 1.0 / 5040.0;
     p = p * r + 1.0 / 720.0;
@@ -56,8 +57,11 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
-    // n is in -126..=127 after the clamp: a normal power of two.
-    let two_n = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // n is in -126..=127 after the clamp: a normal power of two. `shifted` and ROUND share
+    // their exponent, so n is also the difference of their bits: integer arithmetic that
+    // vectorizes, where `n as i32` (saturating, NaN to 0) became a scalar conversion per lane.
+    let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
+    let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
     let y = p * two_n;
     if x < -87.0 {
         0.0
