@@ -765,7 +765,7 @@ mod tests {
     #[test]
     fn any_split_of_the_head_rows_gives_the_same_bits_as_the_whole() {
         let mut r = XorShift(63);
-        let c = Case {
+        let small = Case {
             n_head: 6,
             n_head_kv: 2,
             head_dim: 12,
@@ -773,8 +773,23 @@ mod tests {
             n_kv: 11,
             positions: vec![3, 4, 5, 6, 10],
         };
-        let (q, k, v) = inputs(&mut r, &c);
-        let whole = run(&c, &q, &k, &v);
+        // Several softmax blocks, the register-held head sizes, and a large group.
+        let long = |head_dim, n_head| Case {
+            n_head,
+            n_head_kv: 2,
+            head_dim,
+            kv_stride: 2 * head_dim + 3,
+            n_kv: 300,
+            positions: vec![0, 31, 32, 127, 128, 200, 299],
+        };
+        for c in [small, long(64, 8), long(128, 6), long(20, 40)] {
+            check_splits(&mut r, &c);
+        }
+    }
+
+    fn check_splits(r: &mut XorShift, c: &Case) {
+        let (q, k, v) = inputs(r, c);
+        let whole = run(c, &q, &k, &v);
         let n_rows = c.positions.len() * c.n_head;
         for chunk in [1, 2, 5, 7, n_rows] {
             let mut out = vec![f32::NAN; q.len()];
@@ -797,7 +812,11 @@ mod tests {
                 .unwrap();
             }
             let same = out.iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "chunks of {chunk} head rows differ from the whole");
+            assert!(
+                same,
+                "chunks of {chunk} head rows differ from the whole (head_dim {})",
+                c.head_dim
+            );
         }
     }
 
