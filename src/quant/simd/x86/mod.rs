@@ -9,6 +9,8 @@
 //! scalar references for every input, including the extremes (-128 activations, zero scales)
 //! that the quantizers never produce.
 //!
+//! The 32-value block kernels (`legacy`) compile their VNNI body with AVX-512 F, BW and VL
+//! enabled (byte masks for Q5_0's fifth bits; 32 vector registers), their AVX2 body without.
 //! The 256-bit kernels emit the AVX-512 VNNI instructions through `asm!` on `ymm` registers, as
 //! they were written before the crate's minimum Rust reached 1.89 (which stabilised the
 //! `avx512*` intrinsics and target features); the 512-bit panel kernel of `gemm` uses the
