@@ -22,7 +22,7 @@
 //! takes to dispatch them.
 //!
 //! All functions here are `unsafe` because they require CPU features: callers must have
-//! checked that the CPU has AVX2 and F16C (and AVX-512 F, VL and VNNI when `VNNI` is true).
+//! checked that the CPU has AVX2 and F16C (and AVX-512 F, VL, BW and VNNI when `VNNI` is true).
 //! Memory accesses are all within the fixed-size arrays or slices whose bounds are checked.
 
 pub(in crate::quant) mod float;
@@ -220,6 +220,7 @@ unsafe fn hsum_i32(v: __m256i) -> i32 {
 #[target_feature(enable = "avx2")]
 unsafe fn heads8<B: bytemuck::Pod>(blocks: &[B]) -> __m256i {
     const { assert!(std::mem::size_of::<B>() >= 4) };
+    assert!(!blocks.is_empty(), "heads8 of no blocks");
     // A whole chunk (the usual case) reads at constant offsets; a short one repeats its last.
     let last = if blocks.len() >= 8 { 7 } else { blocks.len() - 1 };
     let base = blocks.as_ptr();
