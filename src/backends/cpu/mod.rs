@@ -17,9 +17,9 @@
 //! and every row is computed by exactly the same code whatever chunk holds it, so results are
 //! bit-identical for any thread count. Element-wise additions, products and SwiGLU of a
 //! prompt's size are cut into chunks of values the same way; the other nodes, and those of a
-//! decode step, are cheap next to these and run on the calling thread. The parallel paths allocate nothing per call: the row blocks and the
-//! quantized activations live in buffers reused across calls, and one-token matmuls write their
-//! chunks straight into the output.
+//! decode step, are cheap next to these and run on the calling thread. The parallel paths
+//! allocate nothing per call: the row blocks and the quantized activations live in buffers
+//! reused across calls, and one-token matmuls write their chunks straight into the output.
 
 mod fused;
 pub mod kernels;

@@ -292,7 +292,8 @@ pub fn matmul_rows(
     }
     let quant_err = |source| KernelError::Quant { kernel: K, source };
     let nr = rows.len();
-    let weights = w[rows.start * w_row..rows.end * w_row].chunks_exact(w_row);
+    let w_rows = &w[rows.start * w_row..rows.end * w_row];
+    let weights = w_rows.chunks_exact(w_row);
     match act {
         Activations::F32(x) => {
             let dot = traits::float_dot(wtype).map_err(quant_err)?;
@@ -316,7 +317,7 @@ pub fn matmul_rows(
             if n_tokens == 1 {
                 // Decoding: four weight rows at a time against the one token (the kernels read
                 // each activation block once for the four), then the rows left over.
-                let mut quads = w[rows.start * w_row..rows.end * w_row].chunks_exact(traits::DOT_ROWS * w_row);
+                let mut quads = w_rows.chunks_exact(traits::DOT_ROWS * w_row);
                 for (q, ws) in (&mut quads).enumerate() {
                     let ws: [&[u8]; traits::DOT_ROWS] = std::array::from_fn(|k| &ws[k * w_row..(k + 1) * w_row]);
                     let at = q * traits::DOT_ROWS;

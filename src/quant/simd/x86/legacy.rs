@@ -1,8 +1,8 @@
 //! The 32-value block dot products (Q4_0, Q5_0, Q8_0 against Q8_0; Q4_1, Q5_1 against Q8_1),
 //! of one weight row with `N` activation rows at once (the weight blocks are unpacked once), and
-//! of `R` weight rows with one activation row (`rows_*`, for decoding: the activation blocks and
-//! their offset terms are read once for all rows, and the rows' float sums form `R` independent
-//! chains instead of one, whose latency bounded a single row's product).
+//! of four weight rows with one activation row (`rows_*`, for decoding: the activation blocks,
+//! their scales and their offset terms are read once for the four rows, and the four rows'
+//! float sums are added in one vector).
 //!
 //! Blocks go eight at a time: each block's integer dot product is summed exactly in i32 lanes,
 //! the eight sums are gathered into one vector, the reference's per-block float expression is
@@ -184,7 +184,7 @@ const _: () = {
 };
 
 /// The kernels of one type from its parts: `$one` (one weight row, `N` activation rows) and
-/// `$rows` (`R` weight rows, one activation row). `$prep` unpacks a weight block to unsigned
+/// `$rows` (four weight rows, one activation row). `$prep` unpacks a weight block to unsigned
 /// levels; `$dot` is their integer product with an activation block and `$offset` the product
 /// of the type's level offset with it (both i32 lanes, any arrangement), so that a block's sum
 /// is `Σ $dot - Σ $offset`; `$floats` is the reference's per-block float expression.
@@ -216,7 +216,7 @@ macro_rules! kernels {
 
         $(#[$doc])*
         ///
-        /// `R` weight rows against one activation row.
+        /// Four weight rows against one activation row.
         #[inline(always)]
         pub(in crate::quant) unsafe fn $rows<const VNNI: bool>(xs: [&[u8]; 4], y: &[u8]) -> [f32; 4] {
             macro_rules! body {
@@ -243,7 +243,7 @@ macro_rules! kernels {
 /// The integer products of unsigned levels with a Q8_0 or Q8_1 block.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn dot_levels<const VNNI: bool, A: Copy>(u: __m256i, qs: &[A; 32]) -> __m256i {
+unsafe fn dot_levels<const VNNI: bool>(u: __m256i, qs: &[i8; 32]) -> __m256i {
     dot4::<VNNI>(u, load32(qs, 0))
 }
 
@@ -261,7 +261,7 @@ kernels!(
     BlockQ4_0,
     BlockQ8_0,
     |x: &BlockQ4_0| nibbles_32(&x.qs),
-    |u, y: &BlockQ8_0| dot_levels::<VNNI, _>(u, &y.qs),
+    |u, y: &BlockQ8_0| dot_levels::<VNNI>(u, &y.qs),
     |y| offset_q8_0::<VNNI>(8, y),
     |x: &[BlockQ4_0], y: &[BlockQ8_0], sumi| {
         let ((dx, _), (dy, _)) = (f16_pairs(heads8(x)), f16_pairs(heads8(y)));
@@ -298,7 +298,7 @@ kernels!(
     BlockQ5_0,
     BlockQ8_0,
     |x: &BlockQ5_0| five_bits::<VNNI>(&x.qs, x.qh),
-    |u, y: &BlockQ8_0| dot_levels::<VNNI, _>(u, &y.qs),
+    |u, y: &BlockQ8_0| dot_levels::<VNNI>(u, &y.qs),
     |y| offset_q8_0::<VNNI>(16, y),
     |x: &[BlockQ5_0], y: &[BlockQ8_0], sumi| {
         let ((dx, _), (dy, _)) = (f16_pairs(heads8(x)), f16_pairs(heads8(y)));
@@ -382,7 +382,7 @@ kernels!(
     BlockQ4_1,
     BlockQ8_1,
     |x: &BlockQ4_1| nibbles_32(&x.qs),
-    |u, y: &BlockQ8_1| dot_levels::<VNNI, _>(u, &y.qs),
+    |u, y: &BlockQ8_1| dot_levels::<VNNI>(u, &y.qs),
     |_: &BlockQ8_1| _mm256_setzero_si256(),
     min_floats
 );
@@ -394,7 +394,7 @@ kernels!(
     BlockQ5_1,
     BlockQ8_1,
     |x: &BlockQ5_1| five_bits::<VNNI>(&x.qs, x.qh),
-    |u, y: &BlockQ8_1| dot_levels::<VNNI, _>(u, &y.qs),
+    |u, y: &BlockQ8_1| dot_levels::<VNNI>(u, &y.qs),
     |_: &BlockQ8_1| _mm256_setzero_si256(),
     min_floats
 );
