@@ -22,7 +22,7 @@ use minfer::graph::scheduler::BackendScheduler;
 use minfer::graph::{
     AttnMeta, Backend, BackendDevice, BackendError, BufRef, CNode, ComputeBackend, ComputeGraph, DType, FusedFfnMeta,
     FusedOp, FusedQkvMeta, GraphAllocator, GraphBuilder, GraphError, KvcacheMeta, MatMulMeta, NodeMeta, Op, RopeMeta,
-    RopeStyle, TensorSource, Weight,
+    RopeStyle, TensorSource, Weight, WeightUse,
 };
 use minfer::quant::GgmlType;
 use std::collections::HashMap;
@@ -178,9 +178,9 @@ impl BackendDevice for OpaqueDevice {
         self.uploaded_bytes
     }
 
-    fn prepare_weights(&mut self, source: &dyn TensorSource, names: &[String]) -> Result<(), BackendError> {
+    fn prepare_weights(&mut self, source: &dyn TensorSource, weights: &[WeightUse]) -> Result<(), BackendError> {
         let mut uploaded = MemWeights::default();
-        for name in names {
+        for name in weights.iter().map(|u| &u.name) {
             let w = source.weight(name).ok_or_else(|| BackendError::Buffer {
                 backend: "opaque".into(),
                 id: 0,
@@ -789,11 +789,11 @@ fn registered() -> Vec<Candidate> {
             Candidate {
                 name: e.name.to_string(),
                 make: Box::new(move |case: &Case| {
-                    let names = case.graph.weight_names();
+                    let uses = case.graph.weight_uses();
                     let set = BackendSet::create(
                         &[handle],
                         Arc::clone(&case.weights) as Arc<dyn TensorSource>,
-                        &names,
+                        &uses,
                         Some(3),
                     )
                     .unwrap();
@@ -811,7 +811,7 @@ fn opaque(broken: Option<&'static str>) -> Candidate {
         make: Box::new(move |case: &Case| {
             let mut device = OpaqueDevice::new(None, broken);
             device
-                .prepare_weights(case.weights.as_ref(), &case.graph.weight_names())
+                .prepare_weights(case.weights.as_ref(), &case.graph.weight_uses())
                 .unwrap();
             Arc::new(device)
         }),
@@ -969,7 +969,7 @@ fn a_graph_split_across_the_test_backend_and_the_cpu_matches_the_cpu_alone() {
     .unwrap();
     let mut device = OpaqueDevice::new(Some(ELEMENTWISE), None);
     device
-        .prepare_weights(case.weights.as_ref(), &case.graph.weight_names())
+        .prepare_weights(case.weights.as_ref(), &case.graph.weight_uses())
         .unwrap();
     let cpu = CpuDevice::new(Arc::clone(&case.weights) as Arc<dyn TensorSource>, 2);
     let backends: Vec<Box<dyn ComputeBackend>> = vec![device.new_context(), Box::new(cpu.context())];
@@ -1000,7 +1000,7 @@ fn a_device_prepares_the_weights_once_and_reports_the_bytes_it_holds() {
     let names = case.graph.weight_names();
     assert_eq!(names, ["norm.weight", "w.weight"]);
     let mut device = OpaqueDevice::new(None, None);
-    device.prepare_weights(case.weights.as_ref(), &names).unwrap();
+    device.prepare_weights(case.weights.as_ref(), &case.graph.weight_uses()).unwrap();
     let held: usize = names.iter().map(|n| case.weights.weight(n).unwrap().data.len()).sum();
     assert_eq!(device.weights_bytes(), held);
     // The contexts compute from the device's copy: the source is not needed any more.
@@ -1016,7 +1016,7 @@ fn a_device_prepares_the_weights_once_and_reports_the_bytes_it_holds() {
         ..case
     };
     assert_eq!(run(&detached, vec![device.new_context()]).unwrap(), expected);
-    // The CPU reads the memory-mapped file in place and holds nothing itself.
+    // Given no weight to prepare, the CPU reads them all in place and holds nothing itself.
     let set = BackendSet::create(
         &[Backend::CPU],
         detached.weights.clone() as Arc<dyn TensorSource>,

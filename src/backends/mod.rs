@@ -8,7 +8,7 @@ pub mod cpu;
 
 pub use cpu::default_threads;
 
-use crate::graph::{Backend, BackendDevice, BackendError, ComputeBackend, TensorSource};
+use crate::graph::{Backend, BackendDevice, BackendError, ComputeBackend, TensorSource, WeightUse};
 use std::sync::Arc;
 
 /// The process's backends, in priority order: made once from the fence and the weights, then
@@ -20,12 +20,12 @@ pub struct BackendSet {
 
 impl BackendSet {
     /// The devices of `fence` (in its order), resolving weights through `weights`, each having
-    /// prepared the weights named `weight_names` (the model's) once for the process; CPU work
+    /// prepared the weights `weight_uses` names (the model's) once for the process; CPU work
     /// runs on `n_threads` threads (`None`: one per physical core).
     pub fn create(
         fence: &[Backend],
         weights: Arc<dyn TensorSource>,
-        weight_names: &[String],
+        weight_uses: &[WeightUse],
         n_threads: Option<usize>,
     ) -> Result<Self, BackendError> {
         let n_threads = n_threads.unwrap_or_else(cpu::default_threads).max(1);
@@ -36,7 +36,7 @@ impl BackendSet {
                 // Backends this build does not contain never pass the registry's fence.
                 _ => continue,
             };
-            device.prepare_weights(weights.as_ref(), weight_names)?;
+            device.prepare_weights(weights.as_ref(), weight_uses)?;
             devices.push(Arc::from(device));
         }
         Ok(BackendSet { devices })

@@ -124,7 +124,7 @@ impl Model {
             1,
             CParams::new(1, fence.iter().map(|b| b.0).collect()),
         ));
-        let backends = BackendSet::create(&fence, weights, &probe.weight_names(), options.n_threads)?;
+        let backends = BackendSet::create(&fence, weights, &probe.weight_uses(), options.n_threads)?;
         Ok(Model {
             path: path.to_path_buf(),
             file,

@@ -334,6 +334,31 @@ impl GgufFile {
         &part.bytes[start..start + info.size as usize]
     }
 
+    /// Gives the pages wholly inside a tensor's bytes back to the system when its part is
+    /// memory-mapped (a backend that keeps its own copy calls this): they are read in again
+    /// from the file if touched, so the bytes stay valid. Locked pages and files read into
+    /// memory keep theirs.
+    pub fn release_tensor(&self, info: &TensorInfo) {
+        let part = &self.parts[info.part];
+        if !matches!(part.bytes, Bytes::Map(_)) {
+            return;
+        }
+        #[cfg(unix)]
+        {
+            // SAFETY: sysconf has no preconditions.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+            let data = self.tensor_data(info);
+            let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
+            let (first, last) = (start.next_multiple_of(page), end - end % page);
+            if first < last {
+                // SAFETY: the range lies inside `map`, a read-only file mapping this file owns;
+                // dropping its pages only makes the next read fault them in from the file again.
+                // A refusal (locked pages) leaves them as they were, which is harmless.
+                unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED) };
+            }
+        }
+    }
+
     /// The paths of the files this model was read from (one per part).
     pub fn paths(&self) -> impl Iterator<Item = &Path> {
         self.parts.iter().map(|p| p.path.as_path())

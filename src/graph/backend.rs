@@ -8,7 +8,7 @@
 //! forward pass writes (activations, KV) belongs to a context, so sessions never share a buffer.
 
 use super::ops::{FusedOp, Op};
-use super::{BufRef, CNode, DType, TensorSource};
+use super::{BufRef, CNode, DType, TensorSource, WeightUse};
 use std::fmt;
 
 /// A backend handle over a fixed id space. The ids are a file-format contract (saved KV
@@ -79,6 +79,16 @@ pub enum BackendError {
         /// What is wrong with it.
         problem: String,
     },
+    /// The device could not prepare a weight (upload it, repack it) when the model loaded.
+    #[error("{backend}: preparing weight '{weight}': {message}")]
+    Prepare {
+        /// The backend's name.
+        backend: String,
+        /// The weight's name.
+        weight: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// Resolves a layer's persistent (K, V) regions to buffer ids of the backend that holds them.
@@ -101,12 +111,12 @@ pub trait BackendDevice: Send + Sync {
     fn weights_bytes(&self) -> usize {
         0
     }
-    /// Prepare the weights named `names` once for the process, before any context exists:
+    /// Prepare the weights `weights` names once for the process, before any context exists:
     /// upload them to device memory, repack them for the device's kernels, or (the default, a
     /// device that reads the memory-mapped file in place) nothing. A weight the device cannot
     /// hold is an error naming it, never a silent fallback.
-    fn prepare_weights(&mut self, source: &dyn TensorSource, names: &[String]) -> Result<(), BackendError> {
-        let _ = (source, names);
+    fn prepare_weights(&mut self, source: &dyn TensorSource, weights: &[WeightUse]) -> Result<(), BackendError> {
+        let _ = (source, weights);
         Ok(())
     }
     /// A new execution context: an empty buffer pool over this device's weights and threads.

@@ -33,7 +33,7 @@ pub use ops::{
     NormMeta, Op, RopeMeta, RopeStyle,
 };
 pub use params::{CParams, GraphParams, GraphType};
-pub use weights::{TensorSource, Weight};
+pub use weights::{TensorSource, Weight, WeightUse};
 
 /// Index of a node in [`ComputeGraph::nodes`]; ids follow build order, so a node's sources
 /// always have smaller ids.
@@ -264,34 +264,48 @@ impl ComputeGraph {
     }
 
     /// Every weight the graph's nodes name (matmul weights and biases, norm weights, embedding
-    /// tables, those of fused nodes), each once, in first-use order: what a backend prepares.
-    pub fn weight_names(&self) -> Vec<String> {
-        fn matmul(m: &MatMulMeta) -> impl Iterator<Item = &String> {
-            std::iter::once(&m.weight_name).chain(&m.bias_name)
+    /// tables, those of fused nodes), each once, in first-use order, with whether some node
+    /// multiplies by it: what a backend prepares.
+    pub fn weight_uses(&self) -> Vec<WeightUse> {
+        fn matmul(m: &MatMulMeta) -> impl Iterator<Item = (&String, bool)> {
+            std::iter::once((&m.weight_name, true)).chain(m.bias_name.iter().map(|b| (b, false)))
         }
-        let mut names: Vec<String> = Vec::new();
+        let mut uses: Vec<WeightUse> = Vec::new();
         for node in &self.nodes {
-            let named: Vec<&String> = match &node.meta {
+            let named: Vec<(&String, bool)> = match &node.meta {
                 NodeMeta::MatMul(m) => matmul(m).collect(),
-                NodeMeta::Norm(m) => m.weight_name.iter().collect(),
-                NodeMeta::Embed(m) => vec![&m.weight_name],
+                NodeMeta::Norm(m) => m.weight_name.iter().map(|n| (n, false)).collect(),
+                NodeMeta::Embed(m) => vec![(&m.weight_name, false)],
                 NodeMeta::FusedQkv(m) => [&m.q, &m.k, &m.v]
                     .into_iter()
                     .flat_map(matmul)
-                    .chain(m.qk_norm.iter().flat_map(|(q_norm, k_norm, _)| [q_norm, k_norm]))
+                    .chain(
+                        m.qk_norm
+                            .iter()
+                            .flat_map(|(q_norm, k_norm, _)| [(q_norm, false), (k_norm, false)]),
+                    )
                     .collect(),
                 NodeMeta::FusedFfn(m) => matmul(&m.gate).chain(matmul(&m.up)).collect(),
                 NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Rope(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => {
                     Vec::new()
                 }
             };
-            for name in named {
-                if !names.contains(name) {
-                    names.push(name.clone());
+            for (name, multiplied) in named {
+                match uses.iter_mut().find(|u| &u.name == name) {
+                    Some(u) => u.multiplied |= multiplied,
+                    None => uses.push(WeightUse {
+                        name: name.clone(),
+                        multiplied,
+                    }),
                 }
             }
         }
-        names
+        uses
+    }
+
+    /// The names of [`Self::weight_uses`].
+    pub fn weight_names(&self) -> Vec<String> {
+        self.weight_uses().into_iter().map(|u| u.name).collect()
     }
 
     /// The typed input of `kind`, if the graph has one.

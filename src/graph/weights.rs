@@ -18,4 +18,21 @@ pub struct Weight<'a> {
 pub trait TensorSource: Send + Sync {
     /// The weight named `name` (its GGUF tensor name), or `None` if there is none.
     fn weight(&self, name: &str) -> Option<Weight<'_>>;
+
+    /// A hint that the weight named `name` will seldom be read again (a backend holds its own
+    /// copy): a memory-mapped source may give its pages back to the system, to be read in
+    /// again from the file if they are touched. The bytes stay valid; the default does nothing.
+    fn release(&self, name: &str) {
+        let _ = name;
+    }
+}
+
+/// A weight a graph names, and whether a node multiplies by it (a matmul's or a fused
+/// projection's matrix) rather than only reading it (an embedding table, a norm, a bias).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightUse {
+    /// The weight's GGUF tensor name.
+    pub name: String,
+    /// Whether some node multiplies by it.
+    pub multiplied: bool,
 }

@@ -18,4 +18,10 @@ impl TensorSource for GgufWeights {
             data: self.0.tensor_data(t),
         })
     }
+
+    fn release(&self, name: &str) {
+        if let Ok(t) = self.0.tensor(name) {
+            self.0.release_tensor(t);
+        }
+    }
 }

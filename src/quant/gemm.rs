@@ -16,6 +16,7 @@
 //! This module owns the activation terms the kernels read and the panel and tile loops; it must
 //! not change any arithmetic, nor name a weight type.
 
+use super::repack::Repacked;
 use super::{traits, GgmlType, QuantError};
 use std::ops::Range;
 
@@ -76,6 +77,8 @@ pub struct PanelKernel {
     /// The terms of whole activation blocks (one call per chunk of rows, not per block).
     terms: fn(&[u8], &mut [f32], &mut [i32]),
     run: PanelRun,
+    /// The loops over weights in the repacked layout (`super::repack`), for the types with one.
+    run_repacked: Option<PanelRun>,
 }
 
 impl std::fmt::Debug for PanelKernel {
@@ -97,6 +100,7 @@ impl PanelKernel {
             aux_words: 1,
             terms: if with_min { terms_q8_1 } else { terms_q8_0 },
             run: run_block32::<KIND>,
+            run_repacked: Some(run_repacked::<KIND>),
         }
     }
 
@@ -107,6 +111,7 @@ impl PanelKernel {
             aux_words: kernel_k::PAIR_WORDS,
             terms: terms_q8_k,
             run: run_k::<KIND>,
+            run_repacked: None,
         }
     }
 }
@@ -274,6 +279,68 @@ pub fn gemm_rows(
     Ok(true)
 }
 
+/// Whether products of `wtype` weights run on the repacked layout on this CPU with this
+/// environment: the backend repacks a weight only when this holds.
+pub fn repacked_available(wtype: GgmlType) -> bool {
+    kernel(wtype).is_some_and(|k| k.run_repacked.is_some())
+}
+
+/// [`gemm_rows`] for a weight in the repacked layout, at any number of tokens (one included):
+/// the output rows `rows`, whole groups of [`super::repack::GROUP`], of the product of `w`
+/// with `n_tokens` activation rows `act` and their `terms`, laid out as `gemm_rows` lays them.
+///
+/// Returns `false`, having written nothing, when this CPU or environment has no kernel for
+/// the layout; sizes and row ranges that do not fit are errors.
+pub fn gemm_rows_repacked(
+    w: &Repacked,
+    act: &[u8],
+    terms: ActivationTerms<'_>,
+    n_tokens: usize,
+    rows: Range<usize>,
+    y: &mut [f32],
+) -> Result<bool, QuantError> {
+    let Some((k, run)) = kernel(w.ty).and_then(|k| Some((k, k.run_repacked?))) else {
+        return Ok(false);
+    };
+    let nb = w.nb();
+    let ab = k.act.type_size();
+    let size_err = |expected: usize, got: usize| QuantError::SizeMismatch {
+        ggml_type: w.ty,
+        op: "gemm_rows_repacked",
+        n: nb * w.ty.block_size(),
+        expected,
+        got,
+    };
+    let group = super::repack::GROUP;
+    if rows.start > rows.end
+        || rows.end > w.n_out
+        || !rows.start.is_multiple_of(group)
+        || !rows.end.is_multiple_of(group)
+        || w.data.len() != w.n_out / group * w.group_bytes()
+    {
+        return Err(size_err(w.n_out * nb * w.ty.type_size(), w.data.len()));
+    }
+    if act.len() != n_tokens * nb * ab {
+        return Err(size_err(n_tokens * nb * ab, act.len()));
+    }
+    if terms.d.len() != n_tokens * nb || terms.aux.len() != n_tokens * nb * k.aux_words {
+        return Err(size_err(n_tokens * nb, terms.d.len()));
+    }
+    if y.len() != rows.len() * n_tokens {
+        return Err(size_err(rows.len() * n_tokens, y.len()));
+    }
+    let shape = Shape {
+        nb,
+        n_tokens,
+        rows,
+        wb: w.ty.type_size(),
+        ab,
+    };
+    // SAFETY: as in `gemm_rows`; the records are the repacked layout of `w.ty`, whole groups.
+    unsafe { run(&w.data, act, terms, &shape, y) };
+    Ok(true)
+}
+
 /// The shape of one call: blocks per row, tokens, output rows, weight and activation block
 /// bytes.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -371,6 +438,51 @@ unsafe fn run_block32<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTer
                     d: &terms.d[t0 * nb..(t0 + n) * nb],
                     aux: &terms.aux[t0 * nb..(t0 + n) * nb],
                 };
+                let p = kernel::Panel { pack, dx, mx, nb };
+                let y = &mut y[s.out_offset(&rows, t0)..];
+                by_tile!(n, T => kernel::panel_tile::<KIND, T>(&p, &a, y, stride, mask));
+            }
+        }
+    });
+}
+
+/// The 32-value block kernel's loops for `KIND` over repacked records (`w`): each group of 16
+/// rows is multiplied straight from its records below [`MIN_TOKENS`] tokens, and expanded into
+/// the panel first from there on (its tiles then share the expansion).
+///
+/// # Safety
+/// As for the kernel: the CPU features are present and the sizes checked by
+/// [`gemm_rows_repacked`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn run_repacked<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
+    let (nb, ab, stride) = (s.nb, s.ab, s.rows.len());
+    let qs_offset = if kernel::has_min(KIND) { 4 } else { 2 };
+    let group_bytes = nb * kernel::record_bytes(KIND);
+    let tile = |t0: usize, n: usize| kernel::TileActivations {
+        data: &act[t0 * nb * ab..(t0 + n) * nb * ab],
+        row_bytes: nb * ab,
+        block_bytes: ab,
+        qs_offset,
+        d: &terms.d[t0 * nb..(t0 + n) * nb],
+        aux: &terms.aux[t0 * nb..(t0 + n) * nb],
+    };
+    let records = |rows: &Range<usize>| &w[rows.start / PANEL * group_bytes..][..group_bytes];
+    if s.n_tokens < MIN_TOKENS {
+        for (rows, _) in s.panels() {
+            let a = tile(0, s.n_tokens);
+            let y = &mut y[s.out_offset(&rows, 0)..];
+            by_tile!(s.n_tokens, T => kernel::repacked_tile::<KIND, T>(records(&rows), nb, &a, y, stride));
+        }
+        return;
+    }
+    PANEL_SCRATCH.with_borrow_mut(|(pack, _, _, dx, mx)| {
+        pack.resize(nb * 128, 0);
+        dx.resize(nb * PANEL, 0.0);
+        mx.resize(nb * PANEL, 0.0);
+        for (rows, mask) in s.panels() {
+            kernel::unpack_repacked::<KIND>(records(&rows), nb, pack, dx, mx);
+            for (t0, n) in s.tiles() {
+                let a = tile(t0, n);
                 let p = kernel::Panel { pack, dx, mx, nb };
                 let y = &mut y[s.out_offset(&rows, t0)..];
                 by_tile!(n, T => kernel::panel_tile::<KIND, T>(&p, &a, y, stride, mask));
@@ -478,6 +590,58 @@ mod tests {
                 .iter()
                 .filter(|row| row.panel().is_some());
             assert_eq!(ran, with_kernels.count());
+        }
+    }
+
+    #[test]
+    fn repacked_weights_give_every_output_bit_identical_to_the_scalar_dot_product() {
+        let mut r = XorShift(0x5851_f42d_4c95_7f2d);
+        let n_out = 48;
+        let mut ran = 0;
+        for reference in scalar().iter().filter(|row| super::super::repack::supports(row.ty)) {
+            let ty = reference.ty;
+            if !repacked_available(ty) {
+                eprintln!("gemm: no repacked kernel for {ty} on this CPU; the dot products take it");
+                continue;
+            }
+            let k = kernel(ty).unwrap();
+            let act = traits::row_in(scalar(), k.activation_type()).unwrap();
+            let dots = reference.block_dots().unwrap();
+            let (wb, ab) = (reference.type_size, act.type_size);
+            for nb in [1, 2, 9, 28] {
+                let w = reference.test.unwrap().random_row(&mut r, n_out * nb, wb);
+                let packed = super::super::repack::repack(ty, &w, nb * 32, n_out, 2).unwrap();
+                for n_tokens in [1, 2, 3, 4, 5, 8, 11] {
+                    let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
+                    let words = k.aux_words();
+                    let (mut d, mut aux) = (vec![0.0; n_tokens * nb], vec![0; n_tokens * nb * words]);
+                    k.activation_terms(&a, nb, &mut d, &mut aux).unwrap();
+                    let terms = ActivationTerms { d: &d, aux: &aux };
+                    for rows in [0..n_out, 16..32, 32..48] {
+                        let mut y = vec![f32::NAN; rows.len() * n_tokens];
+                        assert!(gemm_rows_repacked(&packed, &a, terms, n_tokens, rows.clone(), &mut y).unwrap());
+                        for t in 0..n_tokens {
+                            let a_row = &a[t * nb * ab..][..nb * ab];
+                            for (i, o) in rows.clone().enumerate() {
+                                let expected = dots.dot(&w[o * nb * wb..][..nb * wb], a_row);
+                                let got = y[t * rows.len() + i];
+                                assert_eq!(
+                                    got.to_bits(),
+                                    expected.to_bits(),
+                                    "{ty} nb={nb} tokens={n_tokens} t={t} o={o}: {got} vs {expected}"
+                                );
+                            }
+                        }
+                    }
+                    let mut y = vec![0.0; 8 * n_tokens];
+                    let err = gemm_rows_repacked(&packed, &a, terms, n_tokens, 8..16, &mut y).unwrap_err();
+                    assert!(err.to_string().contains("gemm_rows_repacked"), "{err}");
+                }
+            }
+            ran += 1;
+        }
+        if simd::isa() == Isa::Avx512 && cpu_has_bw() {
+            assert_eq!(ran, 5, "every repacked type ran");
         }
     }
 

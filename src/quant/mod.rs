@@ -32,6 +32,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
+pub mod repack;
 pub mod simd;
 pub mod traits;
 

@@ -25,7 +25,9 @@ impl CpuBackend {
                 node: node.name.clone(),
                 weight: m.weight_name.clone(),
             })?;
-        self.matmul(node, w.data, w.ggml_type, m.in_dim, m.out_dim, x, nt, y)?;
+        let device = std::sync::Arc::clone(&self.device);
+        let repacked = device.repacked.get(&m.weight_name);
+        self.matmul(node, w.data, w.ggml_type, repacked, m.in_dim, m.out_dim, x, nt, y)?;
         if let Some(bias) = &m.bias_name {
             kernels::add_row_broadcast_inplace(y, self.f32_weight(node, bias)?).map_err(|e| self.err(node, e))?;
         }

@@ -27,10 +27,12 @@ pub mod pool;
 
 use crate::graph::{
     Backend, BackendDevice, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op, RopeStyle,
-    TensorSource,
+    TensorSource, WeightUse,
 };
 use kernels::{Activations, KernelError};
 use pool::{Claim, ThreadPool};
+use crate::quant::{gemm, repack, repack::Repacked};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
@@ -43,6 +45,9 @@ pub struct CpuDevice {
 
 struct DeviceShared {
     weights: Arc<dyn TensorSource>,
+    /// The multiplied weights repacked for the 16-row kernels (`crate::quant::repack`), by name:
+    /// every matrix of a type with the layout, when this CPU has the kernels.
+    repacked: HashMap<String, Repacked>,
     /// One session's parallel node at a time: a job takes every thread.
     pool: Mutex<ThreadPool>,
     n_threads: usize,
@@ -59,6 +64,7 @@ impl CpuDevice {
         CpuDevice {
             shared: Arc::new(DeviceShared {
                 weights,
+                repacked: HashMap::new(),
                 pool: Mutex::new(pool),
                 n_threads,
                 executing: AtomicUsize::new(0),
@@ -88,6 +94,53 @@ impl BackendDevice for CpuDevice {
 
     fn n_threads(&self) -> usize {
         self.shared.n_threads
+    }
+
+    fn weights_bytes(&self) -> usize {
+        self.shared.repacked.values().map(|r| r.data.len()).sum()
+    }
+
+    /// Repacks every multiplied matrix of a type with the repacked layout (Q4_0, Q4_1, Q5_0,
+    /// Q5_1, Q8_0; rows in whole groups of 16) when this CPU has its kernels and
+    /// `MINFER_NO_REPACK` is unset, and tells the source it may give the original pages back.
+    /// Other weights are read from the file in place.
+    fn prepare_weights(&mut self, source: &dyn TensorSource, weights: &[WeightUse]) -> Result<(), BackendError> {
+        if std::env::var_os("MINFER_NO_REPACK").is_some_and(|v| !v.is_empty() && v != "0") {
+            return Ok(());
+        }
+        let n_threads = self.shared.n_threads;
+        let Some(shared) = Arc::get_mut(&mut self.shared) else {
+            return Err(BackendError::Prepare {
+                backend: "cpu".into(),
+                weight: weights.first().map_or_else(String::new, |u| u.name.clone()),
+                message: "weights must be prepared before any context exists".into(),
+            });
+        };
+        for name in weights.iter().filter(|u| u.multiplied).map(|u| &u.name) {
+            let Some(w) = source.weight(name) else {
+                // Reported by the node that names it, as for any missing weight.
+                continue;
+            };
+            let (ty, shape) = (w.ggml_type, w.shape);
+            let matrix = shape.len() >= 2 && shape[2..].iter().all(|&d| d == 1);
+            if !matrix || !repack::supports(ty) || !gemm::repacked_available(ty) {
+                continue;
+            }
+            let (Ok(n_in), Ok(n_out)) = (usize::try_from(shape[0]), usize::try_from(shape[1])) else {
+                continue;
+            };
+            if !n_out.is_multiple_of(repack::GROUP) {
+                continue;
+            }
+            let packed = repack::repack(ty, w.data, n_in, n_out, n_threads).map_err(|e| BackendError::Prepare {
+                backend: "cpu".into(),
+                weight: name.clone(),
+                message: e.to_string(),
+            })?;
+            shared.repacked.insert(name.clone(), packed);
+            source.release(name);
+        }
+        Ok(())
     }
 
     fn new_context(&self) -> Box<dyn ComputeBackend> {
@@ -351,13 +404,15 @@ impl CpuBackend {
             .ok_or_else(|| self.err(node, format!("no buffer {}", buf.id)))
     }
 
-    /// `y = x @ W^T` over all threads; y is token-major `[n_out, n_tokens]`.
+    /// `y = x @ W^T` over all threads; y is token-major `[n_out, n_tokens]`. `repacked` is the
+    /// device's repacked copy of `w`, when it has one: the product then reads that instead.
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         &mut self,
         node: &CNode,
         w: &[u8],
         wtype: crate::quant::GgmlType,
+        repacked: Option<&Repacked>,
         n_in: usize,
         n_out: usize,
         x: &[f32],
@@ -375,10 +430,21 @@ impl CpuBackend {
                 format!("the output holds {} values, {n_out} x {n_tokens} expected", y.len()),
             ));
         }
+        if let Some(r) = repacked.filter(|r| (r.ty, r.n_in, r.n_out) != (wtype, n_in, n_out)) {
+            return Err(self.err(
+                node,
+                format!(
+                    "the repacked weight is {} {}x{}, the product needs {wtype} {n_in}x{n_out}",
+                    r.ty, r.n_in, r.n_out
+                ),
+            ));
+        }
         let n_threads = self.device.n_threads;
         // Quantize the activation rows a chunk of tokens per thread; a row's bytes do not depend
         // on which thread quantized it.
-        let mut buffers = kernels::ActivationBuffers::new(wtype, n_in, x, n_tokens, &mut self.scratch).map_err(kerr)?;
+        let mut buffers =
+            kernels::ActivationBuffers::new(wtype, n_in, x, n_tokens, repacked.is_some(), &mut self.scratch)
+                .map_err(kerr)?;
         if n_tokens < 2 * n_threads {
             // A decode step: waking the pool would cost more than the row.
             for chunk in buffers.chunks(n_tokens.max(1)) {
@@ -396,8 +462,15 @@ impl CpuBackend {
         }
         let act: Activations<'_> = buffers.finish();
         // Each output row is one complete dot product whatever chunk holds it, so any split
-        // gives the same bits.
-        let rows_per_chunk = chunk_len(n_out, n_threads);
+        // gives the same bits. Repacked weights go in whole groups of rows.
+        let rows_per_chunk = match repacked {
+            Some(_) => chunk_len(n_out, n_threads).next_multiple_of(repack::GROUP),
+            None => chunk_len(n_out, n_threads),
+        };
+        let rows_of = |rows: std::ops::Range<usize>, n_tokens: usize, block: &mut [f32]| match repacked {
+            Some(r) => kernels::matmul_rows_repacked(r, act, n_tokens, rows, block),
+            None => kernels::matmul_rows(w, wtype, n_in, n_out, act, n_tokens, rows, block),
+        };
         let failed = FirstError::new();
         if n_tokens == 1 {
             // One token: a chunk's row block is the slice of `y` it covers; write it in place.
@@ -405,7 +478,7 @@ impl CpuBackend {
             run_parallel(&self.device, |_, _| {
                 while let Some((i, block)) = chunks.next() {
                     let rows = i * rows_per_chunk..i * rows_per_chunk + block.len();
-                    failed.record(kernels::matmul_rows(w, wtype, n_in, n_out, act, 1, rows, block));
+                    failed.record(rows_of(rows, 1, block));
                 }
             });
             return failed.into_result().map_err(kerr);
@@ -421,7 +494,7 @@ impl CpuBackend {
         run_parallel(&self.device, |_, _| {
             while let Some((i, block)) = chunks.next() {
                 let rows = i * rows_per_chunk..i * rows_per_chunk + block.len() / n_tokens;
-                failed.record(kernels::matmul_rows(w, wtype, n_in, n_out, act, n_tokens, rows, block));
+                failed.record(rows_of(rows, n_tokens, block));
             }
         });
         failed.into_result().map_err(kerr)?;

@@ -13,7 +13,8 @@
 
 use super::{check_len, check_nonzero, row_bytes, size, KernelError};
 use crate::quant::gemm::{self, PanelKernel};
-use crate::quant::{self, traits, GgmlType};
+use crate::quant::repack::Repacked;
+use crate::quant::{self, traits, GgmlType, QuantError};
 use std::ops::Range;
 
 /// One batch of activation rows (`n_tokens` rows of `n_in` values) in the form the weight
@@ -62,7 +63,7 @@ pub fn quantize_activations<'a>(
     n_tokens: usize,
     scratch: &'a mut Vec<u8>,
 ) -> Result<Activations<'a>, KernelError> {
-    let mut buffers = ActivationBuffers::new(wtype, n_in, x, n_tokens, scratch)?;
+    let mut buffers = ActivationBuffers::new(wtype, n_in, x, n_tokens, false, scratch)?;
     if let Some(chunk) = buffers.chunks(n_tokens.max(1)).next() {
         quantize_chunk(chunk)?;
     }
@@ -98,12 +99,14 @@ pub struct ActivationChunk<'b> {
 
 impl<'a> ActivationBuffers<'a> {
     /// Sizes `scratch` for `n_tokens` rows of `n_in` values of `wtype`'s activation type (and
-    /// the kernel terms when [`gemm`] will run) and splits it into the output regions.
+    /// the kernel terms when [`gemm`] will run: always for a `repacked` weight, else from
+    /// enough tokens on) and splits it into the output regions.
     pub fn new(
         wtype: GgmlType,
         n_in: usize,
         x: &'a [f32],
         n_tokens: usize,
+        repacked: bool,
         scratch: &'a mut Vec<u8>,
     ) -> Result<Self, KernelError> {
         const K: &str = "quantize_activations";
@@ -122,7 +125,11 @@ impl<'a> ActivationBuffers<'a> {
         };
         let row = row_bytes(K, aty, n_in)?;
         let total = size(K, "scratch", row, n_tokens)?;
-        let panel = gemm::kernel_for(wtype, n_tokens);
+        let panel = if repacked {
+            gemm::kernel(wtype)
+        } else {
+            gemm::kernel_for(wtype, n_tokens)
+        };
         let n_terms = if panel.is_some() {
             n_tokens * (n_in / aty.block_size())
         } else {
@@ -347,6 +354,48 @@ pub fn matmul_rows(
         }
     }
     Ok(())
+}
+
+/// [`matmul_rows`] for a weight in the repacked layout (`crate::quant::repack`), at any number
+/// of tokens: `rows` are whole groups of 16, `act` comes from [`ActivationBuffers`] made for a
+/// repacked weight (with the kernel terms), and `y` is laid out as `matmul_rows` lays it out.
+/// Every output is bit-identical to the scalar dot product of its row and token.
+pub fn matmul_rows_repacked(
+    w: &Repacked,
+    act: Activations<'_>,
+    n_tokens: usize,
+    rows: Range<usize>,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    const K: &str = "matmul_rows_repacked";
+    let quant_err = |source| KernelError::Quant { kernel: K, source };
+    let Activations::Quantized {
+        data, terms: Some(terms), ..
+    } = act
+    else {
+        return Err(KernelError::ActivationType {
+            kernel: K,
+            wtype: w.ty,
+            expected: w.ty.vec_dot_type(),
+            got: act.ty(),
+        });
+    };
+    if rows.start > rows.end || rows.end > w.n_out {
+        return Err(KernelError::RowRange {
+            kernel: K,
+            start: rows.start,
+            end: rows.end,
+            n_out: w.n_out,
+        });
+    }
+    match gemm::gemm_rows_repacked(w, data, terms, n_tokens, rows, y) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(quant_err(QuantError::UnsupportedType {
+            ggml_type: w.ty,
+            op: "a product of repacked weights on this CPU",
+        })),
+        Err(e) => Err(quant_err(e)),
+    }
 }
 
 /// Bytes per weight row, after checking that `w` holds exactly `n_out` of them.

@@ -125,6 +125,180 @@ pub(crate) struct TileActivations<'a> {
     pub aux: &'a [i32],
 }
 
+/// Block `b` of 16 rows (their levels `w`, scales `dxv` and minimums `mxv`) against the `T`
+/// token rows of `a` (`nb` blocks each): each row's term, the reference's per-block float
+/// expression, added to its running sum in `acc`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn add_block<const KIND: u8, const T: usize>(
+    w: &[__m512i; 8],
+    dxv: __m512,
+    mxv: __m512,
+    a: &TileActivations<'_>,
+    nb: usize,
+    b: usize,
+    acc: &mut [__m512; T],
+) {
+    let shift = offset_shift(KIND);
+    for (t, acc) in acc.iter_mut().enumerate() {
+        let term = t * nb + b;
+        let qs = a.data.as_ptr().add(t * a.row_bytes + b * a.block_bytes + a.qs_offset);
+        let bcast = |g: usize| _mm512_set1_epi32(qs.add(4 * g).cast::<i32>().read_unaligned());
+        let aux = *a.aux.get_unchecked(term);
+        let start = if has_min(KIND) {
+            _mm512_setzero_si512()
+        } else {
+            _mm512_set1_epi32(-(aux << shift))
+        };
+        // Two chains for latency; integer sums are exact in any order.
+        let mut s0 = _mm512_dpbusd_epi32(start, w[0], bcast(0));
+        let mut s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast(1));
+        s0 = _mm512_dpbusd_epi32(s0, w[2], bcast(2));
+        s1 = _mm512_dpbusd_epi32(s1, w[3], bcast(3));
+        s0 = _mm512_dpbusd_epi32(s0, w[4], bcast(4));
+        s1 = _mm512_dpbusd_epi32(s1, w[5], bcast(5));
+        s0 = _mm512_dpbusd_epi32(s0, w[6], bcast(6));
+        s1 = _mm512_dpbusd_epi32(s1, w[7], bcast(7));
+        let sumi = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+        let dy = _mm512_set1_ps(*a.d.get_unchecked(term));
+        let value = match KIND {
+            // `sumi * d_x * d_y`
+            Q4_0 => _mm512_mul_ps(_mm512_mul_ps(sumi, dxv), dy),
+            // `(d_x * d_y) * sumi + m_x * s_y`
+            Q4_1 | Q5_1 => {
+                let sy = _mm512_set1_ps(f32::from_bits(aux as u32));
+                _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi), _mm512_mul_ps(mxv, sy))
+            }
+            // `(d_x * d_y) * sumi` (Q5_0), `sumi * (d_x * d_y)` (Q8_0): the same product.
+            _ => _mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi),
+        };
+        *acc = _mm512_add_ps(*acc, value);
+    }
+}
+
+/// Bytes of a repacked record's levels and fifth-bit masks, before its scales
+/// (`crate::quant::repack`).
+const fn record_levels_bytes(kind: u8) -> usize {
+    match kind {
+        Q8_0 => 512,
+        Q5_0 | Q5_1 => 256 + 64,
+        _ => 256,
+    }
+}
+
+/// Bytes of a repacked record: 16 blocks.
+pub(crate) const fn record_bytes(kind: u8) -> usize {
+    record_levels_bytes(kind) + if has_min(kind) { 64 } else { 32 }
+}
+
+/// The eight level vectors of the repacked record at `rec`, as [`unpack_panel`] lays out a
+/// block of its panel.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn record_levels<const KIND: u8>(rec: *const u8) -> [__m512i; 8] {
+    let load = |at: usize| _mm512_loadu_si512(rec.add(at).cast());
+    if KIND == Q8_0 {
+        return std::array::from_fn(|g| load(64 * g));
+    }
+    let low = _mm512_set1_epi8(0x0f);
+    let v: [__m512i; 4] = std::array::from_fn(|k| load(64 * k));
+    let mut l: [__m512i; 8] = std::array::from_fn(|g| {
+        if g < 4 {
+            _mm512_and_si512(v[g], low)
+        } else {
+            _mm512_and_si512(_mm512_srli_epi16(v[g - 4], 4), low)
+        }
+    });
+    if KIND == Q5_0 || KIND == Q5_1 {
+        let five = _mm512_set1_epi8(0x10);
+        for (g, l) in l.iter_mut().enumerate() {
+            let mask = rec.add(256 + 8 * g).cast::<u64>().read_unaligned();
+            *l = _mm512_mask_add_epi8(*l, u64::from_le(mask), *l, five);
+        }
+    }
+    l
+}
+
+/// The scales and minimums (zero for the types without) of the repacked record at `rec`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn record_scales<const KIND: u8>(rec: *const u8) -> (__m512, __m512) {
+    let at = record_levels_bytes(KIND);
+    let dxv = _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(at).cast()));
+    let mxv = if has_min(KIND) {
+        _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(at + 32).cast()))
+    } else {
+        _mm512_setzero_ps()
+    };
+    (dxv, mxv)
+}
+
+/// Expands a group of 16 repacked rows (`records`: `nb` records) into a panel, as
+/// [`unpack_panel`] does from the original layout.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW; `records` holds `nb` records of `KIND`, `pack`, `dx` and `mx`
+/// the sizes of [`unpack_panel`].
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn unpack_repacked<const KIND: u8>(
+    records: &[u8],
+    nb: usize,
+    pack: &mut [u32],
+    dx: &mut [f32],
+    mx: &mut [f32],
+) {
+    assert!(records.len() >= nb * record_bytes(KIND) && pack.len() >= nb * 128);
+    assert!(dx.len() >= nb * 16 && mx.len() >= nb * 16);
+    for b in 0..nb {
+        let rec = records.as_ptr().add(b * record_bytes(KIND));
+        let l = record_levels::<KIND>(rec);
+        let out = pack.as_mut_ptr().add(b * 128).cast::<__m512i>();
+        for (g, l) in l.iter().enumerate() {
+            _mm512_storeu_si512(out.add(g), *l);
+        }
+        let (dxv, mxv) = record_scales::<KIND>(rec);
+        _mm512_storeu_ps(dx.as_mut_ptr().add(b * 16), dxv);
+        _mm512_storeu_ps(mx.as_mut_ptr().add(b * 16), mxv);
+    }
+}
+
+/// A group of 16 repacked rows (`records`: `nb` records) against `T` token rows, reading the
+/// levels straight from the records: `y[t * stride + r]` for the group's row `r`. What a
+/// decode step and small batches run; the prompt's tiles share an unpacked panel instead.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI; `records` holds `nb` records of `KIND`; `a` holds `T`
+/// token rows of `nb` blocks and `T * nb` terms; `y` holds `(T - 1) * stride + 16` values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn repacked_tile<const KIND: u8, const T: usize>(
+    records: &[u8],
+    nb: usize,
+    a: &TileActivations<'_>,
+    y: &mut [f32],
+    stride: usize,
+) {
+    assert!(records.len() >= nb * record_bytes(KIND));
+    assert!(y.len() >= (T - 1) * stride + 16);
+    debug_assert!(a.data.len() >= (T - 1) * a.row_bytes + nb * a.block_bytes);
+    debug_assert!(a.d.len() >= T * nb && a.aux.len() >= T * nb);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let rec = records.as_ptr().add(b * record_bytes(KIND));
+        // The records stream from memory: ask for those ahead (a hint; it never faults).
+        let mut line = 0;
+        while line < record_bytes(KIND) {
+            _mm_prefetch::<_MM_HINT_T0>(rec.wrapping_add(PREFETCH_DISTANCE + line).cast());
+            line += 64;
+        }
+        let w = record_levels::<KIND>(rec);
+        let (dxv, mxv) = record_scales::<KIND>(rec);
+        add_block::<KIND, T>(&w, dxv, mxv, a, nb, b, &mut acc);
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        _mm512_storeu_ps(y.as_mut_ptr().add(t * stride), *acc);
+    }
+}
+
 /// One panel against `T` token rows: `y[t * stride + r]` for the panel's row `r` in the lanes
 /// set in `mask`.
 ///
@@ -145,46 +319,12 @@ pub(crate) unsafe fn panel_tile<const KIND: u8, const T: usize>(
     debug_assert!(a.d.len() >= T * nb && a.aux.len() >= T * nb);
     debug_assert!(y.len() >= (T - 1) * stride + (16 - mask.leading_zeros() as usize));
     let mut acc = [_mm512_setzero_ps(); T];
-    let shift = offset_shift(KIND);
     for b in 0..nb {
         let wp = pack.as_ptr().add(b * 128).cast::<__m512i>();
         let w: [__m512i; 8] = std::array::from_fn(|g| _mm512_loadu_si512(wp.add(g)));
         let dxv = _mm512_loadu_ps(dx.as_ptr().add(b * 16));
         let mxv = _mm512_loadu_ps(mx.as_ptr().add(b * 16));
-        for (t, acc) in acc.iter_mut().enumerate() {
-            let term = t * nb + b;
-            let qs = a.data.as_ptr().add(t * a.row_bytes + b * a.block_bytes + a.qs_offset);
-            let bcast = |g: usize| _mm512_set1_epi32(qs.add(4 * g).cast::<i32>().read_unaligned());
-            let aux = *a.aux.get_unchecked(term);
-            let start = if has_min(KIND) {
-                _mm512_setzero_si512()
-            } else {
-                _mm512_set1_epi32(-(aux << shift))
-            };
-            // Two chains for latency; integer sums are exact in any order.
-            let mut s0 = _mm512_dpbusd_epi32(start, w[0], bcast(0));
-            let mut s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast(1));
-            s0 = _mm512_dpbusd_epi32(s0, w[2], bcast(2));
-            s1 = _mm512_dpbusd_epi32(s1, w[3], bcast(3));
-            s0 = _mm512_dpbusd_epi32(s0, w[4], bcast(4));
-            s1 = _mm512_dpbusd_epi32(s1, w[5], bcast(5));
-            s0 = _mm512_dpbusd_epi32(s0, w[6], bcast(6));
-            s1 = _mm512_dpbusd_epi32(s1, w[7], bcast(7));
-            let sumi = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-            let dy = _mm512_set1_ps(*a.d.get_unchecked(term));
-            let value = match KIND {
-                // `sumi * d_x * d_y`
-                Q4_0 => _mm512_mul_ps(_mm512_mul_ps(sumi, dxv), dy),
-                // `(d_x * d_y) * sumi + m_x * s_y`
-                Q4_1 | Q5_1 => {
-                    let sy = _mm512_set1_ps(f32::from_bits(aux as u32));
-                    _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi), _mm512_mul_ps(mxv, sy))
-                }
-                // `(d_x * d_y) * sumi` (Q5_0), `sumi * (d_x * d_y)` (Q8_0): the same product.
-                _ => _mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi),
-            };
-            *acc = _mm512_add_ps(*acc, value);
-        }
+        add_block::<KIND, T>(&w, dxv, mxv, a, nb, b, &mut acc);
     }
     for (t, acc) in acc.iter().enumerate() {
         _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
