@@ -1000,7 +1000,9 @@ fn a_device_prepares_the_weights_once_and_reports_the_bytes_it_holds() {
     let names = case.graph.weight_names();
     assert_eq!(names, ["norm.weight", "w.weight"]);
     let mut device = OpaqueDevice::new(None, None);
-    device.prepare_weights(case.weights.as_ref(), &case.graph.weight_uses()).unwrap();
+    device
+        .prepare_weights(case.weights.as_ref(), &case.graph.weight_uses())
+        .unwrap();
     let held: usize = names.iter().map(|n| case.weights.weight(n).unwrap().data.len()).sum();
     assert_eq!(device.weights_bytes(), held);
     // The contexts compute from the device's copy: the source is not needed any more.
@@ -1025,6 +1027,61 @@ fn a_device_prepares_the_weights_once_and_reports_the_bytes_it_holds() {
     )
     .unwrap();
     assert_eq!(set.weights_bytes(), 0);
+}
+
+#[test]
+fn the_cpu_repacks_the_matrices_it_multiplies_and_computes_the_same_bits_from_them() {
+    let mut rng = Rng(13);
+    let mut cases = vec![mixed_case(&mut rng)];
+    // Rows in whole groups, every weight type (those without the layout stay in place), one
+    // token (the decode step), a few (straight from the records) and a prompt's tile and more.
+    let (n_in, n_out) = (256, 48);
+    for ty in weight_types() {
+        for nt in [1, 3, 9] {
+            let mut weights = MemWeights::default();
+            weights.add(&mut rng, "w.weight", ty, &[n_in as u64, n_out as u64]);
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", [n_in, nt, 1, 1], DType::F32);
+            let out = b.matmul("out", x, matmul_meta("w.weight", ty, None, n_in, n_out));
+            b.output(out);
+            let inputs = vec![("x", Data::F32(rng.vec(n_in * nt, 1.0)))];
+            cases.push(case(format!("MatMul {ty} x {nt}"), b.build(), weights, inputs));
+        }
+    }
+    let mut repacked = 0;
+    for case in cases {
+        let weights = Arc::clone(&case.weights) as Arc<dyn TensorSource>;
+        let in_place = run(&case, vec![Box::new(CpuDevice::new(Arc::clone(&weights), 2).context())]).unwrap();
+        let uses = case.graph.weight_uses();
+        let set = BackendSet::create(&[Backend::CPU], weights, &uses, Some(2)).unwrap();
+        // Every multiplied matrix of a type with the layout, rows in groups of 16, on a CPU with
+        // the kernels; nothing else (norms, embedding tables, other types).
+        let expected: usize = uses
+            .iter()
+            .filter(|u| u.multiplied)
+            .filter_map(|u| case.weights.weight(&u.name))
+            .filter(|w| {
+                minfer::quant::repack::supports(w.ggml_type)
+                    && minfer::quant::gemm::repacked_available(w.ggml_type)
+                    && w.shape[1] % 16 == 0
+            })
+            .map(|w| w.data.len())
+            .sum();
+        assert_eq!(set.weights_bytes(), expected, "{}", case.name);
+        repacked += usize::from(expected > 0);
+        let prepared = run(&case, set.new_contexts()).unwrap();
+        for (p, e) in prepared.iter().zip(&in_place) {
+            assert!(
+                p.iter().zip(e).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{}: the repacked weights give other bits",
+                case.name
+            );
+        }
+    }
+    if minfer::quant::gemm::repacked_available(GgmlType::Q5_0) {
+        // The mixed case and three token counts of each of the five types.
+        assert_eq!(repacked, 16);
+    }
 }
 
 #[test]

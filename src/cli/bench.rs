@@ -542,12 +542,16 @@ pub fn run_bench(
 }
 
 /// The CPU kernels that multiply the weight matrices of `file` by `n_tokens` activation rows,
-/// grouped by kernel: `avx512-vnni gemm (Q5_0, Q8_0), avx512-vnni dot (F16)`.
+/// grouped by kernel: `avx512-vnni gemm (Q5_0, Q8_0), avx512-vnni dot (F16)` for a prompt,
+/// `avx512-vnni repacked (Q5_0, Q8_0), avx512-vnni dot (Q4_K)` for a generated token (the
+/// repacked weights' kernel below the panel's token count).
 pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
-    let (mut gemm, mut dot) = (Vec::new(), Vec::new());
+    let (mut gemm, mut repacked, mut dot) = (Vec::new(), Vec::new(), Vec::new());
     for t in tensors_read_per_token(file).filter(|t| t.shape.len() == 2) {
         let types = if crate::quant::gemm::kernel_for(t.ggml_type, n_tokens).is_some() {
             &mut gemm
+        } else if crate::backends::cpu::repacks(t.ggml_type, &t.shape) {
+            &mut repacked
         } else {
             &mut dot
         };
@@ -556,7 +560,7 @@ pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
         }
     }
     let simd = crate::quant::simd::simd_level();
-    let groups: Vec<String> = [("gemm", gemm), ("dot", dot)]
+    let groups: Vec<String> = [("gemm", gemm), ("repacked", repacked), ("dot", dot)]
         .iter()
         .filter(|(_, types)| !types.is_empty())
         .map(|(how, types)| format!("{simd} {how} ({})", types.join(", ")))
@@ -957,16 +961,27 @@ mod tests {
     }
 
     #[test]
-    fn the_kernels_line_says_gemm_for_a_prompt_where_the_cpu_has_it_and_dot_for_one_token() {
+    fn the_kernels_line_says_gemm_for_a_prompt_where_the_cpu_has_it_and_repacked_or_dot_for_one_token() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
         let file = GgufFile::open(dir.join("tiny-qwen2-Q8_0.gguf")).unwrap();
         let simd = crate::quant::simd::simd_level();
         let one = cpu_kernels(&file, 1);
-        assert!(
-            one.starts_with(&format!("{simd} dot (")) && !one.contains("gemm"),
-            "{one}"
-        );
-        assert!(one.contains("Q8_0"), "{one}");
+        assert!(!one.contains("gemm"), "{one}");
+        // The tiny model's matrices are Q8_0 except its F32 norms; those with rows in groups of
+        // 16 are repacked where the CPU has the kernel.
+        let q8 = |t: &&crate::gguf::TensorInfo| t.ggml_type == crate::quant::GgmlType::Q8_0 && t.shape.len() == 2;
+        let any_repacked = file
+            .tensors()
+            .iter()
+            .filter(q8)
+            .any(|t| crate::backends::cpu::repacks(t.ggml_type, &t.shape));
+        let all_repacked = file
+            .tensors()
+            .iter()
+            .filter(q8)
+            .all(|t| crate::backends::cpu::repacks(t.ggml_type, &t.shape));
+        assert_eq!(one.contains(&format!("{simd} repacked (Q8_0")), any_repacked, "{one}");
+        assert_eq!(one.contains(&format!("{simd} dot (Q8_0")), !all_repacked, "{one}");
         let prompt = cpu_kernels(&file, 512);
         let has_gemm = crate::quant::gemm::kernel(crate::quant::GgmlType::Q8_0).is_some();
         assert_eq!(prompt.contains(&format!("{simd} gemm (Q8_0")), has_gemm, "{prompt}");

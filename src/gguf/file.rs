@@ -346,7 +346,9 @@ impl GgufFile {
         #[cfg(unix)]
         {
             // SAFETY: sysconf has no preconditions.
-            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+                .unwrap_or(4096)
+                .max(1);
             let data = self.tensor_data(info);
             let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
             let (first, last) = (start.next_multiple_of(page), end - end % page);

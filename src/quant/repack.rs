@@ -95,7 +95,10 @@ impl Repacked {
 /// to `n_threads` threads (any split gives the same bytes). Refused, naming the reason, for a
 /// type without a layout, rows that are not whole blocks or groups, or a size mismatch.
 pub fn repack(ty: GgmlType, w: &[u8], n_in: usize, n_out: usize, n_threads: usize) -> Result<Repacked, QuantError> {
-    let unsupported = || QuantError::UnsupportedType { ggml_type: ty, op: "repack" };
+    let unsupported = || QuantError::UnsupportedType {
+        ggml_type: ty,
+        op: "repack",
+    };
     let f = fields(ty).ok_or_else(unsupported)?;
     let (bs, bsize) = (ty.block_size(), ty.type_size());
     if n_in == 0 || !n_in.is_multiple_of(bs) {
@@ -200,7 +203,13 @@ mod tests {
     #[test]
     fn a_record_holds_every_bit_of_its_sixteen_blocks_where_the_layout_says() {
         let mut r = XorShift(7);
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0] {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+        ] {
             let f = fields(ty).unwrap();
             let (nb, bsize) = (3, ty.type_size());
             let w = random_bytes(&mut r, 32 * nb * bsize);
@@ -213,7 +222,11 @@ mod tests {
                     let lane = row % GROUP;
                     for j in 0..f.qs_len {
                         let got = rec[64 * (j / 4) + 4 * lane + j % 4];
-                        let want = if ty == GgmlType::Q8_0 { blk[f.qs + j] ^ 0x80 } else { blk[f.qs + j] };
+                        let want = if ty == GgmlType::Q8_0 {
+                            blk[f.qs + j] ^ 0x80
+                        } else {
+                            blk[f.qs + j]
+                        };
                         assert_eq!(got, want, "{ty} row {row} block {b} qs {j}");
                     }
                     let mut at = 16 * f.qs_len;
@@ -221,7 +234,11 @@ mod tests {
                         let bits = u32::from_le_bytes(blk[qh..qh + 4].try_into().unwrap());
                         for v in 0..32 {
                             let mask = u64::from_le_bytes(rec[at + 8 * (v / 4)..][..8].try_into().unwrap());
-                            assert_eq!((mask >> (4 * lane + v % 4)) & 1, u64::from(bits >> v & 1), "{ty} qh {v}");
+                            assert_eq!(
+                                (mask >> (4 * lane + v % 4)) & 1,
+                                u64::from(bits >> v & 1),
+                                "{ty} qh {v}"
+                            );
                         }
                         at += 64;
                     }

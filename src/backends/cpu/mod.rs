@@ -29,9 +29,9 @@ use crate::graph::{
     Backend, BackendDevice, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op, RopeStyle,
     TensorSource, WeightUse,
 };
+use crate::quant::{gemm, repack, repack::Repacked};
 use kernels::{Activations, KernelError};
 use pool::{Claim, ThreadPool};
-use crate::quant::{gemm, repack, repack::Repacked};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
@@ -100,14 +100,10 @@ impl BackendDevice for CpuDevice {
         self.shared.repacked.values().map(|r| r.data.len()).sum()
     }
 
-    /// Repacks every multiplied matrix of a type with the repacked layout (Q4_0, Q4_1, Q5_0,
-    /// Q5_1, Q8_0; rows in whole groups of 16) when this CPU has its kernels and
-    /// `MINFER_NO_REPACK` is unset, and tells the source it may give the original pages back.
+    /// Repacks every multiplied matrix that [`repacks`] takes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0;
+    /// rows in whole groups of 16), and tells the source it may give the original pages back.
     /// Other weights are read from the file in place.
     fn prepare_weights(&mut self, source: &dyn TensorSource, weights: &[WeightUse]) -> Result<(), BackendError> {
-        if std::env::var_os("MINFER_NO_REPACK").is_some_and(|v| !v.is_empty() && v != "0") {
-            return Ok(());
-        }
         let n_threads = self.shared.n_threads;
         let Some(shared) = Arc::get_mut(&mut self.shared) else {
             return Err(BackendError::Prepare {
@@ -122,16 +118,12 @@ impl BackendDevice for CpuDevice {
                 continue;
             };
             let (ty, shape) = (w.ggml_type, w.shape);
-            let matrix = shape.len() >= 2 && shape[2..].iter().all(|&d| d == 1);
-            if !matrix || !repack::supports(ty) || !gemm::repacked_available(ty) {
+            if !repacks(ty, shape) {
                 continue;
             }
             let (Ok(n_in), Ok(n_out)) = (usize::try_from(shape[0]), usize::try_from(shape[1])) else {
                 continue;
             };
-            if !n_out.is_multiple_of(repack::GROUP) {
-                continue;
-            }
             let packed = repack::repack(ty, w.data, n_in, n_out, n_threads).map_err(|e| BackendError::Prepare {
                 backend: "cpu".into(),
                 weight: name.clone(),
@@ -146,6 +138,19 @@ impl BackendDevice for CpuDevice {
     fn new_context(&self) -> Box<dyn ComputeBackend> {
         Box::new(self.context())
     }
+}
+
+/// Whether the CPU device repacks a multiplied matrix of `ty` and GGUF shape `shape` (ne0
+/// first) when it prepares the weights: a type with the repacked layout, rows in whole groups
+/// of 16, a CPU with the kernels, and `MINFER_NO_REPACK` unset (or `0`).
+pub fn repacks(ty: crate::quant::GgmlType, shape: &[u64]) -> bool {
+    let matrix = shape.len() >= 2 && shape[2..].iter().all(|&d| d == 1);
+    let turned_off = std::env::var_os("MINFER_NO_REPACK").is_some_and(|v| !v.is_empty() && v != "0");
+    matrix
+        && !turned_off
+        && repack::supports(ty)
+        && shape[1].is_multiple_of(repack::GROUP as u64)
+        && gemm::repacked_available(ty)
 }
 
 /// Run `job` on every thread of the device's pool while this session is the only one executing

@@ -370,7 +370,9 @@ pub fn matmul_rows_repacked(
     const K: &str = "matmul_rows_repacked";
     let quant_err = |source| KernelError::Quant { kernel: K, source };
     let Activations::Quantized {
-        data, terms: Some(terms), ..
+        data,
+        terms: Some(terms),
+        ..
     } = act
     else {
         return Err(KernelError::ActivationType {

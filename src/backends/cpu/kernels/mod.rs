@@ -33,8 +33,8 @@ pub use get_rows::get_rows;
 pub use kv_region::{region_values, F16Rows, KvRegion, KvRegionMut, KvRows, Q8Rows, SCRATCH_SLACK};
 pub use kv_store::kv_store;
 pub use matmul::{
-    matmul, matmul_rows, matmul_rows_repacked, quantize_activations, quantize_chunk, ActivationBuffers, ActivationChunk,
-    Activations,
+    matmul, matmul_rows, matmul_rows_repacked, quantize_activations, quantize_chunk, ActivationBuffers,
+    ActivationChunk, Activations,
 };
 pub use norm::{rms_norm, rms_norm_mul};
 pub use rope::{rope, RopeStyle};
