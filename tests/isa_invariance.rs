@@ -1,6 +1,6 @@
 //! The real model's logits do not depend on the instruction set or the thread count: the prefill
-//! GEMM (AVX-512 VNNI), the AVX2 and the scalar dot products, on one and two threads, all give
-//! the same bits (each kernel is bit-exact with its scalar reference). With the reference tests
+//! GEMM (AVX-512 VNNI) on repacked weights and on the file's layout (`MINFER_NO_REPACK`), the
+//! AVX2 and the scalar dot products, on one and two threads, all give the same bits (each kernel is bit-exact with its scalar reference). With the reference tests
 //! (tests/qwen25_reference.rs) holding the default path to llama.cpp's logits, this holds every
 //! path to them.
 
@@ -19,7 +19,8 @@ fn logits(text: &str, threads: &str, env: &[(&str, &str)]) -> Vec<u32> {
         .arg(common::default_model())
         .args([text, "--top", "1", "-t", threads, "--out", out_file.to_str().unwrap()])
         .env_remove("MINFER_NO_AVX512")
-        .env_remove("MINFER_NO_AVX2");
+        .env_remove("MINFER_NO_AVX2")
+        .env_remove("MINFER_NO_REPACK");
     for (k, v) in env {
         command.env(k, v);
     }
@@ -37,6 +38,7 @@ fn prompt_logits_are_bit_identical_across_instruction_sets_and_thread_counts() {
     assert_eq!(reference.len(), 151936);
     for (threads, env) in [
         ("1", &[][..]),
+        ("2", &[("MINFER_NO_REPACK", "1")][..]),
         ("2", &[("MINFER_NO_AVX512", "1")][..]),
         ("1", &[("MINFER_NO_AVX2", "1")][..]),
     ] {
