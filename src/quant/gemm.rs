@@ -111,7 +111,11 @@ impl PanelKernel {
             aux_words: kernel_k::PAIR_WORDS,
             terms: terms_q8_k,
             run: run_k::<KIND>,
-            run_repacked: None,
+            run_repacked: if KIND == kernel_k::Q4_K {
+                Some(run_repacked_q4_k)
+            } else {
+                None
+            },
         }
     }
 }
@@ -246,33 +250,11 @@ pub fn gemm_rows(
     let Some(k) = kernel(wtype) else {
         return Ok(false);
     };
-    let (wb, ab) = (wtype.type_size(), k.act.type_size());
-    let size_err = |expected: usize, got: usize| QuantError::SizeMismatch {
-        ggml_type: wtype,
-        op: "gemm_rows",
-        n: nb * wtype.block_size(),
-        expected,
-        got,
-    };
+    let wb = wtype.type_size();
     if rows.start > rows.end || w.len() < rows.end * nb * wb {
-        return Err(size_err(rows.end * nb * wb, w.len()));
+        return Err(size_error(wtype, "gemm_rows", nb)(rows.end * nb * wb, w.len()));
     }
-    if act.len() != n_tokens * nb * ab {
-        return Err(size_err(n_tokens * nb * ab, act.len()));
-    }
-    if terms.d.len() != n_tokens * nb || terms.aux.len() != n_tokens * nb * k.aux_words {
-        return Err(size_err(n_tokens * nb, terms.d.len()));
-    }
-    if y.len() != rows.len() * n_tokens {
-        return Err(size_err(rows.len() * n_tokens, y.len()));
-    }
-    let shape = Shape {
-        nb,
-        n_tokens,
-        rows,
-        wb,
-        ab,
-    };
+    let shape = Shape::checked(&k, wtype, "gemm_rows", nb, act, terms, n_tokens, rows, y)?;
     // SAFETY: `kernel` found the kernel in the AVX-512 table, handed out only on a CPU with
     // AVX-512 F, VL and VNNI (and AVX2), and checked BW; the sizes are checked above.
     unsafe { (k.run)(w, act, terms, &shape, y) };
@@ -302,40 +284,20 @@ pub fn gemm_rows_repacked(
     let Some((k, run)) = kernel(w.ty).and_then(|k| Some((k, k.run_repacked?))) else {
         return Ok(false);
     };
-    let nb = w.nb();
-    let ab = k.act.type_size();
-    let size_err = |expected: usize, got: usize| QuantError::SizeMismatch {
-        ggml_type: w.ty,
-        op: "gemm_rows_repacked",
-        n: nb * w.ty.block_size(),
-        expected,
-        got,
-    };
-    let group = super::repack::GROUP;
-    if rows.start > rows.end
-        || rows.end > w.n_out
-        || !rows.start.is_multiple_of(group)
-        || !rows.end.is_multiple_of(group)
-        || w.data.len() != w.n_out / group * w.group_bytes()
-    {
-        return Err(size_err(w.n_out * nb * w.ty.type_size(), w.data.len()));
+    const OP: &str = "gemm_rows_repacked";
+    let (nb, group) = (w.nb(), super::repack::GROUP);
+    if let Some(&edge) = [rows.start, rows.end].iter().find(|e| !e.is_multiple_of(group)) {
+        return Err(QuantError::PartialBlock {
+            ggml_type: w.ty,
+            op: "gemm_rows_repacked: a row range's edge (rows go in groups)",
+            n: edge,
+            block_size: group,
+        });
     }
-    if act.len() != n_tokens * nb * ab {
-        return Err(size_err(n_tokens * nb * ab, act.len()));
+    if rows.start > rows.end || rows.end > w.n_out || w.data.len() != w.n_out / group * w.group_bytes() {
+        return Err(size_error(w.ty, OP, nb)(w.n_out * nb * w.ty.type_size(), w.data.len()));
     }
-    if terms.d.len() != n_tokens * nb || terms.aux.len() != n_tokens * nb * k.aux_words {
-        return Err(size_err(n_tokens * nb, terms.d.len()));
-    }
-    if y.len() != rows.len() * n_tokens {
-        return Err(size_err(rows.len() * n_tokens, y.len()));
-    }
-    let shape = Shape {
-        nb,
-        n_tokens,
-        rows,
-        wb: w.ty.type_size(),
-        ab,
-    };
+    let shape = Shape::checked(&k, w.ty, OP, nb, act, terms, n_tokens, rows, y)?;
     // SAFETY: as in `gemm_rows`; the records are the repacked layout of `w.ty`, whole groups.
     unsafe { run(&w.data, act, terms, &shape, y) };
     Ok(true)
@@ -350,6 +312,55 @@ struct Shape {
     rows: Range<usize>,
     wb: usize,
     ab: usize,
+}
+
+/// The error of a buffer of `got` bytes or values where `expected` are needed, for `op` on
+/// rows of `nb` blocks of `ty`.
+fn size_error(ty: GgmlType, op: &'static str, nb: usize) -> impl Fn(usize, usize) -> QuantError {
+    move |expected, got| QuantError::SizeMismatch {
+        ggml_type: ty,
+        op,
+        n: nb * ty.block_size(),
+        expected,
+        got,
+    }
+}
+
+impl Shape {
+    /// The shape of a call of `k` on `wtype` weights of `nb` blocks per row, after checking the
+    /// activations, their terms and the output against it (the weight's bytes are the
+    /// caller's to check: their layout differs).
+    #[allow(clippy::too_many_arguments)]
+    fn checked(
+        k: &PanelKernel,
+        wtype: GgmlType,
+        op: &'static str,
+        nb: usize,
+        act: &[u8],
+        terms: ActivationTerms<'_>,
+        n_tokens: usize,
+        rows: Range<usize>,
+        y: &[f32],
+    ) -> Result<Shape, QuantError> {
+        let ab = k.act.type_size();
+        let err = size_error(wtype, op, nb);
+        if act.len() != n_tokens * nb * ab {
+            return Err(err(n_tokens * nb * ab, act.len()));
+        }
+        if terms.d.len() != n_tokens * nb || terms.aux.len() != n_tokens * nb * k.aux_words {
+            return Err(err(n_tokens * nb, terms.d.len()));
+        }
+        if y.len() != rows.len() * n_tokens {
+            return Err(err(rows.len() * n_tokens, y.len()));
+        }
+        Ok(Shape {
+            nb,
+            n_tokens,
+            rows,
+            wb: wtype.type_size(),
+            ab,
+        })
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -491,6 +502,57 @@ unsafe fn run_repacked<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTe
     });
 }
 
+/// The Q4_K kernel's loops over repacked records (`w`), as [`run_repacked`]: straight from the
+/// records below [`MIN_TOKENS`] tokens, through the panel from there on.
+///
+/// # Safety
+/// As for the kernel: the CPU features are present and the sizes checked by
+/// [`gemm_rows_repacked`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn run_repacked_q4_k(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
+    let (nsb, ab, stride) = (s.nb, s.ab, s.rows.len());
+    let words = kernel_k::PAIR_WORDS;
+    let group_bytes = nsb * kernel_k::RECORD_BYTES_Q4_K;
+    let tile = |t0: usize, n: usize| kernel_k::TileActivationsK {
+        data: &act[t0 * nsb * ab..(t0 + n) * nsb * ab],
+        row_bytes: nsb * ab,
+        pairs: &terms.aux[t0 * nsb * words..(t0 + n) * nsb * words],
+        d: &terms.d[t0 * nsb..(t0 + n) * nsb],
+    };
+    let records = |rows: &Range<usize>| &w[rows.start / PANEL * group_bytes..][..group_bytes];
+    if s.n_tokens < MIN_TOKENS {
+        for (rows, _) in s.panels() {
+            let a = tile(0, s.n_tokens);
+            let y = &mut y[s.out_offset(&rows, 0)..];
+            by_tile!(s.n_tokens, T => kernel_k::repacked_tile_q4_k::<T>(records(&rows), nsb, &a, y, stride));
+        }
+        return;
+    }
+    PANEL_SCRATCH.with_borrow_mut(|(pack, scales, group_terms, dx, dmx)| {
+        pack.resize(nsb * kernel_k::PACK_WORDS, 0);
+        scales.resize(nsb * kernel_k::MAX_SUBS * PANEL, 0);
+        group_terms.resize(nsb * kernel_k::TERM_WORDS * PANEL, 0);
+        dx.resize(nsb * PANEL, 0.0);
+        dmx.resize(nsb * PANEL, 0.0);
+        for (rows, mask) in s.panels() {
+            kernel_k::unpack_repacked_q4_k(records(&rows), nsb, pack, scales, group_terms, dx, dmx);
+            for (t0, n) in s.tiles() {
+                let a = tile(t0, n);
+                let p = kernel_k::PanelK {
+                    pack,
+                    scales,
+                    terms: group_terms,
+                    dx,
+                    dmx,
+                    nsb,
+                };
+                let y = &mut y[s.out_offset(&rows, t0)..];
+                by_tile!(n, T => kernel_k::panel_tile_k::<{ kernel_k::Q4_K }, T>(&p, &a, y, stride, mask));
+            }
+        }
+    });
+}
+
 /// The K-quant kernel's panel and tile loops for `KIND`.
 ///
 /// # Safety
@@ -608,9 +670,14 @@ mod tests {
             let act = traits::row_in(scalar(), k.activation_type()).unwrap();
             let dots = reference.block_dots().unwrap();
             let (wb, ab) = (reference.type_size, act.type_size);
-            for nb in [1, 2, 9, 28] {
+            let blocks: &[usize] = if ty.block_size() == 32 {
+                &[1, 2, 9, 28]
+            } else {
+                &[1, 3, 6]
+            };
+            for &nb in blocks {
                 let w = reference.test.unwrap().random_row(&mut r, n_out * nb, wb);
-                let packed = super::super::repack::repack(ty, &w, nb * 32, n_out, 2).unwrap();
+                let packed = super::super::repack::repack(ty, &w, nb * ty.block_size(), n_out, 2).unwrap();
                 for n_tokens in [1, 2, 3, 4, 5, 8, 11] {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
                     let words = k.aux_words();
@@ -641,7 +708,7 @@ mod tests {
             ran += 1;
         }
         if simd::isa() == Isa::Avx512 && cpu_has_bw() {
-            assert_eq!(ran, 5, "every repacked type ran");
+            assert_eq!(ran, 6, "every repacked type ran");
         }
     }
 

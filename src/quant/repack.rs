@@ -1,13 +1,14 @@
 //! Weights repacked for the 16-row kernels, as ggml-cpu's `repack` buffers: the 32-value block
-//! types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) rearranged once at load so that a kernel reads each
-//! block of 16 rows straight into the row-interleaved vectors of `crate::quant::gemm`'s panel
-//! (one i32 lane per row), with no unpacking into a buffer and no horizontal reduction. A
-//! decode step then multiplies a block of 16 rows with a handful of instructions; prompts
-//! expand the same records into the panel at a fraction of the cost of the original layout.
+//! types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and Q4_K rearranged once at load so that a
+//! kernel reads each block of 16 rows straight into the row-interleaved vectors of
+//! `crate::quant::gemm`'s panels (one i32 lane per row), with no unpacking into a buffer and no
+//! horizontal reduction. A decode step then multiplies a block of 16 rows with a handful of
+//! instructions; prompts expand the same records into the panel at a fraction of the cost of
+//! the original layout.
 //!
-//! The layout keeps every bit and every byte count of the original (a record of 16 blocks is
-//! 16 blocks' bytes), so a repacked matrix reads exactly as much memory as the file's. Rows go
-//! in groups of [`GROUP`]; group `G`'s block `b` is the record at `(G * nb + b) * 16 * bsize`:
+//! The layout keeps every bit and (but for Q4_K) every byte count of the original (a record of
+//! 16 blocks is 16 blocks' bytes), so a repacked matrix reads as much memory as the file's. Rows go
+//! in groups of [`GROUP`]; group `G`'s block `b` is the record at `(G * nb + b) * record_bytes(ty)`:
 //!
 //! - levels: for Q4_0, Q4_1, Q5_0, Q5_1 four 64-byte vectors, vector `k` holding bytes
 //!   `4k..4k + 4` of each row's `qs` in lane `r` (the low nibbles are values `4k..`, the high
@@ -16,6 +17,14 @@
 //! - fifth bits (Q5_0, Q5_1): eight little-endian u64 masks, bit `4r + i` of mask `g` being bit
 //!   `4g + i` of row `r`'s `qh`;
 //! - the 16 rows' f16 scales `d`, then (Q4_1, Q5_1) their f16 minimums `m`.
+//!
+//! Q4_K goes by super-block, a record per 16 rows' super-block: 32 vectors of nibbles, vector
+//! `8c + k` holding bytes `32c + 4k..32c + 4k + 4` of each row's `qs` (low nibbles: values
+//! `64c + 4k..`; high: `64c + 32 + 4k..`); then the eight 6-bit sub-block scales unpacked to
+//! bytes, `[j][row]`; the eight minimums as byte pairs, `[i][row][2]` for sub-blocks `2i` and
+//! `2i + 1`; the rows' f16 `d`, then `dmin`. The unpacked scales make a record 64 bytes longer
+//! than its 16 blocks (2,368 against 2,304). (Q6_K has no layout: a kernel unpacking its six-bit
+//! levels from such records measured slower than its one-row dot product.)
 //!
 //! This module owns the layout and its scalar conversion; the kernels reading it are
 //! `simd::x86::gemm`'s, and which weights get repacked is the backend's choice. It must not do
@@ -28,11 +37,23 @@ pub const GROUP: usize = 16;
 
 /// Whether `ty` has a repacked layout.
 pub fn supports(ty: GgmlType) -> bool {
-    matches!(
-        ty,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0
-    )
+    record_bytes(ty).is_some()
 }
+
+/// Bytes of one record (16 rows' block or super-block) of `ty`, if it has a layout.
+pub fn record_bytes(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+            Some(GROUP * ty.type_size())
+        }
+        GgmlType::Q4_K => Some(Q4_K_RECORD),
+        _ => None,
+    }
+}
+
+/// Bytes of a Q4_K record: the 16 blocks' nibbles, their unpacked scales and minimums, `d` and
+/// `dmin`.
+pub const Q4_K_RECORD: usize = 2048 + 128 + 128 + 32 + 32;
 
 /// Where the parts of a block sit in the original layout: the `qs` bytes, the `qh` word (Q5),
 /// and the minimum `m` (Q4_1, Q5_1); the scale `d` is always first.
@@ -85,9 +106,9 @@ impl Repacked {
         self.n_in / self.ty.block_size()
     }
 
-    /// Bytes of one group of rows (all its blocks).
+    /// Bytes of one group of rows (all its records).
     pub fn group_bytes(&self) -> usize {
-        self.nb() * GROUP * self.ty.type_size()
+        self.nb() * record_bytes(self.ty).unwrap_or(0)
     }
 }
 
@@ -99,7 +120,7 @@ pub fn repack(ty: GgmlType, w: &[u8], n_in: usize, n_out: usize, n_threads: usiz
         ggml_type: ty,
         op: "repack",
     };
-    let f = fields(ty).ok_or_else(unsupported)?;
+    let record = record_bytes(ty).ok_or_else(unsupported)?;
     let (bs, bsize) = (ty.block_size(), ty.type_size());
     if n_in == 0 || !n_in.is_multiple_of(bs) {
         return Err(QuantError::PartialBlock {
@@ -120,21 +141,21 @@ pub fn repack(ty: GgmlType, w: &[u8], n_in: usize, n_out: usize, n_threads: usiz
             got: w.len(),
         });
     }
-    let mut data = vec![0u8; expected];
-    let group_bytes = nb * GROUP * bsize;
     let n_groups = n_out / GROUP;
+    let (in_group, out_group) = (nb * GROUP * bsize, nb * record);
+    let mut data = vec![0u8; n_groups * out_group];
     let per_thread = n_groups.div_ceil(n_threads.max(1)).max(1);
+    let n_chunks = n_groups.div_ceil(per_thread);
     std::thread::scope(|s| {
-        for (i, out) in data.chunks_mut(per_thread * group_bytes).enumerate() {
+        for (i, out) in data.chunks_mut(per_thread * out_group).enumerate() {
             let first = i * per_thread;
-            let f = &f;
             let mut job = move || {
-                for (g, record_group) in out.chunks_exact_mut(group_bytes).enumerate() {
-                    let rows = &w[(first + g) * group_bytes..][..group_bytes];
-                    repack_group(ty, f, rows, nb, record_group);
+                for (g, records) in out.chunks_exact_mut(out_group).enumerate() {
+                    let rows = &w[(first + g) * in_group..][..in_group];
+                    repack_group(ty, rows, nb, records);
                 }
             };
-            if i + 1 == n_groups.div_ceil(per_thread) {
+            if i + 1 == n_chunks {
                 job();
             } else {
                 s.spawn(job);
@@ -145,49 +166,82 @@ pub fn repack(ty: GgmlType, w: &[u8], n_in: usize, n_out: usize, n_threads: usiz
 }
 
 /// One group: `rows` holds 16 rows of `nb` blocks in the original layout, `out` their records.
-fn repack_group(ty: GgmlType, f: &Fields, rows: &[u8], nb: usize, out: &mut [u8]) {
+fn repack_group(ty: GgmlType, rows: &[u8], nb: usize, out: &mut [u8]) {
     let bsize = ty.type_size();
-    let row_bytes = nb * bsize;
-    for (b, rec) in out.chunks_exact_mut(GROUP * bsize).enumerate() {
-        let block = |r: usize| &rows[r * row_bytes + b * bsize..][..bsize];
-        let vectors = f.qs_len / 4;
-        for r in 0..GROUP {
-            let blk = block(r);
-            for k in 0..vectors {
-                let src = &blk[f.qs + 4 * k..f.qs + 4 * k + 4];
-                let dst = &mut rec[64 * k + 4 * r..64 * k + 4 * r + 4];
-                if ty == GgmlType::Q8_0 {
-                    for (d, s) in dst.iter_mut().zip(src) {
-                        *d = s ^ 0x80;
-                    }
-                } else {
-                    dst.copy_from_slice(src);
-                }
-            }
+    let record = record_bytes(ty).expect("a type with a layout");
+    for (b, rec) in out.chunks_exact_mut(record).enumerate() {
+        let blocks: [&[u8]; GROUP] = std::array::from_fn(|r| &rows[(r * nb + b) * bsize..][..bsize]);
+        match ty {
+            GgmlType::Q4_K => record_q4_k(&blocks, rec),
+            _ => record_block32(ty, &fields(ty).expect("a 32-value block type"), &blocks, rec),
         }
-        let mut at = 64 * vectors;
-        if let Some(qh) = f.qh {
-            for g in 0..8 {
-                let mut mask = 0u64;
-                for r in 0..GROUP {
-                    let bits = u32::from_le_bytes(block(r)[qh..qh + 4].try_into().expect("4 bytes"));
-                    mask |= u64::from((bits >> (4 * g)) & 0xf) << (4 * r);
-                }
-                rec[at + 8 * g..at + 8 * g + 8].copy_from_slice(&mask.to_le_bytes());
-            }
-            at += 64;
-        }
+    }
+}
+
+/// Fills `vectors` 64-byte vectors from byte `at` of `rec`: lane `r` of vector `v` (its bytes
+/// `4r..4r + 4`) takes the four bytes `src(r, v)`.
+fn interleave4(rec: &mut [u8], at: usize, vectors: usize, src: impl Fn(usize, usize) -> [u8; 4]) {
+    for v in 0..vectors {
         for r in 0..GROUP {
-            rec[at + 2 * r..at + 2 * r + 2].copy_from_slice(&block(r)[..2]);
+            rec[at + 64 * v + 4 * r..][..4].copy_from_slice(&src(r, v));
+        }
+    }
+}
+
+/// Four bytes of `b` from `at`.
+fn four(b: &[u8], at: usize) -> [u8; 4] {
+    b[at..at + 4].try_into().expect("four bytes")
+}
+
+/// A record of 16 blocks of a 32-value type (see the module documentation).
+fn record_block32(ty: GgmlType, f: &Fields, blocks: &[&[u8]; GROUP], rec: &mut [u8]) {
+    let vectors = f.qs_len / 4;
+    interleave4(rec, 0, vectors, |r, k| {
+        let q = four(blocks[r], f.qs + 4 * k);
+        if ty == GgmlType::Q8_0 {
+            q.map(|b| b ^ 0x80)
+        } else {
+            q
+        }
+    });
+    let mut at = 64 * vectors;
+    if let Some(qh) = f.qh {
+        for g in 0..8 {
+            let mut mask = 0u64;
+            for (r, blk) in blocks.iter().enumerate() {
+                let bits = u32::from_le_bytes(four(blk, qh));
+                mask |= u64::from((bits >> (4 * g)) & 0xf) << (4 * r);
+            }
+            rec[at + 8 * g..at + 8 * g + 8].copy_from_slice(&mask.to_le_bytes());
+        }
+        at += 64;
+    }
+    for (r, blk) in blocks.iter().enumerate() {
+        rec[at + 2 * r..at + 2 * r + 2].copy_from_slice(&blk[..2]);
+    }
+    at += 32;
+    if let Some(m) = f.m {
+        for (r, blk) in blocks.iter().enumerate() {
+            rec[at + 2 * r..at + 2 * r + 2].copy_from_slice(&blk[m..m + 2]);
         }
         at += 32;
-        if let Some(m) = f.m {
-            for r in 0..GROUP {
-                rec[at + 2 * r..at + 2 * r + 2].copy_from_slice(&block(r)[m..m + 2]);
-            }
-            at += 32;
+    }
+    debug_assert_eq!(at, rec.len());
+}
+
+/// A Q4_K record (see the module documentation).
+fn record_q4_k(blocks: &[&[u8]; GROUP], rec: &mut [u8]) {
+    use super::q4_k::BlockQ4K;
+    let b: [BlockQ4K; GROUP] = std::array::from_fn(|r| bytemuck::pod_read_unaligned(blocks[r]));
+    interleave4(rec, 0, 32, |r, v| four(&b[r].qs, 32 * (v / 8) + 4 * (v % 8)));
+    for (r, blk) in b.iter().enumerate() {
+        let (scales, mins) = super::k_quants::unpack_scales_mins_k4(&blk.scales);
+        for j in 0..8 {
+            rec[2048 + 16 * j + r] = scales[j];
+            rec[2176 + 32 * (j / 2) + 2 * r + j % 2] = mins[j];
         }
-        debug_assert_eq!(at, rec.len());
+        rec[2304 + 2 * r..][..2].copy_from_slice(&blk.d.to_le_bytes());
+        rec[2336 + 2 * r..][..2].copy_from_slice(&blk.dmin.to_le_bytes());
     }
 }
 
@@ -264,8 +318,8 @@ mod tests {
 
     #[test]
     fn types_without_a_layout_and_ragged_shapes_are_refused_by_name() {
-        let err = repack(GgmlType::Q4_K, &[0; 144 * 16], 256, 16, 1).unwrap_err();
-        assert!(err.to_string().contains("Q4_K"), "{err}");
+        let err = repack(GgmlType::Q6_K, &[0; 210 * 16], 256, 16, 1).unwrap_err();
+        assert!(err.to_string().contains("Q6_K"), "{err}");
         let ty = GgmlType::Q8_0;
         let err = repack(ty, &vec![0; 15 * 34], 32, 15, 1).unwrap_err();
         assert!(err.to_string().contains("groups of 16"), "{err}");

@@ -261,3 +261,176 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
         _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
     }
 }
+
+/// Bytes of a repacked Q4_K record (16 rows' super-block; `crate::quant::repack`): nibbles,
+/// scales and minimums unpacked to bytes, `d`, `dmin`.
+pub(crate) const RECORD_BYTES_Q4_K: usize = crate::quant::repack::Q4_K_RECORD;
+/// Where a record's scales (`[j][row]`), minimum pairs (`[i][row][2]`), `d` and `dmin` start.
+const SCALES_AT: usize = 2048;
+const MINS_AT: usize = 2176;
+const D_AT: usize = 2304;
+const DMIN_AT: usize = 2336;
+
+/// Sub-block `j`'s scales of the Q4_K record at `rec`, one i32 lane per row.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn record_scales(rec: *const u8, j: usize) -> __m512i {
+    _mm512_cvtepu8_epi32(_mm_loadu_si128(rec.add(SCALES_AT + 16 * j).cast()))
+}
+
+/// The panel's minimum pairs `i` (sub-blocks `2i`, `2i + 1`) of the Q4_K record at `rec`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn record_min_pairs(rec: *const u8, i: usize) -> __m512i {
+    _mm512_cvtepu8_epi16(_mm256_loadu_si256(rec.add(MINS_AT + 32 * i).cast()))
+}
+
+/// The rows' `d` and `dmin` of the Q4_K record at `rec`, as f32.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn record_d(rec: *const u8) -> (__m512, __m512) {
+    (
+        _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(D_AT).cast())),
+        _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(DMIN_AT).cast())),
+    )
+}
+
+/// The level words of chunk `c` (values `64c..64c + 64`) of the Q4_K record at `rec`: word
+/// `k` of sub-block `2c` and of sub-block `2c + 1`, four unsigned levels of each row per lane,
+/// as the panel's `pack` holds them (words `16c + k` and `16c + 8 + k`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn record_chunk_words(rec: *const u8, c: usize, k: usize) -> (__m512i, __m512i) {
+    let low = _mm512_set1_epi8(0x0f);
+    let v = _mm512_loadu_si512(rec.add(64 * (8 * c + k)).cast());
+    (_mm512_and_si512(v, low), _mm512_and_si512(_mm512_srli_epi16(v, 4), low))
+}
+
+/// Expands a group of 16 repacked Q4_K rows (`records`: `nsb` records) into the buffers of a
+/// [`PanelK`], as [`unpack_panel_k`] does from the original layout.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW; `records` holds `nsb` records; the buffers have the sizes
+/// [`PanelK`] describes for `nsb` super-blocks of Q4_K.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn unpack_repacked_q4_k(
+    records: &[u8],
+    nsb: usize,
+    pack: &mut [u32],
+    scales: &mut [i32],
+    terms: &mut [u32],
+    dx: &mut [f32],
+    dmx: &mut [f32],
+) {
+    let n_subs = subs(Q4_K);
+    assert!(records.len() >= nsb * RECORD_BYTES_Q4_K && pack.len() >= nsb * PACK_WORDS);
+    assert!(scales.len() >= nsb * n_subs * PANEL && terms.len() >= nsb * TERM_WORDS * PANEL);
+    assert!(dx.len() >= nsb * PANEL && dmx.len() >= nsb * PANEL);
+    let store = |to: *mut u32, v: __m512i| _mm512_storeu_si512(to.cast(), v);
+    for sb in 0..nsb {
+        let rec = records.as_ptr().add(sb * RECORD_BYTES_Q4_K);
+        let pack = pack.as_mut_ptr().add(sb * PACK_WORDS);
+        for c in 0..4 {
+            for k in 0..8 {
+                let (lo, hi) = record_chunk_words(rec, c, k);
+                store(pack.add((16 * c + k) * PANEL), lo);
+                store(pack.add((16 * c + 8 + k) * PANEL), hi);
+            }
+        }
+        for j in 0..n_subs {
+            store(
+                scales.as_mut_ptr().add((sb * n_subs + j) * PANEL).cast(),
+                record_scales(rec, j),
+            );
+        }
+        // The panel has room for Q6_K's eight term words; Q4_K's minimums fill the first four.
+        for i in 0..TERM_WORDS {
+            let t = if i < PAIR_WORDS {
+                record_min_pairs(rec, i)
+            } else {
+                _mm512_setzero_si512()
+            };
+            store(terms.as_mut_ptr().add((sb * TERM_WORDS + i) * PANEL), t);
+        }
+        let (d, dmin) = record_d(rec);
+        _mm512_storeu_ps(dx.as_mut_ptr().add(sb * PANEL), d);
+        _mm512_storeu_ps(dmx.as_mut_ptr().add(sb * PANEL), dmin);
+    }
+}
+
+/// A group of 16 repacked Q4_K rows (`records`: `nsb` records) against `T` token rows, reading
+/// the levels straight from the records: `y[t * stride + r]` for the group's row `r`. The
+/// arithmetic is [`panel_tile_k`]'s.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI; `records` holds `nsb` records; `a` holds `T` token rows
+/// of `nsb` super-blocks with their pairs and scales; `y` holds `(T - 1) * stride + 16` values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn repacked_tile_q4_k<const T: usize>(
+    records: &[u8],
+    nsb: usize,
+    a: &TileActivationsK<'_>,
+    y: &mut [f32],
+    stride: usize,
+) {
+    assert!(records.len() >= nsb * RECORD_BYTES_Q4_K);
+    assert!(y.len() >= (T - 1) * stride + 16);
+    debug_assert!(a.data.len() >= (T - 1) * a.row_bytes + nsb * Q8_K_BYTES);
+    debug_assert!(a.pairs.len() >= T * nsb * PAIR_WORDS && a.d.len() >= T * nsb);
+    let block = |t: usize, sb: usize| a.data.as_ptr().add(t * a.row_bytes + sb * Q8_K_BYTES);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        let rec = records.as_ptr().add(sb * RECORD_BYTES_Q4_K);
+        // The records stream from memory: ask for those four ahead (a hint; it never faults).
+        // The 32-value kernels' fixed distance is barely one of these larger records, and
+        // measured 20 % slower.
+        let mut line = 0;
+        while line < RECORD_BYTES_Q4_K {
+            _mm_prefetch::<_MM_HINT_T0>(rec.wrapping_add(4 * RECORD_BYTES_Q4_K + line).cast());
+            line += 64;
+        }
+        let y4 =
+            |t: usize, w: usize| _mm512_set1_epi32(block(t, sb).add(Q8_K_QS + 4 * w).cast::<i32>().read_unaligned());
+        let mut sumi = [_mm512_setzero_si512(); T];
+        // A chunk's two sub-blocks at a time (their sums stay in registers), each scaled into
+        // `sumi` as soon as it is complete.
+        for c in 0..4 {
+            let (mut s_lo, mut s_hi) = ([_mm512_setzero_si512(); T], [_mm512_setzero_si512(); T]);
+            for k in 0..8 {
+                let (lo, hi) = record_chunk_words(rec, c, k);
+                for t in 0..T {
+                    s_lo[t] = _mm512_dpbusd_epi32(s_lo[t], lo, y4(t, 16 * c + k));
+                    s_hi[t] = _mm512_dpbusd_epi32(s_hi[t], hi, y4(t, 16 * c + 8 + k));
+                }
+            }
+            let (scale_lo, scale_hi) = (record_scales(rec, 2 * c), record_scales(rec, 2 * c + 1));
+            for t in 0..T {
+                let scaled = _mm512_add_epi32(
+                    _mm512_mullo_epi32(s_lo[t], scale_lo),
+                    _mm512_mullo_epi32(s_hi[t], scale_hi),
+                );
+                sumi[t] = _mm512_add_epi32(sumi[t], scaled);
+            }
+        }
+        let (d, dmin) = record_d(rec);
+        for (t, (acc, sumi)) in acc.iter_mut().zip(&sumi).enumerate() {
+            let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(*sumi)));
+        }
+        let mut summ = [_mm512_setzero_si512(); T];
+        for i in 0..PAIR_WORDS {
+            let m = record_min_pairs(rec, i);
+            for (t, summ) in summ.iter_mut().enumerate() {
+                let b = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + i);
+                *summ = _mm512_dpwssd_epi32(*summ, m, _mm512_set1_epi32(b));
+            }
+        }
+        for (t, (acc, summ)) in acc.iter_mut().zip(&summ).enumerate() {
+            let dmin = _mm512_mul_ps(dmin, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+            *acc = _mm512_sub_ps(*acc, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(*summ)));
+        }
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        _mm512_storeu_ps(y.as_mut_ptr().add(t * stride), *acc);
+    }
+}
