@@ -1065,7 +1065,10 @@ fn the_cpu_repacks_the_matrices_it_multiplies_and_computes_the_same_bits_from_th
                     && minfer::quant::gemm::repacked_available(w.ggml_type)
                     && w.shape[1] % 16 == 0
             })
-            .map(|w| w.data.len())
+            // A record per 16 blocks (Q4_K's holds its scales unpacked, so it is a little larger).
+            .map(|w| {
+                w.data.len() / w.ggml_type.type_size() / 16 * minfer::quant::repack::record_bytes(w.ggml_type).unwrap()
+            })
             .sum();
         assert_eq!(set.weights_bytes(), expected, "{}", case.name);
         repacked += usize::from(expected > 0);
