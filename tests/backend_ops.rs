@@ -1060,11 +1060,7 @@ fn the_cpu_repacks_the_matrices_it_multiplies_and_computes_the_same_bits_from_th
             .iter()
             .filter(|u| u.multiplied)
             .filter_map(|u| case.weights.weight(&u.name))
-            .filter(|w| {
-                minfer::quant::repack::supports(w.ggml_type)
-                    && minfer::quant::gemm::repacked_available(w.ggml_type)
-                    && w.shape[1] % 16 == 0
-            })
+            .filter(|w| minfer::backends::cpu::repacks(w.ggml_type, w.shape))
             // A record per 16 blocks (Q4_K's holds its scales unpacked, so it is a little larger).
             .map(|w| {
                 w.data.len() / w.ggml_type.type_size() / 16 * minfer::quant::repack::record_bytes(w.ggml_type).unwrap()
@@ -1081,7 +1077,7 @@ fn the_cpu_repacks_the_matrices_it_multiplies_and_computes_the_same_bits_from_th
             );
         }
     }
-    if minfer::quant::gemm::repacked_available(GgmlType::Q5_0) {
+    if minfer::backends::cpu::repacks(GgmlType::Q5_0, &[32, 16]) {
         // The mixed case and three token counts of each of the six types with the layout.
         assert_eq!(repacked, 19);
     }

@@ -543,7 +543,7 @@ pub fn run_bench(
 
 /// The CPU kernels that multiply the weight matrices of `file` by `n_tokens` activation rows,
 /// grouped by kernel: `avx512-vnni gemm (Q5_0, Q8_0), avx512-vnni dot (F16)` for a prompt,
-/// `avx512-vnni repacked (Q5_0, Q8_0), avx512-vnni dot (Q4_K)` for a generated token (the
+/// `avx512-vnni repacked (Q5_0, Q8_0, Q4_K), avx512-vnni dot (Q6_K)` for a generated token (the
 /// repacked weights' kernel below the panel's token count).
 pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
     let (mut gemm, mut repacked, mut dot) = (Vec::new(), Vec::new(), Vec::new());

@@ -1,6 +1,8 @@
-//! Prefill's matrix-matrix product: a panel of 16 weight rows is unpacked once and then
-//! multiplied against the token rows eight at a time, so the unpacking is paid once per panel
-//! instead of once per token, and each VNNI instruction works for 16 rows at once. Two kernels:
+//! The 16-row matrix products: prefill's, where a panel of 16 weight rows is unpacked once and
+//! then multiplied against the token rows eight at a time, so the unpacking is paid once per
+//! panel instead of once per token, and each VNNI instruction works for 16 rows at once; and
+//! those of repacked weights (`super::repack`, [`gemm_rows_repacked`]), which a decode step and
+//! small batches multiply straight from the records and prompts expand into the same panels. Two kernels:
 //! the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and the K-quants (Q4_K, Q5_K, Q6_K),
 //! both `vpdpbusd` on unsigned levels (the K-quants scale each sub-block's sum with `vpmulld`).
 //! Which type has which is its row of the type table (`super::traits`): a [`PanelKernel`].
@@ -12,9 +14,10 @@
 //!
 //! The kernels need AVX-512 F, BW and VNNI: only the AVX-512 table has them, and [`kernel`]
 //! hands one out only on a CPU with BW too (`MINFER_NO_AVX512` turns this path off).
-//! [`gemm_rows`] says `false` when it does not apply, and the caller then uses the dot products.
+//! [`gemm_rows`] says `false` when it does not apply, and the caller then uses the dot products
+//! (a repacked weight has no such way out: the backend repacks only where the kernel exists).
 //! This module owns the activation terms the kernels read and the panel and tile loops; it must
-//! not change any arithmetic, nor name a weight type.
+//! not change any arithmetic, and names a weight type only to say which have a repacked kernel.
 
 use super::repack::Repacked;
 use super::{traits, GgmlType, QuantError};
@@ -294,10 +297,23 @@ pub fn gemm_rows_repacked(
             block_size: group,
         });
     }
-    if rows.start > rows.end || rows.end > w.n_out || w.data.len() != w.n_out / group * w.group_bytes() {
-        return Err(size_error(w.ty, OP, nb)(w.n_out * nb * w.ty.type_size(), w.data.len()));
+    if rows.start > rows.end || rows.end > w.n_out {
+        return Err(QuantError::SizeMismatch {
+            ggml_type: w.ty,
+            op: "gemm_rows_repacked: the end of the row range against the rows",
+            n: w.n_in,
+            expected: w.n_out,
+            got: rows.end,
+        });
+    }
+    let group_bytes = w.group_bytes();
+    if w.data.len() != w.n_out / group * group_bytes {
+        return Err(size_error(w.ty, OP, nb)(w.n_out / group * group_bytes, w.data.len()));
     }
     let shape = Shape::checked(&k, w.ty, OP, nb, act, terms, n_tokens, rows, y)?;
+    if n_tokens == 0 || shape.rows.is_empty() {
+        return Ok(true);
+    }
     // SAFETY: as in `gemm_rows`; the records are the repacked layout of `w.ty`, whole groups.
     unsafe { run(&w.data, act, terms, &shape, y) };
     Ok(true)
@@ -406,176 +422,123 @@ std::thread_local! {
 }
 
 /// `$call` with the const `$t` set to the tile's token count `$n` (1 to `kernel::TILE`): one
-/// instance of the tile kernel per count, so that its accumulators stay in registers.
+/// instance of the tile kernel per count, so that its accumulators stay in registers. With
+/// `small`, the counts below [`MIN_TOKENS`] only (those the repacked records take directly).
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_tile {
     ($n:expr, $t:ident => $call:expr) => {
-        by_tile!(@arms $n, $t, $call, 1 2 3 4 5 6 7)
+        by_tile!(@arms $n, $t, $call, kernel::TILE, 1 2 3 4 5 6 7)
     };
-    (@arms $n:expr, $t:ident, $call:expr, $($k:literal)*) => {
+    (small $n:expr, $t:ident => $call:expr) => {
+        by_tile!(@arms $n, $t, $call, MIN_TOKENS - 1, 1 2 3)
+    };
+    (@arms $n:expr, $t:ident, $call:expr, $last:expr, $($k:literal)*) => {
         match $n {
             $($k => {
                 const $t: usize = $k;
                 $call
             })*
             _ => {
-                const $t: usize = kernel::TILE;
+                const $t: usize = $last;
                 $call
             }
         }
     };
 }
 
-/// The 32-value block kernel's panel and tile loops for `KIND`.
-///
-/// # Safety
-/// As for the kernel: the CPU features are present and the sizes checked by [`gemm_rows`].
+/// The activations of the tile of `n` tokens from `t0` for the 32-value block kernel.
 #[cfg(target_arch = "x86_64")]
-unsafe fn run_block32<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
-    let (nb, wb, ab, stride) = (s.nb, s.wb, s.ab, s.rows.len());
-    let qs_offset = if kernel::has_min(KIND) { 4 } else { 2 };
-    PANEL_SCRATCH.with_borrow_mut(|(pack, _, _, dx, mx)| {
-        pack.resize(nb * 128, 0);
-        dx.resize(nb * PANEL, 0.0);
-        mx.resize(nb * PANEL, 0.0);
-        for (rows, mask) in s.panels() {
-            kernel::unpack_panel::<KIND>(w, wb, nb, rows.clone(), pack, dx, mx);
-            for (t0, n) in s.tiles() {
-                let a = kernel::TileActivations {
-                    data: &act[t0 * nb * ab..(t0 + n) * nb * ab],
-                    row_bytes: nb * ab,
-                    block_bytes: ab,
-                    qs_offset,
-                    d: &terms.d[t0 * nb..(t0 + n) * nb],
-                    aux: &terms.aux[t0 * nb..(t0 + n) * nb],
-                };
-                let p = kernel::Panel { pack, dx, mx, nb };
-                let y = &mut y[s.out_offset(&rows, t0)..];
-                by_tile!(n, T => kernel::panel_tile::<KIND, T>(&p, &a, y, stride, mask));
-            }
-        }
-    });
-}
-
-/// The 32-value block kernel's loops for `KIND` over repacked records (`w`): each group of 16
-/// rows is multiplied straight from its records below [`MIN_TOKENS`] tokens, and expanded into
-/// the panel first from there on (its tiles then share the expansion).
-///
-/// # Safety
-/// As for the kernel: the CPU features are present and the sizes checked by
-/// [`gemm_rows_repacked`].
-#[cfg(target_arch = "x86_64")]
-unsafe fn run_repacked<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
-    let (nb, ab, stride) = (s.nb, s.ab, s.rows.len());
-    let qs_offset = if kernel::has_min(KIND) { 4 } else { 2 };
-    let group_bytes = nb * kernel::record_bytes(KIND);
-    let tile = |t0: usize, n: usize| kernel::TileActivations {
+fn block32_tile<'a, const KIND: u8>(
+    act: &'a [u8],
+    terms: ActivationTerms<'a>,
+    s: &Shape,
+    t0: usize,
+    n: usize,
+) -> kernel::TileActivations<'a> {
+    let (nb, ab) = (s.nb, s.ab);
+    kernel::TileActivations {
         data: &act[t0 * nb * ab..(t0 + n) * nb * ab],
         row_bytes: nb * ab,
         block_bytes: ab,
-        qs_offset,
+        qs_offset: if kernel::has_min(KIND) { 4 } else { 2 },
         d: &terms.d[t0 * nb..(t0 + n) * nb],
         aux: &terms.aux[t0 * nb..(t0 + n) * nb],
-    };
-    let records = |rows: &Range<usize>| &w[rows.start / PANEL * group_bytes..][..group_bytes];
-    if s.n_tokens < MIN_TOKENS {
-        for (rows, _) in s.panels() {
-            let a = tile(0, s.n_tokens);
-            let y = &mut y[s.out_offset(&rows, 0)..];
-            by_tile!(s.n_tokens, T => kernel::repacked_tile::<KIND, T>(records(&rows), nb, &a, y, stride));
-        }
-        return;
     }
-    PANEL_SCRATCH.with_borrow_mut(|(pack, _, _, dx, mx)| {
-        pack.resize(nb * 128, 0);
-        dx.resize(nb * PANEL, 0.0);
-        mx.resize(nb * PANEL, 0.0);
-        for (rows, mask) in s.panels() {
-            kernel::unpack_repacked::<KIND>(records(&rows), nb, pack, dx, mx);
-            for (t0, n) in s.tiles() {
-                let a = tile(t0, n);
-                let p = kernel::Panel { pack, dx, mx, nb };
-                let y = &mut y[s.out_offset(&rows, t0)..];
-                by_tile!(n, T => kernel::panel_tile::<KIND, T>(&p, &a, y, stride, mask));
-            }
-        }
-    });
 }
 
-/// The Q4_K kernel's loops over repacked records (`w`), as [`run_repacked`]: straight from the
-/// records below [`MIN_TOKENS`] tokens, through the panel from there on.
-///
-/// # Safety
-/// As for the kernel: the CPU features are present and the sizes checked by
-/// [`gemm_rows_repacked`].
+/// The activations of the tile of `n` tokens from `t0` for the K-quant kernel.
 #[cfg(target_arch = "x86_64")]
-unsafe fn run_repacked_q4_k(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
-    let (nsb, ab, stride) = (s.nb, s.ab, s.rows.len());
-    let words = kernel_k::PAIR_WORDS;
-    let group_bytes = nsb * kernel_k::RECORD_BYTES_Q4_K;
-    let tile = |t0: usize, n: usize| kernel_k::TileActivationsK {
+fn k_tile<'a>(
+    act: &'a [u8],
+    terms: ActivationTerms<'a>,
+    s: &Shape,
+    t0: usize,
+    n: usize,
+) -> kernel_k::TileActivationsK<'a> {
+    let (nsb, ab, words) = (s.nb, s.ab, kernel_k::PAIR_WORDS);
+    kernel_k::TileActivationsK {
         data: &act[t0 * nsb * ab..(t0 + n) * nsb * ab],
         row_bytes: nsb * ab,
         pairs: &terms.aux[t0 * nsb * words..(t0 + n) * nsb * words],
         d: &terms.d[t0 * nsb..(t0 + n) * nsb],
-    };
-    let records = |rows: &Range<usize>| &w[rows.start / PANEL * group_bytes..][..group_bytes];
-    if s.n_tokens < MIN_TOKENS {
-        for (rows, _) in s.panels() {
-            let a = tile(0, s.n_tokens);
-            let y = &mut y[s.out_offset(&rows, 0)..];
-            by_tile!(s.n_tokens, T => kernel_k::repacked_tile_q4_k::<T>(records(&rows), nsb, &a, y, stride));
-        }
-        return;
     }
-    PANEL_SCRATCH.with_borrow_mut(|(pack, scales, group_terms, dx, dmx)| {
-        pack.resize(nsb * kernel_k::PACK_WORDS, 0);
-        scales.resize(nsb * kernel_k::MAX_SUBS * PANEL, 0);
-        group_terms.resize(nsb * kernel_k::TERM_WORDS * PANEL, 0);
-        dx.resize(nsb * PANEL, 0.0);
-        dmx.resize(nsb * PANEL, 0.0);
+}
+
+/// The 32-value block kernel's panel and tile loops for `KIND`: `unpack(rows, pack, dx, mx)`
+/// fills the panel of each group of output rows, then every tile of tokens runs against it.
+///
+/// # Safety
+/// As for the kernel: the CPU features are present and the sizes checked by the caller.
+#[cfg(target_arch = "x86_64")]
+unsafe fn block32_panels<const KIND: u8>(
+    act: &[u8],
+    terms: ActivationTerms<'_>,
+    s: &Shape,
+    y: &mut [f32],
+    unpack: impl Fn(&Range<usize>, &mut [u32], &mut [f32], &mut [f32]),
+) {
+    let (nb, stride) = (s.nb, s.rows.len());
+    PANEL_SCRATCH.with_borrow_mut(|(pack, _, _, dx, mx)| {
+        pack.resize(nb * 128, 0);
+        dx.resize(nb * PANEL, 0.0);
+        mx.resize(nb * PANEL, 0.0);
         for (rows, mask) in s.panels() {
-            kernel_k::unpack_repacked_q4_k(records(&rows), nsb, pack, scales, group_terms, dx, dmx);
+            unpack(&rows, pack, dx, mx);
             for (t0, n) in s.tiles() {
-                let a = tile(t0, n);
-                let p = kernel_k::PanelK {
-                    pack,
-                    scales,
-                    terms: group_terms,
-                    dx,
-                    dmx,
-                    nsb,
-                };
+                let a = block32_tile::<KIND>(act, terms, s, t0, n);
+                let p = kernel::Panel { pack, dx, mx, nb };
                 let y = &mut y[s.out_offset(&rows, t0)..];
-                by_tile!(n, T => kernel_k::panel_tile_k::<{ kernel_k::Q4_K }, T>(&p, &a, y, stride, mask));
+                by_tile!(n, T => kernel::panel_tile::<KIND, T>(&p, &a, y, stride, mask));
             }
         }
     });
 }
 
-/// The K-quant kernel's panel and tile loops for `KIND`.
+/// The K-quant kernel's panel and tile loops for `KIND`: `unpack(rows, buffers)` fills the
+/// panel of each group of output rows, then every tile of tokens runs against it.
 ///
 /// # Safety
-/// As for the kernel: the CPU features are present and the sizes checked by [`gemm_rows`].
+/// As for the kernel: the CPU features are present and the sizes checked by the caller.
 #[cfg(target_arch = "x86_64")]
-unsafe fn run_k<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
-    let (nsb, ab, stride) = (s.nb, s.ab, s.rows.len());
-    let words = kernel_k::PAIR_WORDS;
-    PANEL_SCRATCH.with_borrow_mut(|(pack, scales, group_terms, dx, dmx)| {
-        pack.resize(nsb * kernel_k::PACK_WORDS, 0);
-        scales.resize(nsb * kernel_k::MAX_SUBS * PANEL, 0);
-        group_terms.resize(nsb * kernel_k::TERM_WORDS * PANEL, 0);
-        dx.resize(nsb * PANEL, 0.0);
-        dmx.resize(nsb * PANEL, 0.0);
+unsafe fn k_panels<const KIND: u8>(
+    act: &[u8],
+    terms: ActivationTerms<'_>,
+    s: &Shape,
+    y: &mut [f32],
+    unpack: impl Fn(&Range<usize>, &mut PanelBuffers),
+) {
+    let (nsb, stride) = (s.nb, s.rows.len());
+    PANEL_SCRATCH.with_borrow_mut(|buffers| {
+        buffers.0.resize(nsb * kernel_k::PACK_WORDS, 0);
+        buffers.1.resize(nsb * kernel_k::MAX_SUBS * PANEL, 0);
+        buffers.2.resize(nsb * kernel_k::TERM_WORDS * PANEL, 0);
+        buffers.3.resize(nsb * PANEL, 0.0);
+        buffers.4.resize(nsb * PANEL, 0.0);
         for (rows, mask) in s.panels() {
-            kernel_k::unpack_panel_k::<KIND>(w, nsb, rows.clone(), pack, scales, group_terms, dx, dmx);
+            unpack(&rows, buffers);
+            let (pack, scales, group_terms, dx, dmx) = &*buffers;
             for (t0, n) in s.tiles() {
-                let a = kernel_k::TileActivationsK {
-                    data: &act[t0 * nsb * ab..(t0 + n) * nsb * ab],
-                    row_bytes: nsb * ab,
-                    pairs: &terms.aux[t0 * nsb * words..(t0 + n) * nsb * words],
-                    d: &terms.d[t0 * nsb..(t0 + n) * nsb],
-                };
+                let a = k_tile(act, terms, s, t0, n);
                 let p = kernel_k::PanelK {
                     pack,
                     scales,
@@ -588,6 +551,76 @@ unsafe fn run_k<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>
                 by_tile!(n, T => kernel_k::panel_tile_k::<KIND, T>(&p, &a, y, stride, mask));
             }
         }
+    });
+}
+
+/// The 32-value block kernel's panel and tile loops for `KIND`, on the file's layout.
+///
+/// # Safety
+/// As for the kernel: the CPU features are present and the sizes checked by [`gemm_rows`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn run_block32<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
+    block32_panels::<KIND>(act, terms, s, y, |rows, pack, dx, mx| {
+        kernel::unpack_panel::<KIND>(w, s.wb, s.nb, rows.clone(), pack, dx, mx)
+    });
+}
+
+/// The 32-value block kernel's loops for `KIND` over repacked records (`w`): each group of 16
+/// rows is multiplied straight from its records below [`MIN_TOKENS`] tokens, and expanded into
+/// the panel first from there on (its tiles then share the expansion).
+///
+/// # Safety
+/// As for the kernel: the CPU features are present and the sizes checked by
+/// [`gemm_rows_repacked`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn run_repacked<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
+    let group_bytes = s.nb * kernel::record_bytes(KIND);
+    let records = |rows: &Range<usize>| &w[rows.start / PANEL * group_bytes..][..group_bytes];
+    if s.n_tokens < MIN_TOKENS {
+        let a = block32_tile::<KIND>(act, terms, s, 0, s.n_tokens);
+        for (rows, _) in s.panels() {
+            let y = &mut y[s.out_offset(&rows, 0)..];
+            by_tile!(small s.n_tokens, T => kernel::repacked_tile::<KIND, T>(records(&rows), s.nb, &a, y, s.rows.len()));
+        }
+        return;
+    }
+    block32_panels::<KIND>(act, terms, s, y, |rows, pack, dx, mx| {
+        kernel::unpack_repacked::<KIND>(records(rows), s.nb, pack, dx, mx)
+    });
+}
+
+/// The Q4_K kernel's loops over repacked records (`w`), as [`run_repacked`]: straight from the
+/// records below [`MIN_TOKENS`] tokens (the 32-value types' crossover, taken for Q4_K too
+/// without a measurement of its own), through the panel from there on.
+///
+/// # Safety
+/// As for the kernel: the CPU features are present and the sizes checked by
+/// [`gemm_rows_repacked`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn run_repacked_q4_k(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
+    let group_bytes = s.nb * kernel_k::RECORD_BYTES_Q4_K;
+    let records = |rows: &Range<usize>| &w[rows.start / PANEL * group_bytes..][..group_bytes];
+    if s.n_tokens < MIN_TOKENS {
+        let a = k_tile(act, terms, s, 0, s.n_tokens);
+        for (rows, _) in s.panels() {
+            let y = &mut y[s.out_offset(&rows, 0)..];
+            by_tile!(small s.n_tokens, T => kernel_k::repacked_tile_q4_k::<T>(records(&rows), s.nb, &a, y, s.rows.len()));
+        }
+        return;
+    }
+    k_panels::<{ kernel_k::Q4_K }>(act, terms, s, y, |rows, (pack, scales, group_terms, dx, dmx)| {
+        kernel_k::unpack_repacked_q4_k(records(rows), s.nb, pack, scales, group_terms, dx, dmx)
+    });
+}
+
+/// The K-quant kernel's panel and tile loops for `KIND`, on the file's layout.
+///
+/// # Safety
+/// As for the kernel: the CPU features are present and the sizes checked by [`gemm_rows`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn run_k<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
+    k_panels::<KIND>(act, terms, s, y, |rows, (pack, scales, group_terms, dx, dmx)| {
+        kernel_k::unpack_panel_k::<KIND>(w, s.nb, rows.clone(), pack, scales, group_terms, dx, dmx)
     });
 }
 
@@ -678,6 +711,11 @@ mod tests {
             for &nb in blocks {
                 let w = reference.test.unwrap().random_row(&mut r, n_out * nb, wb);
                 let packed = super::super::repack::repack(ty, &w, nb * ty.block_size(), n_out, 2).unwrap();
+                let none = ActivationTerms { d: &[], aux: &[] };
+                assert!(
+                    gemm_rows_repacked(&packed, &[], none, 0, 0..n_out, &mut []).unwrap(),
+                    "no tokens"
+                );
                 for n_tokens in [1, 2, 3, 4, 5, 8, 11] {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
                     let words = k.aux_words();

@@ -27,7 +27,8 @@
 //! levels from such records measured slower than its one-row dot product.)
 //!
 //! This module owns the layout and its scalar conversion; the kernels reading it are
-//! `simd::x86::gemm`'s, and which weights get repacked is the backend's choice. It must not do
+//! `simd::x86::gemm`'s and `simd::x86::gemm_k`'s, and which weights get repacked is the
+//! backend's choice. It must not do
 //! arithmetic on the values: repacking moves bits only.
 
 use super::{GgmlType, QuantError};
@@ -41,7 +42,7 @@ pub fn supports(ty: GgmlType) -> bool {
 }
 
 /// Bytes of one record (16 rows' block or super-block) of `ty`, if it has a layout.
-pub fn record_bytes(ty: GgmlType) -> Option<usize> {
+pub const fn record_bytes(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
             Some(GROUP * ty.type_size())
@@ -53,7 +54,16 @@ pub fn record_bytes(ty: GgmlType) -> Option<usize> {
 
 /// Bytes of a Q4_K record: the 16 blocks' nibbles, their unpacked scales and minimums, `d` and
 /// `dmin`.
-pub const Q4_K_RECORD: usize = 2048 + 128 + 128 + 32 + 32;
+pub const Q4_K_RECORD: usize = Q4_K_DMIN + 32;
+/// Where a Q4_K record's scales (`[j][row]`), minimum pairs (`[i][row][2]`), `d` and `dmin`
+/// start; its nibbles fill the 2,048 bytes before.
+pub const Q4_K_SCALES: usize = 2048;
+/// See [`Q4_K_SCALES`].
+pub const Q4_K_MINS: usize = Q4_K_SCALES + 128;
+/// See [`Q4_K_SCALES`].
+pub const Q4_K_D: usize = Q4_K_MINS + 128;
+/// See [`Q4_K_SCALES`].
+pub const Q4_K_DMIN: usize = Q4_K_D + 32;
 
 /// Where the parts of a block sit in the original layout: the `qs` bytes, the `qh` word (Q5),
 /// and the minimum `m` (Q4_1, Q5_1); the scale `d` is always first.
@@ -237,11 +247,11 @@ fn record_q4_k(blocks: &[&[u8]; GROUP], rec: &mut [u8]) {
     for (r, blk) in b.iter().enumerate() {
         let (scales, mins) = super::k_quants::unpack_scales_mins_k4(&blk.scales);
         for j in 0..8 {
-            rec[2048 + 16 * j + r] = scales[j];
-            rec[2176 + 32 * (j / 2) + 2 * r + j % 2] = mins[j];
+            rec[Q4_K_SCALES + 16 * j + r] = scales[j];
+            rec[Q4_K_MINS + 32 * (j / 2) + 2 * r + j % 2] = mins[j];
         }
-        rec[2304 + 2 * r..][..2].copy_from_slice(&blk.d.to_le_bytes());
-        rec[2336 + 2 * r..][..2].copy_from_slice(&blk.dmin.to_le_bytes());
+        rec[Q4_K_D + 2 * r..][..2].copy_from_slice(&blk.d.to_le_bytes());
+        rec[Q4_K_DMIN + 2 * r..][..2].copy_from_slice(&blk.dmin.to_le_bytes());
     }
 }
 

@@ -1,6 +1,7 @@
 //! The CPU backend: executes graph nodes with the kernels in [`kernels`] on f32 buffers in its
 //! own buffer pool. Weights are resolved by name from the model file at execution time
-//! (zero-copy).
+//! (zero-copy), except the matrices the device repacked when the model loaded (see
+//! [`repacks`]), which it holds itself.
 //!
 //! It must not decide anything the allocator owns (which node uses which buffer, aliasing) and
 //! never falls back: a node it cannot run is an error naming the node.
@@ -100,8 +101,9 @@ impl BackendDevice for CpuDevice {
         self.shared.repacked.values().map(|r| r.data.len()).sum()
     }
 
-    /// Repacks every multiplied matrix that [`repacks`] takes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0;
-    /// rows in whole groups of 16), and tells the source it may give the original pages back.
+    /// Repacks every multiplied matrix that [`repacks`] takes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+    /// Q4_K; rows in whole groups of 16), and tells the source it may give the original pages
+    /// back (a file read into memory or locked keeps them: repacking then costs the copy).
     /// Other weights are read from the file in place.
     fn prepare_weights(&mut self, source: &dyn TensorSource, weights: &[WeightUse]) -> Result<(), BackendError> {
         let n_threads = self.shared.n_threads;

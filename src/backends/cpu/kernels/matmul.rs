@@ -369,18 +369,19 @@ pub fn matmul_rows_repacked(
 ) -> Result<(), KernelError> {
     const K: &str = "matmul_rows_repacked";
     let quant_err = |source| KernelError::Quant { kernel: K, source };
-    let Activations::Quantized {
-        data,
-        terms: Some(terms),
-        ..
-    } = act
-    else {
+    let (Activations::Quantized { data, terms, .. }, true) = (act, act.ty() == w.ty.vec_dot_type()) else {
         return Err(KernelError::ActivationType {
             kernel: K,
             wtype: w.ty,
             expected: w.ty.vec_dot_type(),
             got: act.ty(),
         });
+    };
+    let Some(terms) = terms else {
+        return Err(quant_err(QuantError::UnsupportedType {
+            ggml_type: w.ty,
+            op: "a product of repacked weights with activations prepared without the kernel terms",
+        }));
     };
     if rows.start > rows.end || rows.end > w.n_out {
         return Err(KernelError::RowRange {

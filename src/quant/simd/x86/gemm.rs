@@ -1,6 +1,8 @@
 //! The AVX-512 VNNI panel kernel behind [`crate::quant::gemm`]: 16 weight rows of a 32-value
 //! block type against a tile of up to 8 token rows, one `vpdpbusd` per four values of a block
-//! for all 16 rows at once.
+//! for all 16 rows at once. Repacked weights (`crate::quant::repack`) are read by the same
+//! arithmetic: `repacked_tile` takes the panel's vectors straight from a record, and
+//! `unpack_repacked` expands records into a panel.
 //!
 //! A panel is first unpacked into a row-interleaved form (`pack`): for block `b` and value group
 //! `g` (values `4g..4g+4`), the 16 rows' four unsigned levels sit side by side in one 64-byte
@@ -190,6 +192,19 @@ const fn record_levels_bytes(kind: u8) -> usize {
 pub(crate) const fn record_bytes(kind: u8) -> usize {
     record_levels_bytes(kind) + if has_min(kind) { 64 } else { 32 }
 }
+
+/// Whether `crate::quant::repack` writes records of `ty` as long as [`record_bytes`] of `kind`.
+const fn same_record(ty: crate::quant::GgmlType, kind: u8) -> bool {
+    matches!(crate::quant::repack::record_bytes(ty), Some(n) if n == record_bytes(kind))
+}
+
+// The records these kernels read are those `crate::quant::repack` writes.
+const _: () = {
+    use crate::quant::GgmlType;
+    assert!(same_record(GgmlType::Q4_0, Q4_0) && same_record(GgmlType::Q4_1, Q4_1));
+    assert!(same_record(GgmlType::Q5_0, Q5_0) && same_record(GgmlType::Q5_1, Q5_1));
+    assert!(same_record(GgmlType::Q8_0, Q8_0));
+};
 
 /// The eight level vectors of the repacked record at `rec`, as [`unpack_panel`] lays out a
 /// block of its panel.

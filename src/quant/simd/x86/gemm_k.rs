@@ -11,6 +11,10 @@
 //! 32 (its stored levels are the signed ones plus 32). The float steps per super-block are then
 //! the references', in their order.
 //!
+//! Repacked Q4_K weights (`crate::quant::repack`) go through the same arithmetic:
+//! `repacked_tile_q4_k` reads a record's levels, scales and minimums straight into these vectors,
+//! and `unpack_repacked_q4_k` expands records into a panel.
+//!
 //! This file must not decide when the kernel applies; `crate::quant::gemm` checks the sizes and
 //! the CPU, and these functions trust those checks.
 
@@ -265,16 +269,12 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
 /// Bytes of a repacked Q4_K record (16 rows' super-block; `crate::quant::repack`): nibbles,
 /// scales and minimums unpacked to bytes, `d`, `dmin`.
 pub(crate) const RECORD_BYTES_Q4_K: usize = crate::quant::repack::Q4_K_RECORD;
-/// Where a record's scales (`[j][row]`), minimum pairs (`[i][row][2]`), `d` and `dmin` start.
-const SCALES_AT: usize = 2048;
-const MINS_AT: usize = 2176;
-const D_AT: usize = 2304;
-const DMIN_AT: usize = 2336;
+use crate::quant::repack::{Q4_K_D as D_AT, Q4_K_DMIN as DMIN_AT, Q4_K_MINS as MINS_AT, Q4_K_SCALES as SCALES_AT};
 
 /// Sub-block `j`'s scales of the Q4_K record at `rec`, one i32 lane per row.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn record_scales(rec: *const u8, j: usize) -> __m512i {
+unsafe fn record_sub_scales(rec: *const u8, j: usize) -> __m512i {
     _mm512_cvtepu8_epi32(_mm_loadu_si128(rec.add(SCALES_AT + 16 * j).cast()))
 }
 
@@ -340,7 +340,7 @@ pub(crate) unsafe fn unpack_repacked_q4_k(
         for j in 0..n_subs {
             store(
                 scales.as_mut_ptr().add((sb * n_subs + j) * PANEL).cast(),
-                record_scales(rec, j),
+                record_sub_scales(rec, j),
             );
         }
         // The panel has room for Q6_K's eight term words; Q4_K's minimums fill the first four.
@@ -403,7 +403,7 @@ pub(crate) unsafe fn repacked_tile_q4_k<const T: usize>(
                     s_hi[t] = _mm512_dpbusd_epi32(s_hi[t], hi, y4(t, 16 * c + 8 + k));
                 }
             }
-            let (scale_lo, scale_hi) = (record_scales(rec, 2 * c), record_scales(rec, 2 * c + 1));
+            let (scale_lo, scale_hi) = (record_sub_scales(rec, 2 * c), record_sub_scales(rec, 2 * c + 1));
             for t in 0..T {
                 let scaled = _mm512_add_epi32(
                     _mm512_mullo_epi32(s_lo[t], scale_lo),
