@@ -636,6 +636,53 @@ mod tests {
         traits::for_isa(Isa::Scalar).unwrap()
     }
 
+    /// The kernel terms of `n_tokens` activation rows `a` of `nb` blocks.
+    fn terms_of(k: &PanelKernel, a: &[u8], nb: usize, n_tokens: usize) -> (Vec<f32>, Vec<i32>) {
+        let (mut d, mut aux) = (vec![0.0; n_tokens * nb], vec![0; n_tokens * nb * k.aux_words()]);
+        k.activation_terms(a, nb, &mut d, &mut aux).unwrap();
+        (d, aux)
+    }
+
+    /// A product's operands: weight rows `w` and token rows `a` of `nb` blocks (`wb` and `ab`
+    /// bytes each), and the scalar dot product of the weight type.
+    struct Operands<'a> {
+        ty: GgmlType,
+        dots: traits::BlockDots,
+        w: &'a [u8],
+        a: &'a [u8],
+        nb: usize,
+        wb: usize,
+        ab: usize,
+    }
+
+    impl Operands<'_> {
+        /// Every output of `y` (the rows `rows` for `n_tokens` tokens, as `gemm_rows` lays them
+        /// out) equals the scalar dot product of its weight row and token row, bit for bit.
+        fn assert_bit_identical(&self, n_tokens: usize, rows: Range<usize>, y: &[f32]) {
+            let Operands {
+                ty,
+                dots,
+                w,
+                a,
+                nb,
+                wb,
+                ab,
+            } = self;
+            for t in 0..n_tokens {
+                let a_row = &a[t * nb * ab..][..nb * ab];
+                for (i, o) in rows.clone().enumerate() {
+                    let expected = dots.dot(&w[o * nb * wb..][..nb * wb], a_row);
+                    let got = y[t * rows.len() + i];
+                    assert_eq!(
+                        got.to_bits(),
+                        expected.to_bits(),
+                        "{ty} nb={nb} tokens={n_tokens} t={t} o={o}: {got} vs {expected}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_output_is_bit_identical_to_the_scalar_dot_product_of_its_row_and_token() {
         let mut r = XorShift(0x9e37_79b9_7f4a_7c15);
@@ -654,25 +701,21 @@ mod tests {
                 let w = reference.test.unwrap().random_row(&mut r, n_out * nb, wb);
                 for n_tokens in [1, 2, 4, 5, 8, 9, 13, 16] {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
-                    let words = k.aux_words();
-                    let (mut d, mut aux) = (vec![0.0; n_tokens * nb], vec![0; n_tokens * nb * words]);
-                    k.activation_terms(&a, nb, &mut d, &mut aux).unwrap();
+                    let (d, aux) = terms_of(&k, &a, nb, n_tokens);
                     let terms = ActivationTerms { d: &d, aux: &aux };
                     for rows in [0..n_out, 5..21, 16..32, 36..37] {
                         let mut y = vec![f32::NAN; rows.len() * n_tokens];
                         assert!(gemm_rows(ty, &w, nb, &a, terms, n_tokens, rows.clone(), &mut y).unwrap());
-                        for t in 0..n_tokens {
-                            let a_row = &a[t * nb * ab..][..nb * ab];
-                            for (i, o) in rows.clone().enumerate() {
-                                let expected = dots.dot(&w[o * nb * wb..][..nb * wb], a_row);
-                                let got = y[t * rows.len() + i];
-                                assert_eq!(
-                                    got.to_bits(),
-                                    expected.to_bits(),
-                                    "{ty} nb={nb} t={t} o={o}: {got} vs {expected}"
-                                );
-                            }
-                        }
+                        let operands = Operands {
+                            ty,
+                            dots,
+                            w: &w,
+                            a: &a,
+                            nb,
+                            wb,
+                            ab,
+                        };
+                        operands.assert_bit_identical(n_tokens, rows, &y);
                     }
                 }
             }
@@ -718,25 +761,21 @@ mod tests {
                 );
                 for n_tokens in [1, 2, 3, 4, 5, 8, 11] {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
-                    let words = k.aux_words();
-                    let (mut d, mut aux) = (vec![0.0; n_tokens * nb], vec![0; n_tokens * nb * words]);
-                    k.activation_terms(&a, nb, &mut d, &mut aux).unwrap();
+                    let (d, aux) = terms_of(&k, &a, nb, n_tokens);
                     let terms = ActivationTerms { d: &d, aux: &aux };
                     for rows in [0..n_out, 16..32, 32..48] {
                         let mut y = vec![f32::NAN; rows.len() * n_tokens];
                         assert!(gemm_rows_repacked(&packed, &a, terms, n_tokens, rows.clone(), &mut y).unwrap());
-                        for t in 0..n_tokens {
-                            let a_row = &a[t * nb * ab..][..nb * ab];
-                            for (i, o) in rows.clone().enumerate() {
-                                let expected = dots.dot(&w[o * nb * wb..][..nb * wb], a_row);
-                                let got = y[t * rows.len() + i];
-                                assert_eq!(
-                                    got.to_bits(),
-                                    expected.to_bits(),
-                                    "{ty} nb={nb} tokens={n_tokens} t={t} o={o}: {got} vs {expected}"
-                                );
-                            }
-                        }
+                        let operands = Operands {
+                            ty,
+                            dots,
+                            w: &w,
+                            a: &a,
+                            nb,
+                            wb,
+                            ab,
+                        };
+                        operands.assert_bit_identical(n_tokens, rows, &y);
                     }
                     let mut y = vec![0.0; 8 * n_tokens];
                     let err = gemm_rows_repacked(&packed, &a, terms, n_tokens, 8..16, &mut y).unwrap_err();
