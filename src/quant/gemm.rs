@@ -1,8 +1,8 @@
 //! The 16-row matrix products: prefill's, where a panel of 16 weight rows is unpacked once and
 //! then multiplied against the token rows eight at a time, so the unpacking is paid once per
 //! panel instead of once per token, and each VNNI instruction works for 16 rows at once; and
-//! those of repacked weights (`super::repack`, [`gemm_rows_repacked`]), which a decode step and
-//! small batches multiply straight from the records and prompts expand into the same panels. Two kernels:
+//! those of repacked weights (`super::repack`, [`gemm_rows_repacked`]), which every tile of up
+//! to eight tokens multiplies straight from the records, with the panel kernel's arithmetic. Two kernels:
 //! the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and the K-quants (Q4_K, Q5_K, Q6_K),
 //! both `vpdpbusd` on unsigned levels (the K-quants scale each sub-block's sum with `vpmulld`).
 //! Which type has which is its row of the type table (`super::traits`): a [`PanelKernel`].
@@ -422,24 +422,20 @@ std::thread_local! {
 }
 
 /// `$call` with the const `$t` set to the tile's token count `$n` (1 to `kernel::TILE`): one
-/// instance of the tile kernel per count, so that its accumulators stay in registers. With
-/// `small`, the counts below [`MIN_TOKENS`] only (those the repacked records take directly).
+/// instance of the tile kernel per count, so that its accumulators stay in registers.
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_tile {
     ($n:expr, $t:ident => $call:expr) => {
-        by_tile!(@arms $n, $t, $call, kernel::TILE, 1 2 3 4 5 6 7)
+        by_tile!(@arms $n, $t, $call, 1 2 3 4 5 6 7)
     };
-    (small $n:expr, $t:ident => $call:expr) => {
-        by_tile!(@arms $n, $t, $call, MIN_TOKENS - 1, 1 2 3)
-    };
-    (@arms $n:expr, $t:ident, $call:expr, $last:expr, $($k:literal)*) => {
+    (@arms $n:expr, $t:ident, $call:expr, $($k:literal)*) => {
         match $n {
             $($k => {
                 const $t: usize = $k;
                 $call
             })*
             _ => {
-                const $t: usize = $last;
+                const $t: usize = kernel::TILE;
                 $call
             }
         }
@@ -565,9 +561,11 @@ unsafe fn run_block32<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTer
     });
 }
 
-/// The 32-value block kernel's loops for `KIND` over repacked records (`w`): each group of 16
-/// rows is multiplied straight from its records below [`MIN_TOKENS`] tokens, and expanded into
-/// the panel first from there on (its tiles then share the expansion).
+/// The 32-value block kernel's loops for `KIND` over repacked records (`w`): every tile of up
+/// to eight tokens reads each group's records straight into the panel's vectors. Expanding a
+/// group into the panel once for all its tiles measured slower at every token count, prompts
+/// included: the unpacked panel is 1.6 to 2.9 times the records' bytes, and reading it back
+/// for each tile cost more than unpacking the records again.
 ///
 /// # Safety
 /// As for the kernel: the CPU features are present and the sizes checked by
@@ -575,23 +573,17 @@ unsafe fn run_block32<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTer
 #[cfg(target_arch = "x86_64")]
 unsafe fn run_repacked<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
     let group_bytes = s.nb * kernel::record_bytes(KIND);
-    let records = |rows: &Range<usize>| &w[rows.start / PANEL * group_bytes..][..group_bytes];
-    if s.n_tokens < MIN_TOKENS {
-        let a = block32_tile::<KIND>(act, terms, s, 0, s.n_tokens);
-        for (rows, _) in s.panels() {
-            let y = &mut y[s.out_offset(&rows, 0)..];
-            by_tile!(small s.n_tokens, T => kernel::repacked_tile::<KIND, T>(records(&rows), s.nb, &a, y, s.rows.len()));
+    for (rows, _) in s.panels() {
+        let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
+        for (t0, n) in s.tiles() {
+            let a = block32_tile::<KIND>(act, terms, s, t0, n);
+            let y = &mut y[s.out_offset(&rows, t0)..];
+            by_tile!(n, T => kernel::repacked_tile::<KIND, T>(records, s.nb, &a, y, s.rows.len()));
         }
-        return;
     }
-    block32_panels::<KIND>(act, terms, s, y, |rows, pack, dx, mx| {
-        kernel::unpack_repacked::<KIND>(records(rows), s.nb, pack, dx, mx)
-    });
 }
 
-/// The Q4_K kernel's loops over repacked records (`w`), as [`run_repacked`]: straight from the
-/// records below [`MIN_TOKENS`] tokens (the 32-value types' crossover, taken for Q4_K too
-/// without a measurement of its own), through the panel from there on.
+/// The Q4_K kernel's loops over repacked records (`w`), as [`run_repacked`].
 ///
 /// # Safety
 /// As for the kernel: the CPU features are present and the sizes checked by
@@ -599,18 +591,14 @@ unsafe fn run_repacked<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTe
 #[cfg(target_arch = "x86_64")]
 unsafe fn run_repacked_q4_k(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
     let group_bytes = s.nb * kernel_k::RECORD_BYTES_Q4_K;
-    let records = |rows: &Range<usize>| &w[rows.start / PANEL * group_bytes..][..group_bytes];
-    if s.n_tokens < MIN_TOKENS {
-        let a = k_tile(act, terms, s, 0, s.n_tokens);
-        for (rows, _) in s.panels() {
-            let y = &mut y[s.out_offset(&rows, 0)..];
-            by_tile!(small s.n_tokens, T => kernel_k::repacked_tile_q4_k::<T>(records(&rows), s.nb, &a, y, s.rows.len()));
+    for (rows, _) in s.panels() {
+        let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
+        for (t0, n) in s.tiles() {
+            let a = k_tile(act, terms, s, t0, n);
+            let y = &mut y[s.out_offset(&rows, t0)..];
+            by_tile!(n, T => kernel_k::repacked_tile_q4_k::<T>(records, s.nb, &a, y, s.rows.len()));
         }
-        return;
     }
-    k_panels::<{ kernel_k::Q4_K }>(act, terms, s, y, |rows, (pack, scales, group_terms, dx, dmx)| {
-        kernel_k::unpack_repacked_q4_k(records(rows), s.nb, pack, scales, group_terms, dx, dmx)
-    });
 }
 
 /// The K-quant kernel's panel and tile loops for `KIND`, on the file's layout.

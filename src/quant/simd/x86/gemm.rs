@@ -1,8 +1,7 @@
 //! The AVX-512 VNNI panel kernel behind [`crate::quant::gemm`]: 16 weight rows of a 32-value
 //! block type against a tile of up to 8 token rows, one `vpdpbusd` per four values of a block
 //! for all 16 rows at once. Repacked weights (`crate::quant::repack`) are read by the same
-//! arithmetic: `repacked_tile` takes the panel's vectors straight from a record, and
-//! `unpack_repacked` expands records into a panel.
+//! arithmetic: `repacked_tile` takes the panel's vectors straight from a record.
 //!
 //! A panel is first unpacked into a row-interleaved form (`pack`): for block `b` and value group
 //! `g` (values `4g..4g+4`), the 16 rows' four unsigned levels sit side by side in one 64-byte
@@ -207,7 +206,7 @@ const _: () = {
 };
 
 /// The eight level vectors of the repacked record at `rec`, as [`unpack_panel`] lays out a
-/// block of its panel.
+/// block of a panel.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn record_levels<const KIND: u8>(rec: *const u8) -> [__m512i; 8] {
@@ -248,38 +247,8 @@ unsafe fn record_scales<const KIND: u8>(rec: *const u8) -> (__m512, __m512) {
     (dxv, mxv)
 }
 
-/// Expands a group of 16 repacked rows (`records`: `nb` records) into a panel, as
-/// [`unpack_panel`] does from the original layout.
-///
-/// # Safety
-/// The CPU has AVX-512 F and BW; `records` holds `nb` records of `KIND`, `pack`, `dx` and `mx`
-/// the sizes of [`unpack_panel`].
-#[target_feature(enable = "avx512f,avx512bw")]
-pub(crate) unsafe fn unpack_repacked<const KIND: u8>(
-    records: &[u8],
-    nb: usize,
-    pack: &mut [u32],
-    dx: &mut [f32],
-    mx: &mut [f32],
-) {
-    assert!(records.len() >= nb * record_bytes(KIND) && pack.len() >= nb * 128);
-    assert!(dx.len() >= nb * 16 && mx.len() >= nb * 16);
-    for b in 0..nb {
-        let rec = records.as_ptr().add(b * record_bytes(KIND));
-        let l = record_levels::<KIND>(rec);
-        let out = pack.as_mut_ptr().add(b * 128).cast::<__m512i>();
-        for (g, l) in l.iter().enumerate() {
-            _mm512_storeu_si512(out.add(g), *l);
-        }
-        let (dxv, mxv) = record_scales::<KIND>(rec);
-        _mm512_storeu_ps(dx.as_mut_ptr().add(b * 16), dxv);
-        _mm512_storeu_ps(mx.as_mut_ptr().add(b * 16), mxv);
-    }
-}
-
 /// A group of 16 repacked rows (`records`: `nb` records) against `T` token rows, reading the
-/// levels straight from the records: `y[t * stride + r]` for the group's row `r`. What a
-/// decode step and small batches run; the prompt's tiles share an unpacked panel instead.
+/// levels straight from the records: `y[t * stride + r]` for the group's row `r`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW and VNNI; `records` holds `nb` records of `KIND`; `a` holds `T`

@@ -12,8 +12,7 @@
 //! the references', in their order.
 //!
 //! Repacked Q4_K weights (`crate::quant::repack`) go through the same arithmetic:
-//! `repacked_tile_q4_k` reads a record's levels, scales and minimums straight into these vectors,
-//! and `unpack_repacked_q4_k` expands records into a panel.
+//! `repacked_tile_q4_k` reads a record's levels, scales and minimums straight into these vectors.
 //!
 //! This file must not decide when the kernel applies; `crate::quant::gemm` checks the sizes and
 //! the CPU, and these functions trust those checks.
@@ -304,58 +303,6 @@ unsafe fn record_chunk_words(rec: *const u8, c: usize, k: usize) -> (__m512i, __
     let low = _mm512_set1_epi8(0x0f);
     let v = _mm512_loadu_si512(rec.add(64 * (8 * c + k)).cast());
     (_mm512_and_si512(v, low), _mm512_and_si512(_mm512_srli_epi16(v, 4), low))
-}
-
-/// Expands a group of 16 repacked Q4_K rows (`records`: `nsb` records) into the buffers of a
-/// [`PanelK`], as [`unpack_panel_k`] does from the original layout.
-///
-/// # Safety
-/// The CPU has AVX-512 F and BW; `records` holds `nsb` records; the buffers have the sizes
-/// [`PanelK`] describes for `nsb` super-blocks of Q4_K.
-#[target_feature(enable = "avx512f,avx512bw")]
-pub(crate) unsafe fn unpack_repacked_q4_k(
-    records: &[u8],
-    nsb: usize,
-    pack: &mut [u32],
-    scales: &mut [i32],
-    terms: &mut [u32],
-    dx: &mut [f32],
-    dmx: &mut [f32],
-) {
-    let n_subs = subs(Q4_K);
-    assert!(records.len() >= nsb * RECORD_BYTES_Q4_K && pack.len() >= nsb * PACK_WORDS);
-    assert!(scales.len() >= nsb * n_subs * PANEL && terms.len() >= nsb * TERM_WORDS * PANEL);
-    assert!(dx.len() >= nsb * PANEL && dmx.len() >= nsb * PANEL);
-    let store = |to: *mut u32, v: __m512i| _mm512_storeu_si512(to.cast(), v);
-    for sb in 0..nsb {
-        let rec = records.as_ptr().add(sb * RECORD_BYTES_Q4_K);
-        let pack = pack.as_mut_ptr().add(sb * PACK_WORDS);
-        for c in 0..4 {
-            for k in 0..8 {
-                let (lo, hi) = record_chunk_words(rec, c, k);
-                store(pack.add((16 * c + k) * PANEL), lo);
-                store(pack.add((16 * c + 8 + k) * PANEL), hi);
-            }
-        }
-        for j in 0..n_subs {
-            store(
-                scales.as_mut_ptr().add((sb * n_subs + j) * PANEL).cast(),
-                record_sub_scales(rec, j),
-            );
-        }
-        // The panel has room for Q6_K's eight term words; Q4_K's minimums fill the first four.
-        for i in 0..TERM_WORDS {
-            let t = if i < PAIR_WORDS {
-                record_min_pairs(rec, i)
-            } else {
-                _mm512_setzero_si512()
-            };
-            store(terms.as_mut_ptr().add((sb * TERM_WORDS + i) * PANEL), t);
-        }
-        let (d, dmin) = record_d(rec);
-        _mm512_storeu_ps(dx.as_mut_ptr().add(sb * PANEL), d);
-        _mm512_storeu_ps(dmx.as_mut_ptr().add(sb * PANEL), dmin);
-    }
 }
 
 /// A group of 16 repacked Q4_K rows (`records`: `nsb` records) against `T` token rows, reading
