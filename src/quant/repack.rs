@@ -3,8 +3,7 @@
 //! kernel reads each block of 16 rows straight into the row-interleaved vectors of
 //! `crate::quant::gemm`'s panels (one i32 lane per row), with no unpacking into a buffer and no
 //! horizontal reduction. A decode step then multiplies a block of 16 rows with a handful of
-//! instructions; prompts expand the same records into the panel at a fraction of the cost of
-//! the original layout.
+//! instructions, and a prompt does the same for eight tokens at a time.
 //!
 //! The layout keeps every bit and (but for Q4_K) every byte count of the original (a record of
 //! 16 blocks is 16 blocks' bytes), so a repacked matrix reads as much memory as the file's. Rows go
