@@ -542,16 +542,16 @@ pub fn run_bench(
 }
 
 /// The CPU kernels that multiply the weight matrices of `file` by `n_tokens` activation rows,
-/// grouped by kernel: `avx512-vnni gemm (Q5_0, Q8_0), avx512-vnni dot (F16)` for a prompt,
-/// `avx512-vnni repacked (Q5_0, Q8_0, Q4_K), avx512-vnni dot (Q6_K)` for a generated token (the
-/// repacked weights' kernel below the panel's token count).
+/// grouped by kernel: `avx512-vnni repacked (Q5_0, Q8_0, Q4_K), avx512-vnni gemm (Q6_K)` for a
+/// prompt, `avx512-vnni repacked (Q5_0, Q8_0, Q4_K), avx512-vnni dot (Q6_K)` for a generated
+/// token. A repacked matrix takes the repacked kernel at every token count.
 pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
     let (mut gemm, mut repacked, mut dot) = (Vec::new(), Vec::new(), Vec::new());
     for t in tensors_read_per_token(file).filter(|t| t.shape.len() == 2) {
-        let types = if crate::quant::gemm::kernel_for(t.ggml_type, n_tokens).is_some() {
-            &mut gemm
-        } else if crate::backends::cpu::repacks(t.ggml_type, &t.shape) {
+        let types = if crate::backends::cpu::repacks(t.ggml_type, &t.shape) {
             &mut repacked
+        } else if crate::quant::gemm::kernel_for(t.ggml_type, n_tokens).is_some() {
+            &mut gemm
         } else {
             &mut dot
         };
@@ -560,7 +560,7 @@ pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
         }
     }
     let simd = crate::quant::simd::simd_level();
-    let groups: Vec<String> = [("gemm", gemm), ("repacked", repacked), ("dot", dot)]
+    let groups: Vec<String> = [("repacked", repacked), ("gemm", gemm), ("dot", dot)]
         .iter()
         .filter(|(_, types)| !types.is_empty())
         .map(|(how, types)| format!("{simd} {how} ({})", types.join(", ")))
@@ -961,7 +961,7 @@ mod tests {
     }
 
     #[test]
-    fn the_kernels_line_says_gemm_for_a_prompt_where_the_cpu_has_it_and_repacked_or_dot_for_one_token() {
+    fn the_kernels_line_names_the_repacked_kernel_at_any_token_count_then_gemm_for_a_prompt_and_dot_for_one_token() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
         let file = GgufFile::open(dir.join("tiny-qwen2-Q8_0.gguf")).unwrap();
         let simd = crate::quant::simd::simd_level();
@@ -982,9 +982,20 @@ mod tests {
             .all(|t| crate::backends::cpu::repacks(t.ggml_type, &t.shape));
         assert_eq!(one.contains(&format!("{simd} repacked (Q8_0")), any_repacked, "{one}");
         assert_eq!(one.contains(&format!("{simd} dot (Q8_0")), !all_repacked, "{one}");
+        // A prompt: the repacked matrices still take the repacked kernel, the others the GEMM
+        // where the CPU has it.
         let prompt = cpu_kernels(&file, 512);
         let has_gemm = crate::quant::gemm::kernel(crate::quant::GgmlType::Q8_0).is_some();
-        assert_eq!(prompt.contains(&format!("{simd} gemm (Q8_0")), has_gemm, "{prompt}");
+        assert_eq!(
+            prompt.contains(&format!("{simd} repacked (Q8_0")),
+            any_repacked,
+            "{prompt}"
+        );
+        assert_eq!(
+            prompt.contains(&format!("{simd} gemm (Q8_0")),
+            has_gemm && !all_repacked,
+            "{prompt}"
+        );
     }
 
     #[test]

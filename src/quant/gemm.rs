@@ -691,18 +691,19 @@ mod tests {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
                     let (d, aux) = terms_of(&k, &a, nb, n_tokens);
                     let terms = ActivationTerms { d: &d, aux: &aux };
+                    let (w, a) = (&w[..], &a[..]);
+                    let operands = Operands {
+                        ty,
+                        dots,
+                        w,
+                        a,
+                        nb,
+                        wb,
+                        ab,
+                    };
                     for rows in [0..n_out, 5..21, 16..32, 36..37] {
                         let mut y = vec![f32::NAN; rows.len() * n_tokens];
-                        assert!(gemm_rows(ty, &w, nb, &a, terms, n_tokens, rows.clone(), &mut y).unwrap());
-                        let operands = Operands {
-                            ty,
-                            dots,
-                            w: &w,
-                            a: &a,
-                            nb,
-                            wb,
-                            ab,
-                        };
+                        assert!(gemm_rows(ty, w, nb, a, terms, n_tokens, rows.clone(), &mut y).unwrap());
                         operands.assert_bit_identical(n_tokens, rows, &y);
                     }
                 }
@@ -751,18 +752,18 @@ mod tests {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
                     let (d, aux) = terms_of(&k, &a, nb, n_tokens);
                     let terms = ActivationTerms { d: &d, aux: &aux };
+                    let operands = Operands {
+                        ty,
+                        dots,
+                        w: &w,
+                        a: &a,
+                        nb,
+                        wb,
+                        ab,
+                    };
                     for rows in [0..n_out, 16..32, 32..48] {
                         let mut y = vec![f32::NAN; rows.len() * n_tokens];
                         assert!(gemm_rows_repacked(&packed, &a, terms, n_tokens, rows.clone(), &mut y).unwrap());
-                        let operands = Operands {
-                            ty,
-                            dots,
-                            w: &w,
-                            a: &a,
-                            nb,
-                            wb,
-                            ab,
-                        };
                         operands.assert_bit_identical(n_tokens, rows, &y);
                     }
                     let mut y = vec![0.0; 8 * n_tokens];
