@@ -267,13 +267,10 @@ pub(crate) unsafe fn repacked_tile<const KIND: u8, const T: usize>(
     debug_assert!(a.d.len() >= T * nb && a.aux.len() >= T * nb);
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..nb {
-        let rec = records.as_ptr().add(b * record_bytes(KIND));
-        // The records stream from memory: ask for those ahead (a hint; it never faults).
-        let mut line = 0;
-        while line < record_bytes(KIND) {
-            _mm_prefetch::<_MM_HINT_T0>(rec.wrapping_add(PREFETCH_DISTANCE + line).cast());
-            line += 64;
-        }
+        let record = &records[b * record_bytes(KIND)..(b + 1) * record_bytes(KIND)];
+        // The records stream from memory: ask for those ahead.
+        prefetch_ahead(record);
+        let rec = record.as_ptr();
         let w = record_levels::<KIND>(rec);
         let (dxv, mxv) = record_scales::<KIND>(rec);
         add_block::<KIND, T>(&w, dxv, mxv, a, nb, b, &mut acc);

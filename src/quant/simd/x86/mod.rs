@@ -60,7 +60,15 @@ const PREFETCH_DISTANCE: usize = 4096;
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn prefetch_ahead<T>(blocks: &[T]) {
-    let ahead = blocks.as_ptr().cast::<i8>().wrapping_add(PREFETCH_DISTANCE);
+    prefetch_past(blocks, PREFETCH_DISTANCE)
+}
+
+/// Prefetches the cache lines `distance` bytes past the start of each 64-byte stretch of
+/// `blocks`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn prefetch_past<T>(blocks: &[T], distance: usize) {
+    let ahead = blocks.as_ptr().cast::<i8>().wrapping_add(distance);
     let mut offset = 0;
     while offset < std::mem::size_of_val(blocks) {
         // SAFETY: a prefetch is a hint that never faults, whatever the address.
