@@ -213,13 +213,31 @@ fn csv_output_has_the_json_field_names_as_header_and_one_line_per_test() {
         assert!(header.contains(&field), "{field} missing from {}", lines[0]);
     }
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    // No field of these rows holds a comma, so splitting is enough here.
-    let first: Vec<&str> = lines[1].split(',').collect();
-    assert_eq!(first.len(), header.len());
+    // The kernels cell may hold commas (`repacked (Q8_0), gemm (Q8_0)`): it is quoted.
+    let first = csv_fields(lines[1]);
+    assert_eq!(first.len(), header.len(), "{}", lines[1]);
     assert_eq!(first[col("n_prompt")], "16");
-    assert_eq!(lines[2].split(',').nth(col("n_gen")), Some("4"));
+    assert_eq!(csv_fields(lines[2]).get(col("n_gen")).map(String::as_str), Some("4"));
     // Two repetitions: the samples are one quoted, space-separated cell.
     assert_eq!(first[col("samples_ns")].trim_matches('"').split(' ').count(), 2);
+}
+
+/// The fields of a CSV line, split at the commas outside double quotes (quotes kept).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                fields.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        fields.last_mut().expect("one field at least").push(c);
+    }
+    fields
 }
 
 #[test]
