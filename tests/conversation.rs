@@ -135,7 +135,12 @@ impl Pty {
             if lines.len() >= n {
                 return lines;
             }
-            let tail = &self.seen[self.seen.len().saturating_sub(600)..];
+            // The last 600 bytes or so, from a character boundary (the reply may be any UTF-8).
+            let mut from = self.seen.len().saturating_sub(600);
+            while !self.seen.is_char_boundary(from) {
+                from += 1;
+            }
+            let tail = &self.seen[from..];
             assert!(
                 start.elapsed() < timeout,
                 "stderr: {}\nterminal ends: {tail:?}",
