@@ -542,9 +542,10 @@ pub fn run_bench(
 }
 
 /// The CPU kernels that multiply the weight matrices of `file` by `n_tokens` activation rows,
-/// grouped by kernel: `avx512-vnni repacked (Q5_0, Q8_0, Q4_K), avx512-vnni gemm (Q6_K)` for a
-/// prompt, `avx512-vnni repacked (Q5_0, Q8_0, Q4_K), avx512-vnni dot (Q6_K)` for a generated
-/// token. A repacked matrix takes the repacked kernel at every token count.
+/// grouped by kernel: `avx512-vnni repacked (Q5_0, Q8_0, Q4_K, Q6_K)`, beside it `avx512-vnni
+/// gemm (Q5_K)` for a prompt and `avx512-vnni dot (Q5_K)` for a generated token where a file has
+/// a type without a repacked layout. A repacked matrix takes the repacked kernel at every token
+/// count.
 pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
     let (mut gemm, mut repacked, mut dot) = (Vec::new(), Vec::new(), Vec::new());
     for t in tensors_read_per_token(file).filter(|t| t.shape.len() == 2) {

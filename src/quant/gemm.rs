@@ -114,10 +114,10 @@ impl PanelKernel {
             aux_words: kernel_k::PAIR_WORDS,
             terms: terms_q8_k,
             run: run_k::<KIND>,
-            run_repacked: if KIND == kernel_k::Q4_K {
-                Some(run_repacked_q4_k)
-            } else {
+            run_repacked: if KIND == kernel_k::Q5_K {
                 None
+            } else {
+                Some(run_repacked_k::<KIND>)
             },
         }
     }
@@ -402,6 +402,15 @@ impl Shape {
             .map(|t0| (t0, (self.n_tokens - t0).min(kernel::TILE)))
     }
 
+    /// The token tiles of at most `max` tokens, of sizes differing by at most one.
+    fn balanced_tiles(&self, max: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let n_tiles = self.n_tokens.div_ceil(max).max(1);
+        (0..n_tiles).map(move |i| {
+            let (t0, t1) = (i * self.n_tokens / n_tiles, (i + 1) * self.n_tokens / n_tiles);
+            (t0, t1 - t0)
+        })
+    }
+
     /// Where the outputs of the panel `rows` for tokens from `t0` on start in `y`.
     fn out_offset(&self, rows: &Range<usize>, t0: usize) -> usize {
         t0 * self.rows.len() + rows.start - self.rows.start
@@ -583,20 +592,33 @@ unsafe fn run_repacked<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTe
     }
 }
 
-/// The Q4_K kernel's loops over repacked records (`w`), as [`run_repacked`].
+/// The K-quant kernels' loops over repacked records (`w`) of `KIND` (Q4_K or Q6_K), as
+/// [`run_repacked`].
 ///
 /// # Safety
 /// As for the kernel: the CPU features are present and the sizes checked by
 /// [`gemm_rows_repacked`].
 #[cfg(target_arch = "x86_64")]
-unsafe fn run_repacked_q4_k(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
-    let group_bytes = s.nb * kernel_k::RECORD_BYTES_Q4_K;
+unsafe fn run_repacked_k<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
+    let record = if KIND == kernel_k::Q4_K {
+        kernel_k::RECORD_BYTES_Q4_K
+    } else {
+        kernel_k::RECORD_BYTES_Q6_K
+    };
+    let group_bytes = s.nb * record;
+    // Q4_K's tiles of seven and eight tokens measured slower per token than two smaller ones
+    // (1.5B, `bench -p 5,8,10,13,16 -t 2`); Q6_K's do not.
+    let max_tile = if KIND == kernel_k::Q4_K { 6 } else { kernel::TILE };
     for (rows, _) in s.panels() {
         let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
-        for (t0, n) in s.tiles() {
+        for (t0, n) in s.balanced_tiles(max_tile) {
             let a = k_tile(act, terms, s, t0, n);
             let y = &mut y[s.out_offset(&rows, t0)..];
-            by_tile!(n, T => kernel_k::repacked_tile_q4_k::<T>(records, s.nb, &a, y, s.rows.len()));
+            if KIND == kernel_k::Q4_K {
+                by_tile!(n, T => kernel_k::repacked_tile_q4_k::<T>(records, s.nb, &a, y, s.rows.len()));
+            } else {
+                by_tile!(n, T => kernel_k::repacked_tile_q6_k::<T>(records, s.nb, &a, y, s.rows.len()));
+            }
         }
     }
 }
@@ -748,7 +770,7 @@ mod tests {
                     gemm_rows_repacked(&packed, &[], none, 0, 0..n_out, &mut []).unwrap(),
                     "no tokens"
                 );
-                for n_tokens in [1, 2, 3, 4, 5, 8, 11] {
+                for n_tokens in [1, 2, 3, 4, 5, 7, 8, 11, 13, 16] {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
                     let (d, aux) = terms_of(&k, &a, nb, n_tokens);
                     let terms = ActivationTerms { d: &d, aux: &aux };
@@ -774,7 +796,7 @@ mod tests {
             ran += 1;
         }
         if simd::isa() == Isa::Avx512 && cpu_has_bw() {
-            assert_eq!(ran, 6, "every repacked type ran");
+            assert_eq!(ran, 7, "every repacked type ran");
         }
     }
 

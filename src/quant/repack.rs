@@ -1,5 +1,5 @@
 //! Weights repacked for the 16-row kernels, as ggml-cpu's `repack` buffers: the 32-value block
-//! types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and Q4_K rearranged once at load so that a
+//! types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K and Q6_K rearranged once at load so that a
 //! kernel reads each block of 16 rows straight into the row-interleaved vectors of
 //! `crate::quant::gemm`'s panels (one i32 lane per row), with no unpacking into a buffer and no
 //! horizontal reduction. A decode step then multiplies a block of 16 rows with a handful of
@@ -22,8 +22,13 @@
 //! `64c + 4k..`; high: `64c + 32 + 4k..`); then the eight 6-bit sub-block scales unpacked to
 //! bytes, `[j][row]`; the eight minimums as byte pairs, `[i][row][2]` for sub-blocks `2i` and
 //! `2i + 1`; the rows' f16 `d`, then `dmin`. The unpacked scales make a record 64 bytes longer
-//! than its 16 blocks (2,368 against 2,304). (Q6_K has no layout: a kernel unpacking its six-bit
-//! levels from such records measured slower than its one-row dot product.)
+//! than its 16 blocks (2,368 against 2,304).
+//!
+//! Q6_K also goes by super-block, in exactly its 16 blocks' bytes (3,360): 32 vectors of `ql`,
+//! vector `v` holding bytes `4v..4v + 4` of each row's `ql`; 16 vectors of `qh`, vector `u`
+//! holding bytes `4u..4u + 4` of each row's `qh` (the file's bit positions kept); the 16 signed
+//! sub-block scales as byte pairs, `[i][row][2]` for sub-blocks `2i` and `2i + 1`; the rows' f16
+//! `d`.
 //!
 //! This module owns the layout and its scalar conversion; the kernels reading it are
 //! `simd::x86::gemm`'s and `simd::x86::gemm_k`'s, and which weights get repacked is the
@@ -47,6 +52,7 @@ pub const fn record_bytes(ty: GgmlType) -> Option<usize> {
             Some(GROUP * ty.type_size())
         }
         GgmlType::Q4_K => Some(Q4_K_RECORD),
+        GgmlType::Q6_K => Some(Q6_K_RECORD),
         _ => None,
     }
 }
@@ -63,6 +69,17 @@ pub const Q4_K_MINS: usize = Q4_K_SCALES + 128;
 pub const Q4_K_D: usize = Q4_K_MINS + 128;
 /// See [`Q4_K_SCALES`].
 pub const Q4_K_DMIN: usize = Q4_K_D + 32;
+
+/// Bytes of a Q6_K record: exactly its 16 blocks'.
+pub const Q6_K_RECORD: usize = Q6_K_D + 32;
+/// Where a Q6_K record's `qh` vectors, scale pairs (`[i][row][2]`) and `d` start; its `ql`
+/// vectors fill the 2,048 bytes before.
+pub const Q6_K_QH: usize = 2048;
+/// See [`Q6_K_QH`].
+pub const Q6_K_SCALES: usize = Q6_K_QH + 1024;
+/// See [`Q6_K_QH`].
+pub const Q6_K_D: usize = Q6_K_SCALES + 256;
+const _: () = assert!(Q6_K_RECORD == GROUP * 210);
 
 /// Where the parts of a block sit in the original layout: the `qs` bytes, the `qh` word (Q5),
 /// and the minimum `m` (Q4_1, Q5_1); the scale `d` is always first.
@@ -182,6 +199,7 @@ fn repack_group(ty: GgmlType, rows: &[u8], nb: usize, out: &mut [u8]) {
         let blocks: [&[u8]; GROUP] = std::array::from_fn(|r| &rows[(r * nb + b) * bsize..][..bsize]);
         match ty {
             GgmlType::Q4_K => record_q4_k(&blocks, rec),
+            GgmlType::Q6_K => record_q6_k(&blocks, rec),
             _ => record_block32(ty, &fields(ty).expect("a 32-value block type"), &blocks, rec),
         }
     }
@@ -254,6 +272,20 @@ fn record_q4_k(blocks: &[&[u8]; GROUP], rec: &mut [u8]) {
     }
 }
 
+/// A Q6_K record (see the module documentation).
+fn record_q6_k(blocks: &[&[u8]; GROUP], rec: &mut [u8]) {
+    use super::q6_k::BlockQ6K;
+    let b: [BlockQ6K; GROUP] = std::array::from_fn(|r| bytemuck::pod_read_unaligned(blocks[r]));
+    interleave4(rec, 0, 32, |r, v| four(&b[r].ql, 4 * v));
+    interleave4(rec, Q6_K_QH, 16, |r, u| four(&b[r].qh, 4 * u));
+    for (r, blk) in b.iter().enumerate() {
+        for (j, &scale) in blk.scales.iter().enumerate() {
+            rec[Q6_K_SCALES + 32 * (j / 2) + 2 * r + j % 2] = scale as u8;
+        }
+        rec[Q6_K_D + 2 * r..][..2].copy_from_slice(&blk.d.to_le_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,6 +347,43 @@ mod tests {
     }
 
     #[test]
+    fn a_q6_k_record_gives_back_every_level_scale_and_d_of_its_rows() {
+        use crate::quant::q6_k::{self, BlockQ6K};
+        let mut r = XorShift(5);
+        let (nb, bsize) = (2, GgmlType::Q6_K.type_size());
+        let w = random_bytes(&mut r, 32 * nb * bsize);
+        let p = repack(GgmlType::Q6_K, &w, nb * 256, 32, 2).unwrap();
+        assert_eq!(p.data.len(), w.len(), "same bytes");
+        for row in 0..32 {
+            for b in 0..nb {
+                let blk: BlockQ6K = bytemuck::pod_read_unaligned(&w[(row * nb + b) * bsize..][..bsize]);
+                let rec = &p.data[((row / GROUP) * nb + b) * Q6_K_RECORD..][..Q6_K_RECORD];
+                let lane = row % GROUP;
+                // The levels as the kernel rebuilds them: the value `128h + 32s + 4k + i` from
+                // byte `i` of lane `lane` of ql vector `16h + 8(s % 2) + k` (high nibble for
+                // s >= 2) and bits `2s..2s + 2` of the same byte of qh vector `8h + k`.
+                let levels = q6_k::levels(&blk);
+                for (v, &want) in levels.iter().enumerate() {
+                    let (h, s, k, i) = (v / 128, v % 128 / 32, v % 32 / 4, v % 4);
+                    let ql = rec[64 * (16 * h + 8 * (s % 2) + k) + 4 * lane + i];
+                    let qh = rec[Q6_K_QH + 64 * (8 * h + k) + 4 * lane + i];
+                    let nibble = if s >= 2 { ql >> 4 } else { ql & 0x0f };
+                    assert_eq!(
+                        nibble | ((qh >> (2 * s)) & 3) << 4,
+                        want,
+                        "row {row} block {b} value {v}"
+                    );
+                }
+                for j in 0..16 {
+                    let got = rec[Q6_K_SCALES + 32 * (j / 2) + 2 * lane + j % 2] as i8;
+                    assert_eq!(got, blk.scales[j], "row {row} block {b} scale {j}");
+                }
+                assert_eq!(rec[Q6_K_D + 2 * lane..][..2], blk.d.to_le_bytes(), "row {row} d");
+            }
+        }
+    }
+
+    #[test]
     fn any_thread_count_gives_the_same_bytes() {
         let mut r = XorShift(11);
         let ty = GgmlType::Q5_0;
@@ -327,8 +396,8 @@ mod tests {
 
     #[test]
     fn types_without_a_layout_and_ragged_shapes_are_refused_by_name() {
-        let err = repack(GgmlType::Q6_K, &[0; 210 * 16], 256, 16, 1).unwrap_err();
-        assert!(err.to_string().contains("Q6_K"), "{err}");
+        let err = repack(GgmlType::Q5_K, &[0; 176 * 16], 256, 16, 1).unwrap_err();
+        assert!(err.to_string().contains("Q5_K"), "{err}");
         let ty = GgmlType::Q8_0;
         let err = repack(ty, &vec![0; 15 * 34], 32, 15, 1).unwrap_err();
         assert!(err.to_string().contains("groups of 16"), "{err}");

@@ -377,3 +377,115 @@ pub(crate) unsafe fn repacked_tile_q4_k<const T: usize>(
         _mm512_storeu_ps(y.as_mut_ptr().add(t * stride), *acc);
     }
 }
+
+/// Bytes of a repacked Q6_K record (16 rows' super-block; `crate::quant::repack`): exactly the
+/// 16 blocks' bytes.
+pub(crate) const RECORD_BYTES_Q6_K: usize = crate::quant::repack::Q6_K_RECORD;
+use crate::quant::repack::{Q6_K_D as Q6_D_AT, Q6_K_QH as Q6_QH_AT, Q6_K_SCALES as Q6_SCALES_AT};
+
+/// The level vector of set `s` (0..4) and word `k` (0..8) of half `h` of the Q6_K record at
+/// `rec`: values `128h + 32s + 4k..+4` of each row, four unsigned levels (the stored `q + 32`)
+/// per lane. The low four bits are a nibble of `ql`, the high two bits `2s..2s + 2` of the same
+/// byte of `qh`, as in the file.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn q6_k_levels(rec: *const u8, h: usize, s: usize, k: usize) -> __m512i {
+    let low = _mm512_set1_epi8(0x0f);
+    let ql = _mm512_loadu_si512(rec.add(64 * (16 * h + 8 * (s % 2) + k)).cast());
+    let qh = _mm512_loadu_si512(rec.add(Q6_QH_AT + 64 * (8 * h + k)).cast());
+    let nibble = if s >= 2 {
+        _mm512_and_si512(_mm512_srli_epi16(ql, 4), low)
+    } else {
+        _mm512_and_si512(ql, low)
+    };
+    // The two bits moved to bits 4-5 of each byte; 16-bit shifts only carry bits into positions
+    // the mask clears.
+    let bits = match s {
+        0 => _mm512_slli_epi16(qh, 4),
+        1 => _mm512_slli_epi16(qh, 2),
+        2 => qh,
+        _ => _mm512_srli_epi16(qh, 2),
+    };
+    // (bits & 0x30) | nibble
+    _mm512_ternarylogic_epi32(bits, _mm512_set1_epi8(0x30), nibble, 0xea)
+}
+
+/// The Q6_K record's scale pairs `i` (sub-blocks `2i`, `2i + 1`), sign-extended to i16 pairs,
+/// one i32 lane per row.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn q6_k_scale_pairs(rec: *const u8, i: usize) -> __m512i {
+    _mm512_cvtepi8_epi16(_mm256_loadu_si256(rec.add(Q6_SCALES_AT + 32 * i).cast()))
+}
+
+/// A group of 16 repacked Q6_K rows (`records`: `nsb` records) against `T` token rows, reading
+/// the levels straight from the records: `y[t * stride + r]` for the group's row `r`. The
+/// arithmetic is [`panel_tile_k`]'s: per super-block the exact integer sum of the scaled
+/// levels, with `-32 * Σ scale_j * bsum_j` undoing the stored offset, then `acc += (d * d_y) *
+/// sumi` in f32.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI; `records` holds `nsb` records; `a` holds `T` token rows
+/// of `nsb` super-blocks with their scales; `y` holds `(T - 1) * stride + 16` values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn repacked_tile_q6_k<const T: usize>(
+    records: &[u8],
+    nsb: usize,
+    a: &TileActivationsK<'_>,
+    y: &mut [f32],
+    stride: usize,
+) {
+    assert!(records.len() >= nsb * RECORD_BYTES_Q6_K);
+    assert!(y.len() >= (T - 1) * stride + 16);
+    debug_assert!(a.data.len() >= (T - 1) * a.row_bytes + nsb * Q8_K_BYTES);
+    debug_assert!(a.d.len() >= T * nsb);
+    let block = |t: usize, sb: usize| a.data.as_ptr().add(t * a.row_bytes + sb * Q8_K_BYTES);
+    let word = |at: *const u8| _mm512_set1_epi32(at.cast::<i32>().read_unaligned());
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        let record = &records[sb * RECORD_BYTES_Q6_K..(sb + 1) * RECORD_BYTES_Q6_K];
+        prefetch_past(record, 3 * RECORD_BYTES_Q6_K);
+        let rec = record.as_ptr();
+        // The offset's sum first, `Σ scale_j * bsum_j` by pairs of sub-blocks.
+        let mut offset = [_mm512_setzero_si512(); T];
+        for i in 0..8 {
+            let pairs = q6_k_scale_pairs(rec, i);
+            for (t, offset) in offset.iter_mut().enumerate() {
+                *offset = _mm512_dpwssd_epi32(*offset, pairs, word(block(t, sb).add(Q8_K_BSUMS + 4 * i)));
+            }
+        }
+        let mut sumi = offset.map(|o| _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(o, 5)));
+        for h in 0..2 {
+            for s in 0..4 {
+                for kk in 0..2 {
+                    let mut sub = [_mm512_setzero_si512(); T];
+                    for k in 4 * kk..4 * kk + 4 {
+                        let levels = q6_k_levels(rec, h, s, k);
+                        let at = Q8_K_QS + 128 * h + 32 * s + 4 * k;
+                        for (t, sub) in sub.iter_mut().enumerate() {
+                            *sub = _mm512_dpbusd_epi32(*sub, levels, word(block(t, sb).add(at)));
+                        }
+                    }
+                    // Sub-block 8h + 2s + kk: its scale is half `kk` of pair 4h + s.
+                    let pairs = q6_k_scale_pairs(rec, 4 * h + s);
+                    let scale = if kk == 0 {
+                        _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16)
+                    } else {
+                        _mm512_srai_epi32(pairs, 16)
+                    };
+                    for (sumi, sub) in sumi.iter_mut().zip(&sub) {
+                        *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(*sub, scale));
+                    }
+                }
+            }
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(Q6_D_AT).cast()));
+        for (t, (acc, sumi)) in acc.iter_mut().zip(&sumi).enumerate() {
+            let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(*sumi)));
+        }
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        _mm512_storeu_ps(y.as_mut_ptr().add(t * stride), *acc);
+    }
+}
