@@ -430,6 +430,15 @@ std::thread_local! {
     };
 }
 
+#[cfg(target_arch = "x86_64")]
+std::thread_local! {
+    /// The repacked K-quant kernels' interleaved activations (blocks, pairs, scales), reused by
+    /// every product on the thread.
+    static INTERLEAVED_SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<i32>, Vec<f32>)> = const {
+        std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new()))
+    };
+}
+
 /// `$call` with the const `$t` set to the tile's token count `$n` (1 to `kernel::TILE`): one
 /// instance of the tile kernel per count, so that its accumulators stay in registers.
 #[cfg(target_arch = "x86_64")]
@@ -606,21 +615,43 @@ unsafe fn run_repacked_k<const KIND: u8>(w: &[u8], act: &[u8], terms: Activation
         kernel_k::RECORD_BYTES_Q6_K
     };
     let group_bytes = s.nb * record;
-    // Q4_K's tiles of seven and eight tokens measured slower per token than two smaller ones
-    // (1.5B, `bench -p 5,8,10,13,16 -t 2`); Q6_K's do not.
-    let max_tile = if KIND == kernel_k::Q4_K { 6 } else { kernel::TILE };
-    for (rows, _) in s.panels() {
-        let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
+    // Larger tiles measured slower per token than two smaller ones: Q4_K's from seven tokens
+    // on (1.5B, `bench -p 5,8,10,13,16 -t 2`), Q6_K's from six (one thread, 256 rows of 8,960:
+    // 338 GFLOP/s at five tokens, 259 at eight in one tile, 330 in two of four).
+    let max_tile = if KIND == kernel_k::Q4_K { 6 } else { 5 };
+    let (nsb, ab, words) = (s.nb, s.ab, kernel_k::PAIR_WORDS);
+    INTERLEAVED_SCRATCH.with_borrow_mut(|(data, pairs, d)| {
+        // Each tile's blocks, pairs and scales `[sb][t]`, once for every group of rows.
+        data.resize(s.n_tokens * nsb * ab, 0);
+        pairs.resize(s.n_tokens * nsb * words, 0);
+        d.resize(s.n_tokens * nsb, 0.0);
         for (t0, n) in s.balanced_tiles(max_tile) {
-            let a = k_tile(act, terms, s, t0, n);
-            let y = &mut y[s.out_offset(&rows, t0)..];
-            if KIND == kernel_k::Q4_K {
-                by_tile!(n, T => kernel_k::repacked_tile_q4_k::<T>(records, s.nb, &a, y, s.rows.len()));
-            } else {
-                by_tile!(n, T => kernel_k::repacked_tile_q6_k::<T>(records, s.nb, &a, y, s.rows.len()));
+            for sb in 0..nsb {
+                for t in 0..n {
+                    let (from, to) = ((t0 + t) * nsb + sb, t0 * nsb + sb * n + t);
+                    data[to * ab..(to + 1) * ab].copy_from_slice(&act[from * ab..(from + 1) * ab]);
+                    pairs[to * words..(to + 1) * words].copy_from_slice(&terms.aux[from * words..(from + 1) * words]);
+                    d[to] = terms.d[from];
+                }
             }
         }
-    }
+        for (rows, _) in s.panels() {
+            let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
+            for (t0, n) in s.balanced_tiles(max_tile) {
+                let a = kernel_k::InterleavedTileK {
+                    data: &data[t0 * nsb * ab..(t0 + n) * nsb * ab],
+                    pairs: &pairs[t0 * nsb * words..(t0 + n) * nsb * words],
+                    d: &d[t0 * nsb..(t0 + n) * nsb],
+                };
+                let y = &mut y[s.out_offset(&rows, t0)..];
+                if KIND == kernel_k::Q4_K {
+                    by_tile!(n, T => kernel_k::repacked_tile_q4_k::<T>(records, nsb, &a, y, s.rows.len()));
+                } else {
+                    by_tile!(n, T => kernel_k::repacked_tile_q6_k::<T>(records, nsb, &a, y, s.rows.len()));
+                }
+            }
+        }
+    });
 }
 
 /// The K-quant kernel's panel and tile loops for `KIND`, on the file's layout.

@@ -181,6 +181,19 @@ pub(crate) struct TileActivationsK<'a> {
     pub d: &'a [f32],
 }
 
+/// The activations of a tile for the repacked kernels: `T` tokens' Q8_K blocks, pairs and
+/// scales interleaved by super-block (`[sb][t]`), so that every token's block of a super-block
+/// sits at a constant offset from one pointer (token-major rows need a register per token, and
+/// from five tokens on the kernels ran short of them).
+pub(crate) struct InterleavedTileK<'a> {
+    /// The Q8_K blocks, `[sb][t]`.
+    pub data: &'a [u8],
+    /// `PAIR_WORDS` per block, `[sb][t]`.
+    pub pairs: &'a [i32],
+    /// The scale of each block, `[sb][t]`.
+    pub d: &'a [f32],
+}
+
 /// One panel against `T` token rows: `y[t * stride + r]` for the panel's row `r` in the lanes
 /// set in `mask`.
 ///
@@ -310,21 +323,22 @@ unsafe fn record_chunk_words(rec: *const u8, c: usize, k: usize) -> (__m512i, __
 /// arithmetic is [`panel_tile_k`]'s.
 ///
 /// # Safety
-/// The CPU has AVX-512 F, BW and VNNI; `records` holds `nsb` records; `a` holds `T` token rows
-/// of `nsb` super-blocks with their pairs and scales; `y` holds `(T - 1) * stride + 16` values.
+/// The CPU has AVX-512 F, BW and VNNI; `records` holds `nsb` records; `a` holds `T` tokens'
+/// blocks of `nsb` super-blocks with their pairs and scales; `y` holds `(T - 1) * stride + 16`
+/// values.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(crate) unsafe fn repacked_tile_q4_k<const T: usize>(
     records: &[u8],
     nsb: usize,
-    a: &TileActivationsK<'_>,
+    a: &InterleavedTileK<'_>,
     y: &mut [f32],
     stride: usize,
 ) {
     assert!(records.len() >= nsb * RECORD_BYTES_Q4_K);
     assert!(y.len() >= (T - 1) * stride + 16);
-    debug_assert!(a.data.len() >= (T - 1) * a.row_bytes + nsb * Q8_K_BYTES);
+    debug_assert!(a.data.len() >= T * nsb * Q8_K_BYTES);
     debug_assert!(a.pairs.len() >= T * nsb * PAIR_WORDS && a.d.len() >= T * nsb);
-    let block = |t: usize, sb: usize| a.data.as_ptr().add(t * a.row_bytes + sb * Q8_K_BYTES);
+    let block = |t: usize, sb: usize| a.data.as_ptr().add((sb * T + t) * Q8_K_BYTES);
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
         let record = &records[sb * RECORD_BYTES_Q4_K..(sb + 1) * RECORD_BYTES_Q4_K];
@@ -357,19 +371,19 @@ pub(crate) unsafe fn repacked_tile_q4_k<const T: usize>(
         }
         let (d, dmin) = record_d(rec);
         for (t, (acc, sumi)) in acc.iter_mut().zip(&sumi).enumerate() {
-            let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+            let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(sb * T + t)));
             *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(*sumi)));
         }
         let mut summ = [_mm512_setzero_si512(); T];
         for i in 0..PAIR_WORDS {
             let m = record_min_pairs(rec, i);
             for (t, summ) in summ.iter_mut().enumerate() {
-                let b = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + i);
+                let b = *a.pairs.get_unchecked((sb * T + t) * PAIR_WORDS + i);
                 *summ = _mm512_dpwssd_epi32(*summ, m, _mm512_set1_epi32(b));
             }
         }
         for (t, (acc, summ)) in acc.iter_mut().zip(&summ).enumerate() {
-            let dmin = _mm512_mul_ps(dmin, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+            let dmin = _mm512_mul_ps(dmin, _mm512_set1_ps(*a.d.get_unchecked(sb * T + t)));
             *acc = _mm512_sub_ps(*acc, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(*summ)));
         }
     }
@@ -383,24 +397,24 @@ pub(crate) unsafe fn repacked_tile_q4_k<const T: usize>(
 pub(crate) const RECORD_BYTES_Q6_K: usize = crate::quant::repack::Q6_K_RECORD;
 use crate::quant::repack::{Q6_K_D as Q6_D_AT, Q6_K_QH as Q6_QH_AT, Q6_K_SCALES as Q6_SCALES_AT};
 
-/// The level vector of set `s` (0..4) and word `k` (0..8) of half `h` of the Q6_K record at
-/// `rec`: values `128h + 32s + 4k..+4` of each row, four unsigned levels (the stored `q + 32`)
-/// per lane. The low four bits are a nibble of `ql`, the high two bits `2s..2s + 2` of the same
+/// The level vector of set `S` (0..4) and word `k` (0..8) of half `h` of the Q6_K record at
+/// `rec`: values `128h + 32S + 4k..+4` of each row, four unsigned levels (the stored `q + 32`)
+/// per lane. The low four bits are a nibble of `ql`, the high two bits `2S..2S + 2` of the same
 /// byte of `qh`, as in the file.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn q6_k_levels(rec: *const u8, h: usize, s: usize, k: usize) -> __m512i {
+unsafe fn q6_k_levels<const S: usize>(rec: *const u8, h: usize, k: usize) -> __m512i {
     let low = _mm512_set1_epi8(0x0f);
-    let ql = _mm512_loadu_si512(rec.add(64 * (16 * h + 8 * (s % 2) + k)).cast());
+    let ql = _mm512_loadu_si512(rec.add(64 * (16 * h + 8 * (S % 2) + k)).cast());
     let qh = _mm512_loadu_si512(rec.add(Q6_QH_AT + 64 * (8 * h + k)).cast());
-    let nibble = if s >= 2 {
+    let nibble = if S >= 2 {
         _mm512_and_si512(_mm512_srli_epi16(ql, 4), low)
     } else {
         _mm512_and_si512(ql, low)
     };
     // The two bits moved to bits 4-5 of each byte; 16-bit shifts only carry bits into positions
     // the mask clears.
-    let bits = match s {
+    let bits = match S {
         0 => _mm512_slli_epi16(qh, 4),
         1 => _mm512_slli_epi16(qh, 2),
         2 => qh,
@@ -425,21 +439,21 @@ unsafe fn q6_k_scale_pairs(rec: *const u8, i: usize) -> __m512i {
 /// sumi` in f32.
 ///
 /// # Safety
-/// The CPU has AVX-512 F, BW and VNNI; `records` holds `nsb` records; `a` holds `T` token rows
-/// of `nsb` super-blocks with their scales; `y` holds `(T - 1) * stride + 16` values.
+/// The CPU has AVX-512 F, BW and VNNI; `records` holds `nsb` records; `a` holds `T` tokens'
+/// blocks of `nsb` super-blocks with their scales; `y` holds `(T - 1) * stride + 16` values.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(crate) unsafe fn repacked_tile_q6_k<const T: usize>(
     records: &[u8],
     nsb: usize,
-    a: &TileActivationsK<'_>,
+    a: &InterleavedTileK<'_>,
     y: &mut [f32],
     stride: usize,
 ) {
     assert!(records.len() >= nsb * RECORD_BYTES_Q6_K);
     assert!(y.len() >= (T - 1) * stride + 16);
-    debug_assert!(a.data.len() >= (T - 1) * a.row_bytes + nsb * Q8_K_BYTES);
+    debug_assert!(a.data.len() >= T * nsb * Q8_K_BYTES);
     debug_assert!(a.d.len() >= T * nsb);
-    let block = |t: usize, sb: usize| a.data.as_ptr().add(t * a.row_bytes + sb * Q8_K_BYTES);
+    let block = |t: usize, sb: usize| a.data.as_ptr().add((sb * T + t) * Q8_K_BYTES);
     let word = |at: *const u8| _mm512_set1_epi32(at.cast::<i32>().read_unaligned());
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
@@ -455,33 +469,42 @@ pub(crate) unsafe fn repacked_tile_q6_k<const T: usize>(
             }
         }
         let mut sumi = offset.map(|o| _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(o, 5)));
-        for h in 0..2 {
-            for s in 0..4 {
-                for kk in 0..2 {
-                    let mut sub = [_mm512_setzero_si512(); T];
-                    for k in 4 * kk..4 * kk + 4 {
-                        let levels = q6_k_levels(rec, h, s, k);
-                        let at = Q8_K_QS + 128 * h + 32 * s + 4 * k;
-                        for (t, sub) in sub.iter_mut().enumerate() {
-                            *sub = _mm512_dpbusd_epi32(*sub, levels, word(block(t, sb).add(at)));
-                        }
-                    }
-                    // Sub-block 8h + 2s + kk: its scale is half `kk` of pair 4h + s.
-                    let pairs = q6_k_scale_pairs(rec, 4 * h + s);
-                    let scale = if kk == 0 {
-                        _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16)
-                    } else {
-                        _mm512_srai_epi32(pairs, 16)
-                    };
-                    for (sumi, sub) in sumi.iter_mut().zip(&sub) {
-                        *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(*sub, scale));
+        // Sub-block `8h + 2s + kk` of set `s` (a literal, so that each set's shifts are
+        // constants: as a loop the compiler kept `s` a register and branched on it).
+        macro_rules! sub_block {
+            ($s:literal, $h:expr, $kk:expr) => {{
+                let (h, kk) = ($h, $kk);
+                let mut sub = [_mm512_setzero_si512(); T];
+                for k in 4 * kk..4 * kk + 4 {
+                    let levels = q6_k_levels::<$s>(rec, h, k);
+                    let at = Q8_K_QS + 128 * h + 32 * $s + 4 * k;
+                    for (t, sub) in sub.iter_mut().enumerate() {
+                        *sub = _mm512_dpbusd_epi32(*sub, levels, word(block(t, sb).add(at)));
                     }
                 }
+                // Its scale is half `kk` of pair `4h + s`.
+                let pairs = q6_k_scale_pairs(rec, 4 * h + $s);
+                let scale = if kk == 0 {
+                    _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16)
+                } else {
+                    _mm512_srai_epi32(pairs, 16)
+                };
+                for (sumi, sub) in sumi.iter_mut().zip(&sub) {
+                    *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(*sub, scale));
+                }
+            }};
+        }
+        for h in 0..2 {
+            for kk in 0..2 {
+                sub_block!(0, h, kk);
+                sub_block!(1, h, kk);
+                sub_block!(2, h, kk);
+                sub_block!(3, h, kk);
             }
         }
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(Q6_D_AT).cast()));
         for (t, (acc, sumi)) in acc.iter_mut().zip(&sumi).enumerate() {
-            let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+            let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(sb * T + t)));
             *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(*sumi)));
         }
     }
