@@ -615,6 +615,17 @@ unsafe fn run_repacked_k<const KIND: u8>(w: &[u8], act: &[u8], terms: Activation
         kernel_k::RECORD_BYTES_Q6_K
     };
     let group_bytes = s.nb * record;
+    // Q6_K's levels cost more to rebuild from `ql` and `qh` than Q4_K's nibbles: from six tokens
+    // on, expanding a group once into the panel and running every tile against it is faster
+    // (one thread, 256 rows of 8,960: 353 against 340 GFLOP/s at six tokens, 506 against 388
+    // at 16, 658 against 406 at 128). Q4_K's expansion measured slower at every size.
+    if KIND == kernel_k::Q6_K && s.n_tokens >= 6 {
+        k_panels::<KIND>(act, terms, s, y, |rows, (pack, scales, group_terms, dx, _)| {
+            let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
+            kernel_k::unpack_records_q6_k(records, s.nb, pack, scales, group_terms, dx)
+        });
+        return;
+    }
     // Larger tiles measured slower per token than two smaller ones: Q4_K's from seven tokens
     // on (1.5B, `bench -p 5,8,10,13,16 -t 2`), Q6_K's from six (one thread, 256 rows of 8,960:
     // 338 GFLOP/s at five tokens, 259 at eight in one tile, 330 in two of four).

@@ -512,3 +512,50 @@ pub(crate) unsafe fn repacked_tile_q6_k<const T: usize>(
         _mm512_storeu_ps(y.as_mut_ptr().add(t * stride), *acc);
     }
 }
+
+/// Expands a group's Q6_K records (`nsb` of them) into the buffers of a [`PanelK`], as
+/// [`unpack_panel_k`] does from the file's layout: a prompt's many tiles then share the levels
+/// instead of rebuilding them from `ql` and `qh` each.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn unpack_records_q6_k(
+    records: &[u8],
+    nsb: usize,
+    pack: &mut [u32],
+    scales: &mut [i32],
+    terms: &mut [u32],
+    dx: &mut [f32],
+) {
+    assert!(records.len() >= nsb * RECORD_BYTES_Q6_K && pack.len() >= nsb * PACK_WORDS);
+    assert!(scales.len() >= nsb * MAX_SUBS * PANEL && terms.len() >= nsb * TERM_WORDS * PANEL);
+    assert!(dx.len() >= nsb * PANEL);
+    let store = |at: *mut u32, v: __m512i| _mm512_storeu_si512(at.cast(), v);
+    for sb in 0..nsb {
+        let rec = records.as_ptr().add(sb * RECORD_BYTES_Q6_K);
+        // Word `32h + 8s + k` of the panel holds values `128h + 32s + 4k..`.
+        let words = pack.as_mut_ptr().add(sb * PACK_WORDS);
+        for h in 0..2 {
+            for k in 0..8 {
+                store(words.add((32 * h + k) * PANEL), q6_k_levels::<0>(rec, h, k));
+                store(words.add((32 * h + 8 + k) * PANEL), q6_k_levels::<1>(rec, h, k));
+                store(words.add((32 * h + 16 + k) * PANEL), q6_k_levels::<2>(rec, h, k));
+                store(words.add((32 * h + 24 + k) * PANEL), q6_k_levels::<3>(rec, h, k));
+            }
+        }
+        for i in 0..8 {
+            let pairs = q6_k_scale_pairs(rec, i);
+            let scale = scales.as_mut_ptr().add((sb * MAX_SUBS + 2 * i) * PANEL);
+            _mm512_storeu_si512(scale.cast(), _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16));
+            _mm512_storeu_si512(scale.add(PANEL).cast(), _mm512_srai_epi32(pairs, 16));
+            // The offset term's pairs, `-32 * scale` (within i16: |scale| <= 128).
+            let term = _mm512_mullo_epi16(pairs, _mm512_set1_epi16(-32));
+            store(terms.as_mut_ptr().add((sb * TERM_WORDS + i) * PANEL), term);
+        }
+        _mm512_storeu_ps(
+            dx.as_mut_ptr().add(sb * PANEL),
+            _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(Q6_D_AT).cast())),
+        );
+    }
+}
