@@ -1034,10 +1034,11 @@ fn the_cpu_repacks_the_matrices_it_multiplies_and_computes_the_same_bits_from_th
     let mut rng = Rng(13);
     let mut cases = vec![mixed_case(&mut rng)];
     // Rows in whole groups, every weight type (those without the layout stay in place), one
-    // token (the decode step), a few (straight from the records) and a prompt's tile and more.
+    // token (the decode step), a few (straight from the records), a prompt's tile and more, and
+    // a prompt (Q6_K's records expanded into the panel).
     let (n_in, n_out) = (256, 48);
     for ty in weight_types() {
-        for nt in [1, 3, 9] {
+        for nt in [1, 3, 9, 30] {
             let mut weights = MemWeights::default();
             weights.add(&mut rng, "w.weight", ty, &[n_in as u64, n_out as u64]);
             let mut b = GraphBuilder::new();
@@ -1078,8 +1079,8 @@ fn the_cpu_repacks_the_matrices_it_multiplies_and_computes_the_same_bits_from_th
         }
     }
     if minfer::backends::cpu::repacks(GgmlType::Q5_0, &[32, 16]) {
-        // The mixed case and three token counts of each of the seven types with the layout.
-        assert_eq!(repacked, 22);
+        // The mixed case and four token counts of each of the seven types with the layout.
+        assert_eq!(repacked, 29);
     }
 }
 

@@ -615,11 +615,12 @@ unsafe fn run_repacked_k<const KIND: u8>(w: &[u8], act: &[u8], terms: Activation
         kernel_k::RECORD_BYTES_Q6_K
     };
     let group_bytes = s.nb * record;
-    // Q6_K's levels cost more to rebuild from `ql` and `qh` than Q4_K's nibbles: from six tokens
-    // on, expanding a group once into the panel and running every tile against it is faster
-    // (one thread, 256 rows of 8,960: 353 against 340 GFLOP/s at six tokens, 506 against 388
-    // at 16, 658 against 406 at 128). Q4_K's expansion measured slower at every size.
-    if KIND == kernel_k::Q6_K && s.n_tokens >= 6 {
+    // Q6_K's levels cost more to rebuild from `ql` and `qh` than Q4_K's nibbles: for a prompt,
+    // expanding a group once into the panel and running every tile against it is faster (one
+    // thread, 256 rows of 8,960: 601-607 against 528-536 GFLOP/s at 32 tokens, 676 at 128),
+    // while a speculative check's few tokens go faster straight from the records (513 against
+    // 370-409 at 8 tokens, 520 against 530 at 16). Q4_K's expansion measured slower at every size.
+    if KIND == kernel_k::Q6_K && s.n_tokens >= 24 {
         k_panels::<KIND>(act, terms, s, y, |rows, (pack, scales, group_terms, dx, _)| {
             let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
             kernel_k::unpack_records_q6_k(records, s.nb, pack, scales, group_terms, dx)
@@ -627,8 +628,8 @@ unsafe fn run_repacked_k<const KIND: u8>(w: &[u8], act: &[u8], terms: Activation
         return;
     }
     // Larger tiles measured slower per token than two smaller ones: Q4_K's from seven tokens
-    // on (1.5B, `bench -p 5,8,10,13,16 -t 2`), Q6_K's from six (one thread, 256 rows of 8,960:
-    // 338 GFLOP/s at five tokens, 259 at eight in one tile, 330 in two of four).
+    // on (1.5B, `bench -p 5,8,10,13,16 -t 2`), Q6_K's from six, whose four sets' sums take four
+    // registers a token (one thread, 256 rows of 8,960: 485 GFLOP/s at five tokens).
     let max_tile = if KIND == kernel_k::Q4_K { 6 } else { 5 };
     let (nsb, ab, words) = (s.nb, s.ab, kernel_k::PAIR_WORDS);
     INTERLEAVED_SCRATCH.with_borrow_mut(|(data, pairs, d)| {
@@ -812,7 +813,7 @@ mod tests {
                     gemm_rows_repacked(&packed, &[], none, 0, 0..n_out, &mut []).unwrap(),
                     "no tokens"
                 );
-                for n_tokens in [1, 2, 3, 4, 5, 7, 8, 11, 13, 16] {
+                for n_tokens in [1, 2, 3, 4, 5, 7, 8, 11, 13, 16, 24, 29] {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
                     let (d, aux) = terms_of(&k, &a, nb, n_tokens);
                     let terms = ActivationTerms { d: &d, aux: &aux };

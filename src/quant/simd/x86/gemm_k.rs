@@ -397,31 +397,30 @@ pub(crate) unsafe fn repacked_tile_q4_k<const T: usize>(
 pub(crate) const RECORD_BYTES_Q6_K: usize = crate::quant::repack::Q6_K_RECORD;
 use crate::quant::repack::{Q6_K_D as Q6_D_AT, Q6_K_QH as Q6_QH_AT, Q6_K_SCALES as Q6_SCALES_AT};
 
-/// The level vector of set `S` (0..4) and word `k` (0..8) of half `h` of the Q6_K record at
-/// `rec`: values `128h + 32S + 4k..+4` of each row, four unsigned levels (the stored `q + 32`)
-/// per lane. The low four bits are a nibble of `ql`, the high two bits `2S..2S + 2` of the same
-/// byte of `qh`, as in the file.
+/// The four level vectors of word `k` (0..8) of half `h` of the Q6_K record at `rec`, set `s`
+/// holding values `128h + 32s + 4k..+4` of each row, four unsigned levels (the stored `q + 32`)
+/// per lane. The low four bits are a nibble of `ql` (the low ones of vector `16h + k` for set 0,
+/// of `16h + 8 + k` for set 1, their high ones for sets 2 and 3), the high two bits `2s..2s + 2`
+/// of the same byte of `qh`, as in the file: three loads for the four.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn q6_k_levels<const S: usize>(rec: *const u8, h: usize, k: usize) -> __m512i {
-    let low = _mm512_set1_epi8(0x0f);
-    let ql = _mm512_loadu_si512(rec.add(64 * (16 * h + 8 * (S % 2) + k)).cast());
+unsafe fn q6_k_level_sets(rec: *const u8, h: usize, k: usize) -> [__m512i; 4] {
+    let (low, high) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x30));
+    let ql_a = _mm512_loadu_si512(rec.add(64 * (16 * h + k)).cast());
+    let ql_b = _mm512_loadu_si512(rec.add(64 * (16 * h + 8 + k)).cast());
     let qh = _mm512_loadu_si512(rec.add(Q6_QH_AT + 64 * (8 * h + k)).cast());
-    let nibble = if S >= 2 {
-        _mm512_and_si512(_mm512_srli_epi16(ql, 4), low)
-    } else {
-        _mm512_and_si512(ql, low)
-    };
-    // The two bits moved to bits 4-5 of each byte; 16-bit shifts only carry bits into positions
-    // the mask clears.
-    let bits = match S {
-        0 => _mm512_slli_epi16(qh, 4),
-        1 => _mm512_slli_epi16(qh, 2),
-        2 => qh,
-        _ => _mm512_srli_epi16(qh, 2),
-    };
-    // (bits & 0x30) | nibble
-    _mm512_ternarylogic_epi32(bits, _mm512_set1_epi8(0x30), nibble, 0xea)
+    // (bits & 0x30) | nibble, the two bits moved to bits 4-5 of each byte (16-bit shifts only
+    // carry bits into positions the mask clears).
+    let level = |bits: __m512i, nibble: __m512i| _mm512_ternarylogic_epi32(bits, high, nibble, 0xea);
+    [
+        level(_mm512_slli_epi16(qh, 4), _mm512_and_si512(ql_a, low)),
+        level(_mm512_slli_epi16(qh, 2), _mm512_and_si512(ql_b, low)),
+        level(qh, _mm512_and_si512(_mm512_srli_epi16(ql_a, 4), low)),
+        level(
+            _mm512_srli_epi16(qh, 2),
+            _mm512_and_si512(_mm512_srli_epi16(ql_b, 4), low),
+        ),
+    ]
 }
 
 /// The Q6_K record's scale pairs `i` (sub-blocks `2i`, `2i + 1`), sign-extended to i16 pairs,
@@ -469,37 +468,31 @@ pub(crate) unsafe fn repacked_tile_q6_k<const T: usize>(
             }
         }
         let mut sumi = offset.map(|o| _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(o, 5)));
-        // Sub-block `8h + 2s + kk` of set `s` (a literal, so that each set's shifts are
-        // constants: as a loop the compiler kept `s` a register and branched on it).
-        macro_rules! sub_block {
-            ($s:literal, $h:expr, $kk:expr) => {{
-                let (h, kk) = ($h, $kk);
-                let mut sub = [_mm512_setzero_si512(); T];
-                for k in 4 * kk..4 * kk + 4 {
-                    let levels = q6_k_levels::<$s>(rec, h, k);
-                    let at = Q8_K_QS + 128 * h + 32 * $s + 4 * k;
-                    for (t, sub) in sub.iter_mut().enumerate() {
-                        *sub = _mm512_dpbusd_epi32(*sub, levels, word(block(t, sb).add(at)));
-                    }
-                }
-                // Its scale is half `kk` of pair `4h + s`.
-                let pairs = q6_k_scale_pairs(rec, 4 * h + $s);
-                let scale = if kk == 0 {
-                    _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16)
-                } else {
-                    _mm512_srai_epi32(pairs, 16)
-                };
-                for (sumi, sub) in sumi.iter_mut().zip(&sub) {
-                    *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(*sub, scale));
-                }
-            }};
-        }
+        // Four sub-blocks at a time, one of each set (`8h + 2s + kk`): each word of `ql` and
+        // `qh` is loaded once for the four sets it holds, and the four sums are independent.
         for h in 0..2 {
             for kk in 0..2 {
-                sub_block!(0, h, kk);
-                sub_block!(1, h, kk);
-                sub_block!(2, h, kk);
-                sub_block!(3, h, kk);
+                let mut sub = [[_mm512_setzero_si512(); T]; 4];
+                for k in 4 * kk..4 * kk + 4 {
+                    for (set, (sub, levels)) in sub.iter_mut().zip(q6_k_level_sets(rec, h, k)).enumerate() {
+                        let at = Q8_K_QS + 128 * h + 32 * set + 4 * k;
+                        for (t, sub) in sub.iter_mut().enumerate() {
+                            *sub = _mm512_dpbusd_epi32(*sub, levels, word(block(t, sb).add(at)));
+                        }
+                    }
+                }
+                // Sub-block `8h + 2s + kk`'s scale is half `kk` of pair `4h + s`.
+                for (set, sub) in sub.iter().enumerate() {
+                    let pairs = q6_k_scale_pairs(rec, 4 * h + set);
+                    let scale = if kk == 0 {
+                        _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16)
+                    } else {
+                        _mm512_srai_epi32(pairs, 16)
+                    };
+                    for (sumi, sub) in sumi.iter_mut().zip(sub) {
+                        *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(*sub, scale));
+                    }
+                }
             }
         }
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(Q6_D_AT).cast()));
@@ -538,10 +531,9 @@ pub(crate) unsafe fn unpack_records_q6_k(
         let words = pack.as_mut_ptr().add(sb * PACK_WORDS);
         for h in 0..2 {
             for k in 0..8 {
-                store(words.add((32 * h + k) * PANEL), q6_k_levels::<0>(rec, h, k));
-                store(words.add((32 * h + 8 + k) * PANEL), q6_k_levels::<1>(rec, h, k));
-                store(words.add((32 * h + 16 + k) * PANEL), q6_k_levels::<2>(rec, h, k));
-                store(words.add((32 * h + 24 + k) * PANEL), q6_k_levels::<3>(rec, h, k));
+                for (set, levels) in q6_k_level_sets(rec, h, k).into_iter().enumerate() {
+                    store(words.add((32 * h + 8 * set + k) * PANEL), levels);
+                }
             }
         }
         for i in 0..8 {
