@@ -6,6 +6,8 @@
 #   scripts/bench-speculative.sh MODEL DRAFT [minfer flags...]
 #   SPEC="--spec-type ngram-simple" scripts/bench-speculative.sh MODEL - [flags...]
 #   DRAFT_FLAGS="--draft-max 8" scripts/bench-speculative.sh MODEL DRAFT   (a settings sweep)
+#   PROMPT_FILE=scripts/prompts/rewrite.txt scripts/bench-speculative.sh MODEL -   (one prompt from
+#       a file: a 55-line function to repeat with one change, where prompt lookup pays)
 set -euo pipefail
 model=${1:?usage: scripts/bench-speculative.sh MODEL DRAFT|- [flags...]}
 draft=${2:?usage: scripts/bench-speculative.sh MODEL DRAFT|- [flags...]}
@@ -22,6 +24,7 @@ prompts=(
   "Write a Rust function that parses a string of comma-separated integers into a Vec<i32>."
   "Write a Python class for a stack with push, pop, peek and is_empty methods."
 )
+if [ -n "${PROMPT_FILE:-}" ]; then prompts=("$(cat "$PROMPT_FILE")"); fi
 # The timing line's generated tokens and seconds, and the drafted and accepted counts.
 run() {
   local line
