@@ -126,8 +126,10 @@ impl Pty {
     fn wait_stderr_lines(&self, prefix: &str, n: usize, timeout: Duration) -> Vec<String> {
         let start = Instant::now();
         loop {
-            let lines: Vec<String> = self
-                .stderr()
+            // Complete lines only: the last one may still be arriving.
+            let stderr = self.stderr();
+            let complete = &stderr[..stderr.rfind('\n').map_or(0, |end| end + 1)];
+            let lines: Vec<String> = complete
                 .lines()
                 .filter(|l| l.starts_with(prefix))
                 .map(str::to_string)

@@ -165,7 +165,10 @@ pub fn run_conversation(
                     _ => "",
                 };
                 let cached = format!(" | Cached: {} tokens", prepared.n_cached);
-                writeln!(log, "{}{cached}{note}", result.stats.summary()).map_err(write_err("the log"))?;
+                // One write for the whole line: an unbuffered log would otherwise let a reader see
+                // the summary without the rest.
+                let line = format!("{}{cached}{note}\n", result.stats.summary());
+                log.write_all(line.as_bytes()).map_err(write_err("the log"))?;
                 if let Some(path) = &options.session {
                     session_file::save(&mut loaded.session, &loaded.model, path)?;
                     // Saving packs the cache; the stream's window is unchanged.
