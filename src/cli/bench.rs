@@ -190,9 +190,13 @@ pub struct BenchResult {
 pub struct Handoff {
     /// Nanoseconds per run, runs back to back (the workers are still spinning).
     pub back_to_back_ns: f64,
-    /// Nanoseconds per run after 100 µs of serial work on the caller (the workers have parked
-    /// and must be woken), the pause itself not counted.
+    /// Nanoseconds per run after 100 µs of serial work on the caller (about a decode step's
+    /// longest gap between two parallel nodes; the workers are still spinning), the pause itself
+    /// not counted.
     pub after_pause_ns: f64,
+    /// Nanoseconds per run after a pause longer than the workers' spin: they have parked and
+    /// must be woken.
+    pub parked_ns: f64,
 }
 
 /// Measures [`Handoff`] on a fresh pool of `n_threads` threads (its default spin).
@@ -212,20 +216,25 @@ pub fn measure_handoff(n_threads: usize) -> Handoff {
         pool.run(job);
     }
     let back_to_back_ns = start.elapsed().as_nanos() as f64 / f64::from(RUNS);
-    const PAUSED: u32 = 500;
-    let mut paused = Duration::ZERO;
-    for _ in 0..PAUSED {
-        let until = Instant::now() + Duration::from_micros(100);
-        while Instant::now() < until {
-            std::hint::spin_loop();
+    // Serial work on the caller (a spin: sleeping would hand the core to the workers), then one
+    // timed run.
+    let after = |pause: Duration, runs: u32| {
+        let mut total = Duration::ZERO;
+        for _ in 0..runs {
+            let until = Instant::now() + pause;
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            let start = Instant::now();
+            pool.run(job);
+            total += start.elapsed();
         }
-        let start = Instant::now();
-        pool.run(job);
-        paused += start.elapsed();
-    }
+        total.as_nanos() as f64 / f64::from(runs)
+    };
     Handoff {
         back_to_back_ns,
-        after_pause_ns: paused.as_nanos() as f64 / f64::from(PAUSED),
+        after_pause_ns: after(Duration::from_micros(100), 500),
+        parked_ns: after(pool.spin() + Duration::from_micros(100), 100),
     }
 }
 
@@ -853,10 +862,12 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
         if let Some(h) = r.handoff.filter(|_| !reported.contains(&r.n_threads)) {
             reported.push(r.n_threads);
             footer += &format!(
-                "hand-off per node at {} threads: {:.2} µs back to back, {:.2} µs after a 100 µs pause\n",
+                "hand-off per node at {} threads: {:.2} µs back to back, {:.2} µs after a 100 µs pause, \
+                 {:.2} µs once the workers have parked\n",
                 r.n_threads,
                 h.back_to_back_ns / 1e3,
-                h.after_pause_ns / 1e3
+                h.after_pause_ns / 1e3,
+                h.parked_ns / 1e3
             );
         }
     }

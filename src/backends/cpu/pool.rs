@@ -25,14 +25,22 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-/// How long a waiting thread spins before it parks: about the serial stretch between two
-/// parallel nodes of a decode step (norms, RoPE, residual adds, graph bookkeeping: a few
-/// microseconds), so the workers are usually still awake when the next matmul comes. Not much
-/// longer: on a machine shared with other busy processes a spinning thread uses up its share of
-/// a core and is then descheduled while the others wait for it at the barrier. Measured on the
-/// 0.5B model at 2 threads beside a process that kept one core busy, generation ran at
-/// 10-12 tok/s spinning 0-20 us, 6.4 at 200 us and 2.3 at 1 ms.
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(10);
+/// How long a waiting thread spins before it parks: longer than any gap between two parallel
+/// nodes of a decode step, so the workers are still awake when the next node comes, since
+/// waking a parked thread costs 20-120 µs on a virtual machine, several times a small node.
+/// Past [`YIELD_AFTER`] the spinning thread yields the core at every look, so a thread that
+/// shares its core (another process, or one of ours that the others wait for) runs instead: a
+/// pure spin of that length lost three quarters of the speed beside a busy process. Measured on
+/// the 1.5B model at 2 threads (tg64, `minfer bench`): 9.4-11.8 tok/s spinning 10 µs without
+/// yielding (the earlier default), 16.1-18.4 spinning 200 µs to 5 ms with yields, on a host
+/// whose memory another tenant kept busy; beside a `yes` process, 9.2 tok/s at 10 µs, 9.3 at
+/// 1 ms with yields and 2.4 at 1 ms without.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(1000);
+
+/// How long a waiting thread spins before it starts yielding its core at every look: about a
+/// decode step's serial stretch between two parallel nodes (norms, RoPE, residual adds, a
+/// chunk's imbalance).
+const YIELD_AFTER: Duration = Duration::from_micros(5);
 
 /// A job with its lifetime erased: the closure's address and the function that calls it.
 #[derive(Clone, Copy)]
@@ -120,8 +128,7 @@ pub struct ThreadPool {
 impl ThreadPool {
     /// A pool of `n_threads` threads (the caller and `n_threads - 1` workers; at least one)
     /// that spin for [`DEFAULT_SPIN`] before parking, or for `MINFER_SPIN_US` microseconds when
-    /// the environment sets it (waking a parked thread costs 20-50 µs on a virtual machine,
-    /// which a machine to itself can avoid by spinning longer).
+    /// the environment sets it (a machine that must give its cores back at once sets less).
     pub fn new(n_threads: usize) -> Self {
         let spin = std::env::var("MINFER_SPIN_US")
             .ok()
@@ -167,6 +174,11 @@ impl ThreadPool {
             spin,
             _not_sync: PhantomData,
         }
+    }
+
+    /// How long a waiting thread of this pool spins before it parks.
+    pub fn spin(&self) -> Duration {
+        self.spin
     }
 
     /// The threads a job runs on, the caller included.
@@ -314,8 +326,15 @@ fn spin_until(spin: Duration, ready: impl Fn() -> bool) -> bool {
             }
             std::hint::spin_loop();
         }
-        if start.elapsed() >= spin {
+        let waited = start.elapsed();
+        if waited >= spin {
             return ready();
+        }
+        if waited >= YIELD_AFTER {
+            // Past the length of a decode step's serial stretches: let any other runnable
+            // thread of this core go first (a thread of ours that holds up the barrier, or
+            // another process), and spin on only when there is none.
+            thread::yield_now();
         }
     }
 }
@@ -527,7 +546,7 @@ mod tests {
         // Workers parked: wait past the spin before each job and time only the job.
         let mut parked = Duration::ZERO;
         for _ in 0..200 {
-            thread::sleep(Duration::from_millis(1));
+            thread::sleep(pool.spin() + Duration::from_millis(1));
             parked += per_job(&|| pool.run(job), 1);
         }
         let parked = parked / 200;
