@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// How long a waiting thread spins before it parks: longer than any gap between two parallel
 /// nodes of a decode step, so the workers are still awake when the next node comes, since
-/// waking a parked thread costs 20-120 µs on a virtual machine, several times a small node.
+/// waking a parked thread costs 20-335 µs on a virtual machine, several times a small node.
 /// Past [`YIELD_AFTER`] the spinning thread yields the core at every look, so a thread that
 /// shares its core (another process, or one of ours that the others wait for) runs instead: a
 /// pure spin of that length lost three quarters of the speed beside a busy process. Measured on
