@@ -632,21 +632,9 @@ unsafe fn run_repacked_k<const KIND: u8>(w: &[u8], act: &[u8], terms: Activation
     // registers a token (one thread, 256 rows of 8,960: 485 GFLOP/s at five tokens).
     let max_tile = if KIND == kernel_k::Q4_K { 6 } else { 5 };
     let (nsb, ab, words) = (s.nb, s.ab, kernel_k::PAIR_WORDS);
-    INTERLEAVED_SCRATCH.with_borrow_mut(|(data, pairs, d)| {
-        // Each tile's blocks, pairs and scales `[sb][t]`, once for every group of rows.
-        data.resize(s.n_tokens * nsb * ab, 0);
-        pairs.resize(s.n_tokens * nsb * words, 0);
-        d.resize(s.n_tokens * nsb, 0.0);
-        for (t0, n) in s.balanced_tiles(max_tile) {
-            for sb in 0..nsb {
-                for t in 0..n {
-                    let (from, to) = ((t0 + t) * nsb + sb, t0 * nsb + sb * n + t);
-                    data[to * ab..(to + 1) * ab].copy_from_slice(&act[from * ab..(from + 1) * ab]);
-                    pairs[to * words..(to + 1) * words].copy_from_slice(&terms.aux[from * words..(from + 1) * words]);
-                    d[to] = terms.d[from];
-                }
-            }
-        }
+    // Every group of rows against every tile, the tiles' activations `[sb][t]` in `data`,
+    // `pairs` and `d`.
+    let run_tiles = |data: &[u8], pairs: &[i32], d: &[f32], y: &mut [f32]| {
         for (rows, _) in s.panels() {
             let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
             for (t0, n) in s.balanced_tiles(max_tile) {
@@ -663,6 +651,28 @@ unsafe fn run_repacked_k<const KIND: u8>(w: &[u8], act: &[u8], terms: Activation
                 }
             }
         }
+    };
+    if s.n_tokens == 1 {
+        // One token's rows are already `[sb][t]`: a decode step copies nothing.
+        run_tiles(&act[..nsb * ab], &terms.aux[..nsb * words], &terms.d[..nsb], y);
+        return;
+    }
+    INTERLEAVED_SCRATCH.with_borrow_mut(|(data, pairs, d)| {
+        // Each tile's blocks, pairs and scales `[sb][t]`, once for every group of rows.
+        data.resize(s.n_tokens * nsb * ab, 0);
+        pairs.resize(s.n_tokens * nsb * words, 0);
+        d.resize(s.n_tokens * nsb, 0.0);
+        for (t0, n) in s.balanced_tiles(max_tile) {
+            for sb in 0..nsb {
+                for t in 0..n {
+                    let (from, to) = ((t0 + t) * nsb + sb, t0 * nsb + sb * n + t);
+                    data[to * ab..(to + 1) * ab].copy_from_slice(&act[from * ab..(from + 1) * ab]);
+                    pairs[to * words..(to + 1) * words].copy_from_slice(&terms.aux[from * words..(from + 1) * words]);
+                    d[to] = terms.d[from];
+                }
+            }
+        }
+        run_tiles(data, pairs, d, y);
     });
 }
 

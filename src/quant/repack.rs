@@ -3,7 +3,8 @@
 //! kernel reads each block of 16 rows straight into the row-interleaved vectors of
 //! `crate::quant::gemm`'s panels (one i32 lane per row), with no unpacking into a buffer and no
 //! horizontal reduction. A decode step then multiplies a block of 16 rows with a handful of
-//! instructions, and a prompt does the same for eight tokens at a time.
+//! instructions, and a prompt does the same for a few tokens at a time (Q6_K's records are
+//! expanded into the panel instead from 24 tokens on).
 //!
 //! The layout keeps every bit and (but for Q4_K) every byte count of the original (a record of
 //! 16 blocks is 16 blocks' bytes), so a repacked matrix reads as much memory as the file's. Rows go
