@@ -14,11 +14,14 @@ venv_python="${venv}/bin/python"
 stamp="${venv}/.minfer-requirements"
 
 # Exact pins: the fixtures under tests/fixtures/{quant,gguf} were generated with gguf and numpy;
-# the server tests (tests/server.rs) drive `minfer serve` with the official openai client.
+# the server tests (tests/server.rs) drive `minfer serve` with the official openai client; the
+# CUDA kernels are compiled by the NVRTC of nvidia-cuda-nvrtc (no GPU needed; the version the
+# CUDA 13.0 driver machines have), see scripts/test.sh.
 requirements="gguf==0.19.0
 numpy==2.4.6
 openai==3.57.0
-jsonschema==4.26.0"
+jsonschema==4.26.0
+nvidia-cuda-nvrtc==13.0.88"
 
 base_python="${PYTHON:-}"
 if [[ -z "${base_python}" ]]; then

@@ -5,8 +5,9 @@
 # virtualenv (scripts/python-env.sh), the default model and the 1.5B speculative-decoding target
 # (scripts/fetch-model.sh, scripts/fetch-model.sh 1.5b), all cached,
 # Chromium for the chat page's browser test (scripts/install-chromium.sh) and NGINX for the
-# replicas test (scripts/install-nginx.sh); 3. every test,
-# unit and integration, including those on the 491 MB model.
+# replicas test (scripts/install-nginx.sh), NVRTC for compiling every CUDA kernel (from the
+# virtualenv's nvidia-cuda-nvrtc wheel, put on the loader path); 3. every test, unit and
+# integration, including those on the 491 MB model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +16,10 @@ cargo fmt --check
 echo "== cargo clippy --all-targets -- -D warnings" >&2
 cargo clippy --all-targets -- -D warnings
 echo "== test dependencies" >&2
-scripts/python-env.sh >/dev/null
+py="$(scripts/python-env.sh)"
+nvrtc_lib="$("${py}" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))')"
+export LD_LIBRARY_PATH="${nvrtc_lib}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+export MINFER_REQUIRE_NVRTC=1
 scripts/fetch-model.sh >/dev/null
 scripts/fetch-model.sh 1.5b >/dev/null
 scripts/install-chromium.sh >/dev/null

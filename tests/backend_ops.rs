@@ -783,7 +783,7 @@ struct Candidate {
 fn registered() -> Vec<Candidate> {
     registry::entries()
         .iter()
-        .filter(|e| e.compiled && (e.available)())
+        .filter(|e| e.compiled && minfer::backends::probe(e.handle).is_ok())
         .map(|e| {
             let handle = e.handle;
             Candidate {

@@ -33,10 +33,12 @@ fn bounds(ty: &str) -> Bounds {
     }
 }
 
+/// The backend fence of the checks: the CPU, or `$MINFER_TEST_BACKEND` (`cuda` on a GPU
+/// machine: the same bounds against llama.cpp hold for every backend).
 fn session(path: &std::path::Path, threads: usize) -> (Session, Model) {
     let options = ModelOptions {
         n_threads: Some(threads),
-        backend: Some("cpu".into()),
+        backend: Some(std::env::var("MINFER_TEST_BACKEND").unwrap_or_else(|_| "cpu".into())),
         ..Default::default()
     };
     let model = Model::load(path, &options).unwrap();

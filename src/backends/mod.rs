@@ -2,14 +2,32 @@
 //!
 //! A backend is a device made once per process ([`BackendSet`], shared by every session) and one
 //! execution context per session (its buffer pool). It knows the graph IR but no model. The CPU
-//! backend is the reference every other backend is compared against.
+//! backend is the reference every other backend is compared against; the CUDA backend (feature
+//! `cuda`, on by default) loads its driver at run time, so every build starts on a machine
+//! without one.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 pub use cpu::default_threads;
 
+use crate::graph::registry::Unusable;
 use crate::graph::{Backend, BackendDevice, BackendError, ComputeBackend, TensorSource, WeightUse};
 use std::sync::Arc;
+
+/// Whether backend `handle`, which this build contains, can run on this machine: the registry's
+/// probe ([`crate::graph::registry::resolve_fence`]).
+pub fn probe(handle: Backend) -> Result<(), Unusable> {
+    match handle {
+        Backend::CPU => Ok(()),
+        #[cfg(feature = "cuda")]
+        Backend::CUDA => cuda::probe(),
+        other => Err(Unusable::NoDriver {
+            looked_for: format!("the {other} backend, which this build does not contain"),
+        }),
+    }
+}
 
 /// The process's backends, in priority order: made once from the fence and the weights, then
 /// shared (clone it: the devices are reference-counted) by every session over the model.
@@ -33,6 +51,8 @@ impl BackendSet {
         for &handle in fence {
             let mut device: Box<dyn BackendDevice> = match handle {
                 Backend::CPU => Box::new(cpu::CpuDevice::new(Arc::clone(&weights), n_threads)),
+                #[cfg(feature = "cuda")]
+                Backend::CUDA => Box::new(cuda::CudaDevice::new()?),
                 // Backends this build does not contain never pass the registry's fence.
                 _ => continue,
             };

@@ -103,7 +103,7 @@ impl Model {
                 max: max_threads(),
             });
         }
-        let fence = fence_from(options.backend.as_deref())?;
+        let fence = fence_from(options.backend.as_deref(), &crate::backends::probe)?;
         let file = Arc::new(
             GgufFile::open_with(path, options.open).map_err(|source| LoadError::Open {
                 path: path.display().to_string(),

@@ -2,8 +2,10 @@
 //! priority, whether this build contains it and whether this machine can run it; and the fence
 //! (`--backend NAME` / `MINFER_BACKENDS`) that restricts which participate.
 //!
-//! The three refusals are distinct on purpose: an unknown name is a typo, a backend not in
-//! this build needs a different build, and one not usable here needs different hardware.
+//! The refusals are distinct on purpose: an unknown name is a typo, a backend not in this build
+//! needs a different build, and one without its driver or its device needs a different machine.
+//! Whether a backend is usable here is asked of a probe the caller passes (the backends own
+//! their drivers; the graph knows none).
 
 use super::backend::Backend;
 
@@ -17,16 +19,23 @@ pub struct BackendEntry {
     pub priority: u32,
     /// Whether this build contains the backend.
     pub compiled: bool,
-    /// Whether this machine can run it (only asked when compiled).
-    pub available: fn() -> bool,
 }
 
-fn always() -> bool {
-    true
-}
-
-fn never() -> bool {
-    false
+/// Why a backend this build contains cannot run on this machine, as its probe reports it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    /// The backend's driver library could not be loaded.
+    #[error("no driver: {looked_for} could not be loaded")]
+    NoDriver {
+        /// The library looked for.
+        looked_for: String,
+    },
+    /// The driver loaded but offers no device.
+    #[error("no device: {detail}")]
+    NoDevice {
+        /// What the driver said.
+        detail: String,
+    },
 }
 
 static ENTRIES: [BackendEntry; 3] = [
@@ -35,21 +44,18 @@ static ENTRIES: [BackendEntry; 3] = [
         name: "metal",
         priority: 300,
         compiled: false,
-        available: never,
     },
     BackendEntry {
         handle: Backend::CUDA,
         name: "cuda",
         priority: 200,
-        compiled: false,
-        available: never,
+        compiled: cfg!(feature = "cuda"),
     },
     BackendEntry {
         handle: Backend::CPU,
         name: "cpu",
         priority: 100,
         compiled: true,
-        available: always,
     },
 ];
 
@@ -80,24 +86,37 @@ pub enum RegistryError {
         /// The backend's name.
         name: String,
     },
-    /// The backend is built in but this machine cannot run it.
-    #[error("backend '{name}' is built in but not usable on this machine")]
-    Unavailable {
+    /// The backend is built in but its driver is not on this machine.
+    #[error("backend '{name}' is built in but its driver is missing: {looked_for} could not be loaded")]
+    NoDriver {
         /// The backend's name.
         name: String,
+        /// The library looked for.
+        looked_for: String,
+    },
+    /// The backend and its driver are here but no device is.
+    #[error("backend '{name}' is built in and its driver loads, but there is no device: {detail}")]
+    NoDevice {
+        /// The backend's name.
+        name: String,
+        /// What the driver said.
+        detail: String,
     },
     /// The fence names no backend at all (an empty or blank list).
     #[error("the backend fence is empty")]
     Empty,
 }
 
+/// Whether a backend this build contains can run here (`crate::backends::probe`).
+pub type Probe<'a> = &'a dyn Fn(Backend) -> Result<(), Unusable>;
+
 /// Resolve a fence: a comma-separated list of backend names, or `None` for every backend this
-/// build has and this machine can run. The result is in priority order.
-pub fn resolve_fence(names: Option<&str>) -> Result<Vec<Backend>, RegistryError> {
+/// build has and `probe` finds usable. The result is in priority order.
+pub fn resolve_fence(names: Option<&str>, probe: Probe<'_>) -> Result<Vec<Backend>, RegistryError> {
     let Some(names) = names else {
         return Ok(ENTRIES
             .iter()
-            .filter(|e| e.compiled && (e.available)())
+            .filter(|e| e.compiled && probe(e.handle).is_ok())
             .map(|e| e.handle)
             .collect());
     };
@@ -115,10 +134,20 @@ pub fn resolve_fence(names: Option<&str>) -> Result<Vec<Backend>, RegistryError>
                 name: e.name.to_string(),
             });
         }
-        if !(e.available)() {
-            return Err(RegistryError::Unavailable {
-                name: e.name.to_string(),
-            });
+        match probe(e.handle) {
+            Ok(()) => {}
+            Err(Unusable::NoDriver { looked_for }) => {
+                return Err(RegistryError::NoDriver {
+                    name: e.name.to_string(),
+                    looked_for,
+                })
+            }
+            Err(Unusable::NoDevice { detail }) => {
+                return Err(RegistryError::NoDevice {
+                    name: e.name.to_string(),
+                    detail,
+                })
+            }
         }
         chosen.push(e.handle);
     }
@@ -131,34 +160,79 @@ pub fn resolve_fence(names: Option<&str>) -> Result<Vec<Backend>, RegistryError>
 }
 
 /// The fence from `--backend` if given, else from `MINFER_BACKENDS`, else every usable backend.
-pub fn fence_from(flag: Option<&str>) -> Result<Vec<Backend>, RegistryError> {
+pub fn fence_from(flag: Option<&str>, probe: Probe<'_>) -> Result<Vec<Backend>, RegistryError> {
     let env = std::env::var("MINFER_BACKENDS").ok();
-    resolve_fence(flag.or(env.as_deref()))
+    resolve_fence(flag.or(env.as_deref()), probe)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn no_driver(b: Backend) -> Result<(), Unusable> {
+        if b == Backend::CPU {
+            return Ok(());
+        }
+        Err(Unusable::NoDriver {
+            looked_for: "libcuda.so.1".into(),
+        })
+    }
+
+    fn no_device(b: Backend) -> Result<(), Unusable> {
+        if b == Backend::CPU {
+            return Ok(());
+        }
+        Err(Unusable::NoDevice {
+            detail: "the driver reports 0 devices".into(),
+        })
+    }
+
     #[test]
-    fn the_three_refusals_are_distinct() {
-        assert_eq!(resolve_fence(Some("cpu")), Ok(vec![Backend::CPU]));
-        assert!(matches!(resolve_fence(Some("tpu")), Err(RegistryError::Unknown { .. })));
+    fn the_refusals_are_distinct_and_name_what_was_looked_for() {
+        assert_eq!(resolve_fence(Some("cpu"), &no_driver), Ok(vec![Backend::CPU]));
+        assert!(matches!(
+            resolve_fence(Some("tpu"), &no_driver),
+            Err(RegistryError::Unknown { .. })
+        ));
         assert_eq!(
-            resolve_fence(Some("cuda")),
-            Err(RegistryError::NotCompiled { name: "cuda".into() })
-        );
-        assert_eq!(
-            resolve_fence(Some("metal")),
+            resolve_fence(Some("metal"), &no_driver),
             Err(RegistryError::NotCompiled { name: "metal".into() })
         );
-        assert_eq!(resolve_fence(Some(" , ")), Err(RegistryError::Empty));
-        let err = resolve_fence(Some("tpu")).unwrap_err().to_string();
+        if cfg!(feature = "cuda") {
+            let err = resolve_fence(Some("cuda"), &no_driver).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "backend 'cuda' is built in but its driver is missing: libcuda.so.1 could not be loaded"
+            );
+            let err = resolve_fence(Some("cuda"), &no_device).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "backend 'cuda' is built in and its driver loads, but there is no device: the driver reports 0 devices"
+            );
+        } else {
+            assert_eq!(
+                resolve_fence(Some("cuda"), &no_driver),
+                Err(RegistryError::NotCompiled { name: "cuda".into() })
+            );
+        }
+        assert_eq!(resolve_fence(Some(" , "), &no_driver), Err(RegistryError::Empty));
+        let err = resolve_fence(Some("tpu"), &no_driver).unwrap_err().to_string();
         assert_eq!(err, "unknown backend 'tpu' (known backends: metal, cuda, cpu)");
     }
 
     #[test]
     fn the_default_fence_is_every_usable_backend_by_priority() {
-        assert_eq!(resolve_fence(None), Ok(vec![Backend::CPU]));
+        assert_eq!(resolve_fence(None, &no_driver), Ok(vec![Backend::CPU]));
+        let everything = |_: Backend| Ok(());
+        let expected = if cfg!(feature = "cuda") {
+            vec![Backend::CUDA, Backend::CPU]
+        } else {
+            vec![Backend::CPU]
+        };
+        assert_eq!(resolve_fence(None, &everything), Ok(expected.clone()));
+        assert_eq!(
+            resolve_fence(Some("cpu,cuda"), &everything).ok(),
+            cfg!(feature = "cuda").then_some(expected)
+        );
     }
 }

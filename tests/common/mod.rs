@@ -8,8 +8,13 @@ use std::path::PathBuf;
 
 pub const DEFAULT_MODEL_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
+/// The fixtures: `$MINFER_FIXTURES` when set (a test binary run away from its checkout, as
+/// `scripts/gpu-check.sh` does), else the repository's `tests/fixtures`.
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    match std::env::var_os("MINFER_FIXTURES") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"),
+    }
 }
 
 pub fn tiny_model(arch: &str, ty: &str) -> PathBuf {

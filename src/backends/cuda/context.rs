@@ -1,0 +1,823 @@
+//! One session's execution context on the CUDA device: its buffers and KV regions in device
+//! memory, its own stream, and the launch of each node's kernels. Work is queued on the stream
+//! without waiting; the host waits only when it reads a buffer or synchronizes, and that is where
+//! an asynchronous failure (a driver error, a bad id a kernel flagged) surfaces.
+//!
+//! Owns the mapping from graph ops to kernel launches; must not compute anything on the host.
+
+use super::{DeviceWeight, Gpu};
+use crate::graph::{
+    Backend, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, MatMulMeta, NodeMeta, Op, RopeMeta, RopeStyle,
+};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Rows `mul_mat` gives one block (a warp each) and tokens it takes together (MMV_TOKENS).
+const MMV_ROWS_PER_BLOCK: u32 = 4;
+const MMV_TOKENS: usize = 8;
+/// Threads of an `attention` block (ATTN_TILE) and the widest head it takes.
+const ATTN_THREADS: u32 = 128;
+const ATTN_MAX_HEAD_DIM: usize = 256;
+
+/// The kernels' error flags (MINFER_ERR_* in common.cuh).
+const FLAG_MESSAGES: [(u32, &str); 3] = [
+    (
+        1,
+        "a row id outside its table (a token id past the vocabulary, or an out_ids row)",
+    ),
+    (2, "a KV cell outside the cache"),
+    (4, "an attention span outside the cache"),
+];
+
+/// A kernel argument, kept alive until its launch.
+enum Arg {
+    Ptr(u64),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+/// One buffer of the pool.
+struct Slot {
+    mem: Option<CudaSlice<u8>>,
+    bytes: usize,
+    dtype: DType,
+    /// Why the allocation failed, reported by the first use (allocation cannot fail through
+    /// the seam).
+    failure: Option<String>,
+}
+
+/// A session's context on the CUDA device.
+pub struct CudaBackend {
+    gpu: Arc<Gpu>,
+    weights: Arc<HashMap<String, DeviceWeight>>,
+    stream: Result<Arc<CudaStream>, String>,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    /// Temporaries of the fused nodes (K and V of a fused Q/K/V, gate and up of a fused FFN).
+    scratch: [Option<CudaSlice<u8>>; 2],
+    /// The kernels' error flags, read back when the context synchronizes.
+    flags: Option<CudaSlice<u32>>,
+}
+
+impl CudaBackend {
+    pub(super) fn new(gpu: Arc<Gpu>, weights: Arc<HashMap<String, DeviceWeight>>) -> Self {
+        let stream = gpu.ctx.new_stream().map_err(|e| format!("creating a stream: {e}"));
+        let flags = stream.as_ref().ok().and_then(|s| s.alloc_zeros::<u32>(1).ok());
+        CudaBackend {
+            gpu,
+            weights,
+            stream,
+            slots: Vec::new(),
+            free: Vec::new(),
+            scratch: [None, None],
+            flags,
+        }
+    }
+
+    fn stream(&self) -> Result<&Arc<CudaStream>, BackendError> {
+        self.stream.as_ref().map_err(|e| BackendError::Buffer {
+            backend: "cuda".into(),
+            id: 0,
+            problem: e.clone(),
+        })
+    }
+
+    fn err(node: &CNode, message: impl std::fmt::Display) -> BackendError {
+        BackendError::Node {
+            backend: "cuda".into(),
+            node: node.name.clone(),
+            message: message.to_string(),
+        }
+    }
+
+    fn buffer_error(id: usize, problem: impl Into<String>) -> BackendError {
+        BackendError::Buffer {
+            backend: "cuda".into(),
+            id,
+            problem: problem.into(),
+        }
+    }
+
+    fn slot(&self, id: usize) -> Result<&Slot, BackendError> {
+        let slot = self
+            .slots
+            .get(id)
+            .ok_or_else(|| Self::buffer_error(id, "does not exist"))?;
+        if let Some(failure) = &slot.failure {
+            return Err(Self::buffer_error(id, failure.clone()));
+        }
+        Ok(slot)
+    }
+
+    /// The device address of buffer `id`.
+    fn ptr(&self, id: usize) -> Result<u64, BackendError> {
+        let stream = self.stream()?;
+        let slot = self.slot(id)?;
+        let mem = slot
+            .mem
+            .as_ref()
+            .ok_or_else(|| Self::buffer_error(id, "holds no memory"))?;
+        let (ptr, _sync) = mem.device_ptr(stream);
+        Ok(ptr)
+    }
+
+    /// Buffer `buf` for node `node`, which must hold at least `bytes` bytes.
+    fn input(&self, node: &CNode, buf: BufRef, bytes: usize) -> Result<u64, BackendError> {
+        let slot = self.slot(buf.id)?;
+        if slot.bytes < bytes {
+            return Err(Self::err(
+                node,
+                format!("buffer {} holds {} bytes, the node reads {bytes}", buf.id, slot.bytes),
+            ));
+        }
+        self.ptr(buf.id)
+    }
+
+    fn weight(&self, node: &CNode, name: &str) -> Result<&DeviceWeight, BackendError> {
+        self.weights.get(name).ok_or_else(|| BackendError::MissingWeight {
+            backend: "cuda".into(),
+            node: node.name.clone(),
+            weight: name.into(),
+        })
+    }
+
+    fn weight_ptr(&self, node: &CNode, name: &str) -> Result<u64, BackendError> {
+        let stream = self.stream()?;
+        let (ptr, _sync) = self.weight(node, name)?.data.device_ptr(stream);
+        Ok(ptr)
+    }
+
+    /// An f32 weight of exactly `len` values (a norm weight, a bias).
+    fn f32_weight(&self, node: &CNode, name: &str, len: usize) -> Result<u64, BackendError> {
+        let w = self.weight(node, name)?;
+        if w.ggml_type != crate::quant::GgmlType::F32 || w.data.len() != len * 4 {
+            return Err(Self::err(
+                node,
+                format!(
+                    "weight '{name}' is {} of {} bytes, the node needs {len} f32 values",
+                    w.ggml_type.name(),
+                    w.data.len()
+                ),
+            ));
+        }
+        self.weight_ptr(node, name)
+    }
+
+    fn launch(&self, node: &CNode, kernel: &'static str, cfg: LaunchConfig, args: &[Arg]) -> Result<(), BackendError> {
+        let stream = self.stream()?;
+        let function = self
+            .gpu
+            .kernels
+            .functions
+            .get(kernel)
+            .ok_or_else(|| Self::err(node, format!("kernel '{kernel}' is not loaded")))?;
+        let mut builder = stream.launch_builder(function);
+        for arg in args {
+            match arg {
+                Arg::Ptr(v) => builder.arg(v),
+                Arg::I32(v) => builder.arg(v),
+                Arg::I64(v) => builder.arg(v),
+                Arg::F32(v) => builder.arg(v),
+            };
+        }
+        // SAFETY: every argument matches the kernel's parameter list (see the .cu files), and
+        // every pointer is a live allocation of this context or the device's weights, sized
+        // by the checks of the caller.
+        unsafe { builder.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| Self::err(node, format!("launching {kernel}: {e}")))
+    }
+
+    fn flags_ptr(&self) -> Result<u64, BackendError> {
+        let stream = self.stream()?;
+        let flags = self
+            .flags
+            .as_ref()
+            .ok_or_else(|| Self::buffer_error(0, "the error flags could not be allocated"))?;
+        let (ptr, _sync) = flags.device_ptr(stream);
+        Ok(ptr)
+    }
+
+    /// Scratch `which` with room for `bytes` bytes.
+    fn scratch(&mut self, node: &CNode, which: usize, bytes: usize) -> Result<u64, BackendError> {
+        let stream = Arc::clone(self.stream()?);
+        if self.scratch[which].as_ref().is_none_or(|s| s.len() < bytes) {
+            self.scratch[which] = None;
+            let mem = stream
+                .alloc_zeros::<u8>(bytes.max(1))
+                .map_err(|e| Self::err(node, format!("allocating {bytes} bytes of scratch: {e}")))?;
+            self.scratch[which] = Some(mem);
+        }
+        let mem = self.scratch[which].as_ref().expect("allocated above");
+        let (ptr, _sync) = mem.device_ptr(&stream);
+        Ok(ptr)
+    }
+
+    /// `y[t] = x[t] . W^T (+ bias)` for `nt` tokens of the weight `m` names.
+    fn mul_mat(&self, node: &CNode, m: &MatMulMeta, x: u64, nt: usize, y: u64) -> Result<(), BackendError> {
+        let w = self.weight(node, &m.weight_name)?;
+        let ty = w.ggml_type;
+        if ty != m.weight_type || w.shape.first().copied() != Some(m.in_dim as u64) {
+            return Err(Self::err(
+                node,
+                format!(
+                    "weight '{}' is {} {:?}, the node expects {} with {} inputs",
+                    m.weight_name,
+                    ty.name(),
+                    w.shape,
+                    m.weight_type.name(),
+                    m.in_dim
+                ),
+            ));
+        }
+        if !m.in_dim.is_multiple_of(32) || !m.in_dim.is_multiple_of(ty.block_size()) {
+            return Err(Self::err(
+                node,
+                format!(
+                    "{} inputs is not a whole number of 32-value runs of {}",
+                    m.in_dim,
+                    ty.name()
+                ),
+            ));
+        }
+        let row_bytes = m.in_dim / ty.block_size() * ty.type_size();
+        if w.data.len() < row_bytes * m.out_dim {
+            return Err(Self::err(
+                node,
+                format!(
+                    "weight '{}' holds {} bytes, not {} rows of {row_bytes}",
+                    m.weight_name,
+                    w.data.len(),
+                    m.out_dim
+                ),
+            ));
+        }
+        let bias = match &m.bias_name {
+            Some(b) => self.f32_weight(node, b, m.out_dim)?,
+            None => 0,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (
+                grid(m.out_dim.div_ceil(MMV_ROWS_PER_BLOCK as usize))?,
+                grid(nt.div_ceil(MMV_TOKENS))?,
+                1,
+            ),
+            block_dim: (32 * MMV_ROWS_PER_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            Arg::Ptr(self.weight_ptr(node, &m.weight_name)?),
+            Arg::I32(ty as i32),
+            Arg::I64(row_bytes as i64),
+            Arg::I32(int(m.in_dim)?),
+            Arg::I32(int(m.out_dim)?),
+            Arg::Ptr(x),
+            Arg::I32(int(nt)?),
+            Arg::Ptr(bias),
+            Arg::Ptr(y),
+        ];
+        self.launch(node, "mul_mat", cfg, &args)
+    }
+
+    /// RMSNorm of `rows` = (d, n_rows): n_rows rows of d values at `x`, into `out` (which may
+    /// be `x`).
+    fn rms_norm(
+        &self,
+        node: &CNode,
+        x: u64,
+        weight: u64,
+        rows: (usize, usize),
+        eps: f32,
+        out: u64,
+    ) -> Result<(), BackendError> {
+        let (d, n_rows) = rows;
+        let cfg = LaunchConfig {
+            grid_dim: (grid(n_rows)?, 1, 1),
+            block_dim: (if d >= 256 { 256 } else { 64 }, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            Arg::Ptr(x),
+            Arg::Ptr(weight),
+            Arg::I32(int(d)?),
+            Arg::F32(eps),
+            Arg::Ptr(out),
+        ];
+        self.launch(node, "rms_norm", cfg, &args)
+    }
+
+    /// RoPE in place on `nt` tokens of `n_head` heads at `x`.
+    fn rope(
+        &self,
+        node: &CNode,
+        x: u64,
+        positions: u64,
+        nt: usize,
+        n_head: usize,
+        m: &RopeMeta,
+    ) -> Result<(), BackendError> {
+        if m.n_rot > m.head_dim || !m.n_rot.is_multiple_of(2) {
+            return Err(Self::err(
+                node,
+                format!("n_rot {} does not fit heads of {}", m.n_rot, m.head_dim),
+            ));
+        }
+        // The same f32 power as the CPU's rope cache.
+        let theta_scale = m.freq_base.powf(-2.0 / m.n_rot as f32);
+        let cfg = LaunchConfig {
+            grid_dim: (grid(nt * n_head)?, 1, 1),
+            block_dim: (64, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            Arg::Ptr(x),
+            Arg::Ptr(positions),
+            Arg::I32(int(n_head)?),
+            Arg::I32(int(m.head_dim)?),
+            Arg::I32(int(m.n_rot)?),
+            Arg::F32(theta_scale),
+            Arg::I32(i32::from(m.style == RopeStyle::Neox)),
+        ];
+        self.launch(node, "rope", cfg, &args)
+    }
+
+    /// op 0 add, 1 mul, 2 swiglu, 3 silu over `n` values.
+    fn elementwise(&self, node: &CNode, a: u64, b: u64, out: u64, n: usize, op: i32) -> Result<(), BackendError> {
+        let cfg = LaunchConfig {
+            grid_dim: (grid(n.div_ceil(256).clamp(1, 65_535))?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            Arg::Ptr(a),
+            Arg::Ptr(b),
+            Arg::Ptr(out),
+            Arg::I64(n as i64),
+            Arg::I32(op),
+        ];
+        self.launch(node, "elementwise", cfg, &args)
+    }
+
+    /// The layer's (K, V) regions: their addresses, whether they are f16, and cells of `width`.
+    fn regions(
+        &self,
+        node: &CNode,
+        kv_pair: Option<(usize, usize)>,
+        width: usize,
+    ) -> Result<(u64, u64, i32, usize), BackendError> {
+        let (k_id, v_id) = kv_pair.ok_or_else(|| Self::err(node, "no KV regions for this layer"))?;
+        let (k, v) = (self.slot(k_id)?, self.slot(v_id)?);
+        if k.dtype != v.dtype || k.bytes != v.bytes {
+            return Err(Self::err(node, "the K and V regions differ in type or size"));
+        }
+        let f16 = match k.dtype {
+            DType::F16 => 1,
+            DType::F32 => 0,
+            other => {
+                return Err(Self::err(
+                    node,
+                    format!(
+                        "the CUDA backend stores the KV cache as f16 or f32, not {} (use --cache-type-k f16 --cache-type-v f16)",
+                        other.name()
+                    ),
+                ))
+            }
+        };
+        let value_bytes = if f16 == 1 { 2 } else { 4 };
+        if width == 0 {
+            return Err(Self::err(node, "KV cells of width 0"));
+        }
+        let n_ctx = k.bytes / value_bytes / width;
+        Ok((self.ptr(k_id)?, self.ptr(v_id)?, f16, n_ctx))
+    }
+
+    /// Store `nt` K and V rows of `width` at the cells listed at `cells`.
+    #[allow(clippy::too_many_arguments)]
+    fn kv_store(
+        &self,
+        node: &CNode,
+        k: u64,
+        v: u64,
+        cells: u64,
+        nt: usize,
+        width: usize,
+        kv_pair: Option<(usize, usize)>,
+    ) -> Result<(), BackendError> {
+        let (k_region, v_region, f16, n_ctx) = self.regions(node, kv_pair, width)?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid(nt)?, 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            Arg::Ptr(k),
+            Arg::Ptr(v),
+            Arg::Ptr(cells),
+            Arg::I32(int(width)?),
+            Arg::I32(int(n_ctx)?),
+            Arg::I32(f16),
+            Arg::Ptr(k_region),
+            Arg::Ptr(v_region),
+            Arg::Ptr(self.flags_ptr()?),
+        ];
+        self.launch(node, "kv_store", cfg, &args)
+    }
+
+    fn run(
+        &mut self,
+        node: &CNode,
+        in_bufs: &[BufRef],
+        out_buf: BufRef,
+        kv_pair: Option<(usize, usize)>,
+    ) -> Result<(), BackendError> {
+        let [d, nt, ..] = node.out_shape;
+        let n = node.n_elements();
+        let out = self.input(node, out_buf, node.n_bytes())?;
+        let f32s = |count: usize| count * 4;
+        match (&node.op, &node.meta) {
+            (Op::Input | Op::KvcacheLoad { .. }, _) => Ok(()),
+            (Op::GetRows, NodeMeta::Embed(m)) => {
+                let n_ids = n / m.n_embd.max(1);
+                let ids = self.input(node, in_bufs[0], n_ids * 4)?;
+                let w = self.weight(node, &m.weight_name)?;
+                let ty = w.ggml_type;
+                if !m.n_embd.is_multiple_of(32) || !m.n_embd.is_multiple_of(ty.block_size()) {
+                    return Err(Self::err(
+                        node,
+                        format!("rows of {} values are not whole runs of 32", m.n_embd),
+                    ));
+                }
+                let row_bytes = m.n_embd / ty.block_size() * ty.type_size();
+                if w.data.len() < row_bytes * m.n_rows {
+                    return Err(Self::err(
+                        node,
+                        format!("table '{}' is shorter than {} rows", m.weight_name, m.n_rows),
+                    ));
+                }
+                let cfg = LaunchConfig {
+                    grid_dim: (grid(n_ids)?, 1, 1),
+                    block_dim: (32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let args = [
+                    Arg::Ptr(self.weight_ptr(node, &m.weight_name)?),
+                    Arg::I32(ty as i32),
+                    Arg::I64(row_bytes as i64),
+                    Arg::I32(int(m.n_embd)?),
+                    Arg::I32(int(m.n_rows)?),
+                    Arg::Ptr(ids),
+                    Arg::Ptr(out),
+                    Arg::Ptr(self.flags_ptr()?),
+                ];
+                self.launch(node, "get_rows_weight", cfg, &args)
+            }
+            (Op::GetRows, _) => {
+                let n_ids = n / d.max(1);
+                let x_slot_bytes = self.slot(in_bufs[0].id)?.bytes;
+                let x = self.ptr(in_bufs[0].id)?;
+                let ids = self.input(node, in_bufs[1], n_ids * 4)?;
+                let cfg = LaunchConfig {
+                    grid_dim: (grid(n_ids)?, 1, 1),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let args = [
+                    Arg::Ptr(x),
+                    Arg::Ptr(ids),
+                    Arg::I32(int(d)?),
+                    Arg::I32(int(x_slot_bytes / 4 / d.max(1))?),
+                    Arg::Ptr(out),
+                    Arg::Ptr(self.flags_ptr()?),
+                ];
+                self.launch(node, "get_rows_act", cfg, &args)
+            }
+            (Op::RmsNorm { eps }, NodeMeta::Norm(m)) => {
+                let x = self.input(node, in_bufs[0], f32s(n))?;
+                let w = match &m.weight_name {
+                    Some(name) => self.f32_weight(node, name, d)?,
+                    None => 0,
+                };
+                self.rms_norm(node, x, w, (d, n / d.max(1)), *eps, out)
+            }
+            (Op::QkNorm { head_dim, eps, .. }, NodeMeta::Norm(m)) => {
+                let x = self.input(node, in_bufs[0], f32s(n))?;
+                let name = m
+                    .weight_name
+                    .as_deref()
+                    .ok_or_else(|| Self::err(node, "QkNorm needs a weight"))?;
+                let w = self.f32_weight(node, name, *head_dim)?;
+                self.rms_norm(node, x, w, (*head_dim, n / (*head_dim).max(1)), *eps, out)
+            }
+            (Op::MatMul, NodeMeta::MatMul(m)) => {
+                let x = self.input(node, in_bufs[0], f32s(m.in_dim * nt))?;
+                self.mul_mat(node, m, x, nt, out)
+            }
+            (Op::RoPE, NodeMeta::Rope(m)) => {
+                let x = self.input(node, in_bufs[0], f32s(n))?;
+                let positions = self.input(node, in_bufs[1], nt * 4)?;
+                if x != out {
+                    // SAFETY: both ranges are live allocations of at least n f32 (checked above).
+                    unsafe { cudarc::driver::result::memcpy_dtod_async(out, x, f32s(n), self.stream()?.cu_stream()) }
+                        .map_err(|e| Self::err(node, format!("copying the input: {e}")))?;
+                }
+                self.rope(node, out, positions, nt, m.n_head, m)
+            }
+            (Op::Silu, _) => {
+                let x = self.input(node, in_bufs[0], f32s(n))?;
+                self.elementwise(node, x, x, out, n, 3)
+            }
+            (Op::Add | Op::Mul | Op::SwiGLU, _) => {
+                let a = self.input(node, in_bufs[0], f32s(n))?;
+                let b = self.input(node, in_bufs[1], f32s(n))?;
+                let op = match node.op {
+                    Op::Add => 0,
+                    Op::Mul => 1,
+                    _ => 2,
+                };
+                self.elementwise(node, a, b, out, n, op)
+            }
+            (Op::KvcacheStore { .. }, NodeMeta::Kvcache(meta)) => {
+                if kv_pair.map(|p| p.0) != Some(out_buf.id) {
+                    return Err(Self::err(node, "the store's output must be the layer's K region"));
+                }
+                let n_tok = self.slot(in_bufs[2].id)?.bytes / 4;
+                let width = meta.n_kv_embd;
+                let k = self.input(node, in_bufs[0], f32s(width * n_tok))?;
+                let v = self.input(node, in_bufs[1], f32s(width * n_tok))?;
+                let cells = self.ptr(in_bufs[2].id)?;
+                self.kv_store(node, k, v, cells, n_tok, width, kv_pair)
+            }
+            (Op::Attn { explicit_span, .. }, NodeMeta::Attn(m)) => {
+                if m.head_dim == 0 || m.head_dim > ATTN_MAX_HEAD_DIM {
+                    return Err(Self::err(
+                        node,
+                        format!("heads of {} values (at most {ATTN_MAX_HEAD_DIM})", m.head_dim),
+                    ));
+                }
+                if m.n_head_kv == 0 || !m.n_head.is_multiple_of(m.n_head_kv) {
+                    return Err(Self::err(
+                        node,
+                        format!("{} query heads over {} KV heads", m.n_head, m.n_head_kv),
+                    ));
+                }
+                let q = self.input(node, in_bufs[0], f32s(n))?;
+                let positions = self.input(node, in_bufs[2], nt * 4)?;
+                let (index, spans) = if *explicit_span {
+                    match in_bufs {
+                        [_, _, _, index, spans] => (self.ptr(index.id)?, self.input(node, *spans, nt * 8)?),
+                        _ => return Err(Self::err(node, "explicit-span attention needs kv_index and kv_span")),
+                    }
+                } else {
+                    (0, 0)
+                };
+                let (k_region, v_region, f16, n_ctx) = self.regions(node, kv_pair, m.n_head_kv * m.head_dim)?;
+                let cfg = LaunchConfig {
+                    grid_dim: (grid(m.n_head)?, grid(nt)?, 1),
+                    block_dim: (ATTN_THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let args = [
+                    Arg::Ptr(q),
+                    Arg::Ptr(k_region),
+                    Arg::Ptr(v_region),
+                    Arg::I32(f16),
+                    Arg::Ptr(positions),
+                    Arg::Ptr(index),
+                    Arg::Ptr(spans),
+                    Arg::I32(int(m.n_head)?),
+                    Arg::I32(int(m.n_head_kv)?),
+                    Arg::I32(int(m.head_dim)?),
+                    Arg::I32(int(n_ctx)?),
+                    Arg::Ptr(out),
+                    Arg::Ptr(self.flags_ptr()?),
+                ];
+                self.launch(node, "attention", cfg, &args)
+            }
+            (Op::FusedQKV { .. } | Op::FusedQkvNorm { .. }, NodeMeta::FusedQkv(m)) => {
+                let x = self.input(node, in_bufs[0], f32s(m.q.in_dim * nt))?;
+                let positions = self.input(node, in_bufs[1], nt * 4)?;
+                let cells = self.input(node, in_bufs[2], nt * 4)?;
+                let k = self.scratch(node, 0, f32s(m.k.out_dim * nt))?;
+                let v = self.scratch(node, 1, f32s(m.v.out_dim * nt))?;
+                self.mul_mat(node, &m.q, x, nt, out)?;
+                self.mul_mat(node, &m.k, x, nt, k)?;
+                self.mul_mat(node, &m.v, x, nt, v)?;
+                let hd = m.rope.head_dim;
+                if let Some((q_norm, k_norm, eps)) = &m.qk_norm {
+                    let (qw, kw) = (self.f32_weight(node, q_norm, hd)?, self.f32_weight(node, k_norm, hd)?);
+                    self.rms_norm(node, out, qw, (hd, nt * m.rope.n_head), *eps, out)?;
+                    self.rms_norm(node, k, kw, (hd, nt * m.n_head_kv), *eps, k)?;
+                }
+                self.rope(node, out, positions, nt, m.rope.n_head, &m.rope)?;
+                self.rope(node, k, positions, nt, m.n_head_kv, &m.rope)?;
+                self.kv_store(node, k, v, cells, nt, m.kv.n_kv_embd, kv_pair)
+            }
+            (Op::FusedFFN, NodeMeta::FusedFfn(m)) => {
+                let x = self.input(node, in_bufs[0], f32s(m.gate.in_dim * nt))?;
+                let gate = self.scratch(node, 0, f32s(m.gate.out_dim * nt))?;
+                let up = self.scratch(node, 1, f32s(m.up.out_dim * nt))?;
+                self.mul_mat(node, &m.gate, x, nt, gate)?;
+                self.mul_mat(node, &m.up, x, nt, up)?;
+                self.elementwise(node, gate, up, out, n, 2)
+            }
+            (op, _) => Err(BackendError::Unsupported {
+                backend: "cuda".into(),
+                node: node.name.clone(),
+                op: op.name(),
+            }),
+        }
+    }
+
+    /// Read the kernels' error flags (after the stream is idle) and clear them.
+    fn check_flags(&mut self) -> Result<(), BackendError> {
+        let stream = Arc::clone(self.stream()?);
+        let Some(flags) = self.flags.as_mut() else {
+            return Err(Self::buffer_error(0, "the error flags could not be allocated"));
+        };
+        let raised = stream
+            .clone_dtoh(flags)
+            .map_err(|e| Self::buffer_error(0, format!("reading the error flags: {e}")))?[0];
+        if raised == 0 {
+            return Ok(());
+        }
+        stream
+            .memset_zeros(flags)
+            .map_err(|e| Self::buffer_error(0, format!("clearing the error flags: {e}")))?;
+        let what: Vec<&str> = FLAG_MESSAGES
+            .iter()
+            .filter(|(bit, _)| raised & bit != 0)
+            .map(|(_, m)| *m)
+            .collect();
+        Err(BackendError::Node {
+            backend: "cuda".into(),
+            node: "(graph)".into(),
+            message: format!("a kernel found {}", what.join(" and ")),
+        })
+    }
+}
+
+/// A grid dimension (at least 1), refused past CUDA's limit of 2^31 - 1 blocks (65,535 for
+/// grid.y, which only ever counts heads or groups of tokens here).
+fn grid(n: usize) -> Result<u32, BackendError> {
+    u32::try_from(n.max(1))
+        .ok()
+        .filter(|&g| g < 1 << 31)
+        .ok_or_else(|| BackendError::Node {
+            backend: "cuda".into(),
+            node: "(launch)".into(),
+            message: format!("{n} blocks is past the grid's limit"),
+        })
+}
+
+/// A size as a kernel's `int`, refused past `i32::MAX`.
+fn int(n: usize) -> Result<i32, BackendError> {
+    i32::try_from(n).map_err(|_| BackendError::Node {
+        backend: "cuda".into(),
+        node: "(launch)".into(),
+        message: format!("{n} does not fit a kernel's 32-bit size"),
+    })
+}
+
+impl ComputeBackend for CudaBackend {
+    fn handle(&self) -> Backend {
+        Backend::CUDA
+    }
+
+    fn name(&self) -> &str {
+        "cuda"
+    }
+
+    fn supports_op(&self, op: &Op, dtype: DType) -> bool {
+        match op {
+            Op::Input => dtype == DType::I32 || dtype == DType::F32,
+            _ => dtype == DType::F32,
+        }
+    }
+
+    fn supports_fused(&self, fused: FusedOp) -> bool {
+        matches!(fused, FusedOp::SwiGLU)
+    }
+
+    fn alloc_buffer(&mut self, bytes: usize, dtype: DType) -> usize {
+        // Only an exact size is recycled, as on the CPU.
+        match self.free.iter().position(|&id| {
+            let s = &self.slots[id];
+            s.bytes == bytes && s.dtype == dtype && s.failure.is_none()
+        }) {
+            Some(pos) => self.free.swap_remove(pos),
+            None => self.alloc_fresh(bytes, dtype),
+        }
+    }
+
+    fn free_buffer(&mut self, id: usize) {
+        if id < self.slots.len() && !self.free.contains(&id) {
+            self.free.push(id);
+        }
+    }
+
+    fn alloc_fresh(&mut self, bytes: usize, dtype: DType) -> usize {
+        // Zeroed, as the CPU's are: a KV region's unwritten cells read as zeros.
+        let (mem, failure) = match self.stream.as_ref() {
+            Ok(stream) => match stream.alloc_zeros::<u8>(bytes.max(1)) {
+                Ok(mem) => (Some(mem), None),
+                Err(e) => (
+                    None,
+                    Some(format!("could not be allocated ({bytes} bytes of device memory): {e}")),
+                ),
+            },
+            Err(e) => (None, Some(e.clone())),
+        };
+        self.slots.push(Slot {
+            mem,
+            bytes,
+            dtype,
+            failure,
+        });
+        self.slots.len() - 1
+    }
+
+    fn pool_len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn execute_node(
+        &mut self,
+        node: &CNode,
+        in_bufs: &[BufRef],
+        out_buf: BufRef,
+        kv_pair: Option<(usize, usize)>,
+    ) -> Result<(), BackendError> {
+        if let Some(b) = in_bufs.iter().chain([&out_buf]).find(|b| b.backend != Backend::CUDA) {
+            return Err(Self::err(
+                node,
+                format!("buffer {} is on {}, not on the GPU", b.id, b.backend),
+            ));
+        }
+        self.run(node, in_bufs, out_buf, kv_pair)
+    }
+
+    fn buffer_info(&self, id: usize) -> Option<(usize, DType)> {
+        self.slots.get(id).map(|s| (s.bytes, s.dtype))
+    }
+
+    fn read_buffer(&mut self, id: usize, offset: usize, dst: &mut [u8]) -> Result<(), BackendError> {
+        self.synchronize()?;
+        let stream = Arc::clone(self.stream()?);
+        let slot = self.slot(id)?;
+        let range = window(id, slot.bytes, offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let mem = slot
+            .mem
+            .as_ref()
+            .ok_or_else(|| Self::buffer_error(id, "holds no memory"))?;
+        let view = mem
+            .try_slice(range)
+            .ok_or_else(|| Self::buffer_error(id, "window outside the allocation"))?;
+        stream
+            .memcpy_dtoh(&view, dst)
+            .and_then(|()| stream.synchronize())
+            .map_err(|e| Self::buffer_error(id, format!("copying to the host: {e}")))
+    }
+
+    fn write_buffer(&mut self, id: usize, offset: usize, src: &[u8]) -> Result<(), BackendError> {
+        let stream = Arc::clone(self.stream()?);
+        let bytes = self.slot(id)?.bytes;
+        let range = window(id, bytes, offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let mem = self.slots[id]
+            .mem
+            .as_mut()
+            .ok_or_else(|| Self::buffer_error(id, "holds no memory"))?;
+        let mut view = mem
+            .try_slice_mut(range)
+            .ok_or_else(|| Self::buffer_error(id, "window outside the allocation"))?;
+        stream
+            .memcpy_htod(src, &mut view)
+            .map_err(|e| Self::buffer_error(id, format!("copying from the host: {e}")))
+    }
+
+    fn synchronize(&mut self) -> Result<(), BackendError> {
+        let stream = Arc::clone(self.stream()?);
+        stream.synchronize().map_err(|e| BackendError::Node {
+            backend: "cuda".into(),
+            node: "(graph)".into(),
+            message: format!("the device failed: {e}"),
+        })?;
+        self.check_flags()
+    }
+}
+
+/// Bytes `offset..offset + len` of a buffer of `bytes`, or an error naming both.
+fn window(id: usize, bytes: usize, offset: usize, len: usize) -> Result<std::ops::Range<usize>, BackendError> {
+    offset
+        .checked_add(len)
+        .filter(|&end| end <= bytes)
+        .map(|end| offset..end)
+        .ok_or_else(|| CudaBackend::buffer_error(id, format!("bytes {offset}..{offset}+{len} are outside its {bytes}")))
+}
