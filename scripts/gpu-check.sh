@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA checks, run on a machine with an NVIDIA GPU from the folder scripts/gpu-pack.sh made:
 # the device probe, the kernel tests (NVRTC compiles, the cache), the conformance test of the
-# backend seam on CUDA (every op, all eleven weight types, against the CPU), and all 22 tiny models
-# on CUDA against llama.cpp's logits within the CPU's bounds. Prints one line per check and a
+# backend seam on CUDA (every op, all eleven weight types, against the CPU), and the eleven tiny
+# models of the packed architecture on CUDA against llama.cpp's logits within the CPU's bounds. Prints one line per check and a
 # summary; exits non-zero when any fails.
 #
 # Usage: bash .gpu/gpu-check.sh [TWIN.gguf]   (a model for a speed figure, optional)
@@ -11,6 +11,7 @@ cd "$(dirname "$0")"
 here="$(pwd)"
 export MINFER_FIXTURES="${here}/fixtures" MINFER_CUDA_CACHE="${here}/cuda-cache" MINFER_REQUIRE_NVRTC=1
 mkdir -p fixtures && tar xzf fixtures.tar.gz -C fixtures
+arch="$(cat arch)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
 failed=()
 check() {
@@ -23,16 +24,14 @@ check() {
     tail -n 15 "log-${name}.txt" | sed 's/^/    /'
     [[ ${rc} == 0 ]] || failed+=("${name}")
 }
-for arch in qwen2 qwen3; do
-    for ty in F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; do
-        ./minfer quantize --pure "fixtures/models/tiny-${arch}-F32.gguf" "fixtures/models/tiny-${arch}-${ty}.gguf" "${ty}" > /dev/null 2>&1 ||
-            failed+=("quantize-${arch}-${ty}")
-    done
+for ty in F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; do
+    ./minfer quantize --pure "fixtures/models/tiny-${arch}-F32.gguf" "fixtures/models/tiny-${arch}-${ty}.gguf" "${ty}" > /dev/null 2>&1 ||
+        failed+=("quantize-${arch}-${ty}")
 done
-check generate ./minfer fixtures/models/tiny-qwen2-Q8_0.gguf "Hello" --backend cuda -n 8 --greedy --no-template
+check generate ./minfer "fixtures/models/tiny-${arch}-Q8_0.gguf" "Hello" --backend cuda -n 8 --greedy --no-template
 check kernels ./lib_tests --test-threads=1 backends::cuda graph::registry
 check conformance ./backend_ops --test-threads=1
-check tiny-models-cuda env MINFER_TEST_BACKEND=cuda ./tiny_models --test-threads=1
+check tiny-models-cuda env MINFER_TEST_BACKEND=cuda ./tiny_models --test-threads=1 "tiny_${arch}_"
 if [[ -n "${1:-}" ]]; then
     check bench ./minfer bench "$1" --backend cuda -p 512 -n 128 -r 3
 fi

@@ -2,12 +2,16 @@
 # Packs the CUDA checks for a machine with an NVIDIA GPU and no Rust toolchain: builds the
 # release binary and the test binaries here, strips them, and puts them beside
 # scripts/gpu-check.sh in .gpu/ (git-ignored through .git/info/exclude) with the fixtures they
-# read: the two F32 tiny models (the check quantizes the other 20 there, with minfer's quantizer,
-# byte-identical to llama-quantize) and llama.cpp's reference logits, compressed. Under 64 MiB.
+# read for one architecture: its F32 tiny model (the check quantizes the other ten types there,
+# with minfer's quantizer, byte-identical to llama-quantize) and llama.cpp's reference logits,
+# compressed. One architecture keeps the folder under 64 MiB (about 59 MiB with the binaries):
+# run the pair once for qwen2 and once for qwen3.
 #
-# Usage: scripts/gpu-pack.sh  → then run `bash .gpu/gpu-check.sh` on the GPU machine, carrying .gpu
+# Usage: scripts/gpu-pack.sh [qwen2|qwen3]  → then `bash .gpu/gpu-check.sh` on the GPU machine,
+# carrying .gpu (and moving tests/fixtures out of the tree for that call: tracked files travel too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+arch="${1:-qwen2}"
 out=.gpu
 rm -rf "${out}" && mkdir -p "${out}"
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
@@ -27,6 +31,8 @@ for line in sys.stdin:
         shutil.copy(m["executable"], sys.argv[1] + "/" + wanted[t["name"]])
 ' "${out}"
 strip "${out}"/* 2>/dev/null || true
-tar czf "${out}/fixtures.tar.gz" -C tests/fixtures models/tiny-qwen2-F32.gguf models/tiny-qwen3-F32.gguf tiny-reference
+(cd tests/fixtures && tar czf "../../${out}/fixtures.tar.gz" "models/tiny-${arch}-F32.gguf" \
+    tiny-reference/prompts.json tiny-reference/tiny-"${arch}"-*)
+echo "${arch}" > "${out}/arch"
 cp scripts/gpu-check.sh "${out}/"
 du -sh "${out}"/* >&2

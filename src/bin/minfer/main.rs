@@ -201,8 +201,9 @@ struct AccelArgs {
     /// the fused, flash-style kernel, so off is refused.
     #[arg(long = "flash-attn", value_name = "on|off|auto")]
     flash_attn: Option<String>,
-    /// Layers to offload to a GPU (llama.cpp's -ngl). This build has only the CPU backend: 0 is
-    /// accepted, more is refused rather than silently run on the CPU.
+    /// Layers to offload to a GPU (llama.cpp's -ngl). 0 runs everything on the CPU; more is
+    /// refused until partial offload exists (leave it out to run every layer on a usable GPU),
+    /// rather than silently run elsewhere.
     #[arg(long = "n-gpu-layers", value_name = "N")]
     n_gpu_layers: Option<i64>,
 }
@@ -220,12 +221,28 @@ impl AccelArgs {
             }
         }
         match self.n_gpu_layers {
-            Some(n) if n != 0 => anyhow::bail!(
-                "-ngl {n} asks for GPU layers, and this build has no GPU backend (only the CPU); \
-                 give -ngl 0 or leave it out"
-            ),
+            Some(n) if n != 0 => match minfer::backends::probe(minfer::graph::Backend::CUDA) {
+                Ok(()) => anyhow::bail!(
+                    "-ngl {n} cannot be honoured yet: layers are not split between the GPU and the CPU; \
+                     leave -ngl out to run every layer on the GPU, or give -ngl 0 for the CPU"
+                ),
+                Err(why) => anyhow::bail!(
+                    "-ngl {n} asks for GPU layers, and no GPU backend is usable here ({why}); \
+                     give -ngl 0 or leave it out"
+                ),
+            },
             _ => Ok(()),
         }
+    }
+
+    /// [`AccelArgs::check`], then the backend fence: `-ngl 0` without `--backend` keeps every
+    /// layer on the CPU, as in llama.cpp.
+    fn fence(&self, backend: Option<String>) -> anyhow::Result<Option<String>> {
+        self.check()?;
+        Ok(match (backend, self.n_gpu_layers) {
+            (None, Some(0)) => Some("cpu".into()),
+            (backend, _) => backend,
+        })
     }
 }
 
@@ -243,14 +260,14 @@ struct CacheArgs {
 impl LoadArgs {
     fn options(&self) -> anyhow::Result<minfer::cli::run::LoadOptions> {
         anyhow::ensure!(self.n_ctx >= 1, "--n-ctx 0 is out of range: it must be at least 1");
-        self.compat.check()?;
+        let backend = self.compat.fence(self.backend.clone())?;
         for (flag, n) in [("--batch-size", self.batch_size), ("--ubatch-size", self.ubatch_size)] {
             anyhow::ensure!(n != Some(0), "{flag} 0 is out of range: it must be at least 1");
         }
         Ok(minfer::cli::run::LoadOptions {
             n_ctx: self.n_ctx,
             n_threads: self.threads,
-            backend: self.backend.clone(),
+            backend,
             kv_types: (self.cache.cache_type_k, self.cache.cache_type_v),
             open: self.file.open_options(),
             chat_template: self.file.chat_template()?,
@@ -1011,7 +1028,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             compat,
             ..
         } if !n_parallel.is_empty() => {
-            compat.check()?;
+            let backend = compat.fence(backend)?;
             let model = bench_model(model, model_flag)?;
             anyhow::ensure!(
                 threads.len() <= 1,
@@ -1054,7 +1071,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             compat,
             ..
         } => {
-            compat.check()?;
+            let backend = compat.fence(backend)?;
             anyhow::ensure!(
                 batch_size >= 1 && ubatch_size >= 1,
                 "-b and -ub must be at least 1 (got {batch_size} and {ubatch_size})"
@@ -1120,7 +1137,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             backend,
             draft,
         } => {
-            compat.check()?;
+            let backend = compat.fence(backend)?;
             let draft_choice = draft.choice()?;
             anyhow::ensure!(
                 !embeddings,
