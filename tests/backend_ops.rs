@@ -1116,3 +1116,50 @@ fn buffers_of_every_dtype_round_trip_through_the_seam_and_refuse_ranges_outside_
     }
     assert_eq!(DType::Q8_0.bytes(64), 68);
 }
+
+#[test]
+fn a_partial_offload_runs_the_last_layers_on_the_device_and_gives_the_cpus_logits() {
+    use minfer::engine::Session;
+    use minfer::gguf::GgufFile;
+    use minfer::graph::offload::{places, Place};
+    use minfer::models::{load_model, GgufWeights};
+
+    let file = Arc::new(GgufFile::open(common::tiny_model("qwen2", "Q8_0")).unwrap());
+    let def: Arc<dyn minfer::models::ModelDef> = Arc::from(load_model(&file).unwrap());
+    let weights: Arc<dyn TensorSource> = Arc::new(GgufWeights(Arc::clone(&file)));
+    let tokens: Vec<u32> = (1..24).collect();
+    let cpu = CpuDevice::new(Arc::clone(&weights), 2);
+    let mut alone = Session::with_backends(Arc::clone(&def), vec![Box::new(cpu.context())], 64);
+    let expected = alone.eval(&tokens, tokens.len()).unwrap().to_vec();
+
+    // The test device holds every weight, as a device given all layers would.
+    let mut device = OpaqueDevice::new(None, None);
+    let uses = alone.graph().unwrap().weight_uses();
+    device.prepare_weights(weights.as_ref(), &uses).unwrap();
+    for n_gpu_layers in [0, 1, 2, 3] {
+        let backends: Vec<Box<dyn ComputeBackend>> = vec![device.new_context(), Box::new(cpu.context())];
+        let mut session = Session::with_backends(Arc::clone(&def), backends, 64);
+        session.set_gpu_layers(Some(n_gpu_layers));
+        let got = session.eval(&tokens, tokens.len()).unwrap().to_vec();
+        assert!(
+            got.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "-ngl {n_gpu_layers}: the split run differs from the CPU alone"
+        );
+        // The tiny model has 2 layers: the last n on the device, the head too past 2, the
+        // embedding lookup always on the CPU.
+        let graph = session.graph().unwrap();
+        let live = graph.live_nodes();
+        for (node, place) in graph.nodes.iter().zip(places(graph)) {
+            let on_device = match place {
+                Some(Place::Embedding) => false,
+                Some(Place::Layer(il)) => il + n_gpu_layers >= 2,
+                Some(Place::Head) => n_gpu_layers > 2,
+                None => continue,
+            };
+            if live[node.id] {
+                let want = if on_device { OPAQUE } else { Backend::CPU };
+                assert_eq!(node.backend, Some(want), "-ngl {n_gpu_layers}: node {}", node.name);
+            }
+        }
+    }
+}

@@ -596,6 +596,7 @@ fn base_params() -> GraphParams {
         cparams: CParams {
             n_ctx: 16,
             backends: vec![0],
+            n_gpu_layers: None,
             fuse_qkv: true,
             fuse_ffn: true,
             n_seq_max: 1,

@@ -34,6 +34,7 @@ pub fn probe(handle: Backend) -> Result<(), Unusable> {
 #[derive(Clone)]
 pub struct BackendSet {
     devices: Vec<Arc<dyn BackendDevice>>,
+    n_gpu_layers: Option<usize>,
 }
 
 impl BackendSet {
@@ -46,6 +47,19 @@ impl BackendSet {
         weight_uses: &[WeightUse],
         n_threads: Option<usize>,
     ) -> Result<Self, BackendError> {
+        Self::create_split(fence, weights, &|_| weight_uses.to_vec(), n_threads, None)
+    }
+
+    /// [`BackendSet::create`] where each device prepares only the weights `uses_of` gives it
+    /// (those of the nodes it will run: with a partial offload the CPU keeps the early layers
+    /// and a device takes the rest), and sessions offload `n_gpu_layers` layers (`-ngl`).
+    pub fn create_split(
+        fence: &[Backend],
+        weights: Arc<dyn TensorSource>,
+        uses_of: &dyn Fn(Backend) -> Vec<WeightUse>,
+        n_threads: Option<usize>,
+        n_gpu_layers: Option<usize>,
+    ) -> Result<Self, BackendError> {
         let n_threads = n_threads.unwrap_or_else(cpu::default_threads).max(1);
         let mut devices = Vec::new();
         for &handle in fence {
@@ -56,10 +70,15 @@ impl BackendSet {
                 // Backends this build does not contain never pass the registry's fence.
                 _ => continue,
             };
-            device.prepare_weights(weights.as_ref(), weight_uses)?;
+            device.prepare_weights(weights.as_ref(), &uses_of(handle))?;
             devices.push(Arc::from(device));
         }
-        Ok(BackendSet { devices })
+        Ok(BackendSet { devices, n_gpu_layers })
+    }
+
+    /// The layers a device runs in every session (`-ngl`), `None` for all.
+    pub fn n_gpu_layers(&self) -> Option<usize> {
+        self.n_gpu_layers
     }
 
     /// The devices, in priority order.

@@ -99,6 +99,7 @@ pub fn run_batched(
             n_ctx: needed,
             n_threads: Some(options.n_threads),
             backend: options.backend.clone(),
+            n_gpu_layers: None,
             kv_types: (DType::F16, DType::F16),
             open: Default::default(),
             chat_template: None,

@@ -447,6 +447,7 @@ pub fn run_bench(
             n_ctx: needed,
             n_threads: Some(n_threads),
             backend: options.backend.clone(),
+            n_gpu_layers: None,
             // llama-bench's default cache, so that the figures compare.
             kv_types: (crate::graph::DType::F16, crate::graph::DType::F16),
             open: Default::default(),

@@ -63,6 +63,8 @@ pub struct LoadOptions {
     pub n_threads: Option<usize>,
     /// `--backend` (else `MINFER_BACKENDS`, else every usable backend).
     pub backend: Option<String>,
+    /// `-ngl N`: layers a GPU runs (`None`: all of them, when one is usable).
+    pub n_gpu_layers: Option<usize>,
     /// How the KV cache stores K and V (`--cache-type-k`, `--cache-type-v`).
     pub kv_types: (crate::graph::DType, crate::graph::DType),
     /// `--no-mmap`, `--mlock`.
@@ -81,6 +83,7 @@ impl LoadOptions {
             backend: self.backend.clone(),
             open: self.open,
             chat_template: self.chat_template.clone(),
+            n_gpu_layers: self.n_gpu_layers,
         }
     }
 }

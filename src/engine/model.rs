@@ -10,7 +10,7 @@ use crate::backends::BackendSet;
 use crate::gguf::{GgufError, GgufFile};
 use crate::grammar::{Grammar, GrammarError, GrammarSpec, GrammarVocabulary};
 use crate::graph::registry::{fence_from, RegistryError};
-use crate::graph::{BackendError, CParams, GraphParams};
+use crate::graph::{Backend, BackendError, CParams, GraphParams};
 use crate::models::{load_model, GgufWeights, HParams, ModelDef, ModelError};
 use crate::template::{ChatTemplate, Rendered, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -51,6 +51,14 @@ pub enum LoadError {
     /// A backend could not prepare the weights (upload, repack).
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// `-ngl N` leaves layers on the CPU, but the fence has no CPU to run them.
+    #[error("-ngl {n_gpu_layers} leaves layers on the CPU, which the backend fence ({fence}) excludes")]
+    GpuLayers {
+        /// The layers asked for.
+        n_gpu_layers: usize,
+        /// The fence's backends.
+        fence: String,
+    },
 }
 
 /// Where and how the model's forward passes run: options of the process's backend set, not
@@ -66,6 +74,10 @@ pub struct ModelOptions {
     pub open: crate::gguf::OpenOptions,
     /// A chat template to use instead of the file's (`--chat-template-file`'s text).
     pub chat_template: Option<String>,
+    /// Layers a device (a GPU in the fence) runs, llama.cpp's `-ngl N`: the last N, the output
+    /// head too when N exceeds the layer count, the rest and the embedding lookup on the CPU.
+    /// `None`: every node on the highest-priority backend that runs it.
+    pub n_gpu_layers: Option<usize>,
 }
 
 /// A model ready to run. See the module documentation.
@@ -119,12 +131,28 @@ impl Model {
         let weights = Arc::new(GgufWeights(Arc::clone(&file)));
         // Every weight the model's forward pass names, for the backends to prepare once: a
         // prompt-shaped graph names them all (the decode fusions reuse the same weights).
-        let probe = def.build_graph(&GraphParams::new(
+        let mut probe = def.build_graph(&GraphParams::new(
             2,
             1,
             CParams::new(1, fence.iter().map(|b| b.0).collect()),
         ));
-        let backends = BackendSet::create(&fence, weights, &probe.weight_uses(), options.n_threads)?;
+        // A partial offload needs a device ahead of the CPU; with the CPU alone there is
+        // nothing to offload, and a device alone cannot leave layers behind.
+        let first = fence.first().copied().unwrap_or(Backend::CPU);
+        let offload = options.n_gpu_layers.filter(|_| first != Backend::CPU);
+        if let Some(n) = offload {
+            let n_layer = crate::graph::offload::n_layer(&crate::graph::offload::places(&probe));
+            if n <= n_layer && !fence.contains(&Backend::CPU) {
+                return Err(LoadError::GpuLayers {
+                    n_gpu_layers: n,
+                    fence: fence.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","),
+                });
+            }
+            crate::graph::offload::pin_to_cpu(&mut probe, n);
+        }
+        // Each device prepares the weights of the nodes it will run.
+        let uses_of = |b: Backend| probe.weight_uses_of(|node| node.backend.unwrap_or(first) == b);
+        let backends = BackendSet::create_split(&fence, weights, &uses_of, options.n_threads, offload)?;
         Ok(Model {
             path: path.to_path_buf(),
             file,

@@ -98,12 +98,14 @@ impl Session {
     /// A session over `model` whose `n_ctx` cells (clamped as in [`Session::new`]) are shared
     /// by up to `n_seq_max` sequences, ids `0..n_seq_max`.
     pub fn with_sequences(model: &Model, n_ctx: usize, n_seq_max: usize) -> Result<Self, EngineError> {
-        Self::build(
+        let mut session = Self::build(
             Arc::clone(model.def()),
             model.backends().new_contexts(),
             model.clamp_n_ctx(n_ctx),
             n_seq_max,
-        )
+        )?;
+        session.params.cparams.n_gpu_layers = model.backends().n_gpu_layers();
+        Ok(session)
     }
 
     /// A session of `n_seq_max` sequences, each limited to `n_ctx_seq` cells (clamped as in
@@ -118,6 +120,7 @@ impl Session {
             n_seq_max,
         )?;
         session.params.cparams.n_ctx_seq = n_ctx_seq;
+        session.params.cparams.n_gpu_layers = model.backends().n_gpu_layers();
         session.kv.set_max_per_seq(n_ctx_seq);
         Ok(session)
     }
@@ -459,6 +462,13 @@ impl Session {
     pub fn set_fusion(&mut self, fuse_qkv: bool, fuse_ffn: bool) {
         self.params.cparams.fuse_qkv = fuse_qkv;
         self.params.cparams.fuse_ffn = fuse_ffn;
+    }
+
+    /// Offload only the last `n_gpu_layers` layers to the first backend (`-ngl`; `None`: every
+    /// node to the highest-priority backend that runs it). Part of the graph's identity, so the
+    /// next step rebuilds. A session over a model takes the model's setting.
+    pub fn set_gpu_layers(&mut self, n_gpu_layers: Option<usize>) {
+        self.params.cparams.n_gpu_layers = n_gpu_layers;
     }
 
     /// How many graphs were built so far (a reused graph is not rebuilt).

@@ -72,6 +72,9 @@ impl GraphCache {
             return Ok(true);
         }
         let mut graph = build(params);
+        if let Some(n_gpu_layers) = params.cparams.n_gpu_layers {
+            super::offload::pin_to_cpu(&mut graph, n_gpu_layers);
+        }
         BackendScheduler::assign_backends(&mut graph, &self.alloc)?;
         FusionPass::run(&mut graph, &self.alloc);
         self.alloc.alloc_graph(&graph)?;

@@ -18,6 +18,7 @@ pub mod builder;
 pub mod cache;
 pub mod export;
 pub mod fusion;
+pub mod offload;
 pub mod ops;
 pub mod params;
 pub mod registry;
@@ -123,6 +124,32 @@ impl CNode {
     /// Bytes of the node's output.
     pub fn n_bytes(&self) -> usize {
         self.out_dtype.bytes(self.n_elements())
+    }
+
+    /// The weights the node names (matmul weights and biases, norm weights, an embedding table,
+    /// those of a fused node), each with whether the node multiplies by it.
+    pub fn weight_names(&self) -> Vec<(&String, bool)> {
+        fn matmul(m: &MatMulMeta) -> impl Iterator<Item = (&String, bool)> {
+            std::iter::once((&m.weight_name, true)).chain(m.bias_name.iter().map(|b| (b, false)))
+        }
+        match &self.meta {
+            NodeMeta::MatMul(m) => matmul(m).collect(),
+            NodeMeta::Norm(m) => m.weight_name.iter().map(|n| (n, false)).collect(),
+            NodeMeta::Embed(m) => vec![(&m.weight_name, false)],
+            NodeMeta::FusedQkv(m) => [&m.q, &m.k, &m.v]
+                .into_iter()
+                .flat_map(matmul)
+                .chain(
+                    m.qk_norm
+                        .iter()
+                        .flat_map(|(q_norm, k_norm, _)| [(q_norm, false), (k_norm, false)]),
+                )
+                .collect(),
+            NodeMeta::FusedFfn(m) => matmul(&m.gate).chain(matmul(&m.up)).collect(),
+            NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Rope(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => {
+                Vec::new()
+            }
+        }
     }
 
     /// The layer whose KV region the node reads or writes (a KV store, a fused QKV, an
@@ -267,30 +294,15 @@ impl ComputeGraph {
     /// tables, those of fused nodes), each once, in first-use order, with whether some node
     /// multiplies by it: what a backend prepares.
     pub fn weight_uses(&self) -> Vec<WeightUse> {
-        fn matmul(m: &MatMulMeta) -> impl Iterator<Item = (&String, bool)> {
-            std::iter::once((&m.weight_name, true)).chain(m.bias_name.iter().map(|b| (b, false)))
-        }
+        self.weight_uses_of(|_| true)
+    }
+
+    /// [`Self::weight_uses`] of the nodes `keep` accepts: what one backend of a split graph
+    /// prepares.
+    pub fn weight_uses_of(&self, keep: impl Fn(&CNode) -> bool) -> Vec<WeightUse> {
         let mut uses: Vec<WeightUse> = Vec::new();
-        for node in &self.nodes {
-            let named: Vec<(&String, bool)> = match &node.meta {
-                NodeMeta::MatMul(m) => matmul(m).collect(),
-                NodeMeta::Norm(m) => m.weight_name.iter().map(|n| (n, false)).collect(),
-                NodeMeta::Embed(m) => vec![(&m.weight_name, false)],
-                NodeMeta::FusedQkv(m) => [&m.q, &m.k, &m.v]
-                    .into_iter()
-                    .flat_map(matmul)
-                    .chain(
-                        m.qk_norm
-                            .iter()
-                            .flat_map(|(q_norm, k_norm, _)| [(q_norm, false), (k_norm, false)]),
-                    )
-                    .collect(),
-                NodeMeta::FusedFfn(m) => matmul(&m.gate).chain(matmul(&m.up)).collect(),
-                NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Rope(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => {
-                    Vec::new()
-                }
-            };
-            for (name, multiplied) in named {
+        for node in self.nodes.iter().filter(|n| keep(n)) {
+            for (name, multiplied) in node.weight_names() {
                 match uses.iter_mut().find(|u| &u.name == name) {
                     Some(u) => u.multiplied |= multiplied,
                     None => uses.push(WeightUse {

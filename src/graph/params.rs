@@ -18,6 +18,10 @@ pub struct CParams {
     pub n_ctx: usize,
     /// The backend fence in force: assignment is part of the topology.
     pub backends: Vec<u16>,
+    /// Layers a device runs (`-ngl N`): the last N, the head too when N exceeds the layer count;
+    /// the rest is pinned to the CPU ([`super::offload`]). `None`: every node goes to the
+    /// highest-priority backend that supports it.
+    pub n_gpu_layers: Option<usize>,
     /// Decode QKV fusion (`MINFER_NO_FUSE_QKV=1` disables); part of the reuse identity.
     pub fuse_qkv: bool,
     /// Decode FFN fusion (`MINFER_NO_FUSE_FFN=1` disables); part of the reuse identity.
@@ -51,6 +55,7 @@ impl CParams {
             n_ctx,
             n_ctx_seq: n_ctx,
             backends,
+            n_gpu_layers: None,
             type_k: super::DType::F16,
             type_v: super::DType::F16,
             fuse_qkv: device && !off("MINFER_NO_FUSE_QKV"),

@@ -248,6 +248,8 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
         backend: config.backend.clone(),
         open: config.open,
         chat_template: config.chat_template.clone(),
+        // `-ngl N` above 0 is refused by the command line before this (no split offload here yet).
+        n_gpu_layers: None,
     };
     let model = Arc::new(Model::load(&config.model, &options)?);
     let n_threads = model.backends().n_threads();

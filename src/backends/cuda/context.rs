@@ -434,7 +434,13 @@ impl CudaBackend {
     ) -> Result<(), BackendError> {
         let [d, nt, ..] = node.out_shape;
         let n = node.n_elements();
-        let out = self.input(node, out_buf, node.n_bytes())?;
+        // A KV store's output is the layer's K region, typed and sized by the cache (checked in
+        // `regions`), not by the node's f32 shape.
+        let out = if matches!(node.op, Op::KvcacheStore { .. }) {
+            self.ptr(out_buf.id)?
+        } else {
+            self.input(node, out_buf, node.n_bytes())?
+        };
         let f32s = |count: usize| count * 4;
         match (&node.op, &node.meta) {
             (Op::Input | Op::KvcacheLoad { .. }, _) => Ok(()),
@@ -515,6 +521,12 @@ impl CudaBackend {
                 self.mul_mat(node, m, x, nt, out)
             }
             (Op::RoPE, NodeMeta::Rope(m)) => {
+                if m.n_head * m.head_dim != d {
+                    return Err(Self::err(
+                        node,
+                        format!("{} heads of {} are not rows of {d}", m.n_head, m.head_dim),
+                    ));
+                }
                 let x = self.input(node, in_bufs[0], f32s(n))?;
                 let positions = self.input(node, in_bufs[1], nt * 4)?;
                 if x != out {
@@ -564,13 +576,29 @@ impl CudaBackend {
                 }
                 let q = self.input(node, in_bufs[0], f32s(n))?;
                 let positions = self.input(node, in_bufs[2], nt * 4)?;
-                let (index, spans) = if *explicit_span {
+                if m.n_head * m.head_dim != d {
+                    return Err(Self::err(
+                        node,
+                        format!("{} heads of {} are not rows of {d}", m.n_head, m.head_dim),
+                    ));
+                }
+                if nt > 65_535 {
+                    return Err(Self::err(
+                        node,
+                        format!("{nt} tokens in one pass (attention takes at most 65,535)"),
+                    ));
+                }
+                let (index, n_index, spans) = if *explicit_span {
                     match in_bufs {
-                        [_, _, _, index, spans] => (self.ptr(index.id)?, self.input(node, *spans, nt * 8)?),
+                        [_, _, _, index, spans] => (
+                            self.ptr(index.id)?,
+                            self.slot(index.id)?.bytes / 4,
+                            self.input(node, *spans, nt * 8)?,
+                        ),
                         _ => return Err(Self::err(node, "explicit-span attention needs kv_index and kv_span")),
                     }
                 } else {
-                    (0, 0)
+                    (0, 0, 0)
                 };
                 let (k_region, v_region, f16, n_ctx) = self.regions(node, kv_pair, m.n_head_kv * m.head_dim)?;
                 let cfg = LaunchConfig {
@@ -585,6 +613,7 @@ impl CudaBackend {
                     Arg::I32(f16),
                     Arg::Ptr(positions),
                     Arg::Ptr(index),
+                    Arg::I32(int(n_index)?),
                     Arg::Ptr(spans),
                     Arg::I32(int(m.n_head)?),
                     Arg::I32(int(m.n_head_kv)?),
@@ -596,6 +625,20 @@ impl CudaBackend {
                 self.launch(node, "attention", cfg, &args)
             }
             (Op::FusedQKV { .. } | Op::FusedQkvNorm { .. }, NodeMeta::FusedQkv(m)) => {
+                let kv_width = m.kv.n_kv_embd;
+                if m.k.out_dim != kv_width
+                    || m.v.out_dim != kv_width
+                    || m.n_head_kv * m.rope.head_dim != kv_width
+                    || m.q.out_dim != d
+                {
+                    return Err(Self::err(
+                        node,
+                        format!(
+                            "projections of {}, {} and {} do not fit KV cells of {kv_width} and rows of {d}",
+                            m.q.out_dim, m.k.out_dim, m.v.out_dim
+                        ),
+                    ));
+                }
                 let x = self.input(node, in_bufs[0], f32s(m.q.in_dim * nt))?;
                 let positions = self.input(node, in_bufs[1], nt * 4)?;
                 let cells = self.input(node, in_bufs[2], nt * 4)?;
@@ -615,6 +658,15 @@ impl CudaBackend {
                 self.kv_store(node, k, v, cells, nt, m.kv.n_kv_embd, kv_pair)
             }
             (Op::FusedFFN, NodeMeta::FusedFfn(m)) => {
+                if m.gate.out_dim != d || m.up.out_dim != d || m.gate.in_dim != m.up.in_dim {
+                    return Err(Self::err(
+                        node,
+                        format!(
+                            "gate and up of {} and {} outputs do not fit rows of {d}",
+                            m.gate.out_dim, m.up.out_dim
+                        ),
+                    ));
+                }
                 let x = self.input(node, in_bufs[0], f32s(m.gate.in_dim * nt))?;
                 let gate = self.scratch(node, 0, f32s(m.gate.out_dim * nt))?;
                 let up = self.scratch(node, 1, f32s(m.up.out_dim * nt))?;
@@ -658,8 +710,18 @@ impl CudaBackend {
     }
 }
 
-/// A grid dimension (at least 1), refused past CUDA's limit of 2^31 - 1 blocks (65,535 for
-/// grid.y, which only ever counts heads or groups of tokens here).
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // The weights are freed on another stream when the last context lets go of them: no
+        // kernel of this one may still be reading them.
+        if let Ok(stream) = &self.stream {
+            let _ = stream.synchronize();
+        }
+    }
+}
+
+/// A grid dimension (at least 1), refused past CUDA's limit of 2^31 - 1 blocks for grid.x (grid.y,
+/// at most 65,535, is checked where it is used).
 fn grid(n: usize) -> Result<u32, BackendError> {
     u32::try_from(n.max(1))
         .ok()

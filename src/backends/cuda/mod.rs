@@ -198,6 +198,20 @@ impl BackendDevice for CudaDevice {
             .filter_map(|u| source.weight(&u.name))
             .map(|w| w.data.len())
             .sum();
+        // Refused before any upload, naming both sizes (llama.cpp would fail mid-way).
+        let (free, _) = self
+            .gpu
+            .ctx
+            .mem_get_info()
+            .map_err(|e| prepare_error("(all)", format!("reading the free device memory: {e}")))?;
+        if total > free {
+            return Err(prepare_error(
+                "(all)",
+                format!(
+                    "the weights need {total} bytes of device memory and {free} are free: offload fewer layers (-ngl N)"
+                ),
+            ));
+        }
         let progress = total > 256 << 20;
         let mut map = HashMap::new();
         let mut done = 0usize;

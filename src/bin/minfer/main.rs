@@ -209,8 +209,8 @@ struct AccelArgs {
 }
 
 impl AccelArgs {
-    /// Refuses what cannot be honoured, naming the flag.
-    fn check(&self) -> anyhow::Result<()> {
+    /// Refuses a flash-attention setting that cannot be honoured, naming the flag.
+    fn check_flash_attn(&self) -> anyhow::Result<()> {
         if let Some(fa) = &self.flash_attn {
             match fa.to_ascii_lowercase().as_str() {
                 "on" | "auto" | "1" | "true" => {}
@@ -220,29 +220,43 @@ impl AccelArgs {
                 _ => anyhow::bail!("-fa {fa}: expected on, off, auto, 1 or 0"),
             }
         }
+        Ok(())
+    }
+
+    /// The backend fence and the offloaded layers the flags ask for, as llama.cpp reads
+    /// `-ngl`: 0 keeps every layer on the CPU, N runs the last N layers on the GPU (the output
+    /// head too when N exceeds the layer count), and no flag runs all of them there. N above 0
+    /// without a usable GPU is refused with the reason.
+    fn placement(&self, backend: Option<String>) -> anyhow::Result<(Option<String>, Option<usize>)> {
+        self.check_flash_attn()?;
         match self.n_gpu_layers {
-            Some(n) if n != 0 => match minfer::backends::probe(minfer::graph::Backend::CUDA) {
-                Ok(()) => anyhow::bail!(
-                    "-ngl {n} cannot be honoured yet: layers are not split between the GPU and the CPU; \
-                     leave -ngl out to run every layer on the GPU, or give -ngl 0 for the CPU"
-                ),
+            None => Ok((backend, None)),
+            Some(n) if n < 0 => anyhow::bail!("-ngl {n} is out of range: give a layer count of 0 or more"),
+            Some(0) => Ok(match backend {
+                None => (Some("cpu".into()), None),
+                Some(fence) => (Some(fence), Some(0)),
+            }),
+            Some(n) => match minfer::backends::probe(minfer::graph::Backend::CUDA) {
+                Ok(()) => Ok((backend, usize::try_from(n).ok())),
                 Err(why) => anyhow::bail!(
                     "-ngl {n} asks for GPU layers, and no GPU backend is usable here ({why}); \
                      give -ngl 0 or leave it out"
                 ),
             },
-            _ => Ok(()),
         }
     }
 
-    /// [`AccelArgs::check`], then the backend fence: `-ngl 0` without `--backend` keeps every
-    /// layer on the CPU, as in llama.cpp.
+    /// [`AccelArgs::placement`] for the commands that do not split layers yet (`bench`): the
+    /// fence, with `-ngl N` above 0 refused.
     fn fence(&self, backend: Option<String>) -> anyhow::Result<Option<String>> {
-        self.check()?;
-        Ok(match (backend, self.n_gpu_layers) {
-            (None, Some(0)) => Some("cpu".into()),
-            (backend, _) => backend,
-        })
+        let (fence, n_gpu_layers) = self.placement(backend)?;
+        match n_gpu_layers {
+            Some(n) if n > 0 => anyhow::bail!(
+                "-ngl {n} cannot be honoured by this command yet: leave -ngl out to run every layer on \
+                 the GPU, or give -ngl 0 for the CPU"
+            ),
+            _ => Ok(fence),
+        }
     }
 }
 
@@ -260,7 +274,7 @@ struct CacheArgs {
 impl LoadArgs {
     fn options(&self) -> anyhow::Result<minfer::cli::run::LoadOptions> {
         anyhow::ensure!(self.n_ctx >= 1, "--n-ctx 0 is out of range: it must be at least 1");
-        let backend = self.compat.fence(self.backend.clone())?;
+        let (backend, n_gpu_layers) = self.compat.placement(self.backend.clone())?;
         for (flag, n) in [("--batch-size", self.batch_size), ("--ubatch-size", self.ubatch_size)] {
             anyhow::ensure!(n != Some(0), "{flag} 0 is out of range: it must be at least 1");
         }
@@ -268,6 +282,7 @@ impl LoadArgs {
             n_ctx: self.n_ctx,
             n_threads: self.threads,
             backend,
+            n_gpu_layers,
             kv_types: (self.cache.cache_type_k, self.cache.cache_type_v),
             open: self.file.open_options(),
             chat_template: self.file.chat_template()?,
@@ -1171,6 +1186,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                         backend: backend.clone(),
                         open: file.open_options(),
                         chat_template: None,
+                        n_gpu_layers: None,
                     };
                     let source = resolve_draft(choice)?
                         .load(&options)

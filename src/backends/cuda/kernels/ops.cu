@@ -6,13 +6,15 @@
 // out[r, :] = (x[r, :] * 1/sqrt(mean(x[r, :]^2) + eps)) * w — one block a row of `d` values;
 // `w` may be null (no weight). Per-head norms are rows of `head_dim`.
 extern "C" __global__ void rms_norm(const float* x, const float* w, int d, float eps, float* out) {
-    __shared__ float scratch[32];
+    __shared__ double scratch[32];
     const float* xr = x + (i64)blockIdx.x * d;
     float* o = out + (i64)blockIdx.x * d;
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < d; j += blockDim.x) sum += xr[j] * xr[j];
-    sum = block_sum(sum, scratch);
-    const float scale = 1.0f / sqrtf(sum / (float)d + eps);
+    // Squares in f32, summed in f64, as the CPU kernel (and ggml) sum them.
+    double sum = 0.0;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) sum += (double)(xr[j] * xr[j]);
+    sum = block_sum_f64(sum, scratch);
+    const float mean = (float)(sum / (double)d);
+    const float scale = 1.0f / sqrtf(mean + eps);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         const float v = xr[j] * scale;
         o[j] = w ? v * w[j] : v;
@@ -108,12 +110,12 @@ __device__ __forceinline__ float kv_value(const void* region, int f16, i64 at) {
 
 // out[t, h, :] = softmax_c(q[t, h, :] . k[c, h / g, :] / sqrt(head_dim)) . v[c, h / g, :] over
 // the cells token t sees: 0..=positions[t], or (`kv_index` non-null) the kv_span[2t + 1] cells
-// listed in kv_index from kv_span[2t]. One block of ATTN_TILE threads per (head, token); the
+// listed in kv_index (n_index entries) from kv_span[2t]. One block of ATTN_TILE threads per (head, token); the
 // softmax is online over tiles of cells (rescaling when a tile raises the maximum), as the
 // CPU kernel does per block of cells.
 extern "C" __global__ void attention(const float* q, const void* k_region, const void* v_region, int f16,
-                                     const int* positions, const int* kv_index, const int* kv_span, int n_head,
-                                     int n_head_kv, int head_dim, int n_ctx, float* out, u32* error) {
+                                     const int* positions, const int* kv_index, int n_index, const int* kv_span,
+                                     int n_head, int n_head_kv, int head_dim, int n_ctx, float* out, u32* error) {
     __shared__ float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float p_s[ATTN_TILE];
     __shared__ int cell_s[ATTN_TILE];
@@ -134,7 +136,8 @@ extern "C" __global__ void attention(const float* q, const void* k_region, const
     } else {
         count = positions[t] + 1;
     }
-    if (count < 1 || (!kv_index && count > n_ctx)) {
+    // A span outside the index list (or a prefix past the cache) is refused, never read.
+    if (count < 0 || (!kv_index && (count < 1 || count > n_ctx)) || (kv_index && (first < 0 || first > n_index - count))) {
         if (threadIdx.x == 0) atomicOr(error, MINFER_ERR_KV_SPAN);
         count = 0;
     }
