@@ -2,7 +2,9 @@
 # The CUDA checks, run on a machine with an NVIDIA GPU from the folder scripts/gpu-pack.sh made:
 # the device probe, the kernel tests (NVRTC compiles, the cache), the conformance test of the
 # backend seam on CUDA (every op, all eleven weight types, against the CPU), and the eleven tiny
-# models of the packed architecture on CUDA against llama.cpp's logits within the CPU's bounds. Prints one line per check and a
+# models of the packed architecture on CUDA against llama.cpp's logits within the CPU's bounds, and
+# (with qwen2) a random model of the default model's real shape on CUDA against the CPU for -ngl
+# 0, 1, 12 and all, and 1,000 decode steps without a device allocation. Prints one line per check and a
 # summary; exits non-zero when any fails.
 #
 # Usage: bash .gpu/gpu-check.sh [TWIN.gguf]   (a model for a speed figure, optional)
@@ -10,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")"
 here="$(pwd)"
 export MINFER_FIXTURES="${here}/fixtures" MINFER_CUDA_CACHE="${here}/cuda-cache" MINFER_REQUIRE_NVRTC=1
-mkdir -p fixtures && tar xzf fixtures.tar.gz -C fixtures
+mkdir -p fixtures && tar xzf fixtures.tar.gz -C fixtures && tar xzf bin.tar.gz
 arch="$(cat arch)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
 failed=()
@@ -32,6 +34,9 @@ check generate ./minfer "fixtures/models/tiny-${arch}-Q8_0.gguf" "Hello" --backe
 check kernels ./lib_tests --test-threads=1 backends::cuda graph::registry
 check conformance ./backend_ops --test-threads=1
 check tiny-models-cuda env MINFER_TEST_BACKEND=cuda ./tiny_models --test-threads=1 "tiny_${arch}_"
+if [[ ${arch} == qwen2 ]]; then
+    check real-shape ./real_shape_model --nocapture
+fi
 if [[ -n "${1:-}" ]]; then
     check bench ./minfer bench "$1" --backend cuda -p 512 -n 128 -r 3
 fi

@@ -4,8 +4,8 @@
 # scripts/gpu-check.sh in .gpu/ (git-ignored through .git/info/exclude) with the fixtures they
 # read for one architecture: its F32 tiny model (the check quantizes the other ten types there,
 # with minfer's quantizer, byte-identical to llama-quantize) and llama.cpp's reference logits,
-# compressed. One architecture keeps the folder under 64 MiB (about 59 MiB with the binaries):
-# run the pair once for qwen2 and once for qwen3.
+# compressed, and the test of a random model with the default model's real shape (with qwen2).
+# One architecture keeps the folder under 64 MiB: run the pair once for qwen2 and once for qwen3.
 #
 # Usage: scripts/gpu-pack.sh [qwen2|qwen3]  → then `bash .gpu/gpu-check.sh` on the GPU machine,
 # carrying .gpu (and moving tests/fixtures out of the tree for that call: tracked files travel too)
@@ -21,7 +21,8 @@ cp target/release/minfer "${out}/minfer"
 cargo test --release --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, shutil, sys
-wanted = {"minfer": "lib_tests", "backend_ops": "backend_ops", "tiny_models": "tiny_models"}
+wanted = {"minfer": "lib_tests", "backend_ops": "backend_ops", "tiny_models": "tiny_models",
+          "real_shape_model": "real_shape_model"}
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") != "compiler-artifact" or not m.get("executable"):
@@ -31,6 +32,9 @@ for line in sys.stdin:
         shutil.copy(m["executable"], sys.argv[1] + "/" + wanted[t["name"]])
 ' "${out}"
 strip "${out}"/* 2>/dev/null || true
+# Compressed: the binaries travel in a third of their size.
+(cd "${out}" && tar czf bin.tar.gz minfer lib_tests backend_ops tiny_models real_shape_model &&
+    rm minfer lib_tests backend_ops tiny_models real_shape_model)
 (cd tests/fixtures && tar czf "../../${out}/fixtures.tar.gz" "models/tiny-${arch}-F32.gguf" \
     tiny-reference/prompts.json tiny-reference/tiny-"${arch}"-*)
 echo "${arch}" > "${out}/arch"

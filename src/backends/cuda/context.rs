@@ -205,6 +205,7 @@ impl CudaBackend {
         let stream = Arc::clone(self.stream()?);
         if self.scratch[which].as_ref().is_none_or(|s| s.len() < bytes) {
             self.scratch[which] = None;
+            super::count_device_allocation();
             let mem = stream
                 .alloc_zeros::<u8>(bytes.max(1))
                 .map_err(|e| Self::err(node, format!("allocating {bytes} bytes of scratch: {e}")))?;
@@ -781,6 +782,7 @@ impl ComputeBackend for CudaBackend {
 
     fn alloc_fresh(&mut self, bytes: usize, dtype: DType) -> usize {
         // Zeroed, as the CPU's are: a KV region's unwritten cells read as zeros.
+        super::count_device_allocation();
         let (mem, failure) = match self.stream.as_ref() {
             Ok(stream) => match stream.alloc_zeros::<u8>(bytes.max(1)) {
                 Ok(mem) => (Some(mem), None),

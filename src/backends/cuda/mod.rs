@@ -42,6 +42,19 @@ pub fn probe() -> Result<(), Unusable> {
     }
 }
 
+/// Device allocations made by every context of the process (buffers, KV regions, scratch):
+/// what a test reads to show that decode steps allocate no device memory after the first.
+static DEVICE_ALLOCATIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The number of device allocations the contexts have made so far.
+pub fn device_allocations() -> usize {
+    DEVICE_ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn count_device_allocation() {
+    DEVICE_ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The weight types the kernels read (matmul and embedding rows).
 pub const WEIGHT_TYPES: [GgmlType; 11] = [
     GgmlType::F32,
