@@ -80,7 +80,7 @@ fn markdown_output_is_llama_benchs_table() {
         .iter()
         .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
         .collect();
-    let tests: Vec<(&str, &str)> = rows.iter().map(|r| (r[4], r[5])).collect();
+    let tests: Vec<(&str, &str)> = rows.iter().map(|r| (r[5], r[6])).collect();
     assert_eq!(
         tests,
         [("1", "pp16"), ("1", "tg4"), ("2", "pp16"), ("2", "tg4")],
@@ -88,8 +88,9 @@ fn markdown_output_is_llama_benchs_table() {
     );
     for r in &rows {
         assert_eq!(r[3], "CPU");
+        assert_eq!(r[4], "0", "no layers on a GPU: {r:?}");
         assert!(r[1].ends_with(" MiB") && r[2].ends_with(" M"), "{r:?}");
-        let (mean, sd) = r[6].split_once(" ± ").expect("mean ± stddev");
+        let (mean, sd) = r[7].split_once(" ± ").expect("mean ± stddev");
         assert!(mean.parse::<f64>().unwrap() > 0.0 && sd.parse::<f64>().unwrap() >= 0.0);
     }
     assert!(out.contains("peak RSS:"), "{out}");
@@ -331,4 +332,34 @@ fn the_profile_splits_each_tests_time_by_op_matrix_and_layer() {
         md.contains("### Profile: pp16 at 1 threads") && md.contains("| weight matrix |"),
         "{md}"
     );
+}
+
+#[test]
+fn gpu_layers_are_a_column_and_a_field_and_a_list_runs_each_value() {
+    let usable = minfer::backends::probe(minfer::graph::Backend::CUDA).is_ok();
+    // -ngl 0 (twice) keeps everything on the CPU: one run per value, reported as 0 layers.
+    let out = stdout(&bench(&["-p", "8", "-n", "2", "-r", "1", "-ngl", "0,0", "-o", "json"]));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.len(), 4, "{out}");
+    for r in &rows {
+        assert_eq!(r["n_gpu_layers"].as_u64(), Some(0), "{r}");
+        assert_eq!(r["gpu_info"].as_str(), Some(""), "{r}");
+        assert_eq!(r["backends"].as_str(), Some("CPU"), "{r}");
+    }
+    let table = stdout(&bench(&["-p", "8", "-n", "0", "-r", "1", "-ngl", "0"]));
+    assert!(table.lines().next().unwrap().contains("   ngl |"), "{table}");
+    assert!(
+        table.lines().nth(2).unwrap().contains("| CPU        |     0 |"),
+        "{table}"
+    );
+    if !usable {
+        // Layers on a GPU without one: refused with the reason, before the model is read.
+        let out = bench(&["-p", "8", "-n", "0", "-ngl", "0,99"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("-ngl 99 asks for GPU layers, and no GPU backend is usable here"),
+            "{err}"
+        );
+    }
 }

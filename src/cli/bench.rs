@@ -73,6 +73,9 @@ pub struct BenchOptions {
     pub repetitions: usize,
     /// `--backend`, as for `minfer MODEL`.
     pub backend: Option<String>,
+    /// Layers on the GPU (`-ngl`, a list): one run of every test per value; `None` runs every
+    /// layer on the highest-priority backend.
+    pub n_gpu_layers: Vec<Option<usize>>,
     /// Seed of the random token ids.
     pub seed: u64,
     /// Also measure the memory read bandwidth at each thread count, and with it the bound it
@@ -101,6 +104,7 @@ impl Default for BenchOptions {
             n_threads: vec![crate::engine::default_threads()],
             repetitions: 5,
             backend: None,
+            n_gpu_layers: vec![None],
             seed: 1,
             bandwidth: false,
             handoff: false,
@@ -118,6 +122,8 @@ pub struct BenchResult {
     pub build_commit: String,
     /// The CPU's model name.
     pub cpu_info: String,
+    /// The GPU's name when one took part (empty otherwise).
+    pub gpu_info: String,
     /// The backends taking part, comma-separated.
     pub backends: String,
     /// The model's path as given.
@@ -134,6 +140,9 @@ pub struct BenchResult {
     pub type_k: String,
     /// KV cache element type of V (`f16`).
     pub type_v: String,
+    /// Layers on the GPU (`-ngl`): the value asked for, the layer count plus the head when
+    /// every layer ran there, 0 with no GPU.
+    pub n_gpu_layers: usize,
     /// Whether the weights are memory-mapped (always).
     pub use_mmap: bool,
     /// Prompt tokens of a prompt-processing test (0 for a generation test).
@@ -260,6 +269,7 @@ impl BenchResult {
         BenchResult {
             build_commit: format!("minfer {}", env!("CARGO_PKG_VERSION")),
             cpu_info: model.cpu_info.clone(),
+            gpu_info: model.gpu_info.clone(),
             backends: model.backends.clone(),
             model_filename: model.filename.clone(),
             model_type: model.model_type.clone(),
@@ -268,6 +278,7 @@ impl BenchResult {
             n_threads,
             type_k: "f16".into(),
             type_v: "f16".into(),
+            n_gpu_layers: model.n_gpu_layers,
             use_mmap: true,
             n_prompt,
             n_gen,
@@ -330,11 +341,13 @@ struct ModelInfo {
     size: u64,
     n_params: u64,
     cpu_info: String,
+    gpu_info: String,
     backends: String,
+    n_gpu_layers: usize,
 }
 
 impl ModelInfo {
-    fn new(path: &Path, file: &GgufFile, session: &Session) -> Self {
+    fn new(path: &Path, file: &GgufFile, session: &Session, model: &crate::engine::Model) -> Self {
         let m = file.metadata();
         let arch = m.get_str("general.architecture").unwrap_or("unknown");
         let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
@@ -350,13 +363,22 @@ impl ModelInfo {
             .iter()
             .map(|b| b.to_string().to_uppercase())
             .collect();
+        let gpu_info = model.backends().devices().iter().find_map(|d| d.device_name());
+        let n_gpu_layers = match (&gpu_info, model.backends().n_gpu_layers()) {
+            (None, _) => 0,
+            (Some(_), Some(n)) => n,
+            // Every layer and the head.
+            (Some(_), None) => model.hparams().n_layer + 1,
+        };
         ModelInfo {
             filename: path.display().to_string(),
             model_type: format!("{arch} {size_label} {ftype}"),
             size: file.tensors().iter().map(|t| t.size).sum(),
             n_params,
             cpu_info: cpu_name().unwrap_or_default(),
+            gpu_info: gpu_info.unwrap_or_default(),
             backends: backends.join(","),
+            n_gpu_layers,
         }
     }
 }
@@ -442,12 +464,16 @@ pub fn run_bench(
     let needed = longest.max().unwrap_or(1) + depths.iter().copied().max().unwrap_or(0);
     let mut rng = TokenRng(options.seed.max(1));
     let mut results = Vec::new();
-    for &n_threads in &options.n_threads {
+    let runs = options
+        .n_gpu_layers
+        .iter()
+        .flat_map(|&ngl| options.n_threads.iter().map(move |&t| (ngl, t)));
+    for (n_gpu_layers, n_threads) in runs {
         let load_options = LoadOptions {
             n_ctx: needed,
             n_threads: Some(n_threads),
             backend: options.backend.clone(),
-            n_gpu_layers: None,
+            n_gpu_layers,
             // llama-bench's default cache, so that the figures compare.
             kv_types: (crate::graph::DType::F16, crate::graph::DType::F16),
             open: Default::default(),
@@ -459,7 +485,7 @@ pub fn run_bench(
         if loaded.session.n_ctx() < needed {
             return Err(BenchError::ContextTooLarge { needed, n_ctx_train });
         }
-        let info = ModelInfo::new(path, loaded.model.file(), &loaded.session);
+        let info = ModelInfo::new(path, loaded.model.file(), &loaded.session, &loaded.model);
         let per_token = weight_bytes_per_token(loaded.model.file());
         let n_vocab = loaded.session.model().hparams().n_vocab;
         let tokenizer = loaded.model.tokenizer();
@@ -793,11 +819,12 @@ fn iso8601(unix_secs: u64) -> String {
 }
 
 /// llama-bench's column widths: negative is left-aligned.
-const COLUMNS: [(&str, i32); 7] = [
+const COLUMNS: [(&str, i32); 8] = [
     ("model", -30),
     ("size", 10),
     ("params", 10),
     ("backend", -10),
+    ("ngl", 5),
     ("threads", 7),
     ("test", 15),
     ("t/s", 20),
@@ -839,6 +866,7 @@ pub fn markdown_row(r: &BenchResult) -> String {
         human_size(r.model_size),
         human_params(r.model_n_params),
         r.backends.clone(),
+        r.n_gpu_layers.to_string(),
         r.n_threads.to_string(),
         r.test_name(),
         format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
@@ -1035,7 +1063,9 @@ mod tests {
             size: 391_868_160,
             n_params: 494_032_768,
             cpu_info: String::new(),
+            gpu_info: String::new(),
             backends: "CPU".into(),
+            n_gpu_layers: 0,
         };
         let mut r = BenchResult::new(&info, 2, n_prompt, n_gen, iso8601(0));
         r.set_samples(samples_ns);

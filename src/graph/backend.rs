@@ -106,6 +106,11 @@ pub trait BackendDevice: Send + Sync {
     fn name(&self) -> &str;
     /// Host threads the device runs nodes on (1 for a device that computes elsewhere).
     fn n_threads(&self) -> usize;
+    /// The hardware's own name (a GPU's, as its driver reports it), for reports; `None` for the
+    /// host CPU.
+    fn device_name(&self) -> Option<String> {
+        None
+    }
     /// Bytes the device prepared from the weights and holds itself (uploads, repacked copies);
     /// 0 for a device that reads them in place.
     fn weights_bytes(&self) -> usize {

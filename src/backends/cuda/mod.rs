@@ -198,6 +198,10 @@ impl BackendDevice for CudaDevice {
         1
     }
 
+    fn device_name(&self) -> Option<String> {
+        Some(self.gpu.name.clone())
+    }
+
     fn weights_bytes(&self) -> usize {
         self.weights_bytes
     }

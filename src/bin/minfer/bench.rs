@@ -31,6 +31,7 @@ pub(super) fn bench_model(model: Option<PathBuf>, flag: Option<PathBuf>) -> anyh
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_bench(
     model: &Path,
+    n_gpu_layers: Vec<Option<usize>>,
     n_prompt: Vec<usize>,
     n_gen: Vec<usize>,
     pg: Vec<(usize, usize)>,
@@ -59,6 +60,7 @@ pub(super) fn run_bench(
         },
         repetitions,
         backend,
+        n_gpu_layers,
         bandwidth,
         handoff,
         grammar,

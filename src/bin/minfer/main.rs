@@ -201,11 +201,16 @@ struct AccelArgs {
     /// the fused, flash-style kernel, so off is refused.
     #[arg(long = "flash-attn", value_name = "on|off|auto")]
     flash_attn: Option<String>,
-    /// Layers to offload to a GPU (llama.cpp's -ngl). 0 runs everything on the CPU; more is
-    /// refused until partial offload exists (leave it out to run every layer on a usable GPU),
-    /// rather than silently run elsewhere.
-    #[arg(long = "n-gpu-layers", value_name = "N")]
-    n_gpu_layers: Option<i64>,
+    /// Layers on the GPU (llama.cpp's -ngl): the last N, the output head too when N exceeds the
+    /// layer count; 0 runs everything on the CPU; without it every layer runs on a usable GPU.
+    /// `bench` takes a comma-separated list.
+    #[arg(
+        long = "n-gpu-layers",
+        value_name = "N",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
+    n_gpu_layers: Vec<i64>,
 }
 
 impl AccelArgs {
@@ -228,25 +233,42 @@ impl AccelArgs {
     /// head too when N exceeds the layer count), and no flag runs all of them there. N above 0
     /// without a usable GPU is refused with the reason.
     fn placement(&self, backend: Option<String>) -> anyhow::Result<(Option<String>, Option<usize>)> {
-        self.check_flash_attn()?;
-        match self.n_gpu_layers {
-            None => Ok((backend, None)),
-            Some(n) if n < 0 => anyhow::bail!("-ngl {n} is out of range: give a layer count of 0 or more"),
-            Some(0) => Ok(match backend {
-                None => (Some("cpu".into()), None),
-                Some(fence) => (Some(fence), Some(0)),
-            }),
-            Some(n) => match minfer::backends::probe(minfer::graph::Backend::CUDA) {
-                Ok(()) => Ok((backend, usize::try_from(n).ok())),
-                Err(why) => anyhow::bail!(
-                    "-ngl {n} asks for GPU layers, and no GPU backend is usable here ({why}); \
-                     give -ngl 0 or leave it out"
-                ),
-            },
+        if self.n_gpu_layers.len() > 1 {
+            anyhow::bail!("-ngl takes one layer count here (bench takes a list)");
         }
+        let (fence, list) = self.placements(backend)?;
+        Ok((fence, list[0]))
     }
 
-    /// [`AccelArgs::placement`] for the commands that do not split layers yet (`bench`): the
+    /// [`AccelArgs::placement`] for every value of an `-ngl` list (`bench`): the fence, and the
+    /// offload of each run (`[None]` without the flag).
+    fn placements(&self, backend: Option<String>) -> anyhow::Result<(Option<String>, Vec<Option<usize>>)> {
+        self.check_flash_attn()?;
+        if self.n_gpu_layers.is_empty() {
+            return Ok((backend, vec![None]));
+        }
+        let mut list = Vec::new();
+        for &n in &self.n_gpu_layers {
+            let n = usize::try_from(n)
+                .map_err(|_| anyhow::anyhow!("-ngl {n} is out of range: give a layer count of 0 or more"))?;
+            if n > 0 {
+                if let Err(why) = minfer::backends::probe(minfer::graph::Backend::CUDA) {
+                    anyhow::bail!(
+                        "-ngl {n} asks for GPU layers, and no GPU backend is usable here ({why}); \
+                         give -ngl 0 or leave it out"
+                    );
+                }
+            }
+            list.push(Some(n));
+        }
+        // Only -ngl 0, and no fence: the CPU alone.
+        if backend.is_none() && list.iter().all(|n| *n == Some(0)) {
+            return Ok((Some("cpu".into()), vec![None; list.len()]));
+        }
+        Ok((backend, list))
+    }
+
+    /// [`AccelArgs::placement`] for the commands that do not split layers yet (`serve`): the
     /// fence, with `-ngl N` above 0 refused.
     fn fence(&self, backend: Option<String>) -> anyhow::Result<Option<String>> {
         let (fence, n_gpu_layers) = self.placement(backend)?;
@@ -1086,13 +1108,14 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             compat,
             ..
         } => {
-            let backend = compat.fence(backend)?;
+            let (backend, n_gpu_layers) = compat.placements(backend)?;
             anyhow::ensure!(
                 batch_size >= 1 && ubatch_size >= 1,
                 "-b and -ub must be at least 1 (got {batch_size} and {ubatch_size})"
             );
             run_bench(
                 &bench_model(model, model_flag)?,
+                n_gpu_layers,
                 n_prompt,
                 n_gen,
                 pg,
