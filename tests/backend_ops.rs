@@ -1132,6 +1132,28 @@ fn a_partial_offload_runs_the_last_layers_on_the_device_and_gives_the_cpus_logit
     let mut alone = Session::with_backends(Arc::clone(&def), vec![Box::new(cpu.context())], 64);
     let expected = alone.eval(&tokens, tokens.len()).unwrap().to_vec();
 
+    // What `-ngl auto` weighs: each layer's tensors, and the head's.
+    let (layer_bytes, head_bytes) = minfer::graph::offload::weight_bytes_by_place(alone.graph().unwrap(), |name| {
+        file.tensor(name).map_or(0, |t| t.size as usize)
+    });
+    let size_of = |keep: &dyn Fn(&str) -> bool| -> usize {
+        file.tensors()
+            .iter()
+            .filter(|t| keep(&t.name))
+            .map(|t| t.size as usize)
+            .sum()
+    };
+    assert_eq!(layer_bytes.len(), 2);
+    for (il, &bytes) in layer_bytes.iter().enumerate() {
+        assert_eq!(bytes, size_of(&|n| n.starts_with(&format!("blk.{il}."))), "layer {il}");
+    }
+    let head_names: &[&str] = if file.tensor("output.weight").is_ok() {
+        &["output_norm.weight", "output.weight"]
+    } else {
+        &["output_norm.weight", "token_embd.weight"]
+    };
+    assert_eq!(head_bytes, size_of(&|n| head_names.contains(&n)));
+
     // The test device holds every weight, as a device given all layers would.
     let mut device = OpaqueDevice::new(None, None);
     let uses = alone.graph().unwrap().weight_uses();

@@ -37,6 +37,35 @@ pub struct BackendSet {
     n_gpu_layers: Option<usize>,
 }
 
+/// A [`BackendSet`]'s devices before their weights are prepared.
+pub struct UnpreparedSet {
+    devices: Vec<Box<dyn BackendDevice>>,
+    weights: Arc<dyn TensorSource>,
+}
+
+impl UnpreparedSet {
+    /// The free memory of the first device that has memory of its own (a GPU's).
+    pub fn free_memory(&self) -> Option<usize> {
+        self.devices.iter().find_map(|d| d.free_memory())
+    }
+
+    /// Each device prepares the weights `uses_of` gives it; sessions offload `n_gpu_layers`.
+    pub fn prepare(
+        mut self,
+        uses_of: &dyn Fn(Backend) -> Vec<WeightUse>,
+        n_gpu_layers: Option<usize>,
+    ) -> Result<BackendSet, BackendError> {
+        for device in &mut self.devices {
+            let uses = uses_of(device.handle());
+            device.prepare_weights(self.weights.as_ref(), &uses)?;
+        }
+        Ok(BackendSet {
+            devices: self.devices.into_iter().map(Arc::from).collect(),
+            n_gpu_layers,
+        })
+    }
+}
+
 impl BackendSet {
     /// The devices of `fence` (in its order), resolving weights through `weights`, each having
     /// prepared the weights `weight_uses` names (the model's) once for the process; CPU work
@@ -60,20 +89,28 @@ impl BackendSet {
         n_threads: Option<usize>,
         n_gpu_layers: Option<usize>,
     ) -> Result<Self, BackendError> {
+        Self::open(fence, weights, n_threads)?.prepare(uses_of, n_gpu_layers)
+    }
+
+    /// The devices of `fence`, made but not yet given their weights: what a caller asks (free
+    /// memory) before deciding what each prepares ([`UnpreparedSet::prepare`]).
+    pub fn open(
+        fence: &[Backend],
+        weights: Arc<dyn TensorSource>,
+        n_threads: Option<usize>,
+    ) -> Result<UnpreparedSet, BackendError> {
         let n_threads = n_threads.unwrap_or_else(cpu::default_threads).max(1);
-        let mut devices = Vec::new();
+        let mut devices: Vec<Box<dyn BackendDevice>> = Vec::new();
         for &handle in fence {
-            let mut device: Box<dyn BackendDevice> = match handle {
+            devices.push(match handle {
                 Backend::CPU => Box::new(cpu::CpuDevice::new(Arc::clone(&weights), n_threads)),
                 #[cfg(feature = "cuda")]
                 Backend::CUDA => Box::new(cuda::CudaDevice::new()?),
                 // Backends this build does not contain never pass the registry's fence.
                 _ => continue,
-            };
-            device.prepare_weights(weights.as_ref(), &uses_of(handle))?;
-            devices.push(Arc::from(device));
+            });
         }
-        Ok(BackendSet { devices, n_gpu_layers })
+        Ok(UnpreparedSet { devices, weights })
     }
 
     /// The layers a device runs in every session (`-ngl`), `None` for all.

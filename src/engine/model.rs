@@ -10,12 +10,16 @@ use crate::backends::BackendSet;
 use crate::gguf::{GgufError, GgufFile};
 use crate::grammar::{Grammar, GrammarError, GrammarSpec, GrammarVocabulary};
 use crate::graph::registry::{fence_from, RegistryError};
-use crate::graph::{Backend, BackendError, CParams, GraphParams};
+use crate::graph::{Backend, BackendError, CParams, GraphParams, TensorSource};
 use crate::models::{load_model, GgufWeights, HParams, ModelDef, ModelError};
 use crate::template::{ChatTemplate, Rendered, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+
+/// Device memory `-ngl auto` leaves free for the KV cache, activations and the driver (or 5 %
+/// of the free memory, if more).
+const AUTO_RESERVE: usize = 512 << 20;
 
 /// Why a model could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -139,7 +143,21 @@ impl Model {
         // A partial offload needs a device ahead of the CPU; with the CPU alone there is
         // nothing to offload, and a device alone cannot leave layers behind.
         let first = fence.first().copied().unwrap_or(Backend::CPU);
-        let offload = options.n_gpu_layers.filter(|_| first != Backend::CPU);
+        let unprepared = BackendSet::open(&fence, Arc::clone(&weights) as Arc<dyn TensorSource>, options.n_threads)?;
+        let offload = match options.n_gpu_layers {
+            Some(n) if first != Backend::CPU => Some(n),
+            // No -ngl with a device first and the CPU behind it: `auto`, as many layers as the
+            // device's free memory holds (a reserve kept for the KV cache and activations).
+            None if first != Backend::CPU && fence.contains(&Backend::CPU) => {
+                unprepared.free_memory().and_then(|free| {
+                    let bytes_of = |name: &str| weights.weight(name).map_or(0, |w| w.data.len());
+                    let (layers, head) = crate::graph::offload::weight_bytes_by_place(&probe, bytes_of);
+                    let reserve = (free / 20).max(AUTO_RESERVE);
+                    crate::graph::offload::fit_layers(&layers, head, free.saturating_sub(reserve))
+                })
+            }
+            _ => None,
+        };
         if let Some(n) = offload {
             let n_layer = crate::graph::offload::n_layer(&crate::graph::offload::places(&probe));
             if n <= n_layer && !fence.contains(&Backend::CPU) {
@@ -152,7 +170,7 @@ impl Model {
         }
         // Each device prepares the weights of the nodes it will run.
         let uses_of = |b: Backend| probe.weight_uses_of(|node| node.backend.unwrap_or(first) == b);
-        let backends = BackendSet::create_split(&fence, weights, &uses_of, options.n_threads, offload)?;
+        let backends = unprepared.prepare(&uses_of, offload)?;
         Ok(Model {
             path: path.to_path_buf(),
             file,

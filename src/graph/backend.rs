@@ -111,6 +111,11 @@ pub trait BackendDevice: Send + Sync {
     fn device_name(&self) -> Option<String> {
         None
     }
+    /// Bytes of memory free on the device for weights and buffers, for `-ngl auto`; `None` for
+    /// a device that shares the host's memory.
+    fn free_memory(&self) -> Option<usize> {
+        None
+    }
     /// Bytes the device prepared from the weights and holds itself (uploads, repacked copies);
     /// 0 for a device that reads them in place.
     fn weights_bytes(&self) -> usize {

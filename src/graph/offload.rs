@@ -10,7 +10,7 @@
 use super::{Backend, ComputeGraph, NodeMeta};
 
 /// Where a node sits in the model's stack, in execution order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Place {
     /// The token embedding lookup.
     Embedding,
@@ -80,9 +80,63 @@ pub fn pin_to_cpu(graph: &mut ComputeGraph, n_gpu_layers: usize) {
     }
 }
 
+/// Bytes of the weights each layer's nodes name (index = layer) and of the head's, from
+/// `bytes_of` (a weight's size by name): what `-ngl auto` fits into a device's free memory.
+pub fn weight_bytes_by_place(graph: &ComputeGraph, bytes_of: impl Fn(&str) -> usize) -> (Vec<usize>, usize) {
+    let places = places(graph);
+    let mut layers = vec![0usize; n_layer(&places)];
+    let mut head = 0;
+    let mut seen = std::collections::HashSet::new();
+    for (node, place) in graph.nodes.iter().zip(places) {
+        for (name, _) in node.weight_names() {
+            // Once per place: a tied head multiplies by the embedding table, which the device
+            // must then hold although the lookup stays on the CPU.
+            if !seen.insert((name.clone(), place)) {
+                continue;
+            }
+            match place {
+                Some(Place::Layer(il)) => layers[il] += bytes_of(name),
+                Some(Place::Head) => head += bytes_of(name),
+                Some(Place::Embedding) | None => {}
+            }
+        }
+    }
+    (layers, head)
+}
+
+/// `-ngl auto`: the most layers whose weights fit in `budget` bytes, counted from the last
+/// layer (the head too once every layer fits); `None` when everything fits (all layers and the
+/// head, the same as no `-ngl`).
+pub fn fit_layers(layer_bytes: &[usize], head_bytes: usize, budget: usize) -> Option<usize> {
+    let mut used = 0usize;
+    for (n, &bytes) in layer_bytes.iter().rev().enumerate() {
+        used = used.saturating_add(bytes);
+        if used > budget {
+            return Some(n);
+        }
+    }
+    if used.saturating_add(head_bytes) > budget {
+        return Some(layer_bytes.len());
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_fits_the_last_layers_that_fit_and_the_head_only_after_all_of_them() {
+        let layers = [10, 20, 30, 40];
+        assert_eq!(fit_layers(&layers, 5, 1000), None);
+        assert_eq!(fit_layers(&layers, 5, 104), Some(4), "every layer but not the head");
+        assert_eq!(fit_layers(&layers, 5, 100), Some(4));
+        assert_eq!(fit_layers(&layers, 5, 99), Some(3), "40 + 30 + 20 fit, not the 10");
+        assert_eq!(fit_layers(&layers, 5, 70), Some(2));
+        assert_eq!(fit_layers(&layers, 5, 39), Some(0), "not even the last layer");
+        assert_eq!(fit_layers(&[], 5, 4), Some(0));
+        assert_eq!(fit_layers(&[], 5, 5), None);
+    }
 
     #[test]
     fn a_layer_is_read_from_the_gguf_name() {

@@ -68,6 +68,8 @@ pub struct ServerConfig {
     pub n_threads: Option<usize>,
     /// A backend fence (`--backend`), else `MINFER_BACKENDS`, else every usable backend.
     pub backend: Option<String>,
+    /// Layers on the GPU (`-ngl`; `None`: every layer on the highest-priority backend).
+    pub n_gpu_layers: Option<usize>,
     /// The key clients must send as `Authorization: Bearer KEY`; `None` or empty: no key.
     pub api_key: Option<String>,
     /// Largest request body accepted (413 beyond).
@@ -248,8 +250,7 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
         backend: config.backend.clone(),
         open: config.open,
         chat_template: config.chat_template.clone(),
-        // `-ngl N` above 0 is refused by the command line before this (no split offload here yet).
-        n_gpu_layers: None,
+        n_gpu_layers: config.n_gpu_layers,
     };
     let model = Arc::new(Model::load(&config.model, &options)?);
     let n_threads = model.backends().n_threads();

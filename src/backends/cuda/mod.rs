@@ -202,6 +202,10 @@ impl BackendDevice for CudaDevice {
         Some(self.gpu.name.clone())
     }
 
+    fn free_memory(&self) -> Option<usize> {
+        self.gpu.ctx.mem_get_info().ok().map(|(free, _)| free)
+    }
+
     fn weights_bytes(&self) -> usize {
         self.weights_bytes
     }

@@ -268,7 +268,7 @@ impl AccelArgs {
         Ok((backend, list))
     }
 
-    /// [`AccelArgs::placement`] for the commands that do not split layers yet (`serve`): the
+    /// [`AccelArgs::placement`] for the command that does not split layers yet (`bench --npl`): the
     /// fence, with `-ngl N` above 0 refused.
     fn fence(&self, backend: Option<String>) -> anyhow::Result<Option<String>> {
         let (fence, n_gpu_layers) = self.placement(backend)?;
@@ -1175,7 +1175,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             backend,
             draft,
         } => {
-            let backend = compat.fence(backend)?;
+            let (backend, n_gpu_layers) = compat.placement(backend)?;
             let draft_choice = draft.choice()?;
             anyhow::ensure!(
                 !embeddings,
@@ -1226,6 +1226,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 n_ctx,
                 n_threads: threads,
                 backend,
+                n_gpu_layers,
                 api_key,
                 max_body_bytes,
                 shutdown_timeout: std::time::Duration::from_secs_f64(shutdown_timeout),
