@@ -1185,3 +1185,28 @@ fn a_partial_offload_runs_the_last_layers_on_the_device_and_gives_the_cpus_logit
         }
     }
 }
+
+#[test]
+fn gpu_layers_for_a_fence_that_starts_with_the_cpu_are_refused_not_ignored() {
+    use minfer::engine::{LoadError, Model, ModelOptions};
+    let options = ModelOptions {
+        backend: Some("cpu".into()),
+        n_gpu_layers: Some(5),
+        ..Default::default()
+    };
+    let err = Model::load(common::tiny_model("qwen2", "Q8_0"), &options)
+        .err()
+        .expect("refused");
+    assert!(matches!(err, LoadError::GpuLayers { n_gpu_layers: 5, .. }), "{err}");
+    assert!(
+        err.to_string().contains("-ngl 5 does not fit the backend fence (cpu)"),
+        "{err}"
+    );
+    // -ngl 0 asks nothing of a device: the CPU alone runs the model.
+    let options = ModelOptions {
+        backend: Some("cpu".into()),
+        n_gpu_layers: Some(0),
+        ..Default::default()
+    };
+    assert!(Model::load(common::tiny_model("qwen2", "Q8_0"), &options).is_ok());
+}

@@ -347,9 +347,9 @@ fn gpu_layers_are_a_column_and_a_field_and_a_list_runs_each_value() {
         assert_eq!(r["backends"].as_str(), Some("CPU"), "{r}");
     }
     let table = stdout(&bench(&["-p", "8", "-n", "0", "-r", "1", "-ngl", "0"]));
-    assert!(table.lines().next().unwrap().contains("   ngl |"), "{table}");
+    assert!(table.lines().next().unwrap().contains("| ngl |"), "{table}");
     assert!(
-        table.lines().nth(2).unwrap().contains("| CPU        |     0 |"),
+        table.lines().nth(2).unwrap().contains("| CPU        |   0 |"),
         "{table}"
     );
     if !usable {

@@ -32,6 +32,8 @@ pub struct BatchedOptions {
     pub n_threads: usize,
     /// `--backend`, as for `minfer MODEL`.
     pub backend: Option<String>,
+    /// `-ngl N`, as for `minfer MODEL`.
+    pub n_gpu_layers: Option<usize>,
     /// Seed of the random token ids.
     pub seed: u64,
 }
@@ -99,7 +101,7 @@ pub fn run_batched(
             n_ctx: needed,
             n_threads: Some(options.n_threads),
             backend: options.backend.clone(),
-            n_gpu_layers: None,
+            n_gpu_layers: options.n_gpu_layers,
             kv_types: (DType::F16, DType::F16),
             open: Default::default(),
             chat_template: None,
@@ -203,6 +205,7 @@ mod tests {
             n_parallel: vec![1, 3],
             n_threads: 1,
             backend: None,
+            n_gpu_layers: None,
             seed: 7,
         };
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-qwen2-Q8_0.gguf");

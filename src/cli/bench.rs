@@ -824,7 +824,7 @@ const COLUMNS: [(&str, i32); 8] = [
     ("size", 10),
     ("params", 10),
     ("backend", -10),
-    ("ngl", 5),
+    ("ngl", 3),
     ("threads", 7),
     ("test", 15),
     ("t/s", 20),
@@ -1101,16 +1101,16 @@ mod tests {
         let lines: Vec<&str> = header.lines().collect();
         assert_eq!(
             lines[0],
-            "| model                          |       size |     params | backend    | threads |            test |                  t/s |"
+            "| model                          |       size |     params | backend    | ngl | threads |            test |                  t/s |"
         );
         assert_eq!(
             lines[1],
-            "| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |"
+            "| ------------------------------ | ---------: | ---------: | ---------- | --: | ------: | --------------: | -------------------: |"
         );
         let r = row(512, 0, vec![4_000_000_000, 4_000_000_000]);
         assert_eq!(
             markdown_row(&r),
-            "| qwen2 0.5B Q4_K - Medium       | 373.71 MiB |   494.03 M | CPU        |       2 |           pp512 |        128.00 ± 0.00 |\n"
+            "| qwen2 0.5B Q4_K - Medium       | 373.71 MiB |   494.03 M | CPU        |   0 |       2 |           pp512 |        128.00 ± 0.00 |\n"
         );
     }
 

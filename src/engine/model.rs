@@ -55,8 +55,11 @@ pub enum LoadError {
     /// A backend could not prepare the weights (upload, repack).
     #[error(transparent)]
     Backend(#[from] BackendError),
-    /// `-ngl N` leaves layers on the CPU, but the fence has no CPU to run them.
-    #[error("-ngl {n_gpu_layers} leaves layers on the CPU, which the backend fence ({fence}) excludes")]
+    /// `-ngl N` leaves layers on the CPU but the fence has no CPU to run them, or asks for
+    /// device layers in a fence whose first backend is the CPU.
+    #[error(
+        "-ngl {n_gpu_layers} does not fit the backend fence ({fence}): it needs a GPU first and the CPU behind it"
+    )]
     GpuLayers {
         /// The layers asked for.
         n_gpu_layers: usize,
@@ -146,14 +149,24 @@ impl Model {
         let unprepared = BackendSet::open(&fence, Arc::clone(&weights) as Arc<dyn TensorSource>, options.n_threads)?;
         let offload = match options.n_gpu_layers {
             Some(n) if first != Backend::CPU => Some(n),
+            // Layers for a device the fence puts behind the CPU would silently run on the CPU.
+            Some(n) if n > 0 => {
+                return Err(LoadError::GpuLayers {
+                    n_gpu_layers: n,
+                    fence: fence.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","),
+                })
+            }
             // No -ngl with a device first and the CPU behind it: `auto`, as many layers as the
             // device's free memory holds (a reserve kept for the KV cache and activations).
             None if first != Backend::CPU && fence.contains(&Backend::CPU) => {
-                unprepared.free_memory().and_then(|free| {
+                unprepared.free_memory().map(|free| {
                     let bytes_of = |name: &str| weights.weight(name).map_or(0, |w| w.data.len());
                     let (layers, head) = crate::graph::offload::weight_bytes_by_place(&probe, bytes_of);
                     let reserve = (free / 20).max(AUTO_RESERVE);
-                    crate::graph::offload::fit_layers(&layers, head, free.saturating_sub(reserve))
+                    // Everything fitting is "every layer and the head": the embedding lookup
+                    // stays on the CPU all the same (the device need not hold its table).
+                    let fit = crate::graph::offload::fit_layers(&layers, head, free.saturating_sub(reserve));
+                    fit.unwrap_or(layers.len() + 1)
                 })
             }
             _ => None,

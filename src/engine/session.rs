@@ -465,8 +465,10 @@ impl Session {
     }
 
     /// Offload only the last `n_gpu_layers` layers to the first backend (`-ngl`; `None`: every
-    /// node to the highest-priority backend that runs it). Part of the graph's identity, so the
-    /// next step rebuilds. A session over a model takes the model's setting.
+    /// node to the highest-priority backend that runs it), for a session over contexts the
+    /// caller made ([`Session::with_backends`]), before its first step: a layer's KV regions stay
+    /// on the backend they were first made on, and a session over a model takes the model's
+    /// setting, which decided the weights each device prepared.
     pub fn set_gpu_layers(&mut self, n_gpu_layers: Option<usize>) {
         self.params.cparams.n_gpu_layers = n_gpu_layers;
     }

@@ -32,7 +32,14 @@ pub fn places(graph: &ComputeGraph) -> Vec<Option<Place>> {
         let named = node.weight_names();
         let own = if matches!(node.meta, NodeMeta::Embed(_)) {
             Some(Place::Embedding)
-        } else if let Some(il) = node.kv_layer().or_else(|| named.iter().find_map(|(n, _)| layer_of(n))) {
+        } else if let Some(il) = node
+            .op
+            .kv_layer()
+            .or_else(|| node.kv_layer())
+            .or_else(|| named.iter().find_map(|(n, _)| layer_of(n)))
+        {
+            // The KV views (`KvcacheLoad`, no sources) too: a layer's view must stay beside its
+            // store and attention, or every step would copy the whole region across.
             Some(Place::Layer(il))
         } else if !named.is_empty() {
             // A weight outside the layers that is no embedding table: the output norm or head

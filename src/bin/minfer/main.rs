@@ -234,7 +234,7 @@ impl AccelArgs {
     /// without a usable GPU is refused with the reason.
     fn placement(&self, backend: Option<String>) -> anyhow::Result<(Option<String>, Option<usize>)> {
         if self.n_gpu_layers.len() > 1 {
-            anyhow::bail!("-ngl takes one layer count here (bench takes a list)");
+            anyhow::bail!("-ngl takes one layer count here (only `bench` without --npl takes a list)");
         }
         let (fence, list) = self.placements(backend)?;
         Ok((fence, list[0]))
@@ -266,19 +266,6 @@ impl AccelArgs {
             return Ok((Some("cpu".into()), vec![None; list.len()]));
         }
         Ok((backend, list))
-    }
-
-    /// [`AccelArgs::placement`] for the command that does not split layers yet (`bench --npl`): the
-    /// fence, with `-ngl N` above 0 refused.
-    fn fence(&self, backend: Option<String>) -> anyhow::Result<Option<String>> {
-        let (fence, n_gpu_layers) = self.placement(backend)?;
-        match n_gpu_layers {
-            Some(n) if n > 0 => anyhow::bail!(
-                "-ngl {n} cannot be honoured by this command yet: leave -ngl out to run every layer on \
-                 the GPU, or give -ngl 0 for the CPU"
-            ),
-            _ => Ok(fence),
-        }
     }
 }
 
@@ -1065,7 +1052,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             compat,
             ..
         } if !n_parallel.is_empty() => {
-            let backend = compat.fence(backend)?;
+            let (backend, n_gpu_layers) = compat.placement(backend)?;
             let model = bench_model(model, model_flag)?;
             anyhow::ensure!(
                 threads.len() <= 1,
@@ -1077,6 +1064,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 n_parallel,
                 n_threads: threads.first().copied().unwrap_or_else(minfer::engine::default_threads),
                 backend,
+                n_gpu_layers,
                 seed: 1,
             };
             use minfer::cli::batched_bench;
@@ -1209,7 +1197,8 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                         backend: backend.clone(),
                         open: file.open_options(),
                         chat_template: None,
-                        n_gpu_layers: None,
+                        // As the CLI's draft: the same split rule (and with -ngl 0, the CPU).
+                        n_gpu_layers,
                     };
                     let source = resolve_draft(choice)?
                         .load(&options)
