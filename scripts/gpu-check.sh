@@ -7,7 +7,8 @@
 # 0, 1, 12 and all, and 1,000 decode steps without a device allocation. Prints one line per check and a
 # summary; exits non-zero when any fails.
 #
-# Usage: bash .gpu/gpu-check.sh [TWIN.gguf]   (a model for a speed figure, optional)
+# Usage: bash .gpu/gpu-check.sh [MODEL.gguf]   (a model for a speed figure; default: the one
+# scripts/gpu-pack.sh packed, if any)
 set -uo pipefail
 cd "$(dirname "$0")"
 here="$(pwd)"
@@ -37,8 +38,13 @@ check tiny-models-cuda env MINFER_TEST_BACKEND=cuda ./tiny_models --test-threads
 if [[ ${arch} == qwen2 ]]; then
     check real-shape ./real_shape_model --nocapture
 fi
-if [[ -n "${1:-}" ]]; then
-    check bench ./minfer bench "$1" --backend cuda -p 512 -n 128 -r 3
+bench_model="${1:-}"
+if [[ -z "${bench_model}" && -f bench.gguf.gz ]]; then
+    gunzip -kf bench.gguf.gz && bench_model=bench.gguf
+fi
+if [[ -n "${bench_model}" ]]; then
+    check bench ./minfer bench "${bench_model}" -ngl 99 -p 512 -n 128 -r 5
+    check bench-cpu ./minfer bench "${bench_model}" -ngl 0 -t 16 -p 512 -n 64 -r 2
 fi
 echo "SUMMARY: ${#failed[@]} failed${failed[*]:+: ${failed[*]}}"
 [[ ${#failed[@]} == 0 ]]

@@ -7,7 +7,10 @@
 # compressed, and the test of a random model with the default model's real shape (with qwen2).
 # One architecture keeps the folder under 64 MiB: run the pair once for qwen2 and once for qwen3.
 #
-# Usage: scripts/gpu-pack.sh [qwen2|qwen3]  → then `bash .gpu/gpu-check.sh` on the GPU machine,
+# A model for a speed figure may come along (a constant-weight twin of the default model, a few
+# MB gzipped: `.gguf` or `.gguf.gz`); the check then benches it on the GPU.
+#
+# Usage: scripts/gpu-pack.sh [qwen2|qwen3] [MODEL]  → then `bash .gpu/gpu-check.sh` on the GPU machine,
 # carrying .gpu (and moving tests/fixtures out of the tree for that call: tracked files travel too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,5 +41,11 @@ strip "${out}"/* 2>/dev/null || true
 (cd tests/fixtures && tar czf "../../${out}/fixtures.tar.gz" "models/tiny-${arch}-F32.gguf" \
     tiny-reference/prompts.json tiny-reference/tiny-"${arch}"-*)
 echo "${arch}" > "${out}/arch"
+if [[ -n "${2:-}" ]]; then
+    case "$2" in
+        *.gz) cp "$2" "${out}/bench.gguf.gz" ;;
+        *) gzip -1 -c "$2" > "${out}/bench.gguf.gz" ;;
+    esac
+fi
 cp scripts/gpu-check.sh "${out}/"
 du -sh "${out}"/* >&2
