@@ -259,15 +259,13 @@ impl CudaBackend {
             Some(b) => self.f32_weight(node, b, m.out_dim)?,
             None => 0,
         };
-        let cfg = LaunchConfig {
-            grid_dim: (
+        let cfg = launch_config(
+            (
                 grid(m.out_dim.div_ceil(MMV_ROWS_PER_BLOCK as usize))?,
                 grid(nt.div_ceil(MMV_TOKENS))?,
-                1,
             ),
-            block_dim: (32 * MMV_ROWS_PER_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
+            32 * MMV_ROWS_PER_BLOCK,
+        );
         let args = [
             Arg::Ptr(self.weight_ptr(node, &m.weight_name)?),
             Arg::I32(ty as i32),
@@ -294,11 +292,7 @@ impl CudaBackend {
         out: u64,
     ) -> Result<(), BackendError> {
         let (d, n_rows) = rows;
-        let cfg = LaunchConfig {
-            grid_dim: (grid(n_rows)?, 1, 1),
-            block_dim: (if d >= 256 { 256 } else { 64 }, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = launch_config((grid(n_rows)?, 1), if d >= 256 { 256 } else { 64 });
         let args = [
             Arg::Ptr(x),
             Arg::Ptr(weight),
@@ -327,11 +321,7 @@ impl CudaBackend {
         }
         // The same f32 power as the CPU's rope cache.
         let theta_scale = m.freq_base.powf(-2.0 / m.n_rot as f32);
-        let cfg = LaunchConfig {
-            grid_dim: (grid(nt * n_head)?, 1, 1),
-            block_dim: (64, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = launch_config((grid(nt * n_head)?, 1), 64);
         let args = [
             Arg::Ptr(x),
             Arg::Ptr(positions),
@@ -346,11 +336,7 @@ impl CudaBackend {
 
     /// op 0 add, 1 mul, 2 swiglu, 3 silu over `n` values.
     fn elementwise(&self, node: &CNode, a: u64, b: u64, out: u64, n: usize, op: i32) -> Result<(), BackendError> {
-        let cfg = LaunchConfig {
-            grid_dim: (grid(n.div_ceil(256).clamp(1, 65_535))?, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = launch_config((grid(n.div_ceil(256).clamp(1, 65_535))?, 1), 256);
         let args = [
             Arg::Ptr(a),
             Arg::Ptr(b),
@@ -407,11 +393,7 @@ impl CudaBackend {
         kv_pair: Option<(usize, usize)>,
     ) -> Result<(), BackendError> {
         let (k_region, v_region, f16, n_ctx) = self.regions(node, kv_pair, width)?;
-        let cfg = LaunchConfig {
-            grid_dim: (grid(nt)?, 1, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = launch_config((grid(nt)?, 1), 128);
         let args = [
             Arg::Ptr(k),
             Arg::Ptr(v),
@@ -463,11 +445,7 @@ impl CudaBackend {
                         format!("table '{}' is shorter than {} rows", m.weight_name, m.n_rows),
                     ));
                 }
-                let cfg = LaunchConfig {
-                    grid_dim: (grid(n_ids)?, 1, 1),
-                    block_dim: (32, 1, 1),
-                    shared_mem_bytes: 0,
-                };
+                let cfg = launch_config((grid(n_ids)?, 1), 32);
                 let args = [
                     Arg::Ptr(self.weight_ptr(node, &m.weight_name)?),
                     Arg::I32(ty as i32),
@@ -485,11 +463,7 @@ impl CudaBackend {
                 let x_slot_bytes = self.slot(in_bufs[0].id)?.bytes;
                 let x = self.ptr(in_bufs[0].id)?;
                 let ids = self.input(node, in_bufs[1], n_ids * 4)?;
-                let cfg = LaunchConfig {
-                    grid_dim: (grid(n_ids)?, 1, 1),
-                    block_dim: (128, 1, 1),
-                    shared_mem_bytes: 0,
-                };
+                let cfg = launch_config((grid(n_ids)?, 1), 128);
                 let args = [
                     Arg::Ptr(x),
                     Arg::Ptr(ids),
@@ -602,11 +576,7 @@ impl CudaBackend {
                     (0, 0, 0)
                 };
                 let (k_region, v_region, f16, n_ctx) = self.regions(node, kv_pair, m.n_head_kv * m.head_dim)?;
-                let cfg = LaunchConfig {
-                    grid_dim: (grid(m.n_head)?, grid(nt)?, 1),
-                    block_dim: (ATTN_THREADS, 1, 1),
-                    shared_mem_bytes: 0,
-                };
+                let cfg = launch_config((grid(m.n_head)?, grid(nt)?), ATTN_THREADS);
                 let args = [
                     Arg::Ptr(q),
                     Arg::Ptr(k_region),
@@ -718,6 +688,15 @@ impl Drop for CudaBackend {
         if let Ok(stream) = &self.stream {
             let _ = stream.synchronize();
         }
+    }
+}
+
+/// `grid` blocks of `threads` threads, no dynamic shared memory.
+fn launch_config(grid: (u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid.0, grid.1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
 

@@ -52,22 +52,9 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // A block-wide sum for blocks of at most 1024 threads; every thread gets the total.
-// `scratch` holds 32 floats of shared memory.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-    const int lane = threadIdx.x % 32;
-    const int warp = threadIdx.x / 32;
-    const int n_warps = (blockDim.x + 31) / 32;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) {
-        scratch[warp] = v;
-    }
-    __syncthreads();
-    v = lane < n_warps ? scratch[lane] : 0.0f;
-    return warp_sum(v);
-}
-
-__device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
+// `scratch` holds 32 values of shared memory.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
     const int lane = threadIdx.x % 32;
     const int warp = threadIdx.x / 32;
     const int n_warps = (blockDim.x + 31) / 32;
@@ -77,7 +64,7 @@ __device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
         scratch[warp] = v;
     }
     __syncthreads();
-    v = lane < n_warps ? scratch[lane] : 0.0;
+    v = lane < n_warps ? scratch[lane] : (T)0;
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
     return v;
 }

@@ -12,7 +12,7 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, int d, float
     // Squares in f32, summed in f64, as the CPU kernel (and ggml) sum them.
     double sum = 0.0;
     for (int j = threadIdx.x; j < d; j += blockDim.x) sum += (double)(xr[j] * xr[j]);
-    sum = block_sum_f64(sum, scratch);
+    sum = block_sum(sum, scratch);
     const float mean = (float)(sum / (double)d);
     const float scale = 1.0f / sqrtf(mean + eps);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
