@@ -563,11 +563,15 @@ const HEAD_DIM: usize = 32;
 const N_CTX: usize = 16;
 
 fn kv_meta() -> KvcacheMeta {
+    kv_meta_of(DType::F32, DType::F32)
+}
+
+fn kv_meta_of(type_k: DType, type_v: DType) -> KvcacheMeta {
     KvcacheMeta {
         n_kv_embd: N_HEAD_KV * HEAD_DIM,
         n_ctx: N_CTX,
-        type_k: DType::F32,
-        type_v: DType::F32,
+        type_k,
+        type_v,
     }
 }
 
@@ -587,7 +591,15 @@ fn attn_meta() -> AttnMeta {
 /// its own sequence's cells only.
 fn attention_cases(rng: &mut Rng) -> Vec<Case> {
     let mut cases = Vec::new();
-    for (nt, explicit) in [(3, false), (1, false), (2, true)] {
+    // Every KV cache type (`-ctk`, `-ctv`) in each form, K and V of different types once.
+    let forms = [(3, false), (1, false), (2, true)];
+    let types = [
+        (DType::F32, DType::F32),
+        (DType::F16, DType::F16),
+        (DType::Q8_0, DType::Q8_0),
+        (DType::Q8_0, DType::F16),
+    ];
+    for ((nt, explicit), (type_k, type_v)) in forms.into_iter().flat_map(|f| types.map(|t| (f, t))) {
         let kv_width = N_HEAD_KV * HEAD_DIM;
         let mut b = GraphBuilder::new();
         let q = b.input("q", [N_HEAD * HEAD_DIM, nt, 1, 1], DType::F32);
@@ -601,11 +613,15 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
                 b.input("spans", [2, nt, 1, 1], DType::I32),
             )
         });
-        let store = b.kvcache_store("kv_store", 0, k, v, cells, kv_meta());
-        let kv = b.kvcache_load("kv_load", 0, kv_meta());
+        let store = b.kvcache_store("kv_store", 0, k, v, cells, kv_meta_of(type_k, type_v));
+        let kv = b.kvcache_load("kv_load", 0, kv_meta_of(type_k, type_v));
         let out = b.attn("out", q, kv, pos, span, attn_meta());
         b.output(out);
-        b.output(store);
+        // The store's output is the K region itself: compared as f32 values when it holds them
+        // (the store runs either way, a node with a side effect).
+        if type_k == DType::F32 {
+            b.output(store);
+        }
         let steps = (0..3)
             .map(|step| {
                 let mut inputs = vec![
@@ -639,7 +655,11 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
             "bounded by position"
         };
         cases.push(Case {
-            name: format!("KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}), {nt} token(s) x 3 steps"),
+            name: format!(
+                "KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}, KV {}/{}), {nt} token(s) x 3 steps",
+                type_k.name(),
+                type_v.name()
+            ),
             graph: b.build(),
             weights: Arc::new(MemWeights::default()),
             steps,

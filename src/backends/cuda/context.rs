@@ -30,6 +30,15 @@ const FLAG_MESSAGES: [(u32, &str); 3] = [
     (4, "an attention span outside the cache"),
 ];
 
+/// A layer's KV regions as the kernels take them.
+struct Regions {
+    k: u64,
+    v: u64,
+    k_type: i32,
+    v_type: i32,
+    n_ctx: usize,
+}
+
 /// A kernel argument, kept alive until its launch.
 enum Arg {
     Ptr(u64),
@@ -347,37 +356,39 @@ impl CudaBackend {
         self.launch(node, "elementwise", cfg, &args)
     }
 
-    /// The layer's (K, V) regions: their addresses, whether they are f16, and cells of `width`.
-    fn regions(
-        &self,
-        node: &CNode,
-        kv_pair: Option<(usize, usize)>,
-        width: usize,
-    ) -> Result<(u64, u64, i32, usize), BackendError> {
+    /// The layer's (K, V) regions: their addresses, their storage types (KV_F32, KV_F16,
+    /// KV_Q8_0 in ops.cu) and their cells of `width` values.
+    fn regions(&self, node: &CNode, kv_pair: Option<(usize, usize)>, width: usize) -> Result<Regions, BackendError> {
         let (k_id, v_id) = kv_pair.ok_or_else(|| Self::err(node, "no KV regions for this layer"))?;
-        let (k, v) = (self.slot(k_id)?, self.slot(v_id)?);
-        if k.dtype != v.dtype || k.bytes != v.bytes {
-            return Err(Self::err(node, "the K and V regions differ in type or size"));
-        }
-        let f16 = match k.dtype {
-            DType::F16 => 1,
-            DType::F32 => 0,
-            other => {
-                return Err(Self::err(
-                    node,
-                    format!(
-                        "the CUDA backend stores the KV cache as f16 or f32, not {} (use --cache-type-k f16 --cache-type-v f16)",
-                        other.name()
-                    ),
-                ))
-            }
-        };
-        let value_bytes = if f16 == 1 { 2 } else { 4 };
         if width == 0 {
             return Err(Self::err(node, "KV cells of width 0"));
         }
-        let n_ctx = k.bytes / value_bytes / width;
-        Ok((self.ptr(k_id)?, self.ptr(v_id)?, f16, n_ctx))
+        let layout = |id: usize| -> Result<(i32, usize), BackendError> {
+            let slot = self.slot(id)?;
+            let (code, n_ctx) = match slot.dtype {
+                DType::F32 => (0, slot.bytes / 4 / width),
+                DType::F16 => (1, slot.bytes / 2 / width),
+                DType::Q8_0 if width.is_multiple_of(32) => (2, slot.bytes / 34 * 32 / width),
+                other => {
+                    return Err(Self::err(
+                        node,
+                        format!("a {} KV region of cells of {width} values", other.name()),
+                    ))
+                }
+            };
+            Ok((code, n_ctx))
+        };
+        let ((k_type, n_ctx), (v_type, v_ctx)) = (layout(k_id)?, layout(v_id)?);
+        if n_ctx != v_ctx {
+            return Err(Self::err(node, format!("K holds {n_ctx} cells and V {v_ctx}")));
+        }
+        Ok(Regions {
+            k: self.ptr(k_id)?,
+            v: self.ptr(v_id)?,
+            k_type,
+            v_type,
+            n_ctx,
+        })
     }
 
     /// Store `nt` K and V rows of `width` at the cells listed at `cells`.
@@ -392,17 +403,18 @@ impl CudaBackend {
         width: usize,
         kv_pair: Option<(usize, usize)>,
     ) -> Result<(), BackendError> {
-        let (k_region, v_region, f16, n_ctx) = self.regions(node, kv_pair, width)?;
+        let r = self.regions(node, kv_pair, width)?;
         let cfg = launch_config((grid(nt)?, 1), 128);
         let args = [
             Arg::Ptr(k),
             Arg::Ptr(v),
             Arg::Ptr(cells),
             Arg::I32(int(width)?),
-            Arg::I32(int(n_ctx)?),
-            Arg::I32(f16),
-            Arg::Ptr(k_region),
-            Arg::Ptr(v_region),
+            Arg::I32(int(r.n_ctx)?),
+            Arg::I32(r.k_type),
+            Arg::I32(r.v_type),
+            Arg::Ptr(r.k),
+            Arg::Ptr(r.v),
             Arg::Ptr(self.flags_ptr()?),
         ];
         self.launch(node, "kv_store", cfg, &args)
@@ -575,13 +587,14 @@ impl CudaBackend {
                 } else {
                     (0, 0, 0)
                 };
-                let (k_region, v_region, f16, n_ctx) = self.regions(node, kv_pair, m.n_head_kv * m.head_dim)?;
+                let r = self.regions(node, kv_pair, m.n_head_kv * m.head_dim)?;
                 let cfg = launch_config((grid(m.n_head)?, grid(nt)?), ATTN_THREADS);
                 let args = [
                     Arg::Ptr(q),
-                    Arg::Ptr(k_region),
-                    Arg::Ptr(v_region),
-                    Arg::I32(f16),
+                    Arg::Ptr(r.k),
+                    Arg::Ptr(r.v),
+                    Arg::I32(r.k_type),
+                    Arg::I32(r.v_type),
                     Arg::Ptr(positions),
                     Arg::Ptr(index),
                     Arg::I32(int(n_index)?),
@@ -589,7 +602,7 @@ impl CudaBackend {
                     Arg::I32(int(m.n_head)?),
                     Arg::I32(int(m.n_head_kv)?),
                     Arg::I32(int(m.head_dim)?),
-                    Arg::I32(int(n_ctx)?),
+                    Arg::I32(int(r.n_ctx)?),
                     Arg::Ptr(out),
                     Arg::Ptr(self.flags_ptr()?),
                 ];

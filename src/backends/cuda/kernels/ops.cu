@@ -1,5 +1,5 @@
 // The activation kernels of the qwen2 and qwen3 graphs: RMSNorm (whole rows and per head),
-// RoPE, the element-wise ops, row selection, the KV store and GQA attention over an f16 or f32
+// RoPE, the element-wise ops, row selection, the KV store and GQA attention over an f32, f16 or q8_0
 // KV cache. Each follows the CPU backend's kernel (which follows ggml) in its order of float
 // operations where that order is cheap to keep.
 
@@ -74,11 +74,46 @@ extern "C" __global__ void get_rows_act(const float* x, const int* ids, int d, i
     for (int j = threadIdx.x; j < d; j += blockDim.x) o[j] = x[(i64)id * d + j];
 }
 
+// How a KV region stores its values (`kv_type`).
+#define KV_F32 0
+#define KV_F16 1
+#define KV_Q8_0 2
+
+// One block of 32 values as ggml's `quantize_row_q8_0_ref`: d = max|x| / 127 (stored as f16),
+// q = roundf(x / d).
+__device__ __forceinline__ void store_q8_0(const float* x, u8* block) {
+    float amax = 0.0f;
+    for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(x[l]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const u16 dh = f32_to_f16(d);
+    block[0] = (u8)(dh & 0xFF);
+    block[1] = (u8)(dh >> 8);
+    for (int l = 0; l < 32; l++) ((i8*)(block + 2))[l] = (i8)roundf(x[l] * id);
+}
+
+// One row of `width` values into a region of `kv_type` from value `at` (this block's threads).
+__device__ __forceinline__ void store_row(const float* x, int width, i64 at, int kv_type, void* region) {
+    if (kv_type == KV_Q8_0) {
+        for (int b = threadIdx.x; b < width / 32; b += blockDim.x) {
+            store_q8_0(x + 32 * b, (u8*)region + (at / 32 + b) * 34);
+        }
+        return;
+    }
+    for (int j = threadIdx.x; j < width; j += blockDim.x) {
+        if (kv_type == KV_F16) {
+            ((u16*)region)[at + j] = f32_to_f16(x[j]);
+        } else {
+            ((float*)region)[at + j] = x[j];
+        }
+    }
+}
+
 // Writes token t's K and V rows (`width` f32 values each) into cell cells[t] of the layer's
-// regions of `n_ctx` cells, stored as f16 (`f16` set) or f32. A cell outside the regions
-// raises MINFER_ERR_KV_CELL. One block a token.
+// regions of `n_ctx` cells, stored as `k_type` and `v_type` (q8_0: `width` is a multiple of 32,
+// one thread a block). A cell outside the regions raises MINFER_ERR_KV_CELL. One block a token.
 extern "C" __global__ void kv_store(const float* k, const float* v, const int* cells, int width, int n_ctx,
-                                    int f16, void* k_region, void* v_region, u32* error) {
+                                    int k_type, int v_type, void* k_region, void* v_region, u32* error) {
     const int t = blockIdx.x;
     const int cell = cells[t];
     if (cell < 0 || cell >= n_ctx) {
@@ -86,21 +121,19 @@ extern "C" __global__ void kv_store(const float* k, const float* v, const int* c
         return;
     }
     const i64 at = (i64)cell * width;
-    for (int j = threadIdx.x; j < width; j += blockDim.x) {
-        const float kv = k[(i64)t * width + j];
-        const float vv = v[(i64)t * width + j];
-        if (f16) {
-            ((u16*)k_region)[at + j] = f32_to_f16(kv);
-            ((u16*)v_region)[at + j] = f32_to_f16(vv);
-        } else {
-            ((float*)k_region)[at + j] = kv;
-            ((float*)v_region)[at + j] = vv;
-        }
-    }
+    const float* kr = k + (i64)t * width;
+    const float* vr = v + (i64)t * width;
+    store_row(kr, width, at, k_type, k_region);
+    store_row(vr, width, at, v_type, v_region);
 }
 
-__device__ __forceinline__ float kv_value(const void* region, int f16, i64 at) {
-    return f16 ? f16_to_f32(((const u16*)region)[at]) : ((const float*)region)[at];
+__device__ __forceinline__ float kv_value(const void* region, int kv_type, i64 at) {
+    if (kv_type == KV_F16) return f16_to_f32(((const u16*)region)[at]);
+    if (kv_type == KV_Q8_0) {
+        const u8* block = (const u8*)region + (at / 32) * 34;
+        return f16_to_f32(load_u16(block)) * (float)((const i8*)(block + 2))[at % 32];
+    }
+    return ((const float*)region)[at];
 }
 
 // Cells one pass of `attention` scores together, one a thread.
@@ -113,7 +146,8 @@ __device__ __forceinline__ float kv_value(const void* region, int f16, i64 at) {
 // listed in kv_index (n_index entries) from kv_span[2t]. One block of ATTN_TILE threads per (head, token); the
 // softmax is online over tiles of cells (rescaling when a tile raises the maximum), as the
 // CPU kernel does per block of cells.
-extern "C" __global__ void attention(const float* q, const void* k_region, const void* v_region, int f16,
+extern "C" __global__ void attention(const float* q, const void* k_region, const void* v_region, int k_type,
+                                     int v_type,
                                      const int* positions, const int* kv_index, int n_index, const int* kv_span,
                                      int n_head, int n_head_kv, int head_dim, int n_ctx, float* out, u32* error) {
     __shared__ float q_s[ATTN_MAX_HEAD_DIM];
@@ -158,7 +192,7 @@ extern "C" __global__ void attention(const float* q, const void* k_region, const
             } else {
                 const i64 at = (i64)cell * stride + (i64)kv_head * head_dim;
                 float dot = 0.0f;
-                for (int j = 0; j < head_dim; j++) dot += q_s[j] * kv_value(k_region, f16, at + j);
+                for (int j = 0; j < head_dim; j++) dot += q_s[j] * kv_value(k_region, k_type, at + j);
                 s = dot * scale;
             }
             cell_s[threadIdx.x] = cell;
@@ -182,8 +216,8 @@ extern "C" __global__ void attention(const float* q, const void* k_region, const
             const float pc = p_s[c];
             const int j0 = threadIdx.x;
             const int j1 = threadIdx.x + blockDim.x;
-            if (j0 < head_dim) acc0 += pc * kv_value(v_region, f16, at + j0);
-            if (j1 < head_dim) acc1 += pc * kv_value(v_region, f16, at + j1);
+            if (j0 < head_dim) acc0 += pc * kv_value(v_region, v_type, at + j0);
+            if (j1 < head_dim) acc1 += pc * kv_value(v_region, v_type, at + j1);
         }
         __syncthreads();
     }
