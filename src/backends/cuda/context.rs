@@ -372,7 +372,10 @@ impl CudaBackend {
                 other => {
                     return Err(Self::err(
                         node,
-                        format!("a {} KV region of cells of {width} values", other.name()),
+                        format!(
+                            "a {} KV region of cells of {width} values (q8_0 needs whole blocks of 32)",
+                            other.name()
+                        ),
                     ))
                 }
             };
