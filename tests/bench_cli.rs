@@ -5,8 +5,11 @@ mod common;
 
 use std::process::{Command, Output};
 
+/// `minfer bench` on the tiny model, fenced to the CPU: the rows these tests read say `CPU`
+/// on a machine with a GPU too.
 fn bench(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .env("MINFER_BACKENDS", "cpu")
         .arg("bench")
         .arg(common::tiny_model("qwen2", "Q4_K"))
         .args(args)
@@ -157,6 +160,7 @@ fn with_bandwidth_generation_is_reported_against_the_rate_the_memory_allows() {
 /// `minfer bench` with llama-bench's own way of naming the model (`-m`) and no positional one.
 fn bench_m(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .env("MINFER_BACKENDS", "cpu")
         .args(["bench", "-m"])
         .arg(common::tiny_model("qwen2", "Q4_K"))
         .args(args)
