@@ -234,15 +234,7 @@ impl OpaqueContext {
             id,
             problem: "does not exist".into(),
         })?;
-        offset
-            .checked_add(len)
-            .filter(|&end| end <= bytes)
-            .map(|end| offset..end)
-            .ok_or_else(|| BackendError::Buffer {
-                backend: "opaque".into(),
-                id,
-                problem: format!("bytes {offset}..{offset}+{len} are outside its {bytes}"),
-            })
+        minfer::graph::backend::buffer_window("opaque", id, bytes, offset, len)
     }
 
     /// Copy buffer `id` into its inner CPU buffer, unscrambled.

@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::Rng;
 use minfer::engine::{Model, ModelOptions, Session};
 use minfer::gguf::{GgufFile, GgufWriter, Value};
 use minfer::quant::GgmlType;
@@ -45,27 +46,6 @@ fn kind(name: &str, il: usize) -> (GgmlType, f64, f64) {
         "ffn_up.weight" => (GgmlType::Q5_0, 0.0, 0.0234),
         "ffn_down.weight" => (if more { GgmlType::Q6_K } else { GgmlType::Q4_K }, 0.0, 0.0123),
         other => panic!("no kind {other}"),
-    }
-}
-
-/// xorshift64*, and normal deviates by Box–Muller.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
     }
 }
 
@@ -156,7 +136,7 @@ fn write_model(dir: &Path) -> PathBuf {
 /// The prompt: 300 ids drawn from the ordinary tokens (below the tiny vocabulary's specials).
 fn prompt() -> Vec<u32> {
     let mut rng = Rng(42);
-    (0..300).map(|_| (rng.next_u64() % 3990) as u32).collect()
+    (0..300).map(|_| rng.below(3990) as u32).collect()
 }
 
 fn argmax_gap(row: &[f32]) -> (usize, f32) {

@@ -347,7 +347,8 @@ struct ModelInfo {
 }
 
 impl ModelInfo {
-    fn new(path: &Path, file: &GgufFile, session: &Session, model: &crate::engine::Model) -> Self {
+    fn new(path: &Path, model: &crate::engine::Model) -> Self {
+        let file = model.file();
         let m = file.metadata();
         let arch = m.get_str("general.architecture").unwrap_or("unknown");
         let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
@@ -358,8 +359,9 @@ impl ModelInfo {
         let ftype = m
             .get_uint("general.file_type")
             .map_or("unknown", super::info::file_type_name);
-        let backends: Vec<String> = session
+        let backends: Vec<String> = model
             .backends()
+            .handles()
             .iter()
             .map(|b| b.to_string().to_uppercase())
             .collect();
@@ -485,7 +487,7 @@ pub fn run_bench(
         if loaded.session.n_ctx() < needed {
             return Err(BenchError::ContextTooLarge { needed, n_ctx_train });
         }
-        let info = ModelInfo::new(path, loaded.model.file(), &loaded.session, &loaded.model);
+        let info = ModelInfo::new(path, &loaded.model);
         let per_token = weight_bytes_per_token(loaded.model.file());
         let n_vocab = loaded.session.model().hparams().n_vocab;
         let tokenizer = loaded.model.tokenizer();

@@ -144,18 +144,23 @@ impl Model {
             CParams::new(1, fence.iter().map(|b| b.0).collect()),
         ));
         // A partial offload needs a device ahead of the CPU; with the CPU alone there is
-        // nothing to offload, and a device alone cannot leave layers behind.
+        // nothing to offload. Refused before any device is made: layers for a device the fence
+        // puts behind the CPU (they would silently run on the CPU), or layers left to a CPU the
+        // fence excludes.
         let first = fence.first().copied().unwrap_or(Backend::CPU);
-        let unprepared = BackendSet::open(&fence, Arc::clone(&weights) as Arc<dyn TensorSource>, options.n_threads)?;
-        let offload = match options.n_gpu_layers {
-            Some(n) if first != Backend::CPU => Some(n),
-            // Layers for a device the fence puts behind the CPU would silently run on the CPU.
-            Some(n) if n > 0 => {
+        let n_layer = crate::graph::offload::n_layer(&crate::graph::offload::places(&probe));
+        if let Some(n) = options.n_gpu_layers {
+            let device_first = first != Backend::CPU;
+            if (!device_first && n > 0) || (device_first && n <= n_layer && !fence.contains(&Backend::CPU)) {
                 return Err(LoadError::GpuLayers {
                     n_gpu_layers: n,
                     fence: fence.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","),
-                })
+                });
             }
+        }
+        let unprepared = BackendSet::open(&fence, Arc::clone(&weights) as Arc<dyn TensorSource>, options.n_threads)?;
+        let offload = match options.n_gpu_layers {
+            Some(n) if first != Backend::CPU => Some(n),
             // No -ngl with a device first and the CPU behind it: `auto`, as many layers as the
             // device's free memory holds (a reserve kept for the KV cache and activations).
             None if first != Backend::CPU && fence.contains(&Backend::CPU) => {
@@ -172,13 +177,6 @@ impl Model {
             _ => None,
         };
         if let Some(n) = offload {
-            let n_layer = crate::graph::offload::n_layer(&crate::graph::offload::places(&probe));
-            if n <= n_layer && !fence.contains(&Backend::CPU) {
-                return Err(LoadError::GpuLayers {
-                    n_gpu_layers: n,
-                    fence: fence.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","),
-                });
-            }
             crate::graph::offload::pin_to_cpu(&mut probe, n);
         }
         // Each device prepares the weights of the nodes it will run.

@@ -91,6 +91,26 @@ pub enum BackendError {
     },
 }
 
+/// Bytes `offset..offset + len` of buffer `id`, which holds `bytes` bytes on `backend`: the range
+/// a `read_buffer` or `write_buffer` may touch, or the error naming both.
+pub fn buffer_window(
+    backend: &str,
+    id: usize,
+    bytes: usize,
+    offset: usize,
+    len: usize,
+) -> Result<std::ops::Range<usize>, BackendError> {
+    offset
+        .checked_add(len)
+        .filter(|&end| end <= bytes)
+        .map(|end| offset..end)
+        .ok_or_else(|| BackendError::Buffer {
+            backend: backend.into(),
+            id,
+            problem: format!("bytes {offset}..{offset}+{len} are outside its {bytes}"),
+        })
+}
+
 /// Resolves a layer's persistent (K, V) regions to buffer ids of the backend that holds them.
 pub trait KvProvider {
     /// Buffer ids of `layer`'s (K, V) regions, or `None` before they are allocated.

@@ -309,15 +309,7 @@ impl CpuBackend {
             id,
             problem: "does not exist".into(),
         })?;
-        offset
-            .checked_add(len)
-            .filter(|&end| end <= bytes)
-            .map(|end| offset..end)
-            .ok_or_else(|| BackendError::Buffer {
-                backend: "cpu".into(),
-                id,
-                problem: format!("bytes {offset}..{offset}+{len} are outside its {bytes}"),
-            })
+        crate::graph::backend::buffer_window("cpu", id, bytes, offset, len)
     }
 
     /// Count this context in (or out of) the device's sessions executing a graph.

@@ -825,7 +825,7 @@ impl ComputeBackend for CudaBackend {
         self.synchronize()?;
         let stream = Arc::clone(self.stream()?);
         let slot = self.slot(id)?;
-        let range = window(id, slot.bytes, offset, dst.len())?;
+        let range = crate::graph::backend::buffer_window("cuda", id, slot.bytes, offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
@@ -845,7 +845,7 @@ impl ComputeBackend for CudaBackend {
     fn write_buffer(&mut self, id: usize, offset: usize, src: &[u8]) -> Result<(), BackendError> {
         let stream = Arc::clone(self.stream()?);
         let bytes = self.slot(id)?.bytes;
-        let range = window(id, bytes, offset, src.len())?;
+        let range = crate::graph::backend::buffer_window("cuda", id, bytes, offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
@@ -870,13 +870,4 @@ impl ComputeBackend for CudaBackend {
         })?;
         self.check_flags()
     }
-}
-
-/// Bytes `offset..offset + len` of a buffer of `bytes`, or an error naming both.
-fn window(id: usize, bytes: usize, offset: usize, len: usize) -> Result<std::ops::Range<usize>, BackendError> {
-    offset
-        .checked_add(len)
-        .filter(|&end| end <= bytes)
-        .map(|end| offset..end)
-        .ok_or_else(|| CudaBackend::buffer_error(id, format!("bytes {offset}..{offset}+{len} are outside its {bytes}")))
 }
