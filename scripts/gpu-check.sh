@@ -4,8 +4,10 @@
 # backend seam on CUDA (every op, all eleven weight types, against the CPU), and the eleven tiny
 # models of the packed architecture on CUDA against llama.cpp's logits within the CPU's bounds, and
 # (with qwen2) a random model of the default model's real shape on CUDA against the CPU for -ngl
-# 0, 1, 12 and all, and 1,000 decode steps without a device allocation. Prints one line per check and a
-# summary; exits non-zero when any fails.
+# 0, 1, 12 and all, and 1,000 decode steps without a device allocation. On the host's CPU: the
+# AMX tile kernels against their emulation and the scalar reference, the tiny models with and
+# without AMX, and (with a model) thread scaling at 2 to 16 threads. Prints one line per check
+# and a summary; exits non-zero when any fails.
 #
 # Usage: bash .gpu/gpu-check.sh [MODEL.gguf]   (a model for a speed figure; default: the one
 # scripts/gpu-pack.sh packed, if any)
@@ -42,9 +44,16 @@ bench_model="${1:-}"
 if [[ -z "${bench_model}" && -f bench.gguf.gz ]]; then
     gunzip -kf bench.gguf.gz && bench_model=bench.gguf
 fi
+# The host's CPU (a Xeon with AMX): the tile kernels on the hardware against the emulated tiles
+# and the scalar reference, then the tiny models' prompts through them, and with them off.
+check amx-kernels ./lib_tests --test-threads=1 --nocapture quant::simd::x86::amx quant::gemm
+check tiny-models-cpu env MINFER_TEST_BACKEND=cpu ./tiny_models --test-threads=1 "tiny_${arch}_"
+check tiny-models-cpu-no-amx env MINFER_TEST_BACKEND=cpu MINFER_NO_AMX=1 ./tiny_models --test-threads=1 "tiny_${arch}_"
 if [[ -n "${bench_model}" ]]; then
     check bench ./minfer bench "${bench_model}" -ngl 99 -p 512 -n 128 -r 5
-    check bench-cpu ./minfer bench "${bench_model}" -ngl 0 -t 16 -p 512 -n 64 -r 2
+    # Thread scaling on the CPU, with the hand-off cost per node; then the prompt without AMX.
+    check bench-cpu env MINFER_BACKENDS=cpu ./minfer bench "${bench_model}" -t 2,4,8,16 -p 512 -n 64 -r 2 --handoff
+    check bench-cpu-no-amx env MINFER_BACKENDS=cpu MINFER_NO_AMX=1 ./minfer bench "${bench_model}" -t 4,16 -p 512 -n 0 -r 2
 fi
 echo "SUMMARY: ${#failed[@]} failed${failed[*]:+: ${failed[*]}}"
 [[ ${#failed[@]} == 0 ]]

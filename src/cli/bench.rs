@@ -583,7 +583,7 @@ pub fn run_bench(
 /// grouped by kernel: `avx512-vnni repacked (Q5_0, Q8_0, Q4_K, Q6_K)`, beside it `avx512-vnni
 /// gemm (Q5_K)` for a prompt and `avx512-vnni dot (Q5_K)` for a generated token where a file has
 /// a type without a repacked layout. A repacked matrix takes the repacked kernel at every token
-/// count.
+/// count; on a CPU with AMX a prompt's reads `amx repacked (…)`.
 pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
     let (mut gemm, mut repacked, mut dot) = (Vec::new(), Vec::new(), Vec::new());
     for t in tensors_read_per_token(file).filter(|t| t.shape.len() == 2) {
@@ -598,11 +598,16 @@ pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
             types.push(t.ggml_type.name());
         }
     }
-    let simd = crate::quant::simd::simd_level();
-    let groups: Vec<String> = [("repacked", repacked), ("gemm", gemm), ("dot", dot)]
+    // The panel kernels run a prompt's tiles of 16 tokens as AMX tile products where the CPU
+    // has them; the dot products are the instruction set's.
+    let (panel, simd) = (
+        crate::quant::gemm::kernel_name(n_tokens),
+        crate::quant::simd::simd_level(),
+    );
+    let groups: Vec<String> = [(panel, "repacked", repacked), (panel, "gemm", gemm), (simd, "dot", dot)]
         .iter()
-        .filter(|(_, types)| !types.is_empty())
-        .map(|(how, types)| format!("{simd} {how} ({})", types.join(", ")))
+        .filter(|(_, _, types)| !types.is_empty())
+        .map(|(kernel, how, types)| format!("{kernel} {how} ({})", types.join(", ")))
         .collect();
     groups.join(", ")
 }
@@ -884,9 +889,10 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
         .max()
         .map_or_else(|| "unknown".to_string(), |b| format!("{:.2} MiB", b as f64 / MIB));
     let mut footer = format!(
-        "\nbuild: minfer {} | simd: {} | peak RSS: {rss}\n",
+        "\nbuild: minfer {} | simd: {}{} | peak RSS: {rss}\n",
         env!("CARGO_PKG_VERSION"),
-        crate::quant::simd::simd_level()
+        crate::quant::simd::simd_level(),
+        if crate::quant::simd::amx() { " + amx" } else { "" }
     );
     let mut reported = Vec::new();
     for r in results.iter() {

@@ -12,6 +12,11 @@
 //! `simd::x86::gemm` and `simd::x86::gemm_k`), so a prompt gives the same logits through this
 //! path, through the dot products, and on any number of threads.
 //!
+//! Where the CPU has AMX ([`super::simd::amx`]), each whole tile of 16 tokens runs as tile
+//! products instead (`simd::x86::amx`: one `TDPBSUD` per block and 16 × 16 outputs), scaled by
+//! the VNNI kernels' own float steps, so those outputs are bit-identical too; the tokens left
+//! over run on the VNNI tiles. Tests run the tile kernels on emulated tiles on any CPU.
+//!
 //! The kernels need AVX-512 F, BW and VNNI: only the AVX-512 table has them, and [`kernel`]
 //! hands one out only on a CPU with BW too (`MINFER_NO_AVX512` turns this path off).
 //! [`gemm_rows`] says `false` when it does not apply, and the caller then uses the dot products
@@ -49,6 +54,58 @@ pub fn min_tokens(wtype: GgmlType) -> usize {
         _ => MIN_TOKENS,
     }
 }
+
+/// How a product runs its full tiles of 16 tokens: through the AMX tile kernels
+/// (`simd::x86::amx`) or, like the rest, through the VNNI tiles of up to eight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TileMode {
+    Vnni,
+    /// On the CPU's tiles ([`super::simd::amx`] said they are there).
+    Amx,
+    /// On emulated tiles, to test the tile kernels on any CPU.
+    #[cfg(test)]
+    EmulatedAmx,
+}
+
+impl TileMode {
+    /// The mode of every product outside tests: AMX where [`super::simd::amx`] allows it.
+    fn chosen() -> TileMode {
+        if super::simd::amx() {
+            TileMode::Amx
+        } else {
+            TileMode::Vnni
+        }
+    }
+
+    /// The tile unit of a product, for the modes with one.
+    ///
+    /// # Safety
+    /// `Amx` only where [`super::simd::amx`] holds; on the thread, no other tile unit is alive.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn open(self) -> Option<super::simd::x86::amx::Tiles> {
+        use super::simd::x86::amx::{HardwareTiles, Tiles};
+        match self {
+            TileMode::Vnni => None,
+            TileMode::Amx => Some(Tiles::Hardware(HardwareTiles::new())),
+            #[cfg(test)]
+            TileMode::EmulatedAmx => Some(Tiles::Emulated(super::simd::x86::amx::EmulatedTiles)),
+        }
+    }
+}
+
+/// The name of the kernel that runs a product of `n_tokens` tokens with a panel kernel (what
+/// `minfer bench` reports): `"amx"` when its tiles of 16 tokens run as tile products, else the
+/// instruction set's name.
+pub fn kernel_name(n_tokens: usize) -> &'static str {
+    if TileMode::chosen() == TileMode::Amx && n_tokens >= TILE_TOKENS {
+        "amx"
+    } else {
+        super::simd::simd_level()
+    }
+}
+
+/// Tokens of a tile product.
+const TILE_TOKENS: usize = 16;
 
 /// Per-(token, block) terms of quantized activations that the kernels read beside the bytes,
 /// computed once per product by [`PanelKernel::activation_terms`] and shared by every thread.
@@ -250,6 +307,22 @@ pub fn gemm_rows(
     rows: Range<usize>,
     y: &mut [f32],
 ) -> Result<bool, QuantError> {
+    gemm_rows_in(TileMode::chosen(), wtype, w, nb, act, terms, n_tokens, rows, y)
+}
+
+/// [`gemm_rows`] with its full tiles of 16 tokens run in `mode`.
+#[allow(clippy::too_many_arguments)]
+fn gemm_rows_in(
+    mode: TileMode,
+    wtype: GgmlType,
+    w: &[u8],
+    nb: usize,
+    act: &[u8],
+    terms: ActivationTerms<'_>,
+    n_tokens: usize,
+    rows: Range<usize>,
+    y: &mut [f32],
+) -> Result<bool, QuantError> {
     let Some(k) = kernel(wtype) else {
         return Ok(false);
     };
@@ -257,7 +330,7 @@ pub fn gemm_rows(
     if rows.start > rows.end || w.len() < rows.end * nb * wb {
         return Err(size_error(wtype, "gemm_rows", nb)(rows.end * nb * wb, w.len()));
     }
-    let shape = Shape::checked(&k, wtype, "gemm_rows", nb, act, terms, n_tokens, rows, y)?;
+    let shape = Shape::checked(&k, wtype, "gemm_rows", nb, act, terms, n_tokens, rows, y)?.in_mode(mode);
     // SAFETY: `kernel` found the kernel in the AVX-512 table, handed out only on a CPU with
     // AVX-512 F, VL and VNNI (and AVX2), and checked BW; the sizes are checked above.
     unsafe { (k.run)(w, act, terms, &shape, y) };
@@ -277,6 +350,19 @@ pub fn repacked_available(wtype: GgmlType) -> bool {
 /// Returns `false`, having written nothing, when this CPU or environment has no kernel for
 /// the layout; sizes and row ranges that do not fit are errors.
 pub fn gemm_rows_repacked(
+    w: &Repacked,
+    act: &[u8],
+    terms: ActivationTerms<'_>,
+    n_tokens: usize,
+    rows: Range<usize>,
+    y: &mut [f32],
+) -> Result<bool, QuantError> {
+    gemm_rows_repacked_in(TileMode::chosen(), w, act, terms, n_tokens, rows, y)
+}
+
+/// [`gemm_rows_repacked`] with its full tiles of 16 tokens run in `mode`.
+fn gemm_rows_repacked_in(
+    mode: TileMode,
     w: &Repacked,
     act: &[u8],
     terms: ActivationTerms<'_>,
@@ -310,7 +396,7 @@ pub fn gemm_rows_repacked(
     if w.data.len() != w.n_out / group * group_bytes {
         return Err(size_error(w.ty, OP, nb)(w.n_out / group * group_bytes, w.data.len()));
     }
-    let shape = Shape::checked(&k, w.ty, OP, nb, act, terms, n_tokens, rows, y)?;
+    let shape = Shape::checked(&k, w.ty, OP, nb, act, terms, n_tokens, rows, y)?.in_mode(mode);
     if n_tokens == 0 || shape.rows.is_empty() {
         return Ok(true);
     }
@@ -328,6 +414,7 @@ struct Shape {
     rows: Range<usize>,
     wb: usize,
     ab: usize,
+    mode: TileMode,
 }
 
 /// The error of a buffer of `got` bytes or values where `expected` are needed, for `op` on
@@ -375,7 +462,13 @@ impl Shape {
             rows,
             wb: wtype.type_size(),
             ab,
+            mode: TileMode::Vnni,
         })
+    }
+
+    /// The shape with its full tiles of 16 tokens run in `mode`.
+    fn in_mode(self, mode: TileMode) -> Shape {
+        Shape { mode, ..self }
     }
 }
 
@@ -395,9 +488,30 @@ impl Shape {
         })
     }
 
-    /// The token tiles: first token and count.
-    fn tiles(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        (0..self.n_tokens)
+    /// The tokens the tile kernels take: the whole tiles of 16, where the mode has tiles.
+    fn tile_tokens(&self) -> usize {
+        if self.mode == TileMode::Vnni {
+            0
+        } else {
+            self.n_tokens / TILE_TOKENS * TILE_TOKENS
+        }
+    }
+
+    /// The tile unit for [`Self::tile_tokens`], when there are any.
+    ///
+    /// # Safety
+    /// As [`TileMode::open`].
+    unsafe fn open_tiles(&self) -> Option<super::simd::x86::amx::Tiles> {
+        if self.tile_tokens() > 0 {
+            self.mode.open()
+        } else {
+            None
+        }
+    }
+
+    /// The VNNI kernel's token tiles of the tokens from `first` on: first token and count.
+    fn tiles(&self, first: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (first..self.n_tokens)
             .step_by(kernel::TILE)
             .map(|t0| (t0, (self.n_tokens - t0).min(kernel::TILE)))
     }
@@ -516,11 +630,20 @@ unsafe fn block32_panels<const KIND: u8>(
         pack.resize(nb * 128, 0);
         dx.resize(nb * PANEL, 0.0);
         mx.resize(nb * PANEL, 0.0);
+        // SAFETY: the mode is `Amx` only where the CPU has the tiles; this is the thread's unit.
+        let mut tiles = s.open_tiles();
         for (rows, mask) in s.panels() {
             unpack(&rows, pack, dx, mx);
-            for (t0, n) in s.tiles() {
+            let p = kernel::Panel { pack, dx, mx, nb };
+            if let Some(tiles) = &mut tiles {
+                for t0 in (0..s.tile_tokens()).step_by(TILE_TOKENS) {
+                    let a = block32_tile::<KIND>(act, terms, s, t0, TILE_TOKENS);
+                    let y = &mut y[s.out_offset(&rows, t0)..];
+                    kernel::amx_panel_tile::<KIND>(tiles, &p, &a, y, stride, mask);
+                }
+            }
+            for (t0, n) in s.tiles(s.tile_tokens()) {
                 let a = block32_tile::<KIND>(act, terms, s, t0, n);
-                let p = kernel::Panel { pack, dx, mx, nb };
                 let y = &mut y[s.out_offset(&rows, t0)..];
                 by_tile!(n, T => kernel::panel_tile::<KIND, T>(&p, &a, y, stride, mask));
             }
@@ -548,19 +671,28 @@ unsafe fn k_panels<const KIND: u8>(
         buffers.2.resize(nsb * kernel_k::TERM_WORDS * PANEL, 0);
         buffers.3.resize(nsb * PANEL, 0.0);
         buffers.4.resize(nsb * PANEL, 0.0);
+        // SAFETY: the mode is `Amx` only where the CPU has the tiles; this is the thread's unit.
+        let mut tiles = s.open_tiles();
         for (rows, mask) in s.panels() {
             unpack(&rows, buffers);
             let (pack, scales, group_terms, dx, dmx) = &*buffers;
-            for (t0, n) in s.tiles() {
+            let p = kernel_k::PanelK {
+                pack,
+                scales,
+                terms: group_terms,
+                dx,
+                dmx,
+                nsb,
+            };
+            if let Some(tiles) = &mut tiles {
+                for t0 in (0..s.tile_tokens()).step_by(TILE_TOKENS) {
+                    let a = k_tile(act, terms, s, t0, TILE_TOKENS);
+                    let y = &mut y[s.out_offset(&rows, t0)..];
+                    kernel_k::amx_panel_tile_k::<KIND>(tiles, &p, &a, y, stride, mask);
+                }
+            }
+            for (t0, n) in s.tiles(s.tile_tokens()) {
                 let a = k_tile(act, terms, s, t0, n);
-                let p = kernel_k::PanelK {
-                    pack,
-                    scales,
-                    terms: group_terms,
-                    dx,
-                    dmx,
-                    nsb,
-                };
                 let y = &mut y[s.out_offset(&rows, t0)..];
                 by_tile!(n, T => kernel_k::panel_tile_k::<KIND, T>(&p, &a, y, stride, mask));
             }
@@ -591,9 +723,17 @@ unsafe fn run_block32<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTer
 #[cfg(target_arch = "x86_64")]
 unsafe fn run_repacked<const KIND: u8>(w: &[u8], act: &[u8], terms: ActivationTerms<'_>, s: &Shape, y: &mut [f32]) {
     let group_bytes = s.nb * kernel::record_bytes(KIND);
+    if s.tile_tokens() > 0 {
+        // The tile products read the levels from memory: expand each group once for its tiles.
+        block32_panels::<KIND>(act, terms, s, y, |rows, pack, dx, mx| {
+            let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
+            kernel::unpack_records::<KIND>(records, s.nb, pack, dx, mx)
+        });
+        return;
+    }
     for (rows, _) in s.panels() {
         let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
-        for (t0, n) in s.tiles() {
+        for (t0, n) in s.tiles(0) {
             let a = block32_tile::<KIND>(act, terms, s, t0, n);
             let y = &mut y[s.out_offset(&rows, t0)..];
             by_tile!(n, T => kernel::repacked_tile::<KIND, T>(records, s.nb, &a, y, s.rows.len()));
@@ -620,10 +760,18 @@ unsafe fn run_repacked_k<const KIND: u8>(w: &[u8], act: &[u8], terms: Activation
     // thread, 256 rows of 8,960: 601-607 against 528-536 GFLOP/s at 32 tokens, 676 at 128),
     // while a speculative check's few tokens go faster straight from the records (513 against
     // 370-409 at 8 tokens, 520 against 530 at 16). Q4_K's expansion measured slower at every size.
-    if KIND == kernel_k::Q6_K && s.n_tokens >= 24 {
+    // The tile products read the levels from memory: with them, both types expand a group once.
+    if KIND == kernel_k::Q6_K && (s.n_tokens >= 24 || s.tile_tokens() > 0) {
         k_panels::<KIND>(act, terms, s, y, |rows, (pack, scales, group_terms, dx, _)| {
             let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
             kernel_k::unpack_records_q6_k(records, s.nb, pack, scales, group_terms, dx)
+        });
+        return;
+    }
+    if KIND == kernel_k::Q4_K && s.tile_tokens() > 0 {
+        k_panels::<KIND>(act, terms, s, y, |rows, (pack, scales, group_terms, dx, dmx)| {
+            let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
+            kernel_k::unpack_records_q4_k(records, s.nb, pack, scales, group_terms, dx, dmx)
         });
         return;
     }
@@ -699,6 +847,12 @@ mod tests {
         traits::for_isa(Isa::Scalar).unwrap()
     }
 
+    /// The modes a test runs every product in: the chosen one (the CPU's tiles where it has
+    /// them) and the emulated tiles, so the tile kernels are checked on every CPU.
+    fn modes() -> [TileMode; 2] {
+        [TileMode::chosen(), TileMode::EmulatedAmx]
+    }
+
     /// The kernel terms of `n_tokens` activation rows `a` of `nb` blocks.
     fn terms_of(k: &PanelKernel, a: &[u8], nb: usize, n_tokens: usize) -> (Vec<f32>, Vec<i32>) {
         let (mut d, mut aux) = (vec![0.0; n_tokens * nb], vec![0; n_tokens * nb * k.aux_words()]);
@@ -747,7 +901,7 @@ mod tests {
     }
 
     #[test]
-    fn every_output_is_bit_identical_to_the_scalar_dot_product_of_its_row_and_token() {
+    fn every_output_of_the_vnni_and_the_tile_kernels_is_bit_identical_to_the_scalar_dot_product_of_its_row_and_token() {
         let mut r = XorShift(0x9e37_79b9_7f4a_7c15);
         let n_out = 37;
         let mut ran = 0;
@@ -762,7 +916,7 @@ mod tests {
             let (wb, ab) = (reference.type_size, act.type_size);
             for nb in [1, 3, 19] {
                 let w = reference.test.unwrap().random_row(&mut r, n_out * nb, wb);
-                for n_tokens in [1, 2, 4, 5, 8, 9, 13, 16] {
+                for n_tokens in [1, 2, 4, 5, 8, 9, 13, 16, 21, 32] {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
                     let (d, aux) = terms_of(&k, &a, nb, n_tokens);
                     let terms = ActivationTerms { d: &d, aux: &aux };
@@ -776,9 +930,12 @@ mod tests {
                         wb,
                         ab,
                     };
-                    for rows in [0..n_out, 5..21, 16..32, 36..37] {
+                    for (mode, rows) in modes()
+                        .into_iter()
+                        .flat_map(|m| [0..n_out, 5..21, 16..32, 36..37].map(|r| (m, r)))
+                    {
                         let mut y = vec![f32::NAN; rows.len() * n_tokens];
-                        assert!(gemm_rows(ty, w, nb, a, terms, n_tokens, rows.clone(), &mut y).unwrap());
+                        assert!(gemm_rows_in(mode, ty, w, nb, a, terms, n_tokens, rows.clone(), &mut y).unwrap());
                         operands.assert_bit_identical(n_tokens, rows, &y);
                     }
                 }
@@ -796,7 +953,7 @@ mod tests {
     }
 
     #[test]
-    fn repacked_weights_give_every_output_bit_identical_to_the_scalar_dot_product() {
+    fn repacked_weights_give_every_output_of_either_kernel_bit_identical_to_the_scalar_dot_product() {
         let mut r = XorShift(0x5851_f42d_4c95_7f2d);
         let n_out = 48;
         let mut ran = 0;
@@ -823,7 +980,7 @@ mod tests {
                     gemm_rows_repacked(&packed, &[], none, 0, 0..n_out, &mut []).unwrap(),
                     "no tokens"
                 );
-                for n_tokens in [1, 2, 3, 4, 5, 7, 8, 11, 13, 16, 24, 29] {
+                for n_tokens in [1, 2, 3, 4, 5, 7, 8, 11, 13, 16, 24, 29, 35] {
                     let a = act.test.unwrap().random_row(&mut r, n_tokens * nb, ab);
                     let (d, aux) = terms_of(&k, &a, nb, n_tokens);
                     let terms = ActivationTerms { d: &d, aux: &aux };
@@ -836,9 +993,13 @@ mod tests {
                         wb,
                         ab,
                     };
-                    for rows in [0..n_out, 16..32, 32..48] {
+                    for (mode, rows) in modes()
+                        .into_iter()
+                        .flat_map(|m| [0..n_out, 16..32, 32..48].map(|r| (m, r)))
+                    {
                         let mut y = vec![f32::NAN; rows.len() * n_tokens];
-                        assert!(gemm_rows_repacked(&packed, &a, terms, n_tokens, rows.clone(), &mut y).unwrap());
+                        let done = gemm_rows_repacked_in(mode, &packed, &a, terms, n_tokens, rows.clone(), &mut y);
+                        assert!(done.unwrap());
                         operands.assert_bit_identical(n_tokens, rows, &y);
                     }
                     let mut y = vec![0.0; 8 * n_tokens];

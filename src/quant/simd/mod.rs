@@ -9,7 +9,8 @@
 //! not depend on the instruction set.
 //!
 //! `MINFER_NO_AVX512=1` keeps the choice at AVX2 or below and `MINFER_NO_AVX2=1` forces the
-//! scalar references; [`simd_level`] names the choice. Targets other than x86-64 always use the
+//! scalar references; [`simd_level`] names the choice. [`amx`] says whether the prompt's
+//! products also use AMX tiles (`MINFER_NO_AMX=1` turns them off). Targets other than x86-64 always use the
 //! scalar references. This module owns the choice and the kernels' arithmetic; which kernel
 //! serves which type is the table's.
 
@@ -107,6 +108,24 @@ fn env_flag(name: &str) -> bool {
 pub fn isa() -> Isa {
     static CHOSEN: OnceLock<Isa> = OnceLock::new();
     *CHOSEN.get_or_init(|| Isa::best_supported(env_flag("MINFER_NO_AVX512"), env_flag("MINFER_NO_AVX2")))
+}
+
+/// Whether the prompt's matrix products run their full tiles of 16 tokens as AMX tile products
+/// (`crate::quant::gemm`): the CPU has AMX-TILE and AMX-INT8, the OS granted the tile state,
+/// [`isa`] chose the AVX-512 kernels (whose float steps the tile kernels share) and
+/// `MINFER_NO_AMX` is not set. Decided on the first call.
+pub fn amx() -> bool {
+    static CHOSEN: OnceLock<bool> = OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            isa() == Isa::Avx512 && !env_flag("MINFER_NO_AMX") && x86::amx::hardware_available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
 }
 
 /// The name of the instruction set [`isa`] chose: `"avx512-vnni"`, `"avx2"` or `"scalar"`.

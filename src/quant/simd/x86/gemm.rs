@@ -160,20 +160,79 @@ unsafe fn add_block<const KIND: u8, const T: usize>(
         s1 = _mm512_dpbusd_epi32(s1, w[5], bcast(5));
         s0 = _mm512_dpbusd_epi32(s0, w[6], bcast(6));
         s1 = _mm512_dpbusd_epi32(s1, w[7], bcast(7));
-        let sumi = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-        let dy = _mm512_set1_ps(*a.d.get_unchecked(term));
-        let value = match KIND {
-            // `sumi * d_x * d_y`
-            Q4_0 => _mm512_mul_ps(_mm512_mul_ps(sumi, dxv), dy),
-            // `(d_x * d_y) * sumi + m_x * s_y`
-            Q4_1 | Q5_1 => {
-                let sy = _mm512_set1_ps(f32::from_bits(aux as u32));
-                _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi), _mm512_mul_ps(mxv, sy))
+        *acc = _mm512_add_ps(
+            *acc,
+            block_value::<KIND>(_mm512_add_epi32(s0, s1), dxv, mxv, *a.d.get_unchecked(term), aux),
+        );
+    }
+}
+
+/// The reference's per-block float expression for 16 rows' exact integer block sums `sumi`
+/// (the level offset already taken out), their scales `dxv` and minimums `mxv`, and a token's
+/// block scale `d_y` and term `aux` (the bits of `s_y` for the types with a minimum).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn block_value<const KIND: u8>(sumi: __m512i, dxv: __m512, mxv: __m512, d_y: f32, aux: i32) -> __m512 {
+    let sumi = _mm512_cvtepi32_ps(sumi);
+    let dy = _mm512_set1_ps(d_y);
+    match KIND {
+        // `sumi * d_x * d_y`
+        Q4_0 => _mm512_mul_ps(_mm512_mul_ps(sumi, dxv), dy),
+        // `(d_x * d_y) * sumi + m_x * s_y`
+        Q4_1 | Q5_1 => {
+            let sy = _mm512_set1_ps(f32::from_bits(aux as u32));
+            _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi), _mm512_mul_ps(mxv, sy))
+        }
+        // `(d_x * d_y) * sumi` (Q5_0), `sumi * (d_x * d_y)` (Q8_0): the same product.
+        _ => _mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi),
+    }
+}
+
+/// One panel against 16 token rows through tile products (`super::amx`): per block, one
+/// product gives every token's integer sums for the 16 rows, the level offset is taken out
+/// (`-offset * Σ activations`, as [`add_block`] starts its sums), and the float part is
+/// [`block_value`]'s. `y[t * stride + r]` for the panel's row `r` in the lanes set in `mask`.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW, and `tiles` runs products; `p` holds a panel of `nb` blocks;
+/// `a` holds 16 token rows of `nb` blocks and `16 * nb` terms; `y` holds `15 * stride + 16`
+/// values, or as many fewer as the high lanes `mask` leaves out.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn amx_panel_tile<const KIND: u8>(
+    tiles: &mut impl super::amx::TileUnit,
+    p: &Panel<'_>,
+    a: &TileActivations<'_>,
+    y: &mut [f32],
+    stride: usize,
+    mask: u16,
+) {
+    const T: usize = super::amx::ROWS;
+    let Panel { pack, dx, mx, nb } = *p;
+    assert!(pack.len() >= nb * 128 && dx.len() >= nb * 16 && mx.len() >= nb * 16);
+    assert!(a.data.len() >= (T - 1) * a.row_bytes + nb * a.block_bytes);
+    assert!(a.qs_offset + 32 <= a.block_bytes);
+    assert!(a.d.len() >= T * nb && a.aux.len() >= T * nb);
+    assert!(y.len() >= (T - 1) * stride + (16 - mask.leading_zeros() as usize));
+    let shift = offset_shift(KIND);
+    let mut sums = [0i32; T * 16];
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let tokens = a.data.as_ptr().add(b * a.block_bytes + a.qs_offset);
+        tiles.product(32, tokens, a.row_bytes, pack.as_ptr().add(b * 128).cast(), &mut sums);
+        let dxv = _mm512_loadu_ps(dx.as_ptr().add(b * 16));
+        let mxv = _mm512_loadu_ps(mx.as_ptr().add(b * 16));
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let term = t * nb + b;
+            let aux = *a.aux.get_unchecked(term);
+            let mut sumi = _mm512_loadu_si512(sums.as_ptr().add(t * 16).cast());
+            if !has_min(KIND) {
+                sumi = _mm512_sub_epi32(sumi, _mm512_set1_epi32(aux << shift));
             }
-            // `(d_x * d_y) * sumi` (Q5_0), `sumi * (d_x * d_y)` (Q8_0): the same product.
-            _ => _mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi),
-        };
-        *acc = _mm512_add_ps(*acc, value);
+            *acc = _mm512_add_ps(*acc, block_value::<KIND>(sumi, dxv, mxv, *a.d.get_unchecked(term), aux));
+        }
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
     }
 }
 
@@ -245,6 +304,32 @@ unsafe fn record_scales<const KIND: u8>(rec: *const u8) -> (__m512, __m512) {
         _mm512_setzero_ps()
     };
     (dxv, mxv)
+}
+
+/// Expands a group's repacked records (`nb` of them) into a panel, as [`unpack_panel`] lays
+/// out the file's blocks: the tile products read their levels from memory.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn unpack_records<const KIND: u8>(
+    records: &[u8],
+    nb: usize,
+    pack: &mut [u32],
+    dx: &mut [f32],
+    mx: &mut [f32],
+) {
+    assert!(records.len() >= nb * record_bytes(KIND) && pack.len() >= nb * 128);
+    assert!(dx.len() >= nb * 16 && mx.len() >= nb * 16);
+    for b in 0..nb {
+        let rec = records.as_ptr().add(b * record_bytes(KIND));
+        for (g, levels) in record_levels::<KIND>(rec).into_iter().enumerate() {
+            _mm512_storeu_si512(pack.as_mut_ptr().add(b * 128 + g * 16).cast(), levels);
+        }
+        let (dxv, mxv) = record_scales::<KIND>(rec);
+        _mm512_storeu_ps(dx.as_mut_ptr().add(b * 16), dxv);
+        _mm512_storeu_ps(mx.as_mut_ptr().add(b * 16), mxv);
+    }
 }
 
 /// A group of 16 repacked rows (`records`: `nb` records) against `T` token rows, reading the

@@ -243,38 +243,156 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
                 *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(*s, scale));
             }
         }
-        let term = |i: usize| _mm512_loadu_si512(terms.as_ptr().add((sb * TERM_WORDS + i) * PANEL).cast());
-        if KIND == Q6_K {
-            for i in 0..8 {
-                let c = term(i);
-                for (t, sumi) in sumi.iter_mut().enumerate() {
-                    *sumi = _mm512_dpwssd_epi32(*sumi, c, word(block(t, sb).add(Q8_K_BSUMS + 4 * i)));
-                }
-            }
-        }
-        let d = _mm512_loadu_ps(dx.as_ptr().add(sb * PANEL));
-        for (t, (acc, sumi)) in acc.iter_mut().zip(&sumi).enumerate() {
-            let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
-            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(*sumi)));
-        }
-        if KIND != Q6_K {
-            let mut summ = [_mm512_setzero_si512(); T];
-            for i in 0..PAIR_WORDS {
-                let m = term(i);
-                for (t, summ) in summ.iter_mut().enumerate() {
-                    let b = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + i);
-                    *summ = _mm512_dpwssd_epi32(*summ, m, _mm512_set1_epi32(b));
-                }
-            }
-            let dmin = _mm512_loadu_ps(dmx.as_ptr().add(sb * PANEL));
-            for (t, (acc, summ)) in acc.iter_mut().zip(&summ).enumerate() {
-                let dmin = _mm512_mul_ps(dmin, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
-                *acc = _mm512_sub_ps(*acc, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(*summ)));
-            }
-        }
+        finish_super_block::<KIND, T>(p, a, sb, sumi, &mut acc);
     }
     for (t, acc) in acc.iter().enumerate() {
         _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
+    }
+}
+
+/// The rest of super-block `sb` of a panel for `T` tokens, once `sumi` holds each token's
+/// scaled level sums for the 16 rows: Q6_K's offset term, then `acc += (d * d_y) * sumi` and,
+/// for Q4_K and Q5_K, `acc -= (dmin * d_y) * summ` with the minimums' sum `summ`: the
+/// references' float steps, in their order.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn finish_super_block<const KIND: u8, const T: usize>(
+    p: &PanelK<'_>,
+    a: &TileActivationsK<'_>,
+    sb: usize,
+    mut sumi: [__m512i; T],
+    acc: &mut [__m512; T],
+) {
+    let PanelK {
+        terms, dx, dmx, nsb, ..
+    } = *p;
+    let block = |t: usize| a.data.as_ptr().add(t * a.row_bytes + sb * Q8_K_BYTES);
+    let word = |at: *const u8| _mm512_set1_epi32(at.cast::<i32>().read_unaligned());
+    let term = |i: usize| _mm512_loadu_si512(terms.as_ptr().add((sb * TERM_WORDS + i) * PANEL).cast());
+    if KIND == Q6_K {
+        for i in 0..8 {
+            let c = term(i);
+            for (t, sumi) in sumi.iter_mut().enumerate() {
+                *sumi = _mm512_dpwssd_epi32(*sumi, c, word(block(t).add(Q8_K_BSUMS + 4 * i)));
+            }
+        }
+    }
+    let d = _mm512_loadu_ps(dx.as_ptr().add(sb * PANEL));
+    for (t, (acc, sumi)) in acc.iter_mut().zip(&sumi).enumerate() {
+        let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+        *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(*sumi)));
+    }
+    if KIND != Q6_K {
+        let mut summ = [_mm512_setzero_si512(); T];
+        for i in 0..PAIR_WORDS {
+            let m = term(i);
+            for (t, summ) in summ.iter_mut().enumerate() {
+                let b = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + i);
+                *summ = _mm512_dpwssd_epi32(*summ, m, _mm512_set1_epi32(b));
+            }
+        }
+        let dmin = _mm512_loadu_ps(dmx.as_ptr().add(sb * PANEL));
+        for (t, (acc, summ)) in acc.iter_mut().zip(&summ).enumerate() {
+            let dmin = _mm512_mul_ps(dmin, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+            *acc = _mm512_sub_ps(*acc, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(*summ)));
+        }
+    }
+}
+
+/// One panel against 16 token rows through tile products (`super::amx`): per sub-block, one
+/// product gives every token's level sums for the 16 rows (its `K` is the sub-block's 32 or
+/// 16 values), which `vpmulld` scales into `sumi` as [`panel_tile_k`] scales its own; the rest
+/// is [`finish_super_block`]. `y[t * stride + r]` for the panel's row `r` in the lanes set in
+/// `mask`.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI, and `tiles` runs products; `p` holds a panel of `nsb`
+/// super-blocks; `a` holds 16 token rows of `nsb` super-blocks with their pairs and scales;
+/// `y` holds `15 * stride` values plus those of the lanes `mask` keeps.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn amx_panel_tile_k<const KIND: u8>(
+    tiles: &mut impl super::amx::TileUnit,
+    p: &PanelK<'_>,
+    a: &TileActivationsK<'_>,
+    y: &mut [f32],
+    stride: usize,
+    mask: u16,
+) {
+    const T: usize = super::amx::ROWS;
+    let PanelK { pack, scales, nsb, .. } = *p;
+    let n_subs = subs(KIND);
+    let (per_sub, k) = (WORDS / n_subs, 256 / n_subs);
+    assert!(pack.len() >= nsb * PACK_WORDS && scales.len() >= nsb * n_subs * PANEL);
+    assert!(p.terms.len() >= nsb * TERM_WORDS * PANEL && p.dx.len() >= nsb * PANEL && p.dmx.len() >= nsb * PANEL);
+    assert!(a.data.len() >= (T - 1) * a.row_bytes + nsb * Q8_K_BYTES);
+    assert!(a.pairs.len() >= T * nsb * PAIR_WORDS && a.d.len() >= T * nsb);
+    assert!(y.len() >= (T - 1) * stride + (16 - mask.leading_zeros() as usize));
+    let mut sums = [0i32; T * 16];
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        let mut sumi = [_mm512_setzero_si512(); T];
+        for j in 0..n_subs {
+            let tokens = a.data.as_ptr().add(sb * Q8_K_BYTES + Q8_K_QS + j * k);
+            let levels = pack.as_ptr().add(sb * PACK_WORDS + j * per_sub * PANEL);
+            tiles.product(k, tokens, a.row_bytes, levels.cast(), &mut sums);
+            let scale = _mm512_loadu_si512(scales.as_ptr().add((sb * n_subs + j) * PANEL).cast());
+            for (t, sumi) in sumi.iter_mut().enumerate() {
+                let s = _mm512_loadu_si512(sums.as_ptr().add(t * 16).cast());
+                *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(s, scale));
+            }
+        }
+        finish_super_block::<KIND, T>(p, a, sb, sumi, &mut acc);
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
+    }
+}
+
+/// Expands a group's Q4_K records (`nsb` of them) into the buffers of a [`PanelK`], as
+/// [`unpack_panel_k`] does from the file's layout: the tile products read their levels from
+/// memory.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn unpack_records_q4_k(
+    records: &[u8],
+    nsb: usize,
+    pack: &mut [u32],
+    scales: &mut [i32],
+    terms: &mut [u32],
+    dx: &mut [f32],
+    dmx: &mut [f32],
+) {
+    assert!(records.len() >= nsb * RECORD_BYTES_Q4_K && pack.len() >= nsb * PACK_WORDS);
+    assert!(scales.len() >= nsb * MAX_SUBS * PANEL && terms.len() >= nsb * TERM_WORDS * PANEL);
+    assert!(dx.len() >= nsb * PANEL && dmx.len() >= nsb * PANEL);
+    let store = |at: *mut u32, v: __m512i| _mm512_storeu_si512(at.cast(), v);
+    for sb in 0..nsb {
+        let rec = records.as_ptr().add(sb * RECORD_BYTES_Q4_K);
+        let words = pack.as_mut_ptr().add(sb * PACK_WORDS);
+        for c in 0..4 {
+            for k in 0..8 {
+                let (lo, hi) = record_chunk_words(rec, c, k);
+                store(words.add((16 * c + k) * PANEL), lo);
+                store(words.add((16 * c + 8 + k) * PANEL), hi);
+            }
+        }
+        for j in 0..8 {
+            store(
+                scales.as_mut_ptr().add((sb * 8 + j) * PANEL).cast(),
+                record_sub_scales(rec, j),
+            );
+        }
+        for i in 0..PAIR_WORDS {
+            store(
+                terms.as_mut_ptr().add((sb * TERM_WORDS + i) * PANEL),
+                record_min_pairs(rec, i),
+            );
+        }
+        let (d, dmin) = record_d(rec);
+        _mm512_storeu_ps(dx.as_mut_ptr().add(sb * PANEL), d);
+        _mm512_storeu_ps(dmx.as_mut_ptr().add(sb * PANEL), dmin);
     }
 }
 

@@ -25,6 +25,7 @@
 //! checked that the CPU has AVX2 and F16C (and AVX-512 F, VL, BW and VNNI when `VNNI` is true).
 //! Memory accesses are all within the fixed-size arrays or slices whose bounds are checked.
 
+pub(crate) mod amx;
 pub(in crate::quant) mod float;
 pub(crate) mod gemm;
 pub(crate) mod gemm_k;
