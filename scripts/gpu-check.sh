@@ -46,7 +46,7 @@ if [[ -z "${bench_model}" && -f bench.gguf.gz ]]; then
 fi
 # The host's CPU (a Xeon with AMX): the tile kernels on the hardware against the emulated tiles
 # and the scalar reference, then the tiny models' prompts through them, and with them off.
-check amx-kernels ./lib_tests --test-threads=1 --nocapture quant::simd::x86::amx quant::gemm
+check amx-kernels env MINFER_REQUIRE_AMX=1 ./lib_tests --test-threads=1 --nocapture quant::simd::x86::amx quant::gemm
 check tiny-models-cpu env MINFER_TEST_BACKEND=cpu ./tiny_models --test-threads=1 "tiny_${arch}_"
 check tiny-models-cpu-no-amx env MINFER_TEST_BACKEND=cpu MINFER_NO_AMX=1 ./tiny_models --test-threads=1 "tiny_${arch}_"
 if [[ -n "${bench_model}" ]]; then

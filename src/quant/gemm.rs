@@ -330,7 +330,7 @@ fn gemm_rows_in(
     if rows.start > rows.end || w.len() < rows.end * nb * wb {
         return Err(size_error(wtype, "gemm_rows", nb)(rows.end * nb * wb, w.len()));
     }
-    let shape = Shape::checked(&k, wtype, "gemm_rows", nb, act, terms, n_tokens, rows, y)?.in_mode(mode);
+    let shape = Shape::checked(&k, mode, wtype, "gemm_rows", nb, act, terms, n_tokens, rows, y)?;
     // SAFETY: `kernel` found the kernel in the AVX-512 table, handed out only on a CPU with
     // AVX-512 F, VL and VNNI (and AVX2), and checked BW; the sizes are checked above.
     unsafe { (k.run)(w, act, terms, &shape, y) };
@@ -396,7 +396,7 @@ fn gemm_rows_repacked_in(
     if w.data.len() != w.n_out / group * group_bytes {
         return Err(size_error(w.ty, OP, nb)(w.n_out / group * group_bytes, w.data.len()));
     }
-    let shape = Shape::checked(&k, w.ty, OP, nb, act, terms, n_tokens, rows, y)?.in_mode(mode);
+    let shape = Shape::checked(&k, mode, w.ty, OP, nb, act, terms, n_tokens, rows, y)?;
     if n_tokens == 0 || shape.rows.is_empty() {
         return Ok(true);
     }
@@ -430,12 +430,13 @@ fn size_error(ty: GgmlType, op: &'static str, nb: usize) -> impl Fn(usize, usize
 }
 
 impl Shape {
-    /// The shape of a call of `k` on `wtype` weights of `nb` blocks per row, after checking the
-    /// activations, their terms and the output against it (the weight's bytes are the
-    /// caller's to check: their layout differs).
+    /// The shape of a call of `k` (its tiles of 16 tokens in `mode`) on `wtype` weights of `nb`
+    /// blocks per row, after checking the activations, their terms and the output against it
+    /// (the weight's bytes are the caller's to check: their layout differs).
     #[allow(clippy::too_many_arguments)]
     fn checked(
         k: &PanelKernel,
+        mode: TileMode,
         wtype: GgmlType,
         op: &'static str,
         nb: usize,
@@ -462,13 +463,8 @@ impl Shape {
             rows,
             wb: wtype.type_size(),
             ab,
-            mode: TileMode::Vnni,
+            mode,
         })
-    }
-
-    /// The shape with its full tiles of 16 tokens run in `mode`.
-    fn in_mode(self, mode: TileMode) -> Shape {
-        Shape { mode, ..self }
     }
 }
 

@@ -13,6 +13,10 @@
 //! each row's running sum block by block as the reference adds it: every output is bit-identical
 //! to the type's `vec_dot_ref`.
 //!
+//! `amx_panel_tile` runs a panel against 16 tokens with AMX tile products (`super::amx`) instead
+//! of `vpdpbusd`, and the same float steps (`block_value`); `unpack_records` expands repacked
+//! records into a panel for it, since the tiles read their levels from memory.
+//!
 //! This file must not decide when the kernel applies; `crate::quant::gemm` checks the sizes and
 //! the CPU, and these functions trust those checks.
 

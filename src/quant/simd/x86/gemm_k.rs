@@ -14,6 +14,10 @@
 //! Repacked Q4_K weights (`crate::quant::repack`) go through the same arithmetic:
 //! `repacked_tile_q4_k` reads a record's levels, scales and minimums straight into these vectors.
 //!
+//! `amx_panel_tile_k` runs a panel against 16 tokens with one AMX tile product per sub-block
+//! (`super::amx`) in place of the `vpdpbusd` loop, then the same steps (`finish_super_block`);
+//! `unpack_records_q4_k` expands repacked Q4_K records into a panel for it.
+//!
 //! This file must not decide when the kernel applies; `crate::quant::gemm` checks the sizes and
 //! the CPU, and these functions trust those checks.
 

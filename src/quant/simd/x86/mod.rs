@@ -21,7 +21,10 @@
 //! (`crate::quant::traits`) as they are; a type's kernels here and its row there are all it
 //! takes to dispatch them.
 //!
-//! All functions here are `unsafe` because they require CPU features: callers must have
+//! `amx` holds the AMX tile products of the prompt's panel kernels and the check that the CPU
+//! and the OS allow them (its one safe entry point).
+//!
+//! All kernels here are `unsafe` because they require CPU features: callers must have
 //! checked that the CPU has AVX2 and F16C (and AVX-512 F, VL, BW and VNNI when `VNNI` is true).
 //! Memory accesses are all within the fixed-size arrays or slices whose bounds are checked.
 
