@@ -50,10 +50,14 @@ check amx-kernels env MINFER_REQUIRE_AMX=1 ./lib_tests --test-threads=1 --nocapt
 check tiny-models-cpu env MINFER_TEST_BACKEND=cpu ./tiny_models --test-threads=1 "tiny_${arch}_"
 check tiny-models-cpu-no-amx env MINFER_TEST_BACKEND=cpu MINFER_NO_AMX=1 ./tiny_models --test-threads=1 "tiny_${arch}_"
 if [[ -n "${bench_model}" ]]; then
-    check bench ./minfer bench "${bench_model}" -ngl 99 -p 512 -n 128 -r 5
+    check bench ./minfer bench "${bench_model}" -ngl 99 -p 512 -n 128 -r 5 --bandwidth
+    # Each node's kernels timed to their end: one decode step's per-kernel breakdown.
+    check profile ./minfer bench "${bench_model}" -ngl 99 -p 0 -n 32 -r 1 --profile
     # Thread scaling on the CPU, with the hand-off cost per node; then the prompt without AMX.
     check bench-cpu env MINFER_BACKENDS=cpu ./minfer bench "${bench_model}" -t 2,4,8,16 -p 512 -n 64 -r 2 --handoff
     check bench-cpu-no-amx env MINFER_BACKENDS=cpu MINFER_NO_AMX=1 ./minfer bench "${bench_model}" -t 4,16 -p 512 -n 0 -r 2
 fi
+# The whole logs come back where the caller collects files.
+[[ -n "${OUT:-}" ]] && cp log-*.txt "${OUT}/"
 echo "SUMMARY: ${#failed[@]} failed${failed[*]:+: ${failed[*]}}"
 [[ ${#failed[@]} == 0 ]]

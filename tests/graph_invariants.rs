@@ -14,7 +14,7 @@ use minfer::engine::Session;
 use minfer::gguf::GgufFile;
 use minfer::graph::cache::verify_structural;
 use minfer::graph::fusion::FusionPass;
-use minfer::graph::scheduler::BackendScheduler;
+use minfer::graph::scheduler::{BackendScheduler, Work};
 use minfer::graph::{
     AttnMeta, Backend, BackendError, BufRef, CNode, CParams, ComputeBackend, ComputeGraph, DType, FusedOp,
     GraphAllocator, GraphBuilder, GraphCache, GraphError, GraphParams, GraphType, KvcacheMeta, MatMulMeta, NodeId, Op,
@@ -178,7 +178,16 @@ impl ComputeBackend for TestDevice {
     fn synchronize(&mut self) -> Result<(), BackendError> {
         self.inner.synchronize()
     }
+
+    /// Logged as `(waited)`: when the scheduler waits for a node is what a test checks.
+    fn wait_for_node(&mut self) -> Result<(), BackendError> {
+        self.probe.executed.lock().unwrap().push(WAITED.into());
+        self.inner.wait_for_node()
+    }
 }
+
+/// What the test device logs for a wait for its last node.
+const WAITED: &str = "(waited)";
 
 fn cpu_only() -> GraphAllocator {
     GraphAllocator::new(vec![Box::new(cpu_backend(no_weights()))])
@@ -713,6 +722,33 @@ fn the_structural_check_catches_an_extra_node_a_changed_payload_and_a_changed_so
     let src = structural_graph(1e-6, "x", false);
     assert_ne!(src.nodes[3].src, reference.nodes[3].src);
     assert!(!verify_structural(&reference, &src), "a changed source");
+}
+
+#[test]
+fn a_timed_execution_waits_for_every_node_and_an_untimed_one_for_none() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", D, DType::F32);
+    let y = b.input("y", D, DType::F32);
+    let sum = b.add("sum", x, y);
+    let product = b.mul("product", sum, y);
+    b.output(product);
+    let mut graph = b.build();
+    let probe = Probe::default();
+    let mut alloc = observed_cpu_only(&probe);
+    prepare(&mut graph, &mut alloc);
+    let ones = vec![1.0; D.iter().product()];
+    alloc.fill_input(&graph, "x", &ones).unwrap();
+    alloc.fill_input(&graph, "y", &ones).unwrap();
+    let splits = BackendScheduler::split_graph(&graph);
+    BackendScheduler::execute_splits(&graph, &splits, &mut alloc, &mut Vec::new(), None).unwrap();
+    assert_eq!(probe.executed(), ["sum", "product"], "untimed: no wait");
+    let mut timings = Vec::new();
+    BackendScheduler::execute_splits(&graph, &splits, &mut alloc, &mut Vec::new(), Some(&mut timings)).unwrap();
+    // A queueing backend's node is timed to its end, not to its launch.
+    assert_eq!(probe.executed()[2..], ["sum", WAITED, "product", WAITED]);
+    let executed = timings.iter().filter(|t| matches!(t.work, Work::Execute)).count();
+    assert_eq!(executed, 2);
+    assert_eq!(read(&graph, &mut alloc, "product"), vec![2.0; D.iter().product()]);
 }
 
 #[test]

@@ -51,6 +51,9 @@ pub enum BenchError {
     /// A result could not be written.
     #[error("cannot write the results: {0}")]
     Write(#[from] std::io::Error),
+    /// A device could not measure its memory's bandwidth (`--bandwidth`).
+    #[error("measuring the device's bandwidth: {0}")]
+    Bandwidth(#[from] crate::graph::BackendError),
 }
 
 /// What to measure. Sizes of 0 are skipped, as in llama-bench.
@@ -172,6 +175,10 @@ pub struct BenchResult {
     /// With `--bandwidth`: the memory read bandwidth at this thread count, in GB/s ...
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mem_read_gbs: Option<f64>,
+    /// With `--bandwidth` and every layer on a GPU: the device memory's copy bandwidth (bytes
+    /// read plus written per second), GB/s, which then bounds generation instead of the host's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_copy_gbs: Option<f64>,
     /// ... the bytes of weights a generated token reads ...
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight_bytes_per_token: Option<u64>,
@@ -293,6 +300,7 @@ impl BenchResult {
             samples_ts: Vec::new(),
             peak_rss_bytes: None,
             mem_read_gbs: None,
+            device_copy_gbs: None,
             weight_bytes_per_token: None,
             gen_bound_ts: None,
             kernels: String::new(),
@@ -489,6 +497,12 @@ pub fn run_bench(
         }
         let info = ModelInfo::new(path, &loaded.model);
         let per_token = weight_bytes_per_token(loaded.model.file());
+        // Every layer and the head on a GPU: its memory bounds generation, not the host's.
+        let device_gbs = if options.bandwidth && info.n_gpu_layers > loaded.model.hparams().n_layer {
+            device_copy_bandwidth(&loaded.model)?
+        } else {
+            None
+        };
         let n_vocab = loaded.session.model().hparams().n_vocab;
         let tokenizer = loaded.model.tokenizer();
         let bos = tokenizer.add_bos().then(|| tokenizer.bos()).flatten();
@@ -553,6 +567,7 @@ pub fn run_bench(
             result.peak_rss_bytes = peak_rss_bytes();
             if options.bandwidth {
                 result.weight_bytes_per_token = Some(per_token);
+                result.device_copy_gbs = device_gbs;
             }
             on_result(&result)?;
             results.push(result);
@@ -572,7 +587,8 @@ pub fn run_bench(
             let gbs = read_bandwidth(n_threads);
             for r in results.iter_mut().filter(|r| r.n_threads == n_threads) {
                 r.mem_read_gbs = Some(gbs);
-                r.gen_bound_ts = r.weight_bytes_per_token.map(|b| gbs * 1e9 / b.max(1) as f64);
+                let bound_gbs = r.device_copy_gbs.unwrap_or(gbs);
+                r.gen_bound_ts = r.weight_bytes_per_token.map(|b| bound_gbs * 1e9 / b.max(1) as f64);
             }
         }
     }
@@ -624,6 +640,17 @@ fn tensors_read_per_token(file: &GgufFile) -> impl Iterator<Item = &crate::gguf:
 /// Bytes of weights one generated token reads: every tensor but an untied embedding table.
 pub fn weight_bytes_per_token(file: &GgufFile) -> u64 {
     tensors_read_per_token(file).map(|t| t.size).sum()
+}
+
+/// The copy bandwidth of the first of `model`'s devices that measures its own memory (a GPU),
+/// GB/s.
+fn device_copy_bandwidth(model: &crate::engine::Model) -> Result<Option<f64>, BenchError> {
+    for device in model.backends().devices() {
+        if let Some(gbs) = device.copy_bandwidth()? {
+            return Ok(Some(gbs));
+        }
+    }
+    Ok(None)
 }
 
 /// The memory read bandwidth with `n_threads` threads, in GB/s: the best of three passes summing
@@ -913,9 +940,13 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
     }
     for r in results.iter().filter(|r| r.n_gen > 0 && r.n_prompt == 0) {
         if let (Some(gbs), Some(bytes), Some(bound)) = (r.mem_read_gbs, r.weight_bytes_per_token, r.gen_bound_ts) {
+            let measured = match r.device_copy_gbs {
+                Some(device) => format!("{device:.1} GB/s device copy"),
+                None => format!("{gbs:.1} GB/s read"),
+            };
             footer += &format!(
                 "{} at {} threads: {:.2} tok/s is {:.0} % of the bandwidth bound {:.1} tok/s \
-                 ({gbs:.1} GB/s read, {:.1} MB of weights per token)\n",
+                 ({measured}, {:.1} MB of weights per token)\n",
                 r.test_name(),
                 r.n_threads,
                 r.avg_ts,
@@ -1091,6 +1122,28 @@ mod tests {
         assert_eq!(r.avg_ns, 333_333_333);
         assert_eq!(r.stddev_ns, 144_337_567);
         assert_eq!(row(512, 0, vec![1_000_000_000]).stddev_ts, 0.0);
+    }
+
+    #[test]
+    fn the_bound_of_a_row_on_a_gpu_is_its_device_copy_bandwidth_and_the_footer_says_so() {
+        let mut host = row(0, 128, vec![1_000_000_000]);
+        (host.mem_read_gbs, host.weight_bytes_per_token) = (Some(40.0), Some(400_000_000));
+        host.gen_bound_ts = Some(100.0);
+        let mut gpu = host.clone();
+        gpu.device_copy_gbs = Some(4000.0);
+        gpu.gen_bound_ts = Some(10_000.0);
+        let footer = markdown_footer(&[host, gpu.clone()]);
+        let lines: Vec<&str> = footer.lines().filter(|l| l.contains("bandwidth bound")).collect();
+        assert_eq!(lines.len(), 2, "{footer}");
+        assert!(lines[0].contains("(40.0 GB/s read, 400.0 MB"), "{}", lines[0]);
+        assert!(lines[1].contains("(4000.0 GB/s device copy, 400.0 MB"), "{}", lines[1]);
+        assert!(
+            lines[1].contains("is 1 % of the bandwidth bound 10000.0 tok/s"),
+            "{}",
+            lines[1]
+        );
+        assert!(to_json_line(&gpu).contains("\"device_copy_gbs\":4000.0"));
+        assert!(!to_json_line(&row(0, 1, vec![1])).contains("device_copy_gbs"));
     }
 
     #[test]

@@ -141,6 +141,13 @@ pub trait BackendDevice: Send + Sync {
     fn weights_bytes(&self) -> usize {
         0
     }
+    /// The device memory's copy bandwidth in GB/s, bytes read plus bytes written per second by
+    /// a device-to-device copy of a buffer larger than any cache (what bounds a generated token,
+    /// which reads every weight once), for `bench --bandwidth`; `None` for a device that shares
+    /// the host's memory, whose bandwidth the host measures.
+    fn copy_bandwidth(&self) -> Result<Option<f64>, BackendError> {
+        Ok(None)
+    }
     /// Prepare the weights `weights` names once for the process, before any context exists:
     /// upload them to device memory, repack them for the device's kernels, or (the default, a
     /// device that reads the memory-mapped file in place) nothing. A weight the device cannot
@@ -203,4 +210,12 @@ pub trait ComputeBackend: Send {
     /// Wait for all work submitted to this context; a device's asynchronous failure surfaces
     /// here.
     fn synchronize(&mut self) -> Result<(), BackendError>;
+    /// Wait until the node just executed has run, when an execution is timed (a trace, a
+    /// profile): a backend that queues its work returns from `execute_node` at the launch, so
+    /// without the wait its nodes would be timed at their launches and every kernel's time
+    /// would land on the next synchronisation. The default, for a backend that runs each node
+    /// to completion, does nothing.
+    fn wait_for_node(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }

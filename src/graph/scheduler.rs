@@ -209,8 +209,14 @@ impl BackendScheduler {
                     in_bufs.push(buf);
                 }
                 let kv = node.kv_layer().and_then(|l| alloc.kv_pair(l));
+                let waits = timings.is_some();
                 timed(&mut timings, node.id, Work::Execute, || {
-                    Ok(alloc.backend_mut(split.backend)?.execute_node(node, in_bufs, out, kv)?)
+                    let backend = alloc.backend_mut(split.backend)?;
+                    backend.execute_node(node, in_bufs, out, kv)?;
+                    if waits {
+                        backend.wait_for_node()?;
+                    }
+                    Ok(())
                 })?;
             }
             previous = Some(split.backend);

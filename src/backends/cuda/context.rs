@@ -861,6 +861,13 @@ impl ComputeBackend for CudaBackend {
             .map_err(|e| Self::buffer_error(id, format!("copying from the host: {e}")))
     }
 
+    /// A timed node's kernels run to the end before the clock stops: the profile's per-node
+    /// times are then the kernels' (each with its launch), at the cost of the overlap of a
+    /// launch with the kernel before it.
+    fn wait_for_node(&mut self) -> Result<(), BackendError> {
+        self.synchronize()
+    }
+
     fn synchronize(&mut self) -> Result<(), BackendError> {
         let stream = Arc::clone(self.stream()?);
         stream.synchronize().map_err(|e| BackendError::Node {

@@ -210,6 +210,44 @@ impl BackendDevice for CudaDevice {
         self.weights_bytes
     }
 
+    /// The best of five device-to-device copies of 1 GiB (less if memory is short), timed with
+    /// events on a stream of its own, after one unmeasured copy.
+    fn copy_bandwidth(&self) -> Result<Option<f64>, BackendError> {
+        use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
+        let fail = |what: &str, e: cudarc::driver::DriverError| prepare_error("(bandwidth)", format!("{what}: {e}"));
+        let (free, _) = self
+            .gpu
+            .ctx
+            .mem_get_info()
+            .map_err(|e| fail("reading the free memory", e))?;
+        let bytes = (1usize << 30).min(free / 4);
+        let stream = self.gpu.ctx.new_stream().map_err(|e| fail("creating a stream", e))?;
+        let alloc = |n| {
+            stream
+                .alloc_zeros::<u8>(n)
+                .map_err(|e| fail("allocating the copy buffers", e))
+        };
+        let (src, mut dst) = (alloc(bytes)?, alloc(bytes)?);
+        let copy = |dst: &mut CudaSlice<u8>| stream.memcpy_dtod(&src, dst).map_err(|e| fail("copying", e));
+        copy(&mut dst)?;
+        let mut best = 0.0f64;
+        for _ in 0..5 {
+            let event = || {
+                stream
+                    .record_event(Some(CU_EVENT_DEFAULT))
+                    .map_err(|e| fail("recording an event", e))
+            };
+            let start = event()?;
+            copy(&mut dst)?;
+            let end = event()?;
+            let ms = start.elapsed_ms(&end).map_err(|e| fail("timing the copy", e))?;
+            if ms > 0.0 {
+                best = best.max(2.0 * bytes as f64 / (f64::from(ms) / 1e3) / 1e9);
+            }
+        }
+        Ok(Some(best))
+    }
+
     /// Uploads every weight the graph names, straight from the memory map, with a progress
     /// line on stderr for models over 256 MiB. A type the kernels cannot read is refused by name.
     fn prepare_weights(&mut self, source: &dyn TensorSource, weights: &[WeightUse]) -> Result<(), BackendError> {
