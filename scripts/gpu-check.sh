@@ -6,8 +6,10 @@
 # (with qwen2) a random model of the default model's real shape on CUDA against the CPU for -ngl
 # 0, 1, 12 and all, and 1,000 decode steps without a device allocation. On the host's CPU: the
 # AMX tile kernels against their emulation and the scalar reference, the tiny models with and
-# without AMX, and (with a model) thread scaling at 2 to 16 threads. Prints one line per check
-# and a summary; exits non-zero when any fails.
+# without AMX, and (with a model) its speed on the GPU against the device's copy bandwidth, a
+# profile of decode steps with each node's kernels timed to their end, and thread scaling at 2
+# to 16 threads on the CPU. Prints one line per check and a summary, copies every check's whole
+# log to $OUT when it is set, and exits non-zero when any fails.
 #
 # Usage: bash .gpu/gpu-check.sh [MODEL.gguf]   (a model for a speed figure; default: the one
 # scripts/gpu-pack.sh packed, if any)

@@ -179,15 +179,20 @@ impl ComputeBackend for TestDevice {
         self.inner.synchronize()
     }
 
-    /// Logged as `(waited)`: when the scheduler waits for a node is what a test checks.
+    /// Logged as `(waited)`, and as slow as a queued kernel of [`QUEUED_NODE`]: when the
+    /// scheduler waits, and that the wait is inside the node's timing, is what a test checks.
     fn wait_for_node(&mut self) -> Result<(), BackendError> {
         self.probe.executed.lock().unwrap().push(WAITED.into());
+        std::thread::sleep(QUEUED_NODE);
         self.inner.wait_for_node()
     }
 }
 
 /// What the test device logs for a wait for its last node.
 const WAITED: &str = "(waited)";
+
+/// How long the test device's wait for a node takes.
+const QUEUED_NODE: std::time::Duration = std::time::Duration::from_millis(2);
 
 fn cpu_only() -> GraphAllocator {
     GraphAllocator::new(vec![Box::new(cpu_backend(no_weights()))])
@@ -746,8 +751,10 @@ fn a_timed_execution_waits_for_every_node_and_an_untimed_one_for_none() {
     BackendScheduler::execute_splits(&graph, &splits, &mut alloc, &mut Vec::new(), Some(&mut timings)).unwrap();
     // A queueing backend's node is timed to its end, not to its launch.
     assert_eq!(probe.executed()[2..], ["sum", WAITED, "product", WAITED]);
-    let executed = timings.iter().filter(|t| matches!(t.work, Work::Execute)).count();
-    assert_eq!(executed, 2);
+    // Each node's time holds its wait: what a queueing device's kernel takes.
+    let executed: Vec<_> = timings.iter().filter(|t| matches!(t.work, Work::Execute)).collect();
+    assert_eq!(executed.len(), 2);
+    assert!(executed.iter().all(|t| t.end - t.start >= QUEUED_NODE), "{executed:?}");
     assert_eq!(read(&graph, &mut alloc, "product"), vec![2.0; D.iter().product()]);
 }
 

@@ -51,9 +51,6 @@ pub enum BenchError {
     /// A result could not be written.
     #[error("cannot write the results: {0}")]
     Write(#[from] std::io::Error),
-    /// A device could not measure its memory's bandwidth (`--bandwidth`).
-    #[error("measuring the device's bandwidth: {0}")]
-    Bandwidth(#[from] crate::graph::BackendError),
 }
 
 /// What to measure. Sizes of 0 are skipped, as in llama-bench.
@@ -474,6 +471,8 @@ pub fn run_bench(
     let needed = longest.max().unwrap_or(1) + depths.iter().copied().max().unwrap_or(0);
     let mut rng = TokenRng(options.seed.max(1));
     let mut results = Vec::new();
+    // A GPU's copy bandwidth, measured once for the process (at the first test held to it).
+    let mut device_bandwidth: Option<Option<f64>> = None;
     let runs = options
         .n_gpu_layers
         .iter()
@@ -499,7 +498,12 @@ pub fn run_bench(
         let per_token = weight_bytes_per_token(loaded.model.file());
         // Every layer and the head on a GPU: its memory bounds generation, not the host's.
         let device_gbs = if options.bandwidth && info.n_gpu_layers > loaded.model.hparams().n_layer {
-            device_copy_bandwidth(&loaded.model)?
+            *device_bandwidth.get_or_insert_with(|| {
+                device_copy_bandwidth(&loaded.model).unwrap_or_else(|e| {
+                    eprintln!("bench: {e}; generation is held to the host's bandwidth instead");
+                    None
+                })
+            })
         } else {
             None
         };
@@ -587,8 +591,7 @@ pub fn run_bench(
             let gbs = read_bandwidth(n_threads);
             for r in results.iter_mut().filter(|r| r.n_threads == n_threads) {
                 r.mem_read_gbs = Some(gbs);
-                let bound_gbs = r.device_copy_gbs.unwrap_or(gbs);
-                r.gen_bound_ts = r.weight_bytes_per_token.map(|b| bound_gbs * 1e9 / b.max(1) as f64);
+                r.gen_bound_ts = r.weight_bytes_per_token.map(|b| gen_bound(b, gbs, r.device_copy_gbs));
             }
         }
     }
@@ -642,9 +645,16 @@ pub fn weight_bytes_per_token(file: &GgufFile) -> u64 {
     tensors_read_per_token(file).map(|t| t.size).sum()
 }
 
+/// The generation rate, tokens/s, that `bytes` of weights per token allow: over the device's
+/// copy bandwidth when every layer ran on one (`device_gbs`), else over the host's read
+/// bandwidth (`host_gbs`), both GB/s.
+fn gen_bound(bytes: u64, host_gbs: f64, device_gbs: Option<f64>) -> f64 {
+    device_gbs.unwrap_or(host_gbs) * 1e9 / bytes.max(1) as f64
+}
+
 /// The copy bandwidth of the first of `model`'s devices that measures its own memory (a GPU),
 /// GB/s.
-fn device_copy_bandwidth(model: &crate::engine::Model) -> Result<Option<f64>, BenchError> {
+fn device_copy_bandwidth(model: &crate::engine::Model) -> Result<Option<f64>, crate::graph::BackendError> {
     for device in model.backends().devices() {
         if let Some(gbs) = device.copy_bandwidth()? {
             return Ok(Some(gbs));
@@ -1122,6 +1132,13 @@ mod tests {
         assert_eq!(r.avg_ns, 333_333_333);
         assert_eq!(r.stddev_ns, 144_337_567);
         assert_eq!(row(512, 0, vec![1_000_000_000]).stddev_ts, 0.0);
+    }
+
+    #[test]
+    fn generation_is_bounded_by_the_device_copy_bandwidth_when_every_layer_ran_on_a_gpu() {
+        assert_eq!(gen_bound(400_000_000, 40.0, None), 100.0);
+        assert_eq!(gen_bound(400_000_000, 40.0, Some(4000.0)), 10_000.0);
+        assert_eq!(gen_bound(0, 40.0, None), 40e9, "no weights: no division by zero");
     }
 
     #[test]

@@ -79,6 +79,14 @@ pub enum BackendError {
         /// What is wrong with it.
         problem: String,
     },
+    /// The device could not measure itself (its memory's bandwidth, for `bench`).
+    #[error("{backend}: measuring the device: {message}")]
+    Measure {
+        /// The backend's name.
+        backend: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The device could not prepare a weight (upload it, repack it) when the model loaded.
     #[error("{backend}: preparing weight '{weight}': {message}")]
     Prepare {
@@ -144,7 +152,8 @@ pub trait BackendDevice: Send + Sync {
     /// The device memory's copy bandwidth in GB/s, bytes read plus bytes written per second by
     /// a device-to-device copy of a buffer larger than any cache (what bounds a generated token,
     /// which reads every weight once), for `bench --bandwidth`; `None` for a device that shares
-    /// the host's memory, whose bandwidth the host measures.
+    /// the host's memory, whose bandwidth the host measures, or that has too little memory free
+    /// to measure past its caches.
     fn copy_bandwidth(&self) -> Result<Option<f64>, BackendError> {
         Ok(None)
     }
@@ -210,8 +219,9 @@ pub trait ComputeBackend: Send {
     /// Wait for all work submitted to this context; a device's asynchronous failure surfaces
     /// here.
     fn synchronize(&mut self) -> Result<(), BackendError>;
-    /// Wait until the node just executed has run, when an execution is timed (a trace, a
-    /// profile): a backend that queues its work returns from `execute_node` at the launch, so
+    /// Wait until the node (or the copy to this backend) just queued has run, when an execution
+    /// is timed (a trace, a profile, `minfer viz`): a backend that queues its work returns from
+    /// `execute_node` at the launch, so
     /// without the wait its nodes would be timed at their launches and every kernel's time
     /// would land on the next synchronisation. The default, for a backend that runs each node
     /// to completion, does nothing.

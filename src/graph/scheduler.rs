@@ -177,9 +177,14 @@ impl BackendScheduler {
                     Ok(alloc.backend_mut(prev)?.synchronize()?)
                 })?;
             }
+            let waits = timings.is_some();
             for &src in &split.inputs {
                 timed(&mut timings, src, Work::CopyTo(split.backend), || {
-                    alloc.copy_across(src, split.backend)
+                    let copied = alloc.copy_across(src, split.backend)?;
+                    if waits {
+                        alloc.backend_mut(split.backend)?.wait_for_node()?;
+                    }
+                    Ok(copied)
                 })?;
             }
             for node in &graph.nodes[split.node_range.0..split.node_range.1] {
@@ -209,7 +214,6 @@ impl BackendScheduler {
                     in_bufs.push(buf);
                 }
                 let kv = node.kv_layer().and_then(|l| alloc.kv_pair(l));
-                let waits = timings.is_some();
                 timed(&mut timings, node.id, Work::Execute, || {
                     let backend = alloc.backend_mut(split.backend)?;
                     backend.execute_node(node, in_bufs, out, kv)?;

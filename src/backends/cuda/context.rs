@@ -669,6 +669,15 @@ impl CudaBackend {
         }
     }
 
+    /// Wait until the stream has run everything queued on it.
+    fn wait_for_stream(&self) -> Result<(), BackendError> {
+        self.stream()?.synchronize().map_err(|e| BackendError::Node {
+            backend: "cuda".into(),
+            node: "(graph)".into(),
+            message: format!("the device failed: {e}"),
+        })
+    }
+
     /// Read the kernels' error flags (after the stream is idle) and clear them.
     fn check_flags(&mut self) -> Result<(), BackendError> {
         let stream = Arc::clone(self.stream()?);
@@ -863,18 +872,14 @@ impl ComputeBackend for CudaBackend {
 
     /// A timed node's kernels run to the end before the clock stops: the profile's per-node
     /// times are then the kernels' (each with its launch), at the cost of the overlap of a
-    /// launch with the kernel before it.
+    /// launch with the kernel before it. The error flags wait for the step's `synchronize`:
+    /// reading them is a copy to the host, which would swamp a kernel of a few microseconds.
     fn wait_for_node(&mut self) -> Result<(), BackendError> {
-        self.synchronize()
+        self.wait_for_stream()
     }
 
     fn synchronize(&mut self) -> Result<(), BackendError> {
-        let stream = Arc::clone(self.stream()?);
-        stream.synchronize().map_err(|e| BackendError::Node {
-            backend: "cuda".into(),
-            node: "(graph)".into(),
-            message: format!("the device failed: {e}"),
-        })?;
+        self.wait_for_stream()?;
         self.check_flags()
     }
 }

@@ -150,7 +150,8 @@ impl CudaDevice {
             return Err(startup(format!("kernel '{missing}' is in no compiled module")));
         }
         // One stream per context and no buffer shared between streams (weights are written once,
-        // before any context exists): cudarc's per-buffer event tracking has nothing to order.
+        // before any context exists; the bandwidth measurement's buffers live and die on its own
+        // stream): cudarc's per-buffer event tracking has nothing to order.
         // SAFETY: called before any allocation or launch on this context.
         unsafe { ctx.disable_event_tracking() };
         Ok(CudaDevice {
@@ -210,17 +211,26 @@ impl BackendDevice for CudaDevice {
         self.weights_bytes
     }
 
-    /// The best of five device-to-device copies of 1 GiB (less if memory is short), timed with
-    /// events on a stream of its own, after one unmeasured copy.
+    /// The best of five timings of four device-to-device copies of 1 GiB (less where memory is
+    /// short, but at least 256 MiB, far past any L2), timed with events on a stream of its own
+    /// after two unmeasured copies (the clocks ramp up).
     fn copy_bandwidth(&self) -> Result<Option<f64>, BackendError> {
         use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
-        let fail = |what: &str, e: cudarc::driver::DriverError| prepare_error("(bandwidth)", format!("{what}: {e}"));
+        const MIN_BYTES: usize = 256 << 20;
+        const COPIES: usize = 4;
+        let fail = |what: &str, e: cudarc::driver::DriverError| BackendError::Measure {
+            backend: "cuda".into(),
+            message: format!("{what}: {e}"),
+        };
         let (free, _) = self
             .gpu
             .ctx
             .mem_get_info()
             .map_err(|e| fail("reading the free memory", e))?;
         let bytes = (1usize << 30).min(free / 4);
+        if bytes < MIN_BYTES {
+            return Ok(None);
+        }
         let stream = self.gpu.ctx.new_stream().map_err(|e| fail("creating a stream", e))?;
         let alloc = |n| {
             stream
@@ -229,23 +239,30 @@ impl BackendDevice for CudaDevice {
         };
         let (src, mut dst) = (alloc(bytes)?, alloc(bytes)?);
         let copy = |dst: &mut CudaSlice<u8>| stream.memcpy_dtod(&src, dst).map_err(|e| fail("copying", e));
-        copy(&mut dst)?;
+        let event = || {
+            stream
+                .record_event(Some(CU_EVENT_DEFAULT))
+                .map_err(|e| fail("recording an event", e))
+        };
+        for _ in 0..2 {
+            copy(&mut dst)?;
+        }
         let mut best = 0.0f64;
         for _ in 0..5 {
-            let event = || {
-                stream
-                    .record_event(Some(CU_EVENT_DEFAULT))
-                    .map_err(|e| fail("recording an event", e))
-            };
             let start = event()?;
-            copy(&mut dst)?;
+            for _ in 0..COPIES {
+                copy(&mut dst)?;
+            }
             let end = event()?;
-            let ms = start.elapsed_ms(&end).map_err(|e| fail("timing the copy", e))?;
+            let ms = start.elapsed_ms(&end).map_err(|e| fail("timing the copies", e))?;
             if ms > 0.0 {
-                best = best.max(2.0 * bytes as f64 / (f64::from(ms) / 1e3) / 1e9);
+                best = best.max((2 * COPIES * bytes) as f64 / (f64::from(ms) / 1e3) / 1e9);
             }
         }
-        Ok(Some(best))
+        // The buffers are freed on the stream: give the memory back before the tests run.
+        drop((src, dst));
+        stream.synchronize().map_err(|e| fail("freeing the copy buffers", e))?;
+        Ok((best > 0.0).then_some(best))
     }
 
     /// Uploads every weight the graph names, straight from the memory map, with a progress
