@@ -731,19 +731,12 @@ fn the_structural_check_catches_an_extra_node_a_changed_payload_and_a_changed_so
 
 #[test]
 fn a_timed_execution_waits_for_every_node_and_an_untimed_one_for_none() {
-    let mut b = GraphBuilder::new();
-    let x = b.input("x", D, DType::F32);
-    let y = b.input("y", D, DType::F32);
-    let sum = b.add("sum", x, y);
-    let product = b.mul("product", sum, y);
-    b.output(product);
-    let mut graph = b.build();
+    let mut graph = two_step();
     let probe = Probe::default();
     let mut alloc = observed_cpu_only(&probe);
     prepare(&mut graph, &mut alloc);
-    let ones = vec![1.0; D.iter().product()];
-    alloc.fill_input(&graph, "x", &ones).unwrap();
-    alloc.fill_input(&graph, "y", &ones).unwrap();
+    alloc.fill_input(&graph, "a", &[1.0; 4]).unwrap();
+    alloc.fill_input(&graph, "b", &[1.0; 4]).unwrap();
     let splits = BackendScheduler::split_graph(&graph);
     BackendScheduler::execute_splits(&graph, &splits, &mut alloc, &mut Vec::new(), None).unwrap();
     assert_eq!(probe.executed(), ["sum", "product"], "untimed: no wait");
@@ -755,7 +748,7 @@ fn a_timed_execution_waits_for_every_node_and_an_untimed_one_for_none() {
     let executed: Vec<_> = timings.iter().filter(|t| matches!(t.work, Work::Execute)).collect();
     assert_eq!(executed.len(), 2);
     assert!(executed.iter().all(|t| t.end - t.start >= QUEUED_NODE), "{executed:?}");
-    assert_eq!(read(&graph, &mut alloc, "product"), vec![2.0; D.iter().product()]);
+    assert_eq!(read(&graph, &mut alloc, "product"), [2.0; 4]);
 }
 
 #[test]
@@ -1047,15 +1040,20 @@ fn the_prefill_to_decode_transition_rebuilds_once_and_decode_steps_reuse() {
     assert!(max_isolated > 1e-2, "the prompt changed nothing ({max_isolated})");
 }
 
-/// `sum = a + b`, `product = sum * b`, all on the CPU.
-fn two_step_graph() -> (ComputeGraph, GraphAllocator) {
+/// `sum = a + b`, `product = sum * b`, not yet assigned.
+fn two_step() -> ComputeGraph {
     let mut b = GraphBuilder::new();
     let x = b.input("a", D, DType::F32);
     let y = b.input("b", D, DType::F32);
     let s = b.add("sum", x, y);
     let p = b.mul("product", s, y);
     b.output(p);
-    let mut graph = b.build();
+    b.build()
+}
+
+/// [`two_step`], all on the CPU.
+fn two_step_graph() -> (ComputeGraph, GraphAllocator) {
+    let mut graph = two_step();
     // CPU first: it takes every node; the test device is present but idle.
     let mut alloc = GraphAllocator::new(vec![
         Box::new(cpu_backend(no_weights())),

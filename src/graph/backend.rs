@@ -221,10 +221,9 @@ pub trait ComputeBackend: Send {
     fn synchronize(&mut self) -> Result<(), BackendError>;
     /// Wait until the node (or the copy to this backend) just queued has run, when an execution
     /// is timed (a trace, a profile, `minfer viz`): a backend that queues its work returns from
-    /// `execute_node` at the launch, so
-    /// without the wait its nodes would be timed at their launches and every kernel's time
-    /// would land on the next synchronisation. The default, for a backend that runs each node
-    /// to completion, does nothing.
+    /// `execute_node` at the launch, so without the wait its nodes would be timed at their
+    /// launches and every kernel's time would land on the next synchronisation. The default,
+    /// for a backend that runs each node to completion, does nothing.
     fn wait_for_node(&mut self) -> Result<(), BackendError> {
         Ok(())
     }

@@ -757,17 +757,14 @@ unsafe fn run_repacked_k<const KIND: u8>(w: &[u8], act: &[u8], terms: Activation
     // while a speculative check's few tokens go faster straight from the records (513 against
     // 370-409 at 8 tokens, 520 against 530 at 16). Q4_K's expansion measured slower at every size.
     // The tile products read the levels from memory: with them, both types expand a group once.
-    if KIND == kernel_k::Q6_K && (s.n_tokens >= 24 || s.tile_tokens() > 0) {
-        k_panels::<KIND>(act, terms, s, y, |rows, (pack, scales, group_terms, dx, _)| {
-            let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
-            kernel_k::unpack_records_q6_k(records, s.nb, pack, scales, group_terms, dx)
-        });
-        return;
-    }
-    if KIND == kernel_k::Q4_K && s.tile_tokens() > 0 {
+    if (KIND == kernel_k::Q6_K && s.n_tokens >= 24) || s.tile_tokens() > 0 {
         k_panels::<KIND>(act, terms, s, y, |rows, (pack, scales, group_terms, dx, dmx)| {
             let records = &w[rows.start / PANEL * group_bytes..][..group_bytes];
-            kernel_k::unpack_records_q4_k(records, s.nb, pack, scales, group_terms, dx, dmx)
+            if KIND == kernel_k::Q6_K {
+                kernel_k::unpack_records_q6_k(records, s.nb, pack, scales, group_terms, dx)
+            } else {
+                kernel_k::unpack_records_q4_k(records, s.nb, pack, scales, group_terms, dx, dmx)
+            }
         });
         return;
     }
