@@ -27,6 +27,12 @@ const MAX_NESTING: usize = 64;
 /// a server compiles what any client sends; llama.cpp's largest example has a few hundred.
 pub const MAX_TERMINALS: usize = 10_000;
 
+/// How deep rules may refer to rules, from `root` along the first path that reaches each:
+/// compiling walks that chain recursively, and a server compiles what any client sends. Real
+/// grammars are a few dozen deep (llama.cpp's C grammar: 20); a chain of unit rules
+/// (`a ::= b`, `b ::= c`, ...) a thousand long is an attack on the stack, not a grammar.
+pub const MAX_RULE_DEPTH: usize = 256;
+
 /// A GBNF text that could not be read, with where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("GBNF grammar, line {line}, column {column}: {message}")]
@@ -271,6 +277,7 @@ impl Parser<'_> {
             self.check_references(&rule.alternatives, &defined)?;
         }
         self.check_productive(&rules, &defined)?;
+        self.check_depth(&rules, &defined)?;
         Ok(rules)
     }
 
@@ -524,6 +531,55 @@ impl Parser<'_> {
         Ok(())
     }
 
+    /// Refuses rules that refer to each other more than [`MAX_RULE_DEPTH`] deep, found by a
+    /// depth-first walk from `root` with an explicit stack (so the check itself cannot overflow).
+    fn check_depth(&self, rules: &[Rule], defined: &HashMap<String, usize>) -> Result<(), GbnfError> {
+        fn references(alternatives: &[Vec<Item>], defined: &HashMap<String, usize>, out: &mut Vec<usize>) {
+            for item in alternatives.iter().flatten() {
+                match &item.term {
+                    Term::Rule { name, .. } => out.extend(defined.get(name)),
+                    Term::Group(inner) => references(inner, defined, out),
+                    _ => {}
+                }
+            }
+        }
+        let edges: Vec<Vec<usize>> = rules
+            .iter()
+            .map(|rule| {
+                let mut to = Vec::new();
+                references(&rule.alternatives, defined, &mut to);
+                to
+            })
+            .collect();
+        let root = defined["root"];
+        let mut visited = vec![false; rules.len()];
+        visited[root] = true;
+        // Each entry: a rule on the current path and the next of its references to follow.
+        let mut path: Vec<(usize, usize)> = vec![(root, 0)];
+        while let Some((rule, next)) = path.last_mut() {
+            let Some(&to) = edges[*rule].get(*next) else {
+                path.pop();
+                continue;
+            };
+            *next += 1;
+            if visited[to] {
+                continue;
+            }
+            visited[to] = true;
+            path.push((to, 0));
+            if path.len() > MAX_RULE_DEPTH {
+                return Err(self.error(
+                    rules[to].at,
+                    format!(
+                        "rules refer to rules more than {MAX_RULE_DEPTH} deep (root → {} → … → {}): over the limit",
+                        rules[path[1].0].name, rules[to].name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses a `root` from which no finite text derives. A rule is productive when one of its
     /// alternatives has only productive symbols; the fixed point finds them all.
     fn check_productive(&self, rules: &[Rule], defined: &HashMap<String, usize>) -> Result<(), GbnfError> {
@@ -634,6 +690,31 @@ mod tests {
         // Optional self-reference is fine.
         to_lark("root ::= \"a\" root?\n").unwrap();
         to_lark("root ::= \"a\" | \"(\" root \")\"\n").unwrap();
+    }
+
+    #[test]
+    fn rules_chained_deeper_than_the_limit_are_refused_naming_the_rule() {
+        let chain = |n: usize| {
+            let mut text = String::from("root ::= r1\n");
+            for i in 1..n {
+                text.push_str(&format!("r{i} ::= r{}\n", i + 1));
+            }
+            text.push_str(&format!("r{n} ::= \"a\"\n"));
+            text
+        };
+        to_lark(&chain(MAX_RULE_DEPTH - 1)).unwrap();
+        let e = error(&chain(1000));
+        assert!(e.message.contains("more than 256 deep"), "{e}");
+        assert!(e.message.contains(&format!("r{MAX_RULE_DEPTH}")), "{e}");
+        assert_eq!(e.line, MAX_RULE_DEPTH + 1, "{e}");
+        // Wide is fine: a thousand rules side by side under root.
+        let mut wide = String::from("root ::= ");
+        wide.push_str(&(0..1000).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" | "));
+        wide.push('\n');
+        for i in 0..1000 {
+            wide.push_str(&format!("w{i} ::= \"{i}\"\n"));
+        }
+        to_lark(&wide).unwrap();
     }
 
     #[test]

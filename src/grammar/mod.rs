@@ -11,6 +11,7 @@
 //! control tokens are marked as special (llguidance's 0xFF prefix) and no grammar text can
 //! produce them. Where the grammar may end, every end-of-generation token is allowed.
 
+mod budget;
 pub mod gbnf;
 
 use llguidance::api::TopLevelGrammar;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 use crate::tokenizer::{TokenType, Tokenizer};
 
+pub use budget::{check_schema, SchemaBudgetError, MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES};
 pub use gbnf::GbnfError;
 
 /// The longest token llguidance's trie can hold (its depth field is 10 bits); a longer token,
@@ -57,6 +59,9 @@ pub enum GrammarError {
     /// The GBNF text does not parse; the error names the line and column.
     #[error(transparent)]
     Gbnf(#[from] GbnfError),
+    /// The JSON schema is deeper or larger than a compile may be asked to walk.
+    #[error("JSON schema over the budget: {0}")]
+    SchemaBudget(#[from] SchemaBudgetError),
     /// llguidance refused the grammar or schema (a bad pattern, an unsupported keyword, a
     /// grammar over the size and time limits).
     #[error("invalid {kind}: {reason}")]
@@ -147,7 +152,10 @@ impl GrammarVocabulary {
         let top = match spec {
             GrammarSpec::Gbnf(text) => TopLevelGrammar::from_lark(gbnf::to_lark(text)?),
             GrammarSpec::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
-            GrammarSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(with_layout(schema)),
+            GrammarSpec::JsonSchema(schema) => {
+                check_schema(schema)?;
+                TopLevelGrammar::from_json_schema(with_layout(schema))
+            }
             GrammarSpec::JsonObject => {
                 TopLevelGrammar::from_json_schema(with_layout(&serde_json::json!({"type": "object"})))
             }
@@ -156,10 +164,25 @@ impl GrammarVocabulary {
             kind: spec.kind(),
             reason: one_line(&e.to_string()),
         })?;
-        Ok(Grammar {
+        let grammar = Grammar {
             parser,
             vocabulary: Arc::clone(self),
-        })
+        };
+        // llguidance builds its lexer lazily: a grammar that allows no text at all, or whose
+        // lexer passes the size limits, fails only at its first mask. Found here, it is the
+        // request's fault (a 400), not a failure of the generation.
+        let refused = |reason: String| GrammarError::Compile {
+            kind: spec.kind(),
+            reason,
+        };
+        let mut probe = grammar.start();
+        let first = probe
+            .mask()
+            .map_err(|e| refused(format!("it fails at its first token: {e}")))?;
+        if first.iter().all(|&w| w == 0) {
+            return Err(refused("it allows no token at all, not even the end".into()));
+        }
+        Ok(grammar)
     }
 
     /// The logits row length masks cover.

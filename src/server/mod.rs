@@ -13,6 +13,7 @@
 //! in-flight work finished); it must not know the API's shapes itself.
 
 mod body;
+mod callers;
 mod error;
 mod lifecycle;
 mod metrics;
@@ -31,6 +32,13 @@ use crate::engine::{Model, ModelOptions, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The stack of every thread that works on a request (the async workers, the blocking pool
+/// that parses, renders and compiles grammars, the engine and its mask thread). Grammar and
+/// schema compilation recurses with its input, and a stack overflow aborts the whole process
+/// whatever the budgets missed; 32 MiB is 16 times the default and costs only address space
+/// until touched.
+pub(crate) const REQUEST_STACK_BYTES: usize = 32 << 20;
 
 /// The endpoints that take a JSON body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +112,9 @@ pub struct ServerConfig {
     pub batch_size: usize,
     /// Origins allowed to call the server from a browser (`--cors-origin`, `*` for any).
     pub cors_origins: Vec<String>,
+    /// Names besides its own that a server on loopback without a key answers in `Host`
+    /// (`--allowed-host`, `*` for any): a proxy's upstream name.
+    pub allowed_hosts: Vec<String>,
     /// How the model file is brought into memory (`--no-mmap`, `--mlock`).
     pub open: crate::gguf::OpenOptions,
     /// A chat template to use instead of the model's (`--chat-template-file`'s text).
@@ -208,6 +219,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
     // without taking cores from the model's pool.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_stack_size(REQUEST_STACK_BYTES)
         .enable_all()
         .build()
         .map_err(ServerError::Runtime)?;
@@ -311,6 +323,10 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
         fault_marker: std::env::var("MINFER_SERVE_FAULT").ok().filter(|m| !m.is_empty()),
         control_texts,
         cors_origins: config.cors_origins.clone(),
+        callers: callers::Callers {
+            loopback: callers::is_loopback_bind(&config.host),
+            allowed_hosts: config.allowed_hosts.clone(),
+        },
         parsing: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
         slots_endpoint: config.slots_endpoint,
         webui: config.webui,
@@ -342,8 +358,15 @@ async fn run_server(config: ServerConfig, load_delay: Duration) -> Result<(), Se
     let (tx, rx) = tokio::sync::watch::channel(false);
     let (timeout, drain_delay) = (config.shutdown_timeout, config.drain_delay);
     let draining = Arc::clone(&lifecycle);
+    log_other_signals();
     tokio::spawn(async move {
         shutdown_signal().await;
+        // A second SIGINT or SIGTERM means now: the operator will not wait for the drain.
+        tokio::spawn(async {
+            shutdown_signal().await;
+            eprintln!("minfer serve: a second signal: exiting at once, without finishing in-flight requests");
+            std::process::exit(130);
+        });
         // Not ready first: a balancer that polls /ready stops sending during the drain delay,
         // while requests it still sends are served.
         draining.drain();
@@ -434,10 +457,45 @@ impl Routers {
 }
 
 /// What bounds the connections.
-struct Limits {
-    header_timeout: Duration,
-    write_timeout: Duration,
-    max_connections: usize,
+pub(crate) struct Limits {
+    pub header_timeout: Duration,
+    pub write_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// `minfer serve`'s defaults: 10 s for a request's headers (idle keep-alive time
+    /// included), 30 s for a write to make progress, 512 connections.
+    pub fn defaults() -> Limits {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 512,
+        }
+    }
+}
+
+/// Serves `router` on `listener` under `limits` until `stop` turns true, then lets open
+/// connections finish: `minfer serve`'s own connection handling, for the other pages the
+/// binary serves (`minfer viz`), which `axum::serve` would leave without a header timeout.
+pub(crate) async fn serve_router(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    limits: Limits,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    let loaded = Arc::new(std::sync::OnceLock::new());
+    let _ = loaded.set(router.clone());
+    accept_loop(
+        listener,
+        Routers {
+            loading: router,
+            loaded,
+        },
+        limits,
+        stop,
+    )
+    .await
 }
 
 /// Accepts connections until `stop` turns true, each under a permit of a semaphore so that at
@@ -515,6 +573,35 @@ async fn accept_loop(
     // Every permit back: every connection closed.
     let _ = permits.acquire_many(limits.max_connections as u32).await;
     Ok(())
+}
+
+/// SIGHUP, SIGUSR1 and SIGUSR2 end a process by default; a server (under a terminal that closes,
+/// or a service manager that sends them to ask for a log reopen) should log them and keep
+/// serving. SIGINT and SIGTERM, which do stop it, are `shutdown_signal`'s.
+fn log_other_signals() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let kinds = [
+            (SignalKind::hangup(), "SIGHUP"),
+            (SignalKind::user_defined1(), "SIGUSR1"),
+            (SignalKind::user_defined2(), "SIGUSR2"),
+        ];
+        for (kind, name) in kinds {
+            match signal(kind) {
+                Ok(mut stream) => {
+                    tokio::spawn(async move {
+                        while stream.recv().await.is_some() {
+                            eprintln!(
+                                "minfer serve: received {name}: ignored, still serving (SIGINT or SIGTERM stops the server)"
+                            );
+                        }
+                    });
+                }
+                Err(e) => eprintln!("minfer serve: cannot handle {name}: {e}"),
+            }
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -412,12 +412,25 @@ fn grammar(f: &Fields) -> Result<Option<(String, GrammarSpec)>, ApiError> {
 
 fn schema_spec(field: &str, schema: &Json) -> Result<GrammarSpec, ApiError> {
     match schema {
-        Json::Object(_) | Json::Bool(_) => Ok(GrammarSpec::JsonSchema(schema.clone())),
+        Json::Object(_) | Json::Bool(_) => {
+            schema_budget(field, schema)?;
+            Ok(GrammarSpec::JsonSchema(schema.clone()))
+        }
         other => Err(ApiError::field(
             field,
             format!("{field} must be a JSON Schema (an object), not {}", kind(other)),
         )),
     }
+}
+
+/// A schema deeper or larger than the grammar compiler may walk, refused naming the field.
+fn schema_budget(field: &str, schema: &Json) -> Result<(), ApiError> {
+    crate::grammar::check_schema(schema).map_err(|e| {
+        ApiError::field(
+            field,
+            format!("{field} cannot be used: JSON schema over the budget: {e}"),
+        )
+    })
 }
 
 /// Most `dry_sequence_breakers`, and the longest one in bytes (DRY reads its first 40 bytes):
@@ -827,6 +840,9 @@ fn tool(index: usize, value: &Json) -> Result<Json, ApiError> {
         if !p.is_object() {
             return Err(fun.wrong("parameters", "a JSON schema object", p));
         }
+        // The call grammar compiles it: over the budget it would be refused only then, or
+        // not at all with tool_choice none; refused here, whatever the choice.
+        schema_budget(&fun.path("parameters"), p)?;
     }
     Ok(value.clone())
 }

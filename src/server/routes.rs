@@ -54,6 +54,8 @@ pub struct AppState {
     pub control_texts: Vec<String>,
     /// Origins a browser page may call the server from (`--cors-origin`; `*` for any).
     pub cors_origins: Vec<String>,
+    /// Who may call a server without a key (`callers`).
+    pub callers: super::callers::Callers,
     /// Bodies parsed at once: one per CPU.
     pub parsing: tokio::sync::Semaphore,
     /// Whether `/slots` answers (`--slots`, as llama-server puts it behind a flag).
@@ -77,7 +79,7 @@ const MAX_SESSION_ID: usize = 256;
 /// The chat page: one static file, embedded so that the binary serves it offline.
 const CHAT_PAGE: &str = include_str!("webui/index.html");
 
-type App = Arc<AppState>;
+pub(super) type App = Arc<AppState>;
 
 /// The routes answer at `/v1/...` and, as OpenAI-compatible servers commonly do, without the
 /// prefix too.
@@ -106,6 +108,7 @@ pub fn router(app: App) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(app.max_body_bytes))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), authenticate))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), super::callers::admit))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), cors))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), count))
         .layer(middleware::from_fn(echo_session))
@@ -299,30 +302,69 @@ async fn ready(State(app): State<App>) -> Response {
 async fn tokenize(State(app): State<App>, req: Request) -> Response {
     let result = async {
         let (content, add_special, parse_special, with_pieces) = read_request(&app, req, request::tokenize).await?;
-        let state = Arc::clone(&app);
-        blocking(move || {
-            let tokenizer = state.model.tokenizer();
-            let ids = tokenizer.encode(&content, add_special, parse_special);
-            let tokens: Vec<Value> = if with_pieces {
-                ids.iter()
-                    .map(|&id| {
-                        let bytes = tokenizer.token_to_piece(id, true);
-                        let piece = match std::str::from_utf8(bytes) {
-                            Ok(text) => json!(text),
-                            Err(_) => json!(bytes),
-                        };
-                        json!({"id": id, "piece": piece})
-                    })
-                    .collect()
-            } else {
-                ids.iter().map(|&id| json!(id)).collect()
-            };
-            Ok(Json(json!({ "tokens": tokens })).into_response())
+        let model = Arc::clone(&app.model);
+        let ids = blocking(move || {
+            let ids = model.tokenizer().encode(&content, add_special, parse_special);
+            if content.len() >= LARGE_BODY_BYTES {
+                drop(content);
+                body::release_freed_memory();
+            }
+            Ok(ids)
         })
-        .await
+        .await?;
+        Ok::<_, ApiError>(token_list(Arc::clone(&app.model), ids, with_pieces))
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Bytes of `/tokenize`'s answer sent per chunk.
+const TOKEN_LIST_CHUNK: usize = 64 << 10;
+
+/// `{"tokens": [...]}`, written a chunk at a time on the blocking pool as the client reads it.
+/// Built whole, a list of `{"id", "piece"}` objects is tens of times the request's size as JSON
+/// values (gigabytes for a body of megabytes); streamed, the answer holds the ids and a few
+/// chunks at any moment, however long it is.
+fn token_list(model: Arc<Model>, ids: Vec<u32>, with_pieces: bool) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(2);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let tokenizer = model.tokenizer();
+        let mut chunk = Vec::with_capacity(TOKEN_LIST_CHUNK + 1024);
+        chunk.extend_from_slice(b"{\"tokens\":[");
+        for (i, &id) in ids.iter().enumerate() {
+            if i > 0 {
+                chunk.push(b',');
+            }
+            if with_pieces {
+                let bytes = tokenizer.token_to_piece(id, true);
+                let _ = write!(chunk, "{{\"id\":{id},\"piece\":");
+                // Writing JSON into a Vec cannot fail.
+                let _ = match std::str::from_utf8(bytes) {
+                    Ok(text) => serde_json::to_writer(&mut chunk, text),
+                    Err(_) => serde_json::to_writer(&mut chunk, bytes),
+                };
+                chunk.push(b'}');
+            } else {
+                let _ = write!(chunk, "{id}");
+            }
+            if chunk.len() >= TOKEN_LIST_CHUNK {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(TOKEN_LIST_CHUNK + 1024));
+                // The client left: nothing more to write.
+                if tx.blocking_send(Ok(Bytes::from(full))).is_err() {
+                    return;
+                }
+            }
+        }
+        chunk.extend_from_slice(b"]}");
+        let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
+        if ids.len() * 4 >= LARGE_BODY_BYTES {
+            drop(ids);
+            body::release_freed_memory();
+        }
+    });
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    ([(header::CONTENT_TYPE, "application/json")], Body::from_stream(chunks)).into_response()
 }
 
 /// llama-server's `/detokenize`: `{"tokens": [id, ...]}` → `{"content": "..."}` (control tokens
@@ -371,7 +413,12 @@ async fn props(State(app): State<App>) -> Json<Value> {
             "samplers": d.samplers.iter().map(|s| s.name()).collect::<Vec<_>>(),
         },
         "total_slots": app.n_slots,
-        "model_path": app.model.path().display().to_string(),
+        // The file's name only: where it lies on the server's disk is no client's business.
+        "model_path": app
+            .model
+            .path()
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
         "chat_template": app.model.template().source(),
         "bos_token": app.model.template().bos_token(),
         "eos_token": app.model.template().eos_token(),

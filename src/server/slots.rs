@@ -187,6 +187,7 @@ impl Scheduler {
         let engine = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("engine".into())
+            .stack_size(super::REQUEST_STACK_BYTES)
             .spawn(move || Engine::new(session, config, &engine).run())?;
         Ok(Scheduler { shared })
     }
@@ -561,11 +562,15 @@ impl<'s> Engine<'s> {
             .collect();
         let decoded = std::thread::scope(|scope| {
             if !constrained.is_empty() {
-                scope.spawn(move || {
+                let masks = move || {
                     for active in &mut constrained {
                         let _ = catch_unwind(AssertUnwindSafe(|| active.seq.prepare()));
                     }
-                });
+                };
+                // Without a thread for it, the masks are computed when the slots sample.
+                let _ = std::thread::Builder::new()
+                    .stack_size(super::REQUEST_STACK_BYTES)
+                    .spawn_scoped(scope, masks);
             }
             catch_unwind(AssertUnwindSafe(|| session.decode(batch)))
         });

@@ -5,10 +5,15 @@
 //! escapes `<`, `>`, `&` and `'` for HTML, so a tool schema would reach the model spelled
 //! differently from how the model saw it in training. This file owns the Python encoder's output
 //! format only; it must not parse JSON or know what is being encoded.
+//!
+//! The output is built under the render's budget: minijinja charges a filter's result only once
+//! it exists, and `tojson(indent=65536)` over a list nested 150 deep writes gigabytes of
+//! indentation, so the encoder stops as soon as what it wrote passes the fuel left (one fuel per
+//! 64 bytes, the engine's own rate), before the bytes are allocated.
 
 use super::python::float_repr;
 use minijinja::value::{Kwargs, Rest, ValueKind, ValueOrKwargs};
-use minijinja::{Error, ErrorKind, Value};
+use minijinja::{Error, ErrorKind, State, Value};
 use std::cmp::Ordering;
 use std::fmt::Write as _;
 
@@ -26,10 +31,18 @@ struct Options {
     item_separator: String,
     key_separator: String,
     sort_keys: bool,
+    /// The most bytes the output may take: the fuel left when the filter was called.
+    budget: usize,
 }
 
-pub(super) fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
-    let options = options(args.0.into_iter().map(ValueOrKwargs::into_value).collect())?;
+/// Bytes one fuel pays for (minijinja's `UNITS_PER_FUEL`).
+const BYTES_PER_FUEL: u64 = 64;
+
+pub(super) fn tojson(state: &State, value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
+    let mut options = options(args.0.into_iter().map(ValueOrKwargs::into_value).collect())?;
+    if let Some((_, remaining)) = state.fuel_levels() {
+        options.budget = usize::try_from(remaining.saturating_mul(BYTES_PER_FUEL)).unwrap_or(usize::MAX);
+    }
     let mut out = String::new();
     encode(&mut out, value, &options, 0)?;
     Ok(Value::from(out))
@@ -98,7 +111,22 @@ fn options(mut args: Vec<Value>) -> Result<Options, Error> {
         item_separator,
         key_separator,
         sort_keys: sort_keys.is_some_and(|v| v.is_true()),
+        budget: usize::MAX,
     })
+}
+
+/// Refuses output that would grow past the budget by `more` bytes, before it is written.
+fn within_budget(out: &str, more: usize, options: &Options) -> Result<(), Error> {
+    if out.len().saturating_add(more) > options.budget {
+        return Err(Error::new(
+            ErrorKind::OutOfFuel,
+            format!(
+                "tojson: the output passes the {} bytes left in the render's budget",
+                options.budget
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn not_serializable(kind: &str) -> Error {
@@ -113,7 +141,12 @@ fn encode(out: &mut String, value: &Value, options: &Options, level: usize) -> R
         ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
         ValueKind::Number => encode_number(out, value),
-        ValueKind::String => encode_str(out, value.as_str().unwrap_or_default(), options.ensure_ascii),
+        ValueKind::String => {
+            // Escapes may grow it a few times over; the string itself was paid for.
+            let s = value.as_str().unwrap_or_default();
+            within_budget(out, s.len(), options)?;
+            encode_str(out, s, options.ensure_ascii)
+        }
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<Value> = value.try_iter()?.collect();
             encode_container(out, ('[', ']'), items.len(), options, level, |out, i, level| {
@@ -131,7 +164,9 @@ fn encode(out: &mut String, value: &Value, options: &Options, level: usize) -> R
             }
             encode_container(out, ('{', '}'), entries.len(), options, level, |out, i, level| {
                 let (key, item) = &entries[i];
-                encode_str(out, &key_string(key)?, options.ensure_ascii);
+                let key = key_string(key)?;
+                within_budget(out, key.len(), options)?;
+                encode_str(out, &key, options.ensure_ascii);
                 out.push_str(&options.key_separator);
                 encode(out, item, options, level)
             })?;
@@ -158,23 +193,26 @@ fn encode_container(
         out.push(close);
         return Ok(());
     }
-    let newline = |out: &mut String, level: usize| {
+    let newline = |out: &mut String, level: usize| -> Result<(), Error> {
         if let Some(indent) = &options.indent {
+            within_budget(out, 1 + level.saturating_mul(indent.len()), options)?;
             out.push('\n');
             for _ in 0..level {
                 out.push_str(indent);
             }
         }
+        Ok(())
     };
-    newline(out, level + 1);
+    newline(out, level + 1)?;
     for i in 0..len {
         if i > 0 {
+            within_budget(out, options.item_separator.len(), options)?;
             out.push_str(&options.item_separator);
-            newline(out, level + 1);
+            newline(out, level + 1)?;
         }
         item(out, i, level + 1)?;
     }
-    newline(out, level);
+    newline(out, level)?;
     out.push(close);
     Ok(())
 }
@@ -329,6 +367,20 @@ mod tests {
             r#"{"a": 2, "b": 1}"#
         );
         assert_eq!(render("{1: 'x', 2.5: 'y'}", "").unwrap(), r#"{"1": "x", "2.5": "y"}"#);
+    }
+
+    #[test]
+    fn deep_indented_output_stops_at_the_renders_fuel_before_it_is_built() {
+        let mut env = Environment::new();
+        env.add_filter("tojson", tojson);
+        env.set_fuel(Some(100_000));
+        // 150 levels of 65,536 spaces: about 740 MB of indentation unbounded; 6.4 MB of fuel.
+        let template = "{% set ns = namespace(v=[1]) %}{% for _ in range(150) %}{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v | tojson(indent=65536) | length }}";
+        let err = env.render_str(template, ()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::OutOfFuel, "{err}");
+        // The same value with a small indent fits.
+        let small = template.replace("65536", "1");
+        assert_eq!(env.render_str(&small, ()).unwrap(), "23406");
     }
 
     #[test]

@@ -33,6 +33,10 @@ use tokio::sync::broadcast;
 /// The page, with its script and styles inline.
 const PAGE: &str = include_str!("page.html");
 
+/// How long a run's body may take to arrive, and how large it may be.
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+const MAX_BODY_BYTES: usize = 1 << 20;
+
 /// The most tokens one run may ask for.
 pub const MAX_PREDICT: usize = 4096;
 
@@ -235,8 +239,20 @@ async fn events(
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
-async fn run(State(state): State<Arc<VizState>>, body: axum::body::Bytes) -> Response {
+async fn run(State(state): State<Arc<VizState>>, request: axum::extract::Request) -> Response {
     let refuse = |status: StatusCode, message: String| (status, Json(json!({"error": message}))).into_response();
+    // A body that stops arriving would hold its connection for good.
+    let body = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES)).await
+    {
+        Ok(Ok(body)) => body,
+        Ok(Err(e)) => return refuse(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}")),
+        Err(_) => {
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body did not arrive within {} s", BODY_TIMEOUT.as_secs()),
+            )
+        }
+    };
     let request: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
@@ -336,11 +352,16 @@ pub fn serve(config: VizConfig) -> Result<(), VizError> {
             .await
             .map_err(|source| VizError::Bind { addr, source })?;
         eprintln!("minfer viz: listening on http://{}", listener.local_addr()?);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        // The server's connection handling: a client that never finishes its headers, or sits
+        // idle, is closed after the header timeout instead of holding a connection for good.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            let _ = stop.send(true);
+        });
+        crate::server::serve_router(listener, app, crate::server::Limits::defaults(), stopped)
+            .await
+            .map_err(|e| VizError::Runtime(std::io::Error::other(e.to_string())))?;
         Ok(())
     })
 }

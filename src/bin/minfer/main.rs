@@ -838,6 +838,10 @@ enum Command {
         /// by default.
         #[arg(long = "cors-origin", value_name = "ORIGIN")]
         cors_origins: Vec<String>,
+        /// A name besides localhost and loopback addresses that a server on loopback without an
+        /// API key answers in the Host header (repeatable; `*` for any): a proxy's upstream name.
+        #[arg(long = "allowed-host", value_name = "NAME")]
+        allowed_hosts: Vec<String>,
         /// Run only on this backend (or comma-separated list); also MINFER_BACKENDS.
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
@@ -1160,6 +1164,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             embeddings,
             batch_size,
             cors_origins,
+            allowed_hosts,
             backend,
             draft,
         } => {
@@ -1229,6 +1234,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 kv_types: (cache.cache_type_k, cache.cache_type_v),
                 batch_size,
                 cors_origins,
+                allowed_hosts,
                 open: file.open_options(),
                 chat_template,
                 slots_endpoint: slots,
