@@ -121,6 +121,9 @@ http {{
             proxy_pass http://minfer;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+            # The client's Host (127.0.0.1:PORT): a replica on loopback without a key answers
+            # only its own names, and NGINX would send the upstream's name, "minfer".
+            proxy_set_header Host $host;
             proxy_buffering off;
             proxy_read_timeout 300s;
             {RETRY}

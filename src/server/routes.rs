@@ -318,46 +318,29 @@ async fn tokenize(State(app): State<App>, req: Request) -> Response {
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// Bytes of `/tokenize`'s answer sent per chunk.
+/// Bytes of `/tokenize`'s answer sent per chunk; an answer shorter than one goes whole.
 const TOKEN_LIST_CHUNK: usize = 64 << 10;
 
-/// `{"tokens": [...]}`, written a chunk at a time on the blocking pool as the client reads it.
-/// Built whole, a list of `{"id", "piece"}` objects is tens of times the request's size as JSON
-/// values (gigabytes for a body of megabytes); streamed, the answer holds the ids and a few
-/// chunks at any moment, however long it is.
+/// `{"tokens": [...]}`. Built whole, a list of `{"id", "piece"}` objects is tens of times the
+/// request's size as JSON values (gigabytes for a body of megabytes); here it is written as
+/// bytes, and a long one a chunk at a time on the blocking pool as the client reads it, so the
+/// answer holds the ids and a few chunks at any moment, however long it is.
 fn token_list(model: Arc<Model>, ids: Vec<u32>, with_pieces: bool) -> Response {
+    // About 30 bytes a token with its piece: a short list is one chunk, sent with its length.
+    if ids.len() * if with_pieces { 32 } else { 8 } < TOKEN_LIST_CHUNK {
+        let mut whole = Vec::new();
+        write_token_list(&model, &ids, with_pieces, |chunk| {
+            whole.extend_from_slice(&chunk);
+            true
+        });
+        return ([(header::CONTENT_TYPE, "application/json")], whole).into_response();
+    }
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(2);
     tokio::task::spawn_blocking(move || {
-        use std::io::Write as _;
-        let tokenizer = model.tokenizer();
-        let mut chunk = Vec::with_capacity(TOKEN_LIST_CHUNK + 1024);
-        chunk.extend_from_slice(b"{\"tokens\":[");
-        for (i, &id) in ids.iter().enumerate() {
-            if i > 0 {
-                chunk.push(b',');
-            }
-            if with_pieces {
-                let bytes = tokenizer.token_to_piece(id, true);
-                let _ = write!(chunk, "{{\"id\":{id},\"piece\":");
-                // Writing JSON into a Vec cannot fail.
-                let _ = match std::str::from_utf8(bytes) {
-                    Ok(text) => serde_json::to_writer(&mut chunk, text),
-                    Err(_) => serde_json::to_writer(&mut chunk, bytes),
-                };
-                chunk.push(b'}');
-            } else {
-                let _ = write!(chunk, "{id}");
-            }
-            if chunk.len() >= TOKEN_LIST_CHUNK {
-                let full = std::mem::replace(&mut chunk, Vec::with_capacity(TOKEN_LIST_CHUNK + 1024));
-                // The client left: nothing more to write.
-                if tx.blocking_send(Ok(Bytes::from(full))).is_err() {
-                    return;
-                }
-            }
-        }
-        chunk.extend_from_slice(b"]}");
-        let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
+        // The client left when a send fails: nothing more to write.
+        write_token_list(&model, &ids, with_pieces, |chunk| {
+            tx.blocking_send(Ok(Bytes::from(chunk))).is_ok()
+        });
         if ids.len() * 4 >= LARGE_BODY_BYTES {
             drop(ids);
             body::release_freed_memory();
@@ -365,6 +348,40 @@ fn token_list(model: Arc<Model>, ids: Vec<u32>, with_pieces: bool) -> Response {
     });
     let chunks = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
     ([(header::CONTENT_TYPE, "application/json")], Body::from_stream(chunks)).into_response()
+}
+
+/// Writes `{"tokens": [...]}` as chunks of about [`TOKEN_LIST_CHUNK`] bytes to `emit`, which
+/// answers false to stop.
+fn write_token_list(model: &Model, ids: &[u32], with_pieces: bool, mut emit: impl FnMut(Vec<u8>) -> bool) {
+    use std::io::Write as _;
+    let tokenizer = model.tokenizer();
+    let mut chunk = Vec::with_capacity(TOKEN_LIST_CHUNK + 1024);
+    chunk.extend_from_slice(b"{\"tokens\":[");
+    for (i, &id) in ids.iter().enumerate() {
+        if i > 0 {
+            chunk.push(b',');
+        }
+        // Writing into a Vec cannot fail.
+        if with_pieces {
+            let bytes = tokenizer.token_to_piece(id, true);
+            let _ = write!(chunk, "{{\"id\":{id},\"piece\":");
+            let _ = match std::str::from_utf8(bytes) {
+                Ok(text) => serde_json::to_writer(&mut chunk, text),
+                Err(_) => serde_json::to_writer(&mut chunk, bytes),
+            };
+            chunk.push(b'}');
+        } else {
+            let _ = write!(chunk, "{id}");
+        }
+        if chunk.len() >= TOKEN_LIST_CHUNK {
+            let full = std::mem::replace(&mut chunk, Vec::with_capacity(TOKEN_LIST_CHUNK + 1024));
+            if !emit(full) {
+                return;
+            }
+        }
+    }
+    chunk.extend_from_slice(b"]}");
+    emit(chunk);
 }
 
 /// llama-server's `/detokenize`: `{"tokens": [id, ...]}` → `{"content": "..."}` (control tokens
