@@ -142,3 +142,22 @@ fn the_run_route_refuses_bad_bodies_and_a_second_run_while_one_runs() {
     let (status, body) = viz.post(r#"{"prompt": "hi", "n_predict": 4}"#);
     assert!(status == 409 && body.contains("running"), "{body}");
 }
+
+#[test]
+fn connections_that_never_finish_their_headers_are_closed_while_the_page_serves_on() {
+    use std::io::Write;
+    let viz = Viz::start(&common::tiny_model("qwen2", "Q8_0"));
+    let addr = format!("127.0.0.1:{}", viz.port);
+    let started = std::time::Instant::now();
+    // Half a request line, then nothing; and a connection that never sends at all.
+    let mut half = std::net::TcpStream::connect(&addr).unwrap();
+    half.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let mut idle = std::net::TcpStream::connect(&addr).unwrap();
+    assert!(http_get(viz.port, "/health").contains("ok"));
+    // The server's header timeout (10 s) closes both.
+    for stream in [&mut half, &mut idle] {
+        common::server::read_until_closed(stream, Duration::from_secs(20));
+    }
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(9), "closed after {waited:?}");
+}
