@@ -224,7 +224,7 @@ fn streams_nobody_reads_are_closed_at_the_write_timeout_and_free_their_connectio
             let mut s: TcpStream = socket.into();
             write!(
                 s,
-                "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+                "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
             )
             .unwrap();
@@ -232,7 +232,7 @@ fn streams_nobody_reads_are_closed_at_the_write_timeout_and_free_their_connectio
         })
         .collect();
     let mut s = TcpStream::connect(&server.addr).unwrap();
-    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .unwrap();
     let reply = read_until_closed(&mut s, Duration::from_secs(60));
     assert!(
@@ -439,7 +439,7 @@ fn a_client_that_disconnects_mid_request_frees_its_slot_at_once() {
     let mut s = TcpStream::connect(&server.addr).unwrap();
     write!(
         s,
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -466,7 +466,7 @@ fn a_client_that_disconnects_mid_request_frees_its_slot_at_once() {
     let mut s = TcpStream::connect(&server.addr).unwrap();
     write!(
         s,
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -495,7 +495,7 @@ fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
         let mut s = TcpStream::connect(&addr).unwrap();
         write!(
             s,
-            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();
@@ -532,7 +532,7 @@ fn sigterm_cancels_requests_that_outlive_the_shutdown_timeout_and_exits_zero() {
         let mut s = TcpStream::connect(&addr).unwrap();
         write!(
             s,
-            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();
@@ -668,7 +668,7 @@ fn idle_and_trickling_connections_are_closed_at_the_header_timeout_while_others_
 fn a_body_that_does_not_arrive_in_time_is_a_408() {
     let server = Server::start(&tiny(), &["--n-slots", "1", "--body-timeout", "1"], &[]);
     let mut s = TcpStream::connect(&server.addr).unwrap();
-    s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"messages\"")
+    s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"messages\"")
         .unwrap();
     let start = Instant::now();
     let reply = read_until_closed(&mut s, Duration::from_secs(10));
@@ -753,10 +753,10 @@ fn a_client_that_half_closes_after_its_request_still_gets_the_response() {
     let server = Server::start(&tiny(), &[], &[]);
     let chat = r#"{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "temperature": 0}"#;
     let requests = [
-        "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(),
+        "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_string(),
         "GET /health HTTP/1.0\r\n\r\n".to_string(),
         format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{chat}",
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{chat}",
             chat.len()
         ),
     ];
@@ -918,7 +918,7 @@ fn cors_answers_preflights_and_marks_responses_only_for_the_origins_allowed() {
         let mut s = TcpStream::connect(&server.addr).unwrap();
         write!(
             s,
-            "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: {origin}\r\n\
+            "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nOrigin: {origin}\r\n\
              Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type\r\n\r\n"
         )
         .unwrap();
@@ -939,7 +939,7 @@ fn cors_answers_preflights_and_marks_responses_only_for_the_origins_allowed() {
     // A request from the allowed origin is served (the key is still required).
     let (status, reply) = server.raw(
         format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://app.example\r\n\
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nOrigin: http://app.example\r\n\
              Authorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{HI}",
             HI.len()
         )
@@ -949,7 +949,7 @@ fn cors_answers_preflights_and_marks_responses_only_for_the_origins_allowed() {
     // Without --cors-origin nothing is allowed.
     let plain = Server::start(&tiny(), &[], &[]);
     let mut s = TcpStream::connect(&plain.addr).unwrap();
-    write!(s, "OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://app.example\r\nAccess-Control-Request-Method: GET\r\n\r\n").unwrap();
+    write!(s, "OPTIONS /v1/models HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nOrigin: http://app.example\r\nAccess-Control-Request-Method: GET\r\n\r\n").unwrap();
     let reply = read_until_closed(&mut s, Duration::from_secs(30)).to_ascii_lowercase();
     assert!(!reply.contains("access-control-allow-origin"), "{reply}");
 }

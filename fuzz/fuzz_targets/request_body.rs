@@ -9,13 +9,32 @@
 //!   (checked with a counting allocator, see `MAX_AMPLIFICATION`): its JSON value budget, not
 //!   the body size alone, bounds what a body becomes;
 //! * a guarded render gives back exactly the plain render's text, and each marked range holds a
-//!   control-token text.
+//!   control-token text, with the built-in ChatML and, with `tools`, with the tiny Qwen2
+//!   model's own template, which prints tool schemas and call arguments, keys included, through
+//!   `tojson`;
+//! * every grammar an accepted body carries (`json_schema`, `response_format`'s schema,
+//!   `grammar`, each tool's `parameters`) compiles against the tiny model's vocabulary or is
+//!   refused with an error, on the fuzzer's own thread: the depth budgets, not a large stack,
+//!   keep a schema of chained `$ref`s or a GBNF chain of unit rules from overflowing it.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use minfer::engine::{Model, ModelOptions};
+use minfer::grammar::GrammarSpec;
 use minfer::server::{read_request_body, BodyKind};
 use minfer::template::ChatTemplate;
+use std::sync::OnceLock;
+
+/// The tiny Qwen2 model (its tokenizer, grammar vocabulary and chat template), loaded once; the
+/// fuzzer runs from the repository's root.
+fn model() -> &'static Model {
+    static MODEL: OnceLock<Model> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        Model::load("tests/fixtures/models/tiny-qwen2-Q8_0.gguf", &ModelOptions::default())
+            .expect("run the fuzzer from the repository's root, where tests/fixtures/models is")
+    })
+}
 
 /// Bytes the reader may have allocated at once, per byte of input: a parsed JSON value costs
 /// a few tens of bytes however short its text (`0,` is two bytes).
@@ -39,23 +58,56 @@ fuzz_target!(|data: &[u8]| {
         if let Err(e) = &result {
             assert!(e.status.is_client_error(), "{kind:?}: {} {}", e.status, e.message);
         }
-        if kind == BodyKind::Chat && result.is_ok() {
-            render(data);
+        if result.is_ok() {
+            if kind == BodyKind::Chat {
+                render(data);
+            }
+            compile(data);
         }
     }
 });
 
-/// The accepted chat body's messages through ChatML, guarded and plain.
+/// Every grammar of an accepted body, compiled against the tiny model's vocabulary.
+fn compile(data: &[u8]) {
+    let body: serde_json::Value = serde_json::from_slice(data).expect("an accepted body is JSON");
+    let mut specs = Vec::new();
+    for schema in [&body["json_schema"], &body["response_format"]["json_schema"]["schema"]] {
+        if schema.is_object() || schema.is_boolean() {
+            specs.push(GrammarSpec::JsonSchema(schema.clone()));
+        }
+    }
+    if let Some(text) = body["grammar"].as_str() {
+        specs.push(GrammarSpec::Gbnf(text.to_string()));
+    }
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        if tool["function"]["parameters"].is_object() {
+            specs.push(GrammarSpec::JsonSchema(tool["function"]["parameters"].clone()));
+        }
+    }
+    for spec in specs {
+        // Compiled or refused: both are fine; a panic or an overflow is not.
+        let _ = model().compile_grammar(&spec);
+    }
+}
+
+/// The accepted chat body's messages through ChatML and, with tools, the tiny model's own
+/// template, guarded and plain.
 fn render(data: &[u8]) {
     let body: serde_json::Value = serde_json::from_slice(data).expect("an accepted body is JSON");
     let Some(messages) = body["messages"].as_array() else {
         panic!("an accepted chat body has messages");
     };
+    render_with(&ChatTemplate::chatml(), messages, None);
+    if let Some(tools) = body["tools"].as_array() {
+        render_with(model().template(), messages, Some(tools));
+    }
+}
+
+fn render_with(template: &ChatTemplate, messages: &[serde_json::Value], tools: Option<&[serde_json::Value]>) {
     let guarded: Vec<String> = GUARDED.map(String::from).to_vec();
-    let chatml = ChatTemplate::chatml();
     let extra = serde_json::Map::new();
-    let plain = chatml.render(messages, None, true, &extra);
-    match chatml.render_guarded(messages, None, true, &extra, &guarded) {
+    let plain = template.render(messages, tools, true, &extra);
+    match template.render_guarded(messages, tools, true, &extra, &guarded) {
         Ok(rendered) => {
             assert_eq!(Some(&rendered.text), plain.as_ref().ok(), "guarded and plain renders differ");
             for range in &rendered.literal {
