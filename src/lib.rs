@@ -39,6 +39,7 @@ pub mod backends;
 pub mod cli;
 pub mod download;
 pub mod engine;
+pub mod fs_safe;
 pub mod gguf;
 pub mod grammar;
 pub mod graph;

@@ -2,7 +2,7 @@
 //! local server that imitates the Hugging Face API (tree listing with LFS digests, paginated by
 //! `Link`; `resolve` redirecting to a blob route; gated repositories) and the Ollama registry
 //! (manifests, blobs), and that injects faults: a connection dropped mid-body, a range ignored,
-//! a wrong digest, a stall. The payloads are the tiny fixture models; every test has its own
+//! a wrong digest, a stall, a body trickled a byte at a time. The payloads are the tiny fixture models; every test has its own
 //! model cache in a temporary directory.
 
 mod common;
@@ -46,6 +46,10 @@ struct Faults {
     ignore_range: bool,
     /// Pause after every chunk.
     throttle: Option<Duration>,
+    /// Send blob bodies one byte at a time, pausing this long after each.
+    trickle: Option<Duration>,
+    /// Send listing bodies one byte at a time, pausing this long after each.
+    trickle_listing: Option<Duration>,
 }
 
 /// One blob request: the range start asked for, and whether it carried a token.
@@ -64,6 +68,9 @@ struct State {
     /// Blob body bytes written to clients.
     served: u64,
     blob_requests: Vec<BlobRequest>,
+    /// Where `resolve` redirects (`URL/blobs/SHA`); the server's own port under the host name
+    /// `localhost` when unset.
+    blob_store: Option<String>,
 }
 
 struct Server {
@@ -165,6 +172,35 @@ fn respond(conn: &mut TcpStream, status: u16, extra: &[(&str, String)], body: &[
     conn.write_all(body)
 }
 
+/// A 200 whose body comes one byte at a time, `pause` after each.
+fn respond_trickled(
+    conn: &mut TcpStream,
+    extra: &[(&str, String)],
+    body: &[u8],
+    pause: Duration,
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes())?;
+    trickle(conn, body, pause)
+}
+
+/// Write `bytes` one at a time, `pause` after each; ends when the client hangs up.
+fn trickle(conn: &mut TcpStream, bytes: &[u8], pause: Duration) -> std::io::Result<()> {
+    for b in bytes {
+        conn.write_all(std::slice::from_ref(b))?;
+        conn.flush()?;
+        std::thread::sleep(pause);
+    }
+    Ok(())
+}
+
 fn handle(mut conn: TcpStream, state: &Mutex<State>, base: &str) -> std::io::Result<()> {
     let Some(req) = read_request(&conn) else { return Ok(()) };
     let auth = req.headers.get("authorization").cloned();
@@ -206,8 +242,13 @@ fn handle(mut conn: TcpStream, state: &Mutex<State>, base: &str) -> std::io::Res
                 let next = format!("{}?recursive=true&cursor={}", req.path, cursor + 2);
                 extra.push(("Link", format!("<{next}>; rel=\"next\"")));
             }
+            let trickle = st.faults.trickle_listing;
             drop(st);
-            respond(&mut conn, 200, &extra, serde_json::to_string(&page).unwrap().as_bytes())
+            let body = serde_json::to_string(&page).unwrap();
+            match trickle {
+                Some(pause) => respond_trickled(&mut conn, &extra, body.as_bytes(), pause),
+                None => respond(&mut conn, 200, &extra, body.as_bytes()),
+            }
         }
         [owner, repo, "resolve", "main", rest @ ..] => {
             let path = rest.join("/");
@@ -216,12 +257,13 @@ fn handle(mut conn: TcpStream, state: &Mutex<State>, base: &str) -> std::io::Res
                 let allowed = r.token.is_none() || auth == r.token.as_ref().map(|t| format!("Bearer {t}"));
                 (allowed, r.files.iter().find(|f| f.path == path).map(|f| f.blob.clone()))
             });
+            let blob_store = st.blob_store.clone();
             drop(st);
             match found {
                 Some((false, _)) => respond(&mut conn, 401, &[], b"{}"),
                 // To another host name, as Hugging Face redirects to its blob store.
                 Some((true, Some(blob))) => {
-                    let blob_store = base.replace("127.0.0.1", "localhost");
+                    let blob_store = blob_store.unwrap_or_else(|| base.replace("127.0.0.1", "localhost"));
                     respond(
                         &mut conn,
                         302,
@@ -266,7 +308,7 @@ fn serve_blob(
         .and_then(|r| r.strip_prefix("bytes="))
         .and_then(|r| r.strip_suffix('-'))
         .map(|s| s.parse::<u64>().unwrap());
-    let (data, drop_after, stall_after, throttle, ignore_range) = {
+    let (data, drop_after, stall_after, throttle, ignore_range, trickled) = {
         let mut st = state.lock().unwrap();
         st.blob_requests.push(BlobRequest {
             range_start,
@@ -283,6 +325,7 @@ fn serve_blob(
             f.stall_after.take(),
             f.throttle,
             f.ignore_range,
+            f.trickle,
         )
     };
     let start = match range_start {
@@ -303,6 +346,9 @@ fn serve_blob(
     conn.write_all(format!("HTTP/1.1 {status}\r\n{head}\r\n").as_bytes())?;
     let body = &data[start as usize..];
     let limit = drop_after.or(stall_after).unwrap_or(u64::MAX).min(body.len() as u64) as usize;
+    if let Some(pause) = trickled {
+        return trickle(conn, &body[..limit], pause);
+    }
     for chunk in body[..limit].chunks(CHUNK) {
         conn.write_all(chunk)?;
         state.lock().unwrap().served += chunk.len() as u64;
@@ -563,15 +609,7 @@ fn a_missing_repository_is_a_clear_error() {
 #[test]
 fn a_gated_repository_needs_hf_token_which_stays_off_the_blob_store() {
     let server = Server::start();
-    server.add_file("test/gated-GGUF", "gated-Q4_0.gguf", fixture("tiny-qwen3-Q4_0.gguf"));
-    server
-        .state
-        .lock()
-        .unwrap()
-        .repos
-        .get_mut("test/gated-GGUF")
-        .unwrap()
-        .token = Some("hf_secret".into());
+    gated_repo(&server);
     let dir = tempfile::tempdir().unwrap();
     let out = pull(&server, dir.path(), "hf:test/gated-GGUF");
     assert!(!out.status.success());
@@ -781,4 +819,192 @@ fn an_ollama_model_is_fetched_by_name_and_tag_and_verified() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Run `command` to its end, or kill it after `limit` and fail: a download the limits do not
+/// stop would otherwise hang the suite.
+fn output_within(command: &mut Command, limit: Duration) -> (Output, Duration) {
+    let started = Instant::now();
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!("still running after {limit:?}, killed: {}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let elapsed = started.elapsed();
+    (child.wait_with_output().unwrap(), elapsed)
+}
+
+/// `test/gated-GGUF` on `server`: one file, readable with the token `hf_secret`.
+fn gated_repo(server: &Server) -> Vec<u8> {
+    let bytes = fixture("tiny-qwen3-Q4_0.gguf");
+    server.add_file("test/gated-GGUF", "gated-Q4_0.gguf", bytes.clone());
+    server
+        .state
+        .lock()
+        .unwrap()
+        .repos
+        .get_mut("test/gated-GGUF")
+        .unwrap()
+        .token = Some("hf_secret".into());
+    bytes
+}
+
+#[test]
+fn hf_token_follows_a_redirect_within_the_endpoints_origin_but_not_to_another_port_of_its_host() {
+    let endpoint = Server::start();
+    let other_port = Server::start();
+    let bytes = gated_repo(&endpoint);
+    other_port.add_blob(bytes.clone());
+    let host = |url: &str| url.rsplit_once(':').unwrap().0.to_string();
+    assert_eq!(
+        host(&endpoint.url),
+        host(&other_port.url),
+        "the same host, another port"
+    );
+    let dir = tempfile::tempdir().unwrap();
+
+    endpoint.state.lock().unwrap().blob_store = Some(other_port.url.clone());
+    let out = minfer(&endpoint, &dir.path().join("a"))
+        .env("HF_TOKEN", "hf_secret")
+        .args(["pull", "hf:test/gated-GGUF"])
+        .output()
+        .unwrap();
+    assert_eq!(std::fs::read(pulled_path(&out)).unwrap(), bytes);
+    assert_eq!(
+        other_port.blob_requests(),
+        [BlobRequest {
+            range_start: None,
+            authorized: false
+        }],
+        "the server on another port got the token"
+    );
+
+    // A redirect to the endpoint's own origin (as Hugging Face's to /api/resolve-cache) keeps it.
+    endpoint.state.lock().unwrap().blob_store = Some(endpoint.url.clone());
+    let out = minfer(&endpoint, &dir.path().join("b"))
+        .env("HF_TOKEN", "hf_secret")
+        .args(["pull", "hf:test/gated-GGUF"])
+        .output()
+        .unwrap();
+    assert_eq!(std::fs::read(pulled_path(&out)).unwrap(), bytes);
+    assert_eq!(
+        endpoint.blob_requests(),
+        [BlobRequest {
+            range_start: None,
+            authorized: true
+        }]
+    );
+}
+
+#[test]
+fn a_server_trickling_bytes_below_the_minimum_rate_is_given_up_keeping_what_arrived() {
+    let server = Server::start();
+    tiny_repo(&server);
+    let dir = tempfile::tempdir().unwrap();
+    // A byte every two seconds: no read ever waits the three seconds of MINFER_HTTP_TIMEOUT.
+    server.faults(|f| f.trickle = Some(Duration::from_secs(2)));
+    let (out, elapsed) = output_within(
+        minfer(&server, dir.path())
+            .env("MINFER_HTTP_TIMEOUT", "3")
+            .args(["pull", "hf:test/tiny-GGUF:Q8_0"]),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{}/test/tiny-GGUF/resolve/main/tiny-qwen2-Q8_0.gguf: ",
+            server.url
+        )) && err.contains("bytes/s over the last")
+            && err.contains("below the minimum of 1024 bytes/s")
+            && err.contains("MINFER_HTTP_MIN_RATE")
+            && err.contains("run again to resume"),
+        "{err}"
+    );
+    assert_eq!(cache_names(dir.path()), ["tiny-qwen2-Q8_0.gguf.part"]);
+    assert!(
+        std::fs::metadata(dir.path().join("tiny-qwen2-Q8_0.gguf.part"))
+            .unwrap()
+            .len()
+            > 0
+    );
+
+    // A listing trickled in the same way.
+    let server = Server::start();
+    tiny_repo(&server);
+    server.faults(|f| f.trickle_listing = Some(Duration::from_millis(400)));
+    let (out, elapsed) = output_within(
+        minfer(&server, dir.path())
+            .env("MINFER_HTTP_TIMEOUT", "1")
+            .args(["pull", "hf:test/tiny-GGUF:Q4_0"]),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("/api/models/test/tiny-GGUF/tree/main") && err.contains("below the minimum of 1024 bytes/s"),
+        "{err}"
+    );
+
+    for (var, value, says) in [
+        (
+            "MINFER_HTTP_MIN_RATE",
+            "fast",
+            "expected a whole number of bytes per second",
+        ),
+        (
+            "MINFER_HTTP_MIN_RATE",
+            "-1",
+            "expected a whole number of bytes per second",
+        ),
+        ("MINFER_HTTP_DEADLINE", "0", "expected a number of seconds above 0"),
+    ] {
+        let out = minfer(&server, dir.path())
+            .env(var, value)
+            .args(["pull", "hf:test/tiny-GGUF:Q4_0"])
+            .output()
+            .unwrap();
+        assert!(
+            stderr(&out).contains(&format!("{var}=\"{value}\": {says}")),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn a_download_past_its_deadline_is_given_up_even_above_the_minimum_rate() {
+    let server = Server::start();
+    tiny_repo(&server);
+    let dir = tempfile::tempdir().unwrap();
+    // Five bytes a second, above a minimum of one: only the deadline ends it.
+    server.faults(|f| f.trickle = Some(Duration::from_millis(200)));
+    let (out, elapsed) = output_within(
+        minfer(&server, dir.path())
+            .env("MINFER_HTTP_TIMEOUT", "1")
+            .env("MINFER_HTTP_MIN_RATE", "1")
+            .env("MINFER_HTTP_DEADLINE", "2")
+            .args(["pull", "hf:test/tiny-GGUF:Q8_0"]),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("tiny-qwen2-Q8_0.gguf: not done after 2 s")
+            && err.contains("MINFER_HTTP_DEADLINE")
+            && err.contains("run again to resume"),
+        "{err}"
+    );
+    assert_eq!(cache_names(dir.path()), ["tiny-qwen2-Q8_0.gguf.part"]);
 }

@@ -139,3 +139,67 @@ fn the_quantize_command_writes_llama_quantizes_files() {
     refused(&["Q3_K_M", "--pure"], "cannot quantize to Q3_K_M");
     refused(&["IQ4_XS"], "cannot quantize to IQ4_XS");
 }
+
+/// `quantize` and `merge` once wrote through `OUT.tmp`, following a link planted there: another
+/// user of the directory could make them overwrite any file the caller may write.
+#[cfg(unix)]
+#[test]
+fn quantize_and_merge_never_write_through_a_link_planted_at_a_temporary_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"not yours to overwrite").unwrap();
+    let plant = |out: &std::path::Path| {
+        let mut temp = out.as_os_str().to_owned();
+        temp.push(".tmp");
+        std::os::unix::fs::symlink(&victim, &temp).unwrap();
+    };
+    let minfer = |args: &[&std::ffi::OsStr]| {
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_minfer"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    };
+
+    let quantized = dir.path().join("q.gguf");
+    plant(&quantized);
+    let f32_model = common::tiny_model("qwen2", "F32");
+    minfer(&[
+        "quantize".as_ref(),
+        f32_model.as_os_str(),
+        quantized.as_os_str(),
+        "Q8_0".as_ref(),
+        "--pure".as_ref(),
+        "-t".as_ref(),
+        "2".as_ref(),
+    ]);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not yours to overwrite");
+    assert!(!std::fs::symlink_metadata(&quantized).unwrap().is_symlink());
+    let ours = GgufFile::open(&quantized).unwrap();
+    let theirs = GgufFile::open(common::tiny_model("qwen2", "Q8_0")).unwrap();
+    for t in theirs.tensors() {
+        assert!(
+            ours.tensor_data(ours.tensor(&t.name).unwrap()) == theirs.tensor_data(t),
+            "{}",
+            t.name
+        );
+    }
+
+    let original = common::tiny_model("qwen2", "Q4_0");
+    let prefix = dir.path().join("part");
+    let parts = minfer::gguf::split::split_file(
+        &GgufFile::open(&original).unwrap(),
+        prefix.to_str().unwrap(),
+        minfer::gguf::split::SplitLimit::MaxTensors(10),
+        false,
+    )
+    .unwrap();
+    let merged = dir.path().join("merged.gguf");
+    plant(&merged);
+    minfer(&["merge".as_ref(), parts[0].path.as_os_str(), merged.as_os_str()]);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not yours to overwrite");
+    assert!(
+        std::fs::read(&merged).unwrap() == std::fs::read(&original).unwrap(),
+        "the merged file is not the original"
+    );
+}

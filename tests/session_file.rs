@@ -170,3 +170,117 @@ fn the_cli_reuses_a_saved_session_for_a_prompt_that_extends_it() {
         .unwrap();
     assert_eq!(text, String::from_utf8_lossy(&out.stdout));
 }
+
+/// Make a FIFO at `path`.
+#[cfg(unix)]
+fn mkfifo(path: &Path) {
+    let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(
+        unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) },
+        0,
+        "mkfifo {}",
+        path.display()
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_given_as_the_session_is_refused_at_once_and_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("session.fifo");
+    mkfifo(&fifo);
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let started = std::time::Instant::now();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .arg(&model)
+        .args(["Hello", "--greedy", "-n", "2", "--session", fifo.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("minfer --session FIFO still waits after a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!(
+            "session file {} refused: it is a FIFO, not a regular file",
+            fifo.display()
+        )),
+        "{err}"
+    );
+
+    // Saving there is refused too, and leaves the FIFO a FIFO.
+    let model = load("qwen2", "Q8_0");
+    let mut session = Session::new(&model, 64);
+    session.eval(&prompt(&model, 5), 1).unwrap();
+    let err = session_file::save(&mut session, &model, &fifo).unwrap_err();
+    assert!(
+        matches!(err, SessionFileError::Refused { .. }) && err.to_string().contains("it is a FIFO"),
+        "{err}"
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary file left"
+    );
+}
+
+/// The FNV-1a hash the header keeps of the payload.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[test]
+fn a_session_file_with_a_nan_in_its_cache_is_refused_naming_the_layer_even_with_a_valid_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = load("qwen2", "F16");
+    let path = dir.path().join("nan.session");
+    let n_tokens = 6;
+    let mut saver = Session::new(&model, 64);
+    saver.eval(&prompt(&model, n_tokens), 1).unwrap();
+    session_file::save(&mut saver, &model, &path).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    // The header: magic 8, version 4, identity 8, KV types 4 (f16 K and V here), n_layer 4,
+    // n_kv_embd 4, n_ctx 4, tokens 4, checksum 8; then the tokens, then per layer K and V.
+    let header = 48;
+    let u32_at = |at: usize| u32::from_le_bytes(good[at..at + 4].try_into().unwrap()) as usize;
+    assert_eq!(u32_at(20), 1 | 1 << 16, "f16 K and V");
+    let (n_layer, n_kv_embd) = (u32_at(24), u32_at(28));
+    assert!(n_layer >= 2);
+    let rows = n_tokens * n_kv_embd * 2;
+    let own: Vec<u32> = prompt(&model, 4);
+    let mut session = Session::new(&model, 64);
+    let expected = bits(session.eval(&own, 1).unwrap());
+    for (layer, which, at_value) in [(1, "K", 7), (0, "V", n_kv_embd + 3)] {
+        let mut bad = good.clone();
+        let layer_start = header + n_tokens * 4 + layer * 2 * rows;
+        let at = layer_start + if which == "V" { rows } else { 0 } + at_value * 2;
+        bad[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes()); // an f16 NaN
+        let checksum = fnv1a(&bad[header..]);
+        bad[40..48].copy_from_slice(&checksum.to_le_bytes());
+        let bad_path = dir.path().join(format!("{which}{layer}.session"));
+        std::fs::write(&bad_path, &bad).unwrap();
+        let message = refusal(session_file::load(&mut session, &model, &bad_path));
+        assert!(
+            message.contains(&format!("layer {layer}'s {which} holds a value that is not finite"))
+                && message.contains(&format!("at value {at_value} (token {})", at_value / n_kv_embd)),
+            "{message}"
+        );
+        untouched(&mut session, &own, &expected);
+    }
+}

@@ -63,20 +63,20 @@ pub fn read_sidecar(dir: &Path, name: &str) -> Option<Sidecar> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-/// Write `sidecar` for `name`: to a temporary file first, renamed into place, so a reader sees
-/// the old one or the new one, never half of one.
+/// Write `sidecar` for `name`: to a new temporary file first (created exclusively, so a link
+/// planted in the cache is never written through), renamed into place, so a reader sees the old
+/// one or the new one, never half of one.
 pub fn write_sidecar(dir: &Path, name: &str, sidecar: &Sidecar) -> Result<(), DownloadError> {
     let path = sidecar_path(dir, name);
-    let tmp = dir.join(format!(".{name}.json.{}.tmp", std::process::id()));
     let json = serde_json::to_vec_pretty(sidecar).expect("a sidecar serializes");
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&json)?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    };
-    write().map_err(|e| {
+    let (mut f, tmp) = crate::fs_safe::create_temp_beside(&path).map_err(DownloadError::io(&path))?;
+    let written = f
+        .write_all(&json)
+        .and_then(|()| f.write_all(b"\n"))
+        .and_then(|()| f.sync_all());
+    // Closed before the rename, which some systems refuse for an open file.
+    drop(f);
+    written.and_then(|()| std::fs::rename(&tmp, &path)).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         DownloadError::Io { path, source: e }
     })

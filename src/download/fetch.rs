@@ -1,13 +1,14 @@
 //! Fetching one model's files into the cache: under the model's lock, each file is reused if the
 //! cache holds its bytes, else downloaded into `NAME.part` (resumed with `Range: bytes=N-` when a
 //! previous run left one), hashed as it arrives, and renamed to its final name only once its
-//! sha256 matches. The sidecar is written last, under the same lock.
+//! sha256 matches. One deadline covers a file's every request; the client's limits stop it
+//! and keep the `.part`. The sidecar is written last, under the same lock.
 //!
 //! It trusts the plan it is given (names, sizes, digests); where they come from is the
 //! registries' business.
 
 use super::cache::{self, Sidecar, SidecarFile};
-use super::http::{self, Client};
+use super::http::{BodyError, Client};
 use super::{Config, DownloadError, Plan, Progress, RemoteFile};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -169,6 +170,8 @@ fn download(
     part.seek(SeekFrom::Start(held))
         .map_err(DownloadError::io(&part_path))?;
     let mut restarted = false;
+    // One deadline for the file, however many requests it takes.
+    let by = client.deadline_from_now();
     while held < file.size {
         let mut headers = Vec::new();
         if held > 0 {
@@ -177,7 +180,7 @@ fn download(
         if let (Some(_), Some(token)) = (&file.auth_repo, &config.hf_token) {
             headers.push(("Authorization", format!("Bearer {token}")));
         }
-        let response = client.get(&file.url, &headers)?;
+        let response = client.get_by(&file.url, &headers, by)?;
         let status = response.status();
         let resumed = match status {
             200 => false,
@@ -220,7 +223,7 @@ fn download(
             }
         }
         progress.start(&file.name, file.size, held);
-        let mut body = response.into_reader();
+        let mut body = response.into_body(held > 0);
         let mut buf = vec![0u8; CHUNK];
         loop {
             let n = match body.read(&mut buf) {
@@ -229,19 +232,14 @@ fn download(
                 Err(e) => {
                     // Keep what arrived for the next run.
                     let _ = part.sync_data();
-                    return Err(if http::is_timeout(&e) {
-                        DownloadError::Timeout {
-                            url: file.url.clone(),
-                            seconds: config.timeout.as_secs_f64(),
-                            partial: held > 0,
-                        }
-                    } else {
-                        DownloadError::Interrupted {
+                    return Err(match e {
+                        BodyError::Limit(e) => e,
+                        BodyError::Io(e) => DownloadError::Interrupted {
                             name: file.name.clone(),
                             got: held,
                             expected: file.size,
                             reason: e.to_string(),
-                        }
+                        },
                     });
                 }
             };

@@ -32,6 +32,12 @@ pub const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
 pub const DEFAULT_OLLAMA_REGISTRY: &str = "https://registry.ollama.ai";
 /// Seconds a connection or a read may take when `MINFER_HTTP_TIMEOUT` is not set.
 pub const DEFAULT_TIMEOUT_S: f64 = 30.0;
+/// Seconds one file's download (or one listing or manifest request) may take in all when
+/// `MINFER_HTTP_DEADLINE` is not set: a day, longer than any model takes on a working link.
+pub const DEFAULT_DEADLINE_S: f64 = 86_400.0;
+/// Bytes per second a body must average over each `MINFER_HTTP_TIMEOUT` window when
+/// `MINFER_HTTP_MIN_RATE` is not set.
+pub const DEFAULT_MIN_RATE: u64 = 1024;
 /// The quant `hf:OWNER/REPO` picks when the reference names none.
 pub const DEFAULT_QUANT: &str = "Q4_K_M";
 
@@ -81,6 +87,30 @@ pub enum DownloadError {
     /// No byte came for the configured time.
     #[error("{url}: no answer for {seconds} s, giving up (MINFER_HTTP_TIMEOUT sets the limit){}", resume_hint(*.partial))]
     Timeout {
+        /// What was asked for.
+        url: String,
+        /// The limit.
+        seconds: f64,
+        /// Whether what arrived is kept for the next run to resume.
+        partial: bool,
+    },
+    /// The body came slower than the minimum rate over a whole window.
+    #[error("{url}: {rate:.1} bytes/s over the last {window:.1} s, below the minimum of {min_rate} bytes/s, giving up (MINFER_HTTP_MIN_RATE sets the minimum, 0 turns the check off){}", resume_hint(*.partial))]
+    TooSlow {
+        /// What was asked for.
+        url: String,
+        /// The rate measured over the window, in bytes per second.
+        rate: f64,
+        /// The window's length in seconds.
+        window: f64,
+        /// The minimum rate, in bytes per second.
+        min_rate: u64,
+        /// Whether what arrived is kept for the next run to resume.
+        partial: bool,
+    },
+    /// The request (a file's whole download, or one listing) ran past its deadline.
+    #[error("{url}: not done after {seconds} s, giving up (MINFER_HTTP_DEADLINE sets the limit){}", resume_hint(*.partial))]
+    Deadline {
         /// What was asked for.
         url: String,
         /// The limit.
@@ -239,7 +269,8 @@ impl DownloadError {
     }
 }
 
-/// Where models are cached and fetched from, and how long the network may stall.
+/// Where models are cached and fetched from, and how long and how slowly the network may
+/// run.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The model cache directory.
@@ -250,23 +281,40 @@ pub struct Config {
     pub hf_token: Option<String>,
     /// The Ollama registry, without a trailing slash.
     pub ollama_registry: String,
-    /// How long a connection, or any read, may take.
+    /// How long a connection, or any read, may take; also the window the minimum rate is
+    /// measured over.
     pub timeout: Duration,
+    /// How long one file's download, or one listing or manifest request, may take in all.
+    pub deadline: Duration,
+    /// The fewest bytes per second a body may average over a window of `timeout`; 0 turns the
+    /// check off.
+    pub min_rate: u64,
 }
 
 impl Config {
     /// The configuration the environment gives, as the Hugging Face tools read it:
     /// `MINFER_MODELS` (default `~/.cache/minfer/models`), `HF_ENDPOINT`, `HF_TOKEN` (else the
     /// token file `HF_TOKEN_PATH`, `$HF_HOME/token` or `~/.cache/huggingface/token`),
-    /// `MINFER_OLLAMA_REGISTRY` and `MINFER_HTTP_TIMEOUT` (seconds).
+    /// `MINFER_OLLAMA_REGISTRY`, `MINFER_HTTP_TIMEOUT` (seconds), `MINFER_HTTP_DEADLINE`
+    /// (seconds) and `MINFER_HTTP_MIN_RATE` (bytes per second).
     pub fn from_env() -> Result<Config, DownloadError> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let timeout = match var("MINFER_HTTP_TIMEOUT") {
-            None => Duration::from_secs_f64(DEFAULT_TIMEOUT_S),
+        let seconds = |name: &'static str, default: f64| match var(name) {
+            None => Ok(Duration::from_secs_f64(default)),
             Some(v) => parse_timeout(&v).ok_or_else(|| DownloadError::BadEnv {
-                var: "MINFER_HTTP_TIMEOUT",
+                var: name,
                 value: v.clone(),
                 reason: "expected a number of seconds above 0".into(),
+            }),
+        };
+        let timeout = seconds("MINFER_HTTP_TIMEOUT", DEFAULT_TIMEOUT_S)?;
+        let deadline = seconds("MINFER_HTTP_DEADLINE", DEFAULT_DEADLINE_S)?;
+        let min_rate = match var("MINFER_HTTP_MIN_RATE") {
+            None => DEFAULT_MIN_RATE,
+            Some(v) => v.trim().parse::<u64>().map_err(|_| DownloadError::BadEnv {
+                var: "MINFER_HTTP_MIN_RATE",
+                value: v.clone(),
+                reason: "expected a whole number of bytes per second (0 turns the check off)".into(),
             })?,
         };
         let hf_endpoint = var("HF_ENDPOINT").unwrap_or_else(|| DEFAULT_HF_ENDPOINT.into());
@@ -293,6 +341,8 @@ impl Config {
             hf_token: var("HF_TOKEN").or_else(hf_token_file),
             ollama_registry: ollama_registry.trim_end_matches('/').to_string(),
             timeout,
+            deadline,
+            min_rate,
         })
     }
 }
@@ -467,7 +517,7 @@ pub fn pull(reference: &str, config: &Config, progress: &mut dyn Progress) -> Re
 }
 
 fn fetch_ref(model_ref: &ModelRef, config: &Config, progress: &mut dyn Progress) -> Result<PathBuf, DownloadError> {
-    let client = http::Client::new(config.timeout);
+    let client = http::Client::new(config);
     let plan = match model_ref {
         ModelRef::Hf { repo, quant } => hf::plan(&client, config, repo, quant.as_deref())?,
         ModelRef::Ollama { name, tag } => ollama::plan(&client, config, name, tag)?,

@@ -18,13 +18,17 @@
 //!
 //! All little-endian. A file is checked whole before anything is touched: every refusal
 //! ([`SessionFileError`]) names the check that failed, and a refused file leaves the session
-//! as it was. Writing goes to a temporary file beside the target, renamed over it once
-//! complete, so a crash mid-save leaves the previous file intact.
+//! as it was. Only a regular file is read (a FIFO or a device is refused, never waited on), and
+//! every K and V value (every Q8_0 block's scale) must be finite: a checksum proves only that
+//! the bytes are the ones written. Writing goes to a new temporary file beside the target
+//! (created exclusively, never through a planted link), renamed over it once complete, so a
+//! crash mid-save leaves the previous file intact; a target that is not a regular file is
+//! refused, not replaced.
 
 use super::{EngineError, Model, Session};
 use crate::graph::DType;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The file's first bytes.
 pub const MAGIC: &[u8; 8] = b"MINFSESS";
@@ -144,8 +148,17 @@ pub fn load(session: &mut Session, model: &Model, path: &Path) -> Result<Vec<u32
         path: name.clone(),
         check,
     };
-    let mut file = std::fs::File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    // Opened without blocking, then checked: a FIFO given here would otherwise wait forever
+    // for a writer.
+    let mut file = crate::fs_safe::open_nonblocking(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(refuse(format!(
+            "it is {}, not a regular file",
+            crate::fs_safe::describe(meta.file_type())
+        )));
+    }
+    let len = meta.len();
     if len < HEADER_BYTES as u64 {
         return Err(refuse(format!(
             "truncated: {len} bytes, shorter than the {HEADER_BYTES}-byte header"
@@ -234,13 +247,25 @@ pub fn load(session: &mut Session, model: &Model, path: &Path) -> Result<Vec<u32
             (&rows[at..at + k_bytes], &rows[at + k_bytes..at + k_bytes + v_bytes])
         })
         .collect();
+    for (layer, (k, v)) in layers.iter().enumerate() {
+        for (which, dtype, bytes) in [("K", type_k, k), ("V", type_v, v)] {
+            if let Some(at) = first_non_finite(dtype, bytes) {
+                return Err(refuse(format!(
+                    "layer {layer}'s {which} holds a value that is not finite (NaN or infinity) at value {at} (token {}): \
+                     the file was written by a broken run or altered",
+                    at / n_kv_embd.max(1)
+                )));
+            }
+        }
+    }
     session.import_state(&tokens, &layers)?;
     Ok(tokens)
 }
 
-/// Write a file through `fill` into a temporary file beside `path`, then rename it over
+/// Write a file through `fill` into a new temporary file beside `path`, then rename it over
 /// `path`: readers see the old file or the new one, never a part. On failure the temporary
-/// file is removed and `path` is untouched.
+/// file is removed and `path` is untouched. A `path` that exists and is not a regular file (a
+/// FIFO, a device, a directory) is refused: the rename would replace it.
 pub fn write_atomic(
     path: &Path,
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
@@ -249,20 +274,45 @@ pub fn write_atomic(
         path: path.display().to_string(),
         source,
     };
-    let mut tmp = PathBuf::from(path);
-    let name = path
-        .file_name()
-        .map_or_else(|| "session".into(), |n| n.to_string_lossy().into_owned());
-    tmp.set_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let result = std::fs::File::create(&tmp).and_then(|mut file| {
-        fill(&mut file)?;
-        file.sync_all()
-    });
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() {
+            return Err(SessionFileError::Refused {
+                path: path.display().to_string(),
+                check: format!(
+                    "it is {}, not a regular file to save into",
+                    crate::fs_safe::describe(meta.file_type())
+                ),
+            });
+        }
+    }
+    let (mut file, tmp) = crate::fs_safe::create_temp_beside(path).map_err(io)?;
+    let result = fill(&mut file).and_then(|()| file.sync_all());
+    drop(file);
     if let Err(e) = result.and_then(|()| std::fs::rename(&tmp, path)) {
         let _ = std::fs::remove_file(&tmp);
         return Err(io(e));
     }
     Ok(())
+}
+
+/// Where the first value of `rows` (stored as `dtype`) that is not finite is, counted in
+/// values (for Q8_0, the first value of the first block whose scale is not finite); `None`
+/// when every one is.
+fn first_non_finite(dtype: DType, rows: &[u8]) -> Option<usize> {
+    // An f16 is infinite or NaN exactly when its five exponent bits are all set.
+    let f16_finite = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]) & 0x7c00 != 0x7c00;
+    match dtype {
+        DType::F32 => rows
+            .chunks_exact(4)
+            .position(|b| !f32::from_le_bytes(b.try_into().expect("4 bytes")).is_finite()),
+        DType::F16 => rows.chunks_exact(2).position(|b| !f16_finite(b)),
+        // A block is an f16 scale, then 32 i8 values: only the scale can be out of range.
+        DType::Q8_0 => rows
+            .chunks_exact(DType::Q8_0.bytes(32))
+            .position(|b| !f16_finite(b))
+            .map(|block| block * 32),
+        DType::I32 => None,
+    }
 }
 
 /// FNV-1a, 64 bits: a checksum against corruption, not an adversary.
@@ -282,5 +332,30 @@ impl Fnv {
 
     fn finish(&self) -> u64 {
         self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_or_a_q8_0_scale_that_is_not_finite_is_found_where_it_is() {
+        let f32s: Vec<u8> = [1.0f32, -2.0, f32::NAN].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(first_non_finite(DType::F32, &f32s), Some(2));
+        assert_eq!(first_non_finite(DType::F32, &f32s[..8]), None);
+        assert_eq!(first_non_finite(DType::F32, &f32::NEG_INFINITY.to_le_bytes()), Some(0));
+        let f16s = |v: &[u16]| -> Vec<u8> { v.iter().flat_map(|h| h.to_le_bytes()).collect() };
+        // 1.0, the largest finite f16, -infinity, NaN.
+        assert_eq!(first_non_finite(DType::F16, &f16s(&[0x3c00, 0x7bff])), None);
+        assert_eq!(first_non_finite(DType::F16, &f16s(&[0x3c00, 0x7bff, 0xfc00])), Some(2));
+        assert_eq!(first_non_finite(DType::F16, &f16s(&[0x7e00])), Some(0));
+        // Two Q8_0 blocks: any i8 is a value, only a scale can be out of range.
+        let mut blocks = vec![0xffu8; 68];
+        blocks[..2].copy_from_slice(&0x3c00u16.to_le_bytes());
+        blocks[34..36].copy_from_slice(&0x3c00u16.to_le_bytes());
+        assert_eq!(first_non_finite(DType::Q8_0, &blocks), None);
+        blocks[34..36].copy_from_slice(&0x7c01u16.to_le_bytes());
+        assert_eq!(first_non_finite(DType::Q8_0, &blocks), Some(32));
     }
 }

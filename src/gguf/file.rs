@@ -70,7 +70,7 @@ fn load_file(path: &Path, options: OpenOptions) -> Result<Bytes> {
     if !kind.is_file() {
         return Err(GgufError::NotAFile {
             path: path.to_path_buf(),
-            what: describe(kind),
+            what: crate::fs_safe::describe(kind),
         });
     }
     let file = File::open(path).map_err(io)?;
@@ -127,28 +127,6 @@ fn lock(bytes: &[u8]) -> std::io::Result<()> {
     {
         let _ = bytes;
         Err(std::io::Error::other("mlock is only available on Unix"))
-    }
-}
-
-/// What a path that is not a regular file is, for the error.
-fn describe(kind: std::fs::FileType) -> &'static str {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if kind.is_fifo() {
-            return "a FIFO";
-        }
-        if kind.is_char_device() || kind.is_block_device() {
-            return "a device";
-        }
-        if kind.is_socket() {
-            return "a socket";
-        }
-    }
-    if kind.is_dir() {
-        "a directory"
-    } else {
-        "not a regular file"
     }
 }
 

@@ -162,9 +162,10 @@ pub struct GgufStreamWriter<W: Write> {
     pending: Option<PendingFile>,
 }
 
-/// A file being written under a temporary name beside its final one (`NAME.tmp`): renamed into
-/// place once complete, removed if dropped before, so that a failure part-way (a full disk, a
-/// refused tensor) never leaves a truncated file under the final name.
+/// A file being written under a temporary name beside its final one (a new file of an
+/// unpredictable name, [`crate::fs_safe::create_temp_beside`]): renamed into place once
+/// complete, removed if dropped before, so that a failure part-way (a full disk, a refused
+/// tensor) never leaves a truncated file under the final name.
 struct PendingFile {
     temp: std::path::PathBuf,
     path: std::path::PathBuf,
@@ -192,19 +193,18 @@ impl Drop for PendingFile {
 
 impl GgufStreamWriter<std::io::BufWriter<std::fs::File>> {
     /// Create the file at `path` (replacing any file there once it is complete) and write its
-    /// header: `metadata`, then the table of `tensors`. The data goes to `path` + `.tmp` until
-    /// [`GgufStreamWriter::finish`] renames it.
+    /// header: `metadata`, then the table of `tensors`. The data goes to a new temporary file
+    /// beside `path` (created exclusively: a link planted in the directory is never written
+    /// through) until [`GgufStreamWriter::finish`] renames it.
     pub fn create(path: &Path, metadata: &Metadata, tensors: &[TensorLayout]) -> Result<Self> {
-        let mut temp = path.as_os_str().to_owned();
-        temp.push(".tmp");
-        let pending = PendingFile {
-            temp: temp.into(),
+        let (file, temp) = crate::fs_safe::create_temp_beside(path).map_err(|source| GgufError::Io {
             path: path.to_path_buf(),
-        };
-        let file = std::fs::File::create(&pending.temp).map_err(|source| GgufError::Io {
-            path: pending.temp.clone(),
             source,
         })?;
+        let pending = PendingFile {
+            temp,
+            path: path.to_path_buf(),
+        };
         let mut writer = Self::new(
             std::io::BufWriter::with_capacity(1 << 20, file),
             path,
@@ -413,23 +413,34 @@ mod tests {
     fn a_streamed_file_appears_under_its_name_only_when_complete() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.gguf");
-        let temp = dir.path().join("m.gguf.tmp");
+        let names = || -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        };
         let layout = [TensorLayout::as_ggml_records("t", GgmlType::F32, &[4])];
         // Dropped before its tensor: nothing under either name.
         let writer = GgufStreamWriter::create(&path, &Metadata::default(), &layout).unwrap();
-        assert!(temp.exists() && !path.exists());
+        let during = names();
+        assert!(
+            during.len() == 1 && during[0].starts_with(".m.gguf.") && during[0].ends_with(".tmp"),
+            "{during:?}"
+        );
         drop(writer);
-        assert!(!temp.exists() && !path.exists());
+        assert_eq!(names(), Vec::<String>::new());
         // A refused tensor, then a finish that finds one missing: still nothing.
         let mut writer = GgufStreamWriter::create(&path, &Metadata::default(), &layout).unwrap();
         assert!(writer.write_tensor("t", &[0; 3]).is_err());
         assert!(writer.finish().is_err());
-        assert!(!temp.exists() && !path.exists());
+        assert_eq!(names(), Vec::<String>::new());
         // Complete: renamed into place, and it reads back.
         let mut writer = GgufStreamWriter::create(&path, &Metadata::default(), &layout).unwrap();
         writer.write_tensor("t", &[0; 16]).unwrap();
         writer.finish().unwrap();
-        assert!(path.exists() && !temp.exists());
+        assert_eq!(names(), ["m.gguf"]);
         assert_eq!(crate::gguf::GgufFile::open(&path).unwrap().tensors().len(), 1);
     }
 }

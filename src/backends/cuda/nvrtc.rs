@@ -149,13 +149,15 @@ pub fn compile_cached(
     }
     let ptx = compile(source, capability)?;
     if let (Some(dir), Some(file)) = (dir, file) {
-        // Written beside the final name, then renamed: a concurrent start never reads half a file.
-        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-        let stored = std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(&tmp, &ptx))
-            .and_then(|()| std::fs::rename(&tmp, &file));
-        if stored.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        // Written to a new file beside the final name (created exclusively: never through a
+        // link planted in the cache), then renamed: a concurrent start never reads half a file.
+        let stored = std::fs::create_dir_all(dir).and_then(|()| crate::fs_safe::create_temp_beside(&file));
+        if let Ok((mut out, tmp)) = stored {
+            let written = std::io::Write::write_all(&mut out, ptx.as_bytes());
+            drop(out);
+            if written.and_then(|()| std::fs::rename(&tmp, &file)).is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
         }
     }
     Ok((ptx, true))
