@@ -8,7 +8,6 @@ use super::split::{parse_split_path, split_path, KEY_SPLIT_COUNT, KEY_SPLIT_NO, 
 use super::value::Metadata;
 use memmap2::Mmap;
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 struct Part {
@@ -73,8 +72,17 @@ fn load_file(path: &Path, options: OpenOptions) -> Result<Bytes> {
             what: crate::fs_safe::describe(kind),
         });
     }
-    let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    // Opened without blocking and checked again: a path swapped for a FIFO after the check
+    // above must not block the open (a regular file's reads ignore the flag).
+    let file = crate::fs_safe::open_nonblocking(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.file_type().is_file() {
+        return Err(GgufError::NotAFile {
+            path: path.to_path_buf(),
+            what: crate::fs_safe::describe(meta.file_type()),
+        });
+    }
+    let len = meta.len();
     if len < 4 {
         return Err(GgufError::Truncated {
             what: "magic".into(),
