@@ -227,6 +227,7 @@ impl Collector {
                 self.usage.add(index, self.reply.n, n_prompt, n_cached, n_generated);
             }
             Event::Failed(message) => return Err(ApiError::internal(format!("generation failed: {message}"))),
+            Event::Refused(message) => return Err(refused(&message)),
         }
         Ok(())
     }
@@ -443,6 +444,10 @@ impl Streamer {
                     &ApiError::internal(format!("generation failed: {message}")).body(),
                 ));
             }
+            Event::Refused(message) => {
+                self.failed = true;
+                out.push_str(&frame(&refused(&message).body()));
+            }
         }
         out
     }
@@ -463,6 +468,13 @@ impl Streamer {
         out.push_str("data: [DONE]\n\n");
         out
     }
+}
+
+/// The answer to a request whose grammar could not go on: a 400, naming what stopped it.
+fn refused(message: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "the request's grammar could not be followed past its limits: {message}"
+    ))
 }
 
 #[cfg(test)]
@@ -570,5 +582,10 @@ mod tests {
         assert_eq!(body["usage"]["completion_tokens"], 2);
         let mut failed = Collector::new(reply(Endpoint::Chat, &[]));
         assert_eq!(failed.push(Event::Failed("x".into())).unwrap_err().status.as_u16(), 500);
+        let mut refused = Collector::new(reply(Endpoint::Chat, &[]));
+        assert_eq!(
+            refused.push(Event::Refused("x".into())).unwrap_err().status.as_u16(),
+            400
+        );
     }
 }

@@ -27,7 +27,7 @@
 use super::metrics::Metrics;
 use super::peer::Peer;
 use crate::engine::{
-    Batch, DraftOptions, Drafter, GenerateOptions, GenerationStats, Model, Sequence, Session, StopReason,
+    Batch, DraftOptions, Drafter, EngineError, GenerateOptions, GenerationStats, Model, Sequence, Session, StopReason,
 };
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -96,6 +96,10 @@ pub enum Event {
     },
     /// The job failed inside the server; no more events follow.
     Failed(String),
+    /// The job's own grammar could not go on (past llguidance's limits, which some grammars
+    /// reach only after their first token): the request's fault, not the server's. No more
+    /// events follow.
+    Refused(String),
 }
 
 struct Shared {
@@ -485,6 +489,15 @@ impl<'s> Engine<'s> {
         self.release(id, job);
     }
 
+    /// The job's grammar could not go on: it is told, its slot's cells are cleared, and the
+    /// slot serves on; not an internal error.
+    fn refuse(&mut self, id: usize, job: Arc<Job>, reason: String) {
+        let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
+        eprintln!("slot {id}: the request's grammar stopped: {reason}; slot reset");
+        let _ = job.events.send(Event::Refused(reason));
+        self.release(id, job);
+    }
+
     /// One forward pass: cancelled slots are freed, every generating slot adds its next token,
     /// prompts add chunks up to the step's token budget; then each row with logits is sampled.
     fn step(&mut self) {
@@ -695,6 +708,7 @@ impl<'s> Engine<'s> {
         }
         let token = match active.seq.sample(logits) {
             Ok(t) => t,
+            Err(e @ EngineError::Grammar(_)) => return self.refuse(id, active.job, e.to_string()),
             Err(e) => return self.fail(id, active.job, e.to_string()),
         };
         let index = active.job.runs[active.run].index;
