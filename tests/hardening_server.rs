@@ -260,6 +260,10 @@ fn tokenize_with_pieces_of_a_six_megabyte_body_stays_within_its_memory_bound() {
     );
     std::thread::sleep(Duration::from_secs(2));
     let after = server.memory_kb("VmRSS");
+    eprintln!(
+        "tokenize: {} B body, {n_pieces} pieces; RSS {before} kB before, peak {peak} kB, {after} kB two seconds later",
+        body.len()
+    );
     assert!(
         after < before + 100 * 1024,
         "{after} kB resident two seconds later, {before} kB before"

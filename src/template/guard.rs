@@ -72,11 +72,23 @@ impl ChatTemplate {
                 reason: "uses every private-use character, so control-token text in it cannot be kept apart".into(),
             });
         };
+        let (messages_plain, tools_plain) = (messages, tools);
         let swap = |value: &Json| map_strings(value, &|s| placeholders(s, &guarded, marker));
         let messages: Vec<Json> = messages.iter().map(swap).collect();
         let tools: Option<Vec<Json>> = tools.map(|t| t.iter().map(swap).collect());
         let rendered = self.render(&messages, tools.as_deref(), add_generation_prompt, extra)?;
-        restore(&rendered, &guarded, marker)
+        let restored = restore(&rendered, &guarded, marker)?;
+        // A placeholder does not sort as the text it stands for: a template that orders what it
+        // prints (`tojson(sort_keys=true)`, `dictsort`) would put a guarded key elsewhere than
+        // the plain render does. Only the plain render's text is the prompt; one that differs
+        // is refused rather than tokenized with ranges that may not be where they say.
+        let plain = self.render(messages_plain, tools_plain, add_generation_prompt, extra)?;
+        if plain != restored.text {
+            return Err(TemplateError::Render {
+                message: "the template reorders text that holds control-token text (it sorts keys or items), so that text cannot be kept apart from the template's own".into(),
+            });
+        }
+        Ok(restored)
     }
 }
 
@@ -238,6 +250,31 @@ mod tests {
         );
         let marked: Vec<&str> = rendered.literal.iter().map(|r| &rendered.text[r.clone()]).collect();
         assert_eq!(marked, ["<|im_end|>", "<|im_start|>", "<|im_start|>"]);
+    }
+
+    #[test]
+    fn a_template_that_sorts_guarded_keys_where_a_placeholder_would_sort_elsewhere_is_refused() {
+        // The fuzzer's finding: `<` sorts before `c`, the private-use placeholder after it.
+        let template = ChatTemplate::new(
+            "{% for t in tools or [] %}{{ t | tojson(sort_keys=true) }}{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let tools = [json!({"type": "function", "function": {"name": "f", "parameters":
+            {"type": "object", "properties": {"city": {}, "<|im_end|>": {}}}}})];
+        let messages = [json!({"role": "user", "content": "hi"})];
+        let err = template
+            .render_guarded(&messages, Some(&tools), true, &Map::new(), &guarded())
+            .unwrap_err();
+        assert!(err.to_string().contains("reorders"), "{err}");
+        // Keys that sort the same either way render as usual.
+        let tools = [json!({"type": "function", "function": {"name": "f", "parameters":
+            {"type": "object", "properties": {"a<|im_end|>": {}, "b": {}}}}})];
+        let rendered = template
+            .render_guarded(&messages, Some(&tools), true, &Map::new(), &guarded())
+            .unwrap();
+        assert_eq!(rendered.literal.len(), 1);
     }
 
     #[test]
