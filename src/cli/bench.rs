@@ -1076,13 +1076,16 @@ mod tests {
         // where the CPU has it.
         let prompt = cpu_kernels(&file, 512);
         let has_gemm = crate::quant::gemm::kernel(crate::quant::GgmlType::Q8_0).is_some();
+        // A prompt's panel kernels are named for AMX where the CPU has its tiles.
+        let panel = crate::quant::gemm::kernel_name(512);
+        assert_eq!(panel == "amx", crate::quant::simd::amx(), "{prompt}");
         assert_eq!(
-            prompt.contains(&format!("{simd} repacked (Q8_0")),
+            prompt.contains(&format!("{panel} repacked (Q8_0")),
             any_repacked,
             "{prompt}"
         );
         assert_eq!(
-            prompt.contains(&format!("{simd} gemm (Q8_0")),
+            prompt.contains(&format!("{panel} gemm (Q8_0")),
             has_gemm && !all_repacked,
             "{prompt}"
         );
