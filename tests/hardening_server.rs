@@ -380,5 +380,5 @@ fn sighup_and_sigusr1_are_logged_while_the_server_serves_on_and_a_second_sigint_
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(held);
-    assert!(server.log().contains("a second signal"), "{}", server.log());
+    assert!(server.log().contains("a second SIGINT"), "{}", server.log());
 }

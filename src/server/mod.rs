@@ -361,10 +361,12 @@ async fn run_server(config: ServerConfig, load_delay: Duration) -> Result<(), Se
     log_other_signals();
     tokio::spawn(async move {
         shutdown_signal().await;
-        // A second SIGINT or SIGTERM means now: the operator will not wait for the drain.
+        // A second SIGINT (Ctrl-C pressed again) means now: the operator will not wait for the
+        // drain. A repeated SIGTERM does not: service managers and scripts may send it more
+        // than once, and their way to insist is SIGKILL.
         tokio::spawn(async {
-            shutdown_signal().await;
-            eprintln!("minfer serve: a second signal: exiting at once, without finishing in-flight requests");
+            let _ = tokio::signal::ctrl_c().await;
+            eprintln!("minfer serve: a second SIGINT: exiting at once, without finishing in-flight requests");
             std::process::exit(130);
         });
         // Not ready first: a balancer that polls /ready stops sending during the drain delay,
