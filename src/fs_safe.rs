@@ -42,6 +42,22 @@ pub fn create_temp_beside(dest: &Path) -> io::Result<(File, PathBuf)> {
     create_first_free(dest, candidates)
 }
 
+/// Replaces `dest` with what `fill` writes: into a new file from [`create_temp_beside`], closed,
+/// then renamed over `dest`, so readers see the old file or the new one, never a part. On
+/// failure the temporary file is removed and `dest` is untouched. `fill` syncs the file itself
+/// where the contents must survive a crash.
+pub fn replace_with(dest: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
+    let (mut file, temp) = create_temp_beside(dest)?;
+    let written = fill(&mut file);
+    // Closed before the rename, which some systems refuse for an open file.
+    drop(file);
+    let result = written.and_then(|()| std::fs::rename(&temp, dest));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
 /// The first of `candidates` that can be created as a new file; `dest` names the error when
 /// every one is taken.
 fn create_first_free(dest: &Path, candidates: impl Iterator<Item = PathBuf>) -> io::Result<(File, PathBuf)> {

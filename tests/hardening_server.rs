@@ -27,30 +27,6 @@ fn assert_alive(server: &mut Server) {
     assert_eq!(status, 200, "{}", server.log());
 }
 
-/// `{"$ref": "#/$defs/d0"}` with `d0` → `d1` → ... → `d{n-1}` → an integer.
-fn ref_chain(n: usize) -> Value {
-    let mut defs = serde_json::Map::new();
-    for i in 0..n {
-        let next = if i + 1 < n {
-            json!({"$ref": format!("#/$defs/d{}", i + 1)})
-        } else {
-            json!({"type": "integer"})
-        };
-        defs.insert(format!("d{i}"), next);
-    }
-    json!({"$ref": "#/$defs/d0", "$defs": defs})
-}
-
-/// `root ::= r1`, `r1 ::= r2`, ..., `r{n} ::= "a"`.
-fn rule_chain(n: usize) -> String {
-    let mut text = String::from("root ::= r1\n");
-    for i in 1..n {
-        text.push_str(&format!("r{i} ::= r{}\n", i + 1));
-    }
-    text.push_str(&format!("r{n} ::= \"a\"\n"));
-    text
-}
-
 #[test]
 fn schemas_and_grammars_too_deep_for_the_compiler_are_400s_and_the_server_lives_on() {
     let mut server = Server::start(&tiny(), &["--n-slots", "1", "--n-ctx", "128"], &[]);
@@ -58,33 +34,33 @@ fn schemas_and_grammars_too_deep_for_the_compiler_are_400s_and_the_server_lives_
     let attacks = [
         (
             "/completion",
-            json!({"prompt": "a", "n_predict": 2, "json_schema": ref_chain(700)}),
+            json!({"prompt": "a", "n_predict": 2, "json_schema": common::ref_chain(700)}),
             "json_schema",
         ),
         (
             "/completion",
-            json!({"prompt": "a", "n_predict": 2, "json_schema": ref_chain(5000)}),
+            json!({"prompt": "a", "n_predict": 2, "json_schema": common::ref_chain(5000)}),
             "json_schema",
         ),
         (
             "/v1/chat/completions",
-            chat(json!({"type": "json_schema", "json_schema": {"name": "n", "schema": ref_chain(700)}})),
+            chat(json!({"type": "json_schema", "json_schema": {"name": "n", "schema": common::ref_chain(700)}})),
             "response_format.json_schema.schema",
         ),
         (
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "tool_choice": "none",
-                   "tools": [{"type": "function", "function": {"name": "f", "parameters": ref_chain(700)}}]}),
+                   "tools": [{"type": "function", "function": {"name": "f", "parameters": common::ref_chain(700)}}]}),
             "tools[0].function.parameters",
         ),
         (
             "/completion",
-            json!({"prompt": "a", "n_predict": 2, "grammar": rule_chain(1000)}),
+            json!({"prompt": "a", "n_predict": 2, "grammar": common::rule_chain(1000)}),
             "grammar",
         ),
         (
             "/completion",
-            json!({"prompt": "a", "n_predict": 2, "grammar": rule_chain(20_000)}),
+            json!({"prompt": "a", "n_predict": 2, "grammar": common::rule_chain(20_000)}),
             "grammar",
         ),
     ];
@@ -99,12 +75,12 @@ fn schemas_and_grammars_too_deep_for_the_compiler_are_400s_and_the_server_lives_
     // Within the budgets, the same shapes still compile and generate.
     let (status, reply) = server.json(
         "/completion",
-        json!({"prompt": "a", "n_predict": 3, "json_schema": ref_chain(40)}),
+        json!({"prompt": "a", "n_predict": 3, "json_schema": common::ref_chain(40)}),
     );
     assert_eq!(status, 200, "{reply}");
     let (status, reply) = server.json(
         "/completion",
-        json!({"prompt": "a", "n_predict": 3, "grammar": rule_chain(200)}),
+        json!({"prompt": "a", "n_predict": 3, "grammar": common::rule_chain(200)}),
     );
     assert_eq!(status, 200, "{reply}");
     assert_eq!(reply["content"], "a", "{reply}");

@@ -69,17 +69,12 @@ pub fn read_sidecar(dir: &Path, name: &str) -> Option<Sidecar> {
 pub fn write_sidecar(dir: &Path, name: &str, sidecar: &Sidecar) -> Result<(), DownloadError> {
     let path = sidecar_path(dir, name);
     let json = serde_json::to_vec_pretty(sidecar).expect("a sidecar serializes");
-    let (mut f, tmp) = crate::fs_safe::create_temp_beside(&path).map_err(DownloadError::io(&path))?;
-    let written = f
-        .write_all(&json)
-        .and_then(|()| f.write_all(b"\n"))
-        .and_then(|()| f.sync_all());
-    // Closed before the rename, which some systems refuse for an open file.
-    drop(f);
-    written.and_then(|()| std::fs::rename(&tmp, &path)).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        DownloadError::Io { path, source: e }
+    crate::fs_safe::replace_with(&path, |f| {
+        f.write_all(&json)?;
+        f.write_all(b"\n")?;
+        f.sync_all()
     })
+    .map_err(DownloadError::io(&path))
 }
 
 /// The lock file of the model whose first file is `name`. Lock files are never deleted:

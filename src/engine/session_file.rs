@@ -285,14 +285,11 @@ pub fn write_atomic(
             });
         }
     }
-    let (mut file, tmp) = crate::fs_safe::create_temp_beside(path).map_err(io)?;
-    let result = fill(&mut file).and_then(|()| file.sync_all());
-    drop(file);
-    if let Err(e) = result.and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(e));
-    }
-    Ok(())
+    crate::fs_safe::replace_with(path, |file| {
+        fill(file)?;
+        file.sync_all()
+    })
+    .map_err(io)
 }
 
 /// Where the first value of `rows` (stored as `dtype`) that is not finite is, counted in

@@ -74,12 +74,16 @@ impl<'a> Walk<'a> {
         SchemaBudgetError { what, at }
     }
 
+    fn too_deep(&self) -> SchemaBudgetError {
+        self.refuse(format!(
+            "the schema nests (objects, arrays and $ref hops together) more than {MAX_SCHEMA_DEPTH} levels deep"
+        ))
+    }
+
     /// How many levels `value` reaches below itself, `depth` being its own level.
     fn height(&mut self, value: &'a Json, depth: usize) -> Result<usize, SchemaBudgetError> {
         if depth > MAX_SCHEMA_DEPTH {
-            return Err(self.refuse(format!(
-                "the schema nests (objects, arrays and $ref hops together) more than {MAX_SCHEMA_DEPTH} levels deep"
-            )));
+            return Err(self.too_deep());
         }
         self.nodes += 1;
         if self.nodes > MAX_SCHEMA_NODES {
@@ -117,9 +121,7 @@ impl<'a> Walk<'a> {
         match self.heights.get(reference) {
             Some(Some(height)) => {
                 if depth + 1 + height > MAX_SCHEMA_DEPTH {
-                    return Err(self.refuse(format!(
-                        "the schema nests (objects, arrays and $ref hops together) more than {MAX_SCHEMA_DEPTH} levels deep"
-                    )));
+                    return Err(self.too_deep());
                 }
                 return Ok(1 + height);
             }

@@ -59,6 +59,11 @@ impl Callers {
     }
 }
 
+/// Whether `--cors-origin` (`origins`, `*` for any) lets a page from `origin` call the server.
+pub fn cors_allows(origins: &[String], origin: &str) -> bool {
+    origins.iter().any(|a| a == "*" || a == origin)
+}
+
 /// The admission checks, as a middleware.
 pub async fn admit(State(app): State<App>, req: Request, next: Next) -> Response {
     if let Some(declared) = req
@@ -108,8 +113,7 @@ pub async fn admit(State(app): State<App>, req: Request, next: Next) -> Response
                     .split_once("://")
                     .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host))
             });
-            let allowed = app.cors_origins.iter().any(|a| a == "*" || a == origin);
-            if !own && !allowed {
+            if !own && !cors_allows(&app.cors_origins, origin) {
                 return ApiError::new(
                     StatusCode::FORBIDDEN,
                     format!(

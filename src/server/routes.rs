@@ -196,7 +196,7 @@ async fn cors(State(app): State<App>, req: Request, next: Next) -> Response {
         .headers()
         .get(header::ORIGIN)
         .and_then(|v| v.to_str().ok())
-        .filter(|o| app.cors_origins.iter().any(|a| a == "*" || a == o))
+        .filter(|o| super::callers::cors_allows(&app.cors_origins, o))
         .map(str::to_string);
     let Some(origin) = origin else {
         return next.run(req).await;

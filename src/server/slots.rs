@@ -482,19 +482,22 @@ impl<'s> Engine<'s> {
     /// The job failed inside the server: it is told, its slot's cells are cleared, and the
     /// slot serves on.
     fn fail(&mut self, id: usize, job: Arc<Job>, failure: String) {
-        let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
         self.metrics().internal_errors.fetch_add(1, Ordering::Relaxed);
         eprintln!("slot {id}: internal error: {failure}; slot reset");
-        let _ = job.events.send(Event::Failed(failure));
-        self.release(id, job);
+        self.end_early(id, job, Event::Failed(failure));
     }
 
-    /// The job's grammar could not go on: it is told, its slot's cells are cleared, and the
-    /// slot serves on; not an internal error.
+    /// The job's grammar could not go on: as [`Engine::fail`], but not an internal error.
     fn refuse(&mut self, id: usize, job: Arc<Job>, reason: String) {
-        let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
         eprintln!("slot {id}: the request's grammar stopped: {reason}; slot reset");
-        let _ = job.events.send(Event::Refused(reason));
+        self.end_early(id, job, Event::Refused(reason));
+    }
+
+    /// Ends a job before its runs are done: its slot's cells are cleared, `last` is its last
+    /// event, and the slot serves on.
+    fn end_early(&mut self, id: usize, job: Arc<Job>, last: Event) {
+        let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
+        let _ = job.events.send(last);
         self.release(id, job);
     }
 

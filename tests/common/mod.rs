@@ -197,3 +197,27 @@ pub fn sha256_manifest(name: &str) -> std::collections::HashMap<String, String> 
         })
         .collect()
 }
+
+/// `{"$ref": "#/$defs/d0"}` with `d0` → `d1` → ... → `d{n-1}` → an integer.
+pub fn ref_chain(n: usize) -> serde_json::Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        let next = if i + 1 < n {
+            serde_json::json!({"$ref": format!("#/$defs/d{}", i + 1)})
+        } else {
+            serde_json::json!({"type": "integer"})
+        };
+        defs.insert(format!("d{i}"), next);
+    }
+    serde_json::json!({"$ref": "#/$defs/d0", "$defs": defs})
+}
+
+/// `root ::= r1`, `r1 ::= r2`, ..., `r{n} ::= "a"`.
+pub fn rule_chain(n: usize) -> String {
+    let mut text = String::from("root ::= r1\n");
+    for i in 1..n {
+        text.push_str(&format!("r{i} ::= r{}\n", i + 1));
+    }
+    text.push_str(&format!("r{n} ::= \"a\"\n"));
+    text
+}

@@ -151,14 +151,9 @@ pub fn compile_cached(
     if let (Some(dir), Some(file)) = (dir, file) {
         // Written to a new file beside the final name (created exclusively: never through a
         // link planted in the cache), then renamed: a concurrent start never reads half a file.
-        let stored = std::fs::create_dir_all(dir).and_then(|()| crate::fs_safe::create_temp_beside(&file));
-        if let Ok((mut out, tmp)) = stored {
-            let written = std::io::Write::write_all(&mut out, ptx.as_bytes());
-            drop(out);
-            if written.and_then(|()| std::fs::rename(&tmp, &file)).is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
-        }
+        // A cache that cannot be written only costs the next start a compile.
+        let _ = std::fs::create_dir_all(dir)
+            .and_then(|()| crate::fs_safe::replace_with(&file, |out| std::io::Write::write_all(out, ptx.as_bytes())));
     }
     Ok((ptx, true))
 }
