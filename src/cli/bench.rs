@@ -185,6 +185,10 @@ pub struct BenchResult {
     /// The CPU kernels that multiplied the weights in this test, by weight type: e.g.
     /// `avx512-vnni gemm (Q4_K, Q6_K)` (empty when no CPU backend took part).
     pub kernels: String,
+    /// The decoding kernel chosen for each quantized weight type of the model on this CPU, and
+    /// why ([`kernel_choices`]; empty when no CPU backend took part).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernel_choices: Vec<String>,
     /// With `--handoff`: what one node's hand-off to the thread pool costs at this thread count.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Handoff>,
@@ -301,6 +305,7 @@ impl BenchResult {
             weight_bytes_per_token: None,
             gen_bound_ts: None,
             kernels: String::new(),
+            kernel_choices: Vec::new(),
             handoff: None,
             generation: String::new(),
             profile: None,
@@ -544,6 +549,7 @@ pub fn run_bench(
             if info.backends.split(',').any(|b| b == "CPU") {
                 // A prompt is one batch of `n_prompt` tokens; generation one token a step.
                 result.kernels = cpu_kernels(loaded.model.file(), n_prompt.min(options.n_ubatch).max(1));
+                result.kernel_choices = kernel_choices(loaded.model.file());
             }
             let mut samples = Vec::with_capacity(options.repetitions);
             let recorder = options.profile.then(ProfileRecorder::shared);
@@ -604,31 +610,58 @@ pub fn run_bench(
 /// a type without a repacked layout. A repacked matrix takes the repacked kernel at every token
 /// count; on a CPU with AMX a prompt's reads `amx repacked (…)`.
 pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
-    let (mut gemm, mut repacked, mut dot) = (Vec::new(), Vec::new(), Vec::new());
+    // The panel kernels run a prompt's tiles of 16 tokens as AMX tile products where the CPU
+    // has them; the dot products are those of the instruction set chosen for the type
+    // (`quant::choice`), the widest allowed for the float types.
+    let panel = crate::quant::gemm::kernel_name(n_tokens);
+    let dot_isa = |ty| match crate::quant::choice::kernel_of(ty) {
+        Some(kernel) => kernel.isa().name(),
+        None => crate::quant::simd::simd_level(),
+    };
+    let mut groups: Vec<(&str, &str, Vec<&str>)> = Vec::new();
     for t in tensors_read_per_token(file).filter(|t| t.shape.len() == 2) {
-        let types = if crate::backends::cpu::repacks(t.ggml_type, &t.shape) {
-            &mut repacked
+        let (kernel, how) = if crate::backends::cpu::repacks(t.ggml_type, &t.shape) {
+            (panel, "repacked")
         } else if crate::quant::gemm::kernel_for(t.ggml_type, n_tokens).is_some() {
-            &mut gemm
+            (panel, "gemm")
         } else {
-            &mut dot
+            (dot_isa(t.ggml_type), "dot")
         };
-        if !types.contains(&t.ggml_type.name()) {
-            types.push(t.ggml_type.name());
+        let order = |how: &str| ["repacked", "gemm", "dot"].iter().position(|h| *h == how);
+        let at = match groups.iter().position(|g| (g.0, g.1) == (kernel, how)) {
+            Some(at) => at,
+            None => {
+                let at = groups.partition_point(|g| order(g.1) <= order(how));
+                groups.insert(at, (kernel, how, Vec::new()));
+                at
+            }
+        };
+        if !groups[at].2.contains(&t.ggml_type.name()) {
+            groups[at].2.push(t.ggml_type.name());
         }
     }
-    // The panel kernels run a prompt's tiles of 16 tokens as AMX tile products where the CPU
-    // has them; the dot products are the instruction set's.
-    let (panel, simd) = (
-        crate::quant::gemm::kernel_name(n_tokens),
-        crate::quant::simd::simd_level(),
-    );
-    let groups: Vec<String> = [(panel, "repacked", repacked), (panel, "gemm", gemm), (simd, "dot", dot)]
+    let groups: Vec<String> = groups
         .iter()
-        .filter(|(_, _, types)| !types.is_empty())
         .map(|(kernel, how, types)| format!("{kernel} {how} ({})", types.join(", ")))
         .collect();
     groups.join(", ")
+}
+
+/// The decoding kernel chosen on this CPU for each quantized weight type `file` multiplies,
+/// and why (`quant::choice`): `Q6_K: avx2 (measured: avx512-repacked 11.2 GB/s, ...)`.
+pub fn kernel_choices(file: &GgufFile) -> Vec<String> {
+    let choices = crate::quant::choice::choices();
+    let mut types: Vec<crate::quant::GgmlType> = Vec::new();
+    for t in tensors_read_per_token(file).filter(|t| t.shape.len() == 2) {
+        if !types.contains(&t.ggml_type) {
+            types.push(t.ggml_type);
+        }
+    }
+    types
+        .iter()
+        .filter_map(|&ty| choices.get(ty))
+        .map(|c| format!("{}: {}", c.ty, c.describe()))
+        .collect()
 }
 
 /// Every tensor a generated token reads whole: all but the token embedding table, of which it
@@ -948,6 +981,9 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
     for r in results.iter().filter(|r| !r.kernels.is_empty()) {
         footer += &format!("{} at {} threads: {}\n", r.test_name(), r.n_threads, r.kernels);
     }
+    if let Some(r) = results.iter().find(|r| !r.kernel_choices.is_empty()) {
+        footer += &choices_lines(&r.kernel_choices);
+    }
     for r in results.iter().filter(|r| r.n_gen > 0 && r.n_prompt == 0) {
         if let (Some(gbs), Some(bytes), Some(bound)) = (r.mem_read_gbs, r.weight_bytes_per_token, r.gen_bound_ts) {
             let measured = match r.device_copy_gbs {
@@ -967,6 +1003,32 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
         }
     }
     footer
+}
+
+/// The lines that say which decoding kernel each weight type got on this CPU and why, where the
+/// choice was cached, and how to force another.
+fn choices_lines(choices: &[String]) -> String {
+    let c = crate::quant::choice::choices();
+    let timed = if c.measured_in.is_zero() {
+        String::new()
+    } else {
+        format!(", timed in {:.0} ms on this start", c.measured_in.as_secs_f64() * 1e3)
+    };
+    let cache = c
+        .cache
+        .as_ref()
+        .map_or_else(|| "not cached".to_string(), |p| format!("cached in {}", p.display()));
+    let mut out = format!(
+        "decoding kernels on {} ({cache}{timed}; MINFER_KERNEL forces one):\n",
+        c.cpu
+    );
+    for line in choices {
+        out += &format!("  {line}\n");
+    }
+    if let Some(e) = &c.refused {
+        out += &format!("  {e}: measured instead\n");
+    }
+    out
 }
 
 /// One row as a line of JSON (llama-bench's `-o jsonl`).
@@ -1071,7 +1133,10 @@ mod tests {
             .filter(q8)
             .all(|t| crate::backends::cpu::repacks(t.ggml_type, &t.shape));
         assert_eq!(one.contains(&format!("{simd} repacked (Q8_0")), any_repacked, "{one}");
-        assert_eq!(one.contains(&format!("{simd} dot (Q8_0")), !all_repacked, "{one}");
+        // The matrices left in the file's layout take the dot products of the kernel chosen
+        // for the type (`quant::choice`).
+        let dot = crate::quant::choice::kernel_of(crate::quant::GgmlType::Q8_0).map_or(simd, |k| k.isa().name());
+        assert_eq!(one.contains(&format!("{dot} dot (Q8_0")), !all_repacked, "{one}");
         // A prompt: the repacked matrices still take the repacked kernel, the others the GEMM
         // where the CPU has it.
         let prompt = cpu_kernels(&file, 512);

@@ -58,7 +58,7 @@ pub fn min_tokens(wtype: GgmlType) -> usize {
 /// How a product runs its full tiles of 16 tokens: through the AMX tile kernels
 /// (`simd::x86::amx`) or, like the rest, through the VNNI tiles of up to eight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TileMode {
+pub(crate) enum TileMode {
     Vnni,
     /// On the CPU's tiles ([`super::simd::amx`] said they are there).
     Amx,
@@ -69,7 +69,7 @@ enum TileMode {
 
 impl TileMode {
     /// The mode of every product outside tests: AMX where [`super::simd::amx`] allows it.
-    fn chosen() -> TileMode {
+    pub(crate) fn chosen() -> TileMode {
         if super::simd::amx() {
             TileMode::Amx
         } else {
@@ -184,6 +184,11 @@ impl PanelKernel {
     /// The activation type the kernel reads: its weight type's `vec_dot_type`.
     pub const fn activation_type(&self) -> GgmlType {
         self.act
+    }
+
+    /// Whether the kernel has loops over weights in the repacked layout.
+    pub fn has_repacked(&self) -> bool {
+        self.run_repacked.is_some()
     }
 
     /// Words of [`ActivationTerms::aux`] per activation block: 1, or 4 for Q8_K's pairs.
@@ -339,7 +344,15 @@ fn gemm_rows_in(
 
 /// Whether products of `wtype` weights run on the repacked layout on this CPU with this
 /// environment: the backend repacks a weight only when this holds.
+/// That is: the type has a repacked kernel here ([`has_repacked_kernel`]), and it is the kernel
+/// chosen for the type's decoding (`super::choice`, by measurement unless forced).
 pub fn repacked_available(wtype: GgmlType) -> bool {
+    has_repacked_kernel(wtype) && super::choice::kernel_of(wtype) == Some(super::choice::Kernel::Repacked)
+}
+
+/// Whether this CPU and environment have kernels for `wtype` weights in the repacked layout
+/// ([`gemm_rows_repacked`] takes them), chosen or not.
+pub fn has_repacked_kernel(wtype: GgmlType) -> bool {
     kernel(wtype).is_some_and(|k| k.run_repacked.is_some())
 }
 
@@ -357,12 +370,21 @@ pub fn gemm_rows_repacked(
     rows: Range<usize>,
     y: &mut [f32],
 ) -> Result<bool, QuantError> {
-    gemm_rows_repacked_in(TileMode::chosen(), w, act, terms, n_tokens, rows, y)
+    match kernel(w.ty) {
+        Some(k) => gemm_rows_repacked_in(TileMode::chosen(), k, w, act, terms, n_tokens, rows, y),
+        None => Ok(false),
+    }
 }
 
-/// [`gemm_rows_repacked`] with its full tiles of 16 tokens run in `mode`.
-fn gemm_rows_repacked_in(
+/// [`gemm_rows_repacked`] with the panel kernel `k` (of an instruction set's table, whichever
+/// the type table chose: the kernel choice times it before there is a table), its full tiles
+/// of 16 tokens run in `mode`.
+///
+/// The caller has checked that the CPU runs `k`'s instruction set (AVX-512 F, BW and VNNI).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_rows_repacked_in(
     mode: TileMode,
+    k: PanelKernel,
     w: &Repacked,
     act: &[u8],
     terms: ActivationTerms<'_>,
@@ -370,7 +392,7 @@ fn gemm_rows_repacked_in(
     rows: Range<usize>,
     y: &mut [f32],
 ) -> Result<bool, QuantError> {
-    let Some((k, run)) = kernel(w.ty).and_then(|k| Some((k, k.run_repacked?))) else {
+    let Some(run) = k.run_repacked.filter(|_| cpu_has_bw()) else {
         return Ok(false);
     };
     const OP: &str = "gemm_rows_repacked";
@@ -952,7 +974,7 @@ mod tests {
         let mut ran = 0;
         for reference in scalar().iter().filter(|row| super::super::repack::supports(row.ty)) {
             let ty = reference.ty;
-            if !repacked_available(ty) {
+            if !has_repacked_kernel(ty) {
                 eprintln!("gemm: no repacked kernel for {ty} on this CPU; the dot products take it");
                 continue;
             }
@@ -991,7 +1013,7 @@ mod tests {
                         .flat_map(|m| [0..n_out, 16..32, 32..48].map(|r| (m, r)))
                     {
                         let mut y = vec![f32::NAN; rows.len() * n_tokens];
-                        let done = gemm_rows_repacked_in(mode, &packed, &a, terms, n_tokens, rows.clone(), &mut y);
+                        let done = gemm_rows_repacked_in(mode, k, &packed, &a, terms, n_tokens, rows.clone(), &mut y);
                         assert!(done.unwrap());
                         operands.assert_bit_identical(n_tokens, rows, &y);
                     }

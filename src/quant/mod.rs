@@ -18,6 +18,7 @@
 //! kernels in `simd/x86` if it has any, and one row of the table in [`traits`]. (The GGUF
 //! metadata of every ggml type, [`GgmlType`], is here already.)
 
+pub mod choice;
 pub mod float;
 pub mod fp16;
 pub mod gemm;

@@ -5,9 +5,11 @@
 //! quantizer that prepares activations, and the prefill panel kernel where there is one.
 //!
 //! The rows are written once, in the `type_table!` at the bottom of this file, and built at
-//! compile time into one static table per instruction set; [`table`] hands out the one
-//! [`simd::isa`] chose at start-up. A kernel is one indirect call through its row, no more than
-//! the per-type dispatch before the table cost. Nothing outside this file switches on a type to
+//! compile time into one static table per instruction set; [`table`] builds the one minfer
+//! computes with at start-up: the rows of the widest instruction set allowed ([`simd::isa`]),
+//! each quantized type's dot products from the table of the kernel measured fastest for it on
+//! this CPU (`super::choice`). A kernel is one indirect call through its row, no more than the
+//! per-type dispatch before the table cost. Nothing outside this file switches on a type to
 //! find a kernel: `quant`'s entry points, the matmul, `gemm` and the tests read rows.
 //!
 //! This module owns which function serves which type, and must hold no arithmetic: that is the
@@ -77,6 +79,7 @@ enum Dot {
 
 /// One type's row of the table: its sizes and activation type, its conversions, and its
 /// kernels on the table's instruction set.
+#[derive(Clone)]
 pub struct TypeTraits {
     /// The type of the row.
     pub ty: GgmlType,
@@ -238,6 +241,25 @@ impl BlockDots {
         unsafe { rows(ws, a) }
     }
 
+    /// Decoding's matrix-vector product: `y[i] = self.dot(w_i, a)` for the weight rows `w_i` of
+    /// `w` (`y.len()` rows of `w_row` bytes each), [`DOT_ROWS`] rows at a time (the kernels read
+    /// each activation block once for them), then the rows left over.
+    ///
+    /// # Panics
+    /// If `w` is not `y.len()` rows of `w_row` bytes, or a row and `a` differ in block count.
+    pub fn matvec(&self, w: &[u8], w_row: usize, a: &[u8], y: &mut [f32]) {
+        assert_eq!(w.len(), y.len() * w_row, "matvec: the weight is not one row per output");
+        let mut quads = w.chunks_exact(DOT_ROWS * w_row);
+        let mut outs = y.chunks_exact_mut(DOT_ROWS);
+        for (ws, out) in (&mut quads).zip(&mut outs) {
+            let ws: [&[u8]; DOT_ROWS] = std::array::from_fn(|k| &ws[k * w_row..(k + 1) * w_row]);
+            out.copy_from_slice(&self.dot_rows(ws, a));
+        }
+        for (wr, out) in quads.remainder().chunks_exact(w_row).zip(outs.into_remainder()) {
+            *out = self.dot(wr, a);
+        }
+    }
+
     #[inline(always)]
     fn check(&self, w: &[u8], a: &[u8]) {
         assert!(
@@ -299,10 +321,28 @@ impl FloatDot {
     }
 }
 
-/// The table of the instruction set [`simd::isa`] chose, on the first call.
+/// The table minfer computes with, built on the first call: the rows of the widest instruction
+/// set allowed ([`simd::isa`]: its quantizers and prefill panel kernels), each quantized weight
+/// type's dot products taken from the table of the kernel chosen for it
+/// ([`super::choice`]: by measurement on this CPU, unless forced).
 pub fn table() -> &'static [TypeTraits] {
     static CHOSEN: OnceLock<&'static [TypeTraits]> = OnceLock::new();
-    CHOSEN.get_or_init(|| for_isa(simd::isa()).unwrap_or(&SCALAR))
+    CHOSEN.get_or_init(|| {
+        let widest: &'static [TypeTraits] = for_isa(simd::isa()).unwrap_or(&SCALAR);
+        let choices = super::choice::choices();
+        let rows: Vec<TypeTraits> = widest
+            .iter()
+            .map(|row| {
+                let mut row = row.clone();
+                let chosen = choices.get(row.ty).and_then(|c| for_isa(c.kernel.isa()));
+                if let Some(from) = chosen.and_then(|rows| row_in(rows, row.ty)) {
+                    row.dot = from.dot;
+                }
+                row
+            })
+            .collect();
+        Box::leak(rows.into_boxed_slice())
+    })
 }
 
 /// The table of `isa`, or `None` if this CPU does not run it. Every table has the same types

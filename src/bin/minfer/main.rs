@@ -919,6 +919,8 @@ fn read_text_arg(file: &Path) -> anyhow::Result<Vec<u8>> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    // A bad MINFER_KERNEL is refused by name before anything loads.
+    minfer::quant::choice::check_env()?;
     if let Some(path) = &cli.trace {
         minfer::engine::trace::trace_to(path).with_context(|| format!("--trace: cannot create {}", path.display()))?;
     }

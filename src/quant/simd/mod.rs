@@ -2,7 +2,8 @@
 //!
 //! [`isa`] picks, once, the widest instruction set this CPU supports and the environment allows;
 //! the type table (`super::traits`) then hands out, for each type, that instruction set's
-//! kernels from `x86` or the scalar references. Every kernel returns exactly, bit for bit, what
+//! kernels from `x86` or the scalar references, but for each quantized type's dot products,
+//! which come from the instruction set measured fastest for it (`super::choice`). Every kernel returns exactly, bit for bit, what
 //! the type's scalar `vec_dot_ref` (or [`super::vec_dot_f32`]'s reference loop) returns, for
 //! every input: the integer part of each block is computed with SIMD and the float part does the
 //! reference's operations in the reference's order (see `x86`). A model's output therefore does

@@ -322,18 +322,7 @@ pub fn matmul_rows(
                 }
             }
             if n_tokens == 1 {
-                // Decoding: four weight rows at a time against the one token (the kernels read
-                // each activation block once for the four), then the rows left over.
-                let mut quads = w_rows.chunks_exact(traits::DOT_ROWS * w_row);
-                for (q, ws) in (&mut quads).enumerate() {
-                    let ws: [&[u8]; traits::DOT_ROWS] = std::array::from_fn(|k| &ws[k * w_row..(k + 1) * w_row]);
-                    let at = q * traits::DOT_ROWS;
-                    y[at..at + traits::DOT_ROWS].copy_from_slice(&dots.dot_rows(ws, data));
-                }
-                let done = nr - nr % traits::DOT_ROWS;
-                for (i, wr) in quads.remainder().chunks_exact(w_row).enumerate() {
-                    y[done + i] = dots.dot(wr, data);
-                }
+                dots.matvec(w_rows, w_row, data, y);
                 return Ok(());
             }
             // Each weight row against the tokens two at a time (the kernels unpack a weight block

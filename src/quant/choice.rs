@@ -1,0 +1,1188 @@
+//! Which kernel decodes each quantized weight type on this CPU: chosen by measurement, not by
+//! feature bits alone.
+//!
+//! A CPU's feature bits say which kernels it can run, not which runs fastest there: a 512-bit
+//! tile tuned on one core can be compute-bound on another, where the 256-bit kernel streams at
+//! twice its rate. So at first use, [`choices`] times every candidate of every quantized weight
+//! type — the repacked 16-row tiles (`avx512-repacked`), the file-layout dot products with
+//! AVX-512 VNNI (`avx512-vnni`) and with AVX2 (`avx2`) — on a slice of a few MiB read from
+//! memory as a decoding step reads it (the slice is flushed from the caches before each pass),
+//! keeps the fastest, and caches the outcome in the cache directory under the CPU's identity
+//! and this binary's, so later starts read it back. `MINFER_KERNEL` forces kernels instead.
+//! Every candidate is bit-exact with the type's scalar reference, so the choice changes speed
+//! only, never a logit.
+//!
+//! The widest candidate (the one the feature bits pick) is kept unless another is faster by
+//! more than [`MARGIN`]: a choice the noise of one measurement would flip is not worth a
+//! different layout. Prompts are not timed here: their panel kernels are the instruction set's
+//! (`super::gemm`) and read either layout.
+//!
+//! This module owns the candidates, their timing, the cache and the forcing; the type table
+//! (`super::traits`) builds its rows from the choice, and the CPU backend repacks the types
+//! whose choice is the repacked layout (`super::gemm::repacked_available`). It must hold no
+//! arithmetic, and must not read the type table (which is built from it).
+
+use super::simd::{self, Isa};
+use super::{repack, traits, GgmlType};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// A kernel that decodes a quantized weight type: an instruction set's dot products on the
+/// file's layout, or the repacked layout's 16-row tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// The scalar reference (never measured: forced only).
+    Scalar,
+    /// The AVX2 dot products on the file's layout.
+    Avx2,
+    /// The AVX-512 VNNI dot products (256-bit) on the file's layout.
+    Avx512Vnni,
+    /// The AVX-512 VNNI 16-row tiles on the repacked layout (`super::repack`).
+    Repacked,
+}
+
+impl Kernel {
+    /// Every kernel, widest first: the order of the candidates.
+    pub const ALL: [Kernel; 4] = [Kernel::Repacked, Kernel::Avx512Vnni, Kernel::Avx2, Kernel::Scalar];
+
+    /// The name `MINFER_KERNEL`, the cache and `minfer bench` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Scalar => "scalar",
+            Kernel::Avx2 => "avx2",
+            Kernel::Avx512Vnni => "avx512-vnni",
+            Kernel::Repacked => "avx512-repacked",
+        }
+    }
+
+    /// The kernel named `name`.
+    pub fn from_name(name: &str) -> Option<Kernel> {
+        Kernel::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The instruction set whose table holds the kernel's dot products.
+    pub fn isa(self) -> Isa {
+        match self {
+            Kernel::Scalar => Isa::Scalar,
+            Kernel::Avx2 => Isa::Avx2,
+            Kernel::Avx512Vnni | Kernel::Repacked => Isa::Avx512,
+        }
+    }
+}
+
+impl std::fmt::Display for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A bad `MINFER_KERNEL`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ChoiceError {
+    /// A word that names no kernel.
+    #[error(
+        "MINFER_KERNEL: {value:?} is not a kernel (scalar, avx2, avx512-vnni or avx512-repacked, alone \
+         or as TYPE=KERNEL; or `measure`, `widest`)"
+    )]
+    UnknownKernel {
+        /// The word.
+        value: String,
+    },
+    /// `TYPE=` with a type that is not a quantized weight type minfer decodes.
+    #[error("MINFER_KERNEL: {value:?} is not a quantized weight type minfer computes with")]
+    UnknownType {
+        /// The type's name as given.
+        value: String,
+    },
+    /// A kernel this CPU, or the `MINFER_NO_*` switches, rule out.
+    #[error("MINFER_KERNEL: {kernel} cannot run here (the widest instruction set allowed is {ceiling})")]
+    Unsupported {
+        /// The kernel asked for.
+        kernel: Kernel,
+        /// The widest instruction set allowed here.
+        ceiling: &'static str,
+    },
+    /// A kernel the named type has none of.
+    #[error("MINFER_KERNEL: {ty} has no {kernel} kernel")]
+    NoKernel {
+        /// The type named.
+        ty: GgmlType,
+        /// The kernel asked for it.
+        kernel: Kernel,
+    },
+}
+
+/// What `MINFER_KERNEL` asks for.
+#[derive(Debug, Clone, PartialEq)]
+enum Spec {
+    /// Measure every type (unset, empty or `measure`).
+    Measure,
+    /// Take the widest candidate of every type, unmeasured (`widest`): the choice of the
+    /// feature bits alone.
+    Widest,
+    /// Force kernels: `KERNEL` for every type (where the type has it), `TYPE=KERNEL` for one;
+    /// the types not named are measured.
+    Force {
+        all: Option<Kernel>,
+        types: Vec<(GgmlType, Kernel)>,
+    },
+}
+
+fn parse_spec(value: &str) -> Result<Spec, ChoiceError> {
+    let value = value.trim();
+    match value {
+        "" | "measure" => return Ok(Spec::Measure),
+        "widest" => return Ok(Spec::Widest),
+        _ => {}
+    }
+    let (mut all, mut types) = (None, Vec::new());
+    for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let kernel = |name: &str| {
+            Kernel::from_name(name).ok_or_else(|| ChoiceError::UnknownKernel {
+                value: name.to_string(),
+            })
+        };
+        match item.split_once('=') {
+            None => all = Some(kernel(item)?),
+            Some((ty, k)) => {
+                let ty = GgmlType::from_name(ty.trim())
+                    .filter(|&t| quantized_weight(t))
+                    .ok_or_else(|| ChoiceError::UnknownType { value: ty.to_string() })?;
+                types.retain(|&(t, _)| t != ty);
+                types.push((ty, kernel(k.trim())?));
+            }
+        }
+    }
+    Ok(Spec::Force { all, types })
+}
+
+/// Whether `ty` is a weight type decoded by block dot products (the types with a choice).
+fn quantized_weight(ty: GgmlType) -> bool {
+    traits::for_isa(Isa::Scalar)
+        .and_then(|rows| traits::row_in(rows, ty))
+        .is_some_and(|row| row.block_dots().is_some())
+}
+
+/// The candidates for `ty` under the instruction set `ceiling`, widest first: the repacked
+/// tiles where the type has a layout and AVX-512 is allowed, then each allowed instruction
+/// set's dot products down to AVX2 (the scalar reference only where nothing wider runs).
+fn candidates(ty: GgmlType, ceiling: Isa) -> Vec<Kernel> {
+    let has_repacked = traits::for_isa(Isa::Avx512)
+        .and_then(|rows| traits::row_in(rows, ty))
+        .and_then(|row| row.panel())
+        .is_some_and(|k| k.has_repacked())
+        && repack::supports(ty);
+    let mut out: Vec<Kernel> = Kernel::ALL
+        .into_iter()
+        .filter(|&k| k != Kernel::Scalar && k.isa() <= ceiling && (k != Kernel::Repacked || has_repacked))
+        .collect();
+    if out.is_empty() {
+        out.push(Kernel::Scalar);
+    }
+    out
+}
+
+/// Why a type has its kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// Timed now, on this start.
+    Measured,
+    /// Timed on an earlier start of this binary on this CPU, and read back from the cache.
+    Cached,
+    /// `MINFER_KERNEL` named it.
+    Forced,
+    /// `MINFER_KERNEL=widest`: the feature bits' choice, unmeasured.
+    Widest,
+    /// The type has one candidate here.
+    Only,
+}
+
+/// One quantized weight type's decoding kernel, why, and the figures behind it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Choice {
+    /// The weight type.
+    pub ty: GgmlType,
+    /// Its decoding kernel.
+    pub kernel: Kernel,
+    /// Why that one.
+    pub why: Why,
+    /// Each candidate's read rate in GB/s on the timed slice, candidates in order (empty when
+    /// nothing was timed).
+    pub gbps: Vec<(Kernel, f64)>,
+}
+
+impl Choice {
+    /// `avx2 (measured: avx512-repacked 11.2 GB/s, avx512-vnni 20.1, avx2 26.2)`, as `minfer
+    /// bench` prints it.
+    pub fn describe(&self) -> String {
+        let why = match self.why {
+            Why::Measured => "measured",
+            Why::Cached => "measured on an earlier start",
+            Why::Forced => "forced by MINFER_KERNEL",
+            Why::Widest => "MINFER_KERNEL=widest",
+            Why::Only => "the only candidate",
+        };
+        let figures: Vec<String> = self
+            .gbps
+            .iter()
+            .enumerate()
+            .map(|(i, (k, g))| format!("{k} {g:.1}{}", if i == 0 { " GB/s" } else { "" }))
+            .collect();
+        if figures.is_empty() {
+            format!("{} ({why})", self.kernel)
+        } else {
+            format!("{} ({why}: {})", self.kernel, figures.join(", "))
+        }
+    }
+}
+
+/// The choice for every quantized weight type, and where it came from.
+#[derive(Clone, Debug)]
+pub struct Choices {
+    /// The CPU's identity, as the cache keys it.
+    pub cpu: String,
+    /// The widest instruction set allowed ([`simd::isa`]).
+    pub ceiling: Isa,
+    /// The cache file, when there is one.
+    pub cache: Option<PathBuf>,
+    /// A `MINFER_KERNEL` that could not be followed (the types were measured instead).
+    pub refused: Option<ChoiceError>,
+    /// How long the timing took on this start (zero when nothing was timed).
+    pub measured_in: Duration,
+    choices: Vec<Choice>,
+}
+
+impl Choices {
+    /// The choice for `ty`, if it is a quantized weight type.
+    pub fn get(&self, ty: GgmlType) -> Option<&Choice> {
+        self.choices.iter().find(|c| c.ty == ty)
+    }
+
+    /// Every choice, in table order.
+    pub fn all(&self) -> &[Choice] {
+        &self.choices
+    }
+}
+
+/// The decoding kernel chosen for `ty`, or `None` for a type without a choice (the float
+/// types, whose one kernel per instruction set is the table's).
+pub fn kernel_of(ty: GgmlType) -> Option<Kernel> {
+    choices().get(ty).map(|c| c.kernel)
+}
+
+/// The choices, made on the first call: forced by `MINFER_KERNEL`, read from the cache, or
+/// measured (and then cached).
+pub fn choices() -> &'static Choices {
+    static CHOSEN: OnceLock<Choices> = OnceLock::new();
+    CHOSEN.get_or_init(|| {
+        let spec = std::env::var("MINFER_KERNEL").unwrap_or_default();
+        choose(
+            simd::isa(),
+            &spec,
+            cache_file().as_deref(),
+            &Identity::here(),
+            &mut measure,
+        )
+    })
+}
+
+/// Checks `MINFER_KERNEL` against this CPU: the binary calls it at start so that a bad value is
+/// an error naming it, before anything loads (a library that never calls it gets the types
+/// measured instead, and [`Choices::refused`] says why).
+pub fn check_env() -> Result<(), ChoiceError> {
+    let spec = parse_spec(&std::env::var("MINFER_KERNEL").unwrap_or_default())?;
+    forced(&spec, simd::isa()).map(|_| ())
+}
+
+/// The kernel `spec` forces for each type under `ceiling` (`None` where it forces none), or
+/// the error naming what cannot be.
+fn forced(spec: &Spec, ceiling: Isa) -> Result<Vec<(GgmlType, Option<Kernel>)>, ChoiceError> {
+    let unsupported = |kernel: Kernel| ChoiceError::Unsupported {
+        kernel,
+        ceiling: ceiling.name(),
+    };
+    let types = weight_types();
+    let Spec::Force { all, types: named } = spec else {
+        return Ok(types.into_iter().map(|t| (t, None)).collect());
+    };
+    for k in all.iter().chain(named.iter().map(|(_, k)| k)) {
+        if k.isa() > ceiling {
+            return Err(unsupported(*k));
+        }
+    }
+    types
+        .into_iter()
+        .map(|ty| {
+            let ok = |k: Kernel| k == Kernel::Scalar || candidates(ty, ceiling).contains(&k);
+            if let Some(&(_, k)) = named.iter().find(|(t, _)| *t == ty) {
+                return if ok(k) {
+                    Ok((ty, Some(k)))
+                } else {
+                    Err(ChoiceError::NoKernel { ty, kernel: k })
+                };
+            }
+            // A kernel for every type applies where the type has it: the repacked tiles fall
+            // back to the same instruction set's dot products on types without a layout.
+            Ok((ty, all.map(|k| if ok(k) { k } else { Kernel::Avx512Vnni })))
+        })
+        .collect()
+}
+
+/// The quantized weight types, in table order.
+fn weight_types() -> Vec<GgmlType> {
+    traits::TYPES.iter().copied().filter(|&t| quantized_weight(t)).collect()
+}
+
+/// Times `kernel` decoding a slice of `ty` weights: the read rate in GB/s.
+type Measure<'a> = dyn FnMut(GgmlType, &[Kernel]) -> Vec<(Kernel, f64)> + 'a;
+
+/// The choices under `ceiling` for the `MINFER_KERNEL` value `spec`, from the cache `cache`
+/// where it holds this identity's, else timed with `measure` (and written back).
+fn choose(ceiling: Isa, spec: &str, cache: Option<&Path>, id: &Identity, measure: &mut Measure<'_>) -> Choices {
+    let (spec, mut refused) = match parse_spec(spec) {
+        Ok(spec) => (spec, None),
+        Err(e) => (Spec::Measure, Some(e)),
+    };
+    let forced = forced(&spec, ceiling).unwrap_or_else(|e| {
+        refused = Some(e);
+        weight_types().into_iter().map(|t| (t, None)).collect()
+    });
+    let widest = matches!(spec, Spec::Widest);
+    let key = CacheKey {
+        cpu: id.cpu.clone(),
+        binary: id.binary.clone(),
+        ceiling: ceiling.name().to_string(),
+    };
+    let to_measure: Vec<GgmlType> = forced
+        .iter()
+        .filter(|(ty, k)| k.is_none() && !widest && candidates(*ty, ceiling).len() > 1)
+        .map(|(ty, _)| *ty)
+        .collect();
+    let cached = (!to_measure.is_empty() && id.binary.is_some())
+        .then(|| cache.and_then(|path| read_cache(path, &key)))
+        .flatten()
+        .filter(|entry| to_measure.iter().all(|&ty| entry.choice(ty, ceiling).is_some()));
+    let started = std::time::Instant::now();
+    let mut measured_any = false;
+    let choices = forced
+        .into_iter()
+        .map(|(ty, forced)| {
+            let cands = candidates(ty, ceiling);
+            if let Some(kernel) = forced {
+                return Choice {
+                    ty,
+                    kernel,
+                    why: Why::Forced,
+                    gbps: Vec::new(),
+                };
+            }
+            if cands.len() == 1 || widest {
+                let why = if widest && cands.len() > 1 {
+                    Why::Widest
+                } else {
+                    Why::Only
+                };
+                return Choice {
+                    ty,
+                    kernel: cands[0],
+                    why,
+                    gbps: Vec::new(),
+                };
+            }
+            if let Some(c) = cached.as_ref().and_then(|entry| entry.choice(ty, ceiling)) {
+                return c;
+            }
+            measured_any = true;
+            let gbps = measure(ty, &cands);
+            Choice {
+                ty,
+                kernel: fastest(&gbps),
+                why: Why::Measured,
+                gbps,
+            }
+        })
+        .collect::<Vec<_>>();
+    if measured_any && id.binary.is_some() {
+        if let Some(path) = cache {
+            write_cache(path, &key, &choices);
+        }
+    }
+    Choices {
+        cpu: id.cpu.clone(),
+        ceiling,
+        cache: cache.map(Path::to_path_buf),
+        refused,
+        measured_in: if measured_any {
+            started.elapsed()
+        } else {
+            Duration::ZERO
+        },
+        choices,
+    }
+}
+
+/// How much faster than the widest candidate another must be to be chosen instead.
+pub const MARGIN: f64 = 0.25;
+
+/// The kernel to keep from the rates `gbps` (widest first): the fastest, unless it beats the
+/// widest by no more than [`MARGIN`].
+fn fastest(gbps: &[(Kernel, f64)]) -> Kernel {
+    let Some(&(widest, widest_rate)) = gbps.first() else {
+        return Kernel::Scalar;
+    };
+    let (best, best_rate) = gbps
+        .iter()
+        .copied()
+        .fold((widest, widest_rate), |b, c| if c.1 > b.1 { c } else { b });
+    if best_rate > widest_rate * (1.0 + MARGIN) {
+        best
+    } else {
+        widest
+    }
+}
+
+/// What a cached choice is valid for: this CPU, this binary, this instruction-set ceiling.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct CacheKey {
+    cpu: String,
+    /// `None` where this binary cannot be told from a rebuilt one: nothing is cached then.
+    binary: Option<String>,
+    ceiling: String,
+}
+
+/// This CPU and this binary, as a cached choice is keyed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Identity {
+    cpu: String,
+    binary: Option<String>,
+}
+
+impl Identity {
+    fn here() -> Identity {
+        Identity {
+            cpu: cpu_model(),
+            binary: binary_version(),
+        }
+    }
+}
+
+/// The CPU's vendor, family, model, stepping and brand string, as CPUID reports them.
+pub fn cpu_model() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // CPUID is present on every x86-64 CPU; the brand leaves are read only where the
+        // extended maximum leaf covers them.
+        {
+            let vendor_leaf = __cpuid(0);
+            let vendor: Vec<u8> = [vendor_leaf.ebx, vendor_leaf.edx, vendor_leaf.ecx]
+                .iter()
+                .flat_map(|r| r.to_le_bytes())
+                .collect();
+            let eax = __cpuid(1).eax;
+            let (base_family, base_model) = ((eax >> 8) & 0xf, (eax >> 4) & 0xf);
+            let family = if base_family == 0xf {
+                base_family + ((eax >> 20) & 0xff)
+            } else {
+                base_family
+            };
+            let model = if base_family == 0x6 || base_family == 0xf {
+                base_model | ((eax >> 16) & 0xf) << 4
+            } else {
+                base_model
+            };
+            let mut brand = Vec::new();
+            if __cpuid(0x8000_0000).eax >= 0x8000_0004 {
+                for leaf in 0x8000_0002u32..=0x8000_0004 {
+                    let r = __cpuid(leaf);
+                    brand.extend([r.eax, r.ebx, r.ecx, r.edx].iter().flat_map(|x| x.to_le_bytes()));
+                }
+            }
+            let brand = String::from_utf8_lossy(&brand).trim_matches(['\0', ' ']).to_string();
+            format!(
+                "{} family {family} model {model} stepping {} ({brand})",
+                String::from_utf8_lossy(&vendor),
+                eax & 0xf
+            )
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        std::env::consts::ARCH.to_string()
+    }
+}
+
+/// This binary's version: the crate's, and the size and modification time of the executable
+/// (a rebuilt binary may carry different kernels). `None` when the executable cannot be read.
+fn binary_version() -> Option<String> {
+    let meta = std::env::current_exe().and_then(std::fs::metadata).ok()?;
+    let modified = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(format!(
+        "minfer {} {} bytes {}.{:09}",
+        env!("CARGO_PKG_VERSION"),
+        meta.len(),
+        modified.as_secs(),
+        modified.subsec_nanos()
+    ))
+}
+
+/// Where the choices are cached: `$MINFER_KERNEL_CACHE` (empty: nowhere), else
+/// `$XDG_CACHE_HOME/minfer/kernels.json`, else `~/.cache/minfer/kernels.json`.
+pub fn cache_file() -> Option<PathBuf> {
+    if let Some(file) = std::env::var_os("MINFER_KERNEL_CACHE") {
+        return (!file.is_empty()).then(|| PathBuf::from(file));
+    }
+    if let Some(base) = std::env::var_os("XDG_CACHE_HOME").filter(|b| !b.is_empty()) {
+        return Some(PathBuf::from(base).join("minfer/kernels.json"));
+    }
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|home| PathBuf::from(home).join(".cache/minfer/kernels.json"))
+}
+
+/// The cache: the choices of the most recent identities (several binaries may share a CPU, as
+/// a test suite's do).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct CacheFile {
+    entries: Vec<CacheEntry>,
+}
+
+/// At most this many identities are kept, the most recent.
+const CACHE_ENTRIES: usize = 32;
+
+/// A cache file larger than this is not read (it is rewritten).
+const CACHE_MAX_BYTES: u64 = 1 << 20;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct CacheEntry {
+    key: CacheKey,
+    choices: Vec<CachedChoice>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct CachedChoice {
+    #[serde(rename = "type")]
+    ty: String,
+    kernel: String,
+    gbps: Vec<(String, f64)>,
+}
+
+impl CacheEntry {
+    /// The cached choice for `ty`, if it names a kernel that is still a candidate.
+    fn choice(&self, ty: GgmlType, ceiling: Isa) -> Option<Choice> {
+        let c = self.choices.iter().find(|c| c.ty == ty.name())?;
+        let kernel = Kernel::from_name(&c.kernel).filter(|k| candidates(ty, ceiling).contains(k))?;
+        let gbps = c
+            .gbps
+            .iter()
+            .map(|(k, g)| Some((Kernel::from_name(k)?, *g)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Choice {
+            ty,
+            kernel,
+            why: Why::Cached,
+            gbps,
+        })
+    }
+}
+
+/// The entry of `key` in the cache file at `path`, if the file holds one (an unreadable or
+/// malformed file holds none).
+fn read_cache(path: &Path, key: &CacheKey) -> Option<CacheEntry> {
+    read_cache_file(path).entries.into_iter().find(|e| &e.key == key)
+}
+
+fn read_cache_file(path: &Path) -> CacheFile {
+    use std::io::Read;
+    let read = || -> std::io::Result<Vec<u8>> {
+        let file = crate::fs_safe::open_nonblocking(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        let mut bytes = Vec::new();
+        file.take(CACHE_MAX_BYTES).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    read()
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Puts `choices` under `key` in the cache file at `path`, most recent first (a cache that
+/// cannot be written only costs the next start a measurement).
+fn write_cache(path: &Path, key: &CacheKey, choices: &[Choice]) {
+    let mut file = read_cache_file(path);
+    file.entries.retain(|e| &e.key != key);
+    let entry = CacheEntry {
+        key: key.clone(),
+        choices: choices
+            .iter()
+            .filter(|c| c.why == Why::Measured || c.why == Why::Cached)
+            .map(|c| CachedChoice {
+                ty: c.ty.name().to_string(),
+                kernel: c.kernel.name().to_string(),
+                gbps: c.gbps.iter().map(|(k, g)| (k.name().to_string(), *g)).collect(),
+            })
+            .collect(),
+    };
+    file.entries.insert(0, entry);
+    file.entries.truncate(CACHE_ENTRIES);
+    let Ok(text) = serde_json::to_vec_pretty(&file) else {
+        return;
+    };
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = crate::fs_safe::replace_with(path, |out| std::io::Write::write_all(out, &text));
+}
+
+/// Times each of `kernels` decoding a slice of `ty` weights, as [`choices`] does: the read
+/// rate of each in GB/s, on [`SLICE_BYTES`] flushed from the caches.
+fn measure(ty: GgmlType, kernels: &[Kernel]) -> Vec<(Kernel, f64)> {
+    time_kernels(ty, kernels, SLICE_BYTES, true)
+}
+
+/// The decoding read rate in GB/s of each of `kernels` (each a candidate of `ty` on this CPU:
+/// [`candidates_of`]) on about `slice_bytes` of `ty` weights, from memory (`from_memory`: the
+/// slice flushed from the caches before each round, as [`choices`] times them) or from
+/// whichever caches hold a slice that small (what the kernel computes at most). The kernel
+/// micro-benchmark (`cargo bench --bench kernels`) reads both. Zero for a kernel that cannot
+/// run here; every rate is zero off x86-64.
+pub fn time_kernels(ty: GgmlType, kernels: &[Kernel], slice_bytes: usize, from_memory: bool) -> Vec<(Kernel, f64)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let ceiling = simd::isa();
+        let runnable: Vec<Kernel> = kernels
+            .iter()
+            .copied()
+            .filter(|k| *k == Kernel::Scalar || candidates(ty, ceiling).contains(k))
+            .collect();
+        let rates = timing::measure(ty, &runnable, slice_bytes, from_memory);
+        kernels
+            .iter()
+            .map(|k| (*k, rates.iter().find(|(r, _)| r == k).map_or(0.0, |(_, g)| *g)))
+            .collect()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, slice_bytes, from_memory);
+        kernels.iter().map(|&k| (k, 0.0)).collect()
+    }
+}
+
+/// The kernels [`choices`] times for `ty` on this CPU under the instruction-set switches,
+/// widest first (empty for a type without a choice).
+pub fn candidates_of(ty: GgmlType) -> Vec<Kernel> {
+    if quantized_weight(ty) {
+        candidates(ty, simd::isa())
+    } else {
+        Vec::new()
+    }
+}
+
+/// Rounds of passes; each candidate's fastest round counts.
+const ROUNDS: usize = 3;
+
+/// Rows a candidate decodes before the next takes its turn (a multiple of the repacked
+/// groups): about half a MiB, long enough that a switch costs nothing measurable.
+const CHUNK_ROWS: usize = 256;
+
+/// Bytes of weights in a timed slice: past every L2, and a few hundred microseconds a pass.
+const SLICE_BYTES: usize = 4 << 20;
+
+/// Values per row of the timed slice (a multiple of every block size).
+const SLICE_N_IN: usize = 4096;
+
+#[cfg(target_arch = "x86_64")]
+mod timing {
+    //! The timed passes: decoding matrix-vector products of the same weights, one copy per
+    //! candidate in its layout, every copy flushed from the caches before each round.
+
+    use super::{Kernel, CHUNK_ROWS, ROUNDS, SLICE_N_IN};
+    use crate::quant::gemm::{self, ActivationTerms, TileMode};
+    use crate::quant::{repack, traits, GgmlType};
+    use std::ops::Range;
+    use std::time::{Duration, Instant};
+
+    /// A candidate's own copy of the weights, in its layout: no candidate reads lines another
+    /// has just brought into the caches.
+    enum Copy {
+        /// The file's layout, as u64 words (aligned for every block type).
+        File(Vec<u64>),
+        Repacked(repack::Repacked),
+    }
+
+    /// A slice of `ty` weights, a copy per candidate, one quantized activation row and (for
+    /// the repacked tiles) its terms.
+    struct Slice {
+        ty: GgmlType,
+        n_out: usize,
+        row_bytes: usize,
+        copies: Vec<(Kernel, Copy)>,
+        act: Vec<u64>,
+        act_bytes: usize,
+        d: Vec<f32>,
+        aux: Vec<i32>,
+        y: Vec<f32>,
+    }
+
+    /// Pseudo-random values in [-1, 1) (a fixed sequence: the rates do not depend on them).
+    fn values(n: usize, mut state: u64) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    fn words(bytes: usize) -> Vec<u64> {
+        vec![0u64; bytes.div_ceil(8)]
+    }
+
+    /// The AVX-512 panel kernel of `ty`, which holds its repacked loops.
+    fn panel(ty: GgmlType) -> Option<gemm::PanelKernel> {
+        traits::row_in(traits::for_isa(crate::quant::simd::Isa::Avx512)?, ty)?.panel()
+    }
+
+    impl Slice {
+        fn new(ty: GgmlType, kernels: &[Kernel], slice_bytes: usize) -> Option<Slice> {
+            let scalar = traits::for_isa(crate::quant::simd::Isa::Scalar)?;
+            let aty = ty.vec_dot_type()?;
+            let row_bytes = ty.row_size(SLICE_N_IN as u64)? as usize;
+            let n_out = (slice_bytes / row_bytes / repack::GROUP).max(1) * repack::GROUP;
+            // One row quantized by the reference, repeated: the kernels' speed does not depend
+            // on the values, and quantizing one row costs nothing.
+            let mut weights = words(n_out * row_bytes);
+            let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut weights)[..n_out * row_bytes];
+            let (first, rest) = bytes.split_at_mut(row_bytes);
+            traits::row_in(scalar, ty)?.quantize_ref(&values(SLICE_N_IN, 0x9e37_79b9_7f4a_7c15), first);
+            for r in rest.chunks_exact_mut(row_bytes) {
+                r.copy_from_slice(first);
+            }
+            let act_bytes = aty.row_size(SLICE_N_IN as u64)? as usize;
+            let mut act = words(act_bytes);
+            traits::row_in(scalar, aty)?.quantize_ref(
+                &values(SLICE_N_IN, 0x2545_f491_4f6c_dd1d),
+                &mut bytemuck::cast_slice_mut(&mut act)[..act_bytes],
+            );
+            let act_row = &bytemuck::cast_slice::<u64, u8>(&act)[..act_bytes];
+            let (mut d, mut aux) = (Vec::new(), Vec::new());
+            let mut copies = Vec::new();
+            for &k in kernels {
+                let file: &[u8] = &bytemuck::cast_slice(&weights)[..n_out * row_bytes];
+                let copy = if k == Kernel::Repacked {
+                    let panel = panel(ty)?;
+                    let nb = SLICE_N_IN / ty.block_size();
+                    d = vec![0.0; nb];
+                    aux = vec![0; nb * panel.aux_words()];
+                    panel.activation_terms(act_row, nb, &mut d, &mut aux).ok()?;
+                    Copy::Repacked(repack::repack(ty, file, SLICE_N_IN, n_out, 1).ok()?)
+                } else {
+                    Copy::File(weights.clone())
+                };
+                copies.push((k, copy));
+            }
+            Some(Slice {
+                ty,
+                n_out,
+                row_bytes,
+                copies,
+                act,
+                act_bytes,
+                d,
+                aux,
+                y: vec![0.0; n_out],
+            })
+        }
+
+        /// The bytes candidate `i` reads.
+        fn weight_bytes(&self, i: usize) -> &[u8] {
+            match &self.copies[i].1 {
+                Copy::File(w) => &bytemuck::cast_slice(w)[..self.n_out * self.row_bytes],
+                Copy::Repacked(r) => &r.data,
+            }
+        }
+
+        /// Candidate `i`'s decoding product of the weight rows `rows`: its duration.
+        fn pass(&mut self, i: usize, rows: Range<usize>) -> Option<Duration> {
+            let act = &bytemuck::cast_slice(&self.act)[..self.act_bytes];
+            let y = &mut self.y[..rows.len()];
+            let (kernel, copy) = &self.copies[i];
+            let start = Instant::now();
+            match copy {
+                Copy::Repacked(w) => {
+                    let terms = ActivationTerms {
+                        d: &self.d,
+                        aux: &self.aux,
+                    };
+                    let k = panel(self.ty)?;
+                    if !gemm::gemm_rows_repacked_in(TileMode::Vnni, k, w, act, terms, 1, rows, y).ok()? {
+                        return None;
+                    }
+                }
+                Copy::File(w) => {
+                    let table = traits::for_isa(kernel.isa())?;
+                    let dots = traits::row_in(table, self.ty)?.block_dots()?;
+                    let w = &bytemuck::cast_slice(w)[rows.start * self.row_bytes..rows.end * self.row_bytes];
+                    dots.matvec(w, self.row_bytes, act, y);
+                }
+            }
+            let elapsed = start.elapsed();
+            std::hint::black_box(&self.y);
+            Some(elapsed)
+        }
+    }
+
+    /// Writes every cache line of `bytes` back and out of every cache level, so that the next
+    /// read streams from memory as a decoding step's does.
+    fn flush(bytes: &[u8]) {
+        use std::arch::x86_64::{__cpuid_count, _mm_clflush, _mm_mfence};
+        // CLFLUSHOPT (CPUID leaf 7, EBX bit 23) flushes lines without ordering them against
+        // each other: many times faster than CLFLUSH over a few MiB.
+        let opt = __cpuid_count(7, 0).ebx & (1 << 23) != 0;
+        for line in bytes.chunks(64) {
+            let p = line.as_ptr();
+            if opt {
+                // SAFETY: CLFLUSHOPT, present (checked above), of an address inside `bytes`.
+                unsafe { std::arch::asm!("clflushopt [{p}]", p = in(reg) p, options(nostack, preserves_flags)) };
+            } else {
+                // SAFETY: CLFLUSH (SSE2, on every x86-64 CPU) of an address inside `bytes`.
+                unsafe { _mm_clflush(p) };
+            }
+        }
+        // SAFETY: a fence (SSE2); it also orders the CLFLUSHOPTs before the timed reads.
+        unsafe { _mm_mfence() };
+    }
+
+    pub(super) fn measure(
+        ty: GgmlType,
+        kernels: &[Kernel],
+        slice_bytes: usize,
+        from_memory: bool,
+    ) -> Vec<(Kernel, f64)> {
+        let Some(mut slice) = Slice::new(ty, kernels, slice_bytes) else {
+            return kernels.iter().map(|&k| (k, 0.0)).collect();
+        };
+        // The candidates take turns chunk by chunk, all from cold caches, so that each sees
+        // the same memory (a shared host's bandwidth drifts from one pass to the next); each
+        // candidate's fastest round counts.
+        let chunks: Vec<Range<usize>> = (0..slice.n_out)
+            .step_by(CHUNK_ROWS)
+            .map(|r| r..(r + CHUNK_ROWS).min(slice.n_out))
+            .collect();
+        let n = kernels.len();
+        let mut best = vec![Duration::MAX; n];
+        for round in 0..ROUNDS {
+            for i in (0..n).filter(|_| from_memory) {
+                flush(slice.weight_bytes(i));
+            }
+            let mut total = vec![Some(Duration::ZERO); n];
+            for (c, rows) in chunks.iter().enumerate() {
+                for i in (0..n).map(|i| (i + c + round) % n) {
+                    let t = slice.pass(i, rows.clone());
+                    total[i] = total[i].zip(t).map(|(a, b)| a + b);
+                }
+            }
+            for (best, total) in best.iter_mut().zip(total) {
+                *best = (*best).min(total.unwrap_or(Duration::MAX));
+            }
+        }
+        (0..n)
+            .map(|i| {
+                let t = best[i];
+                let rate = if t == Duration::MAX || t.is_zero() {
+                    0.0
+                } else {
+                    slice.weight_bytes(i).len() as f64 / t.as_secs_f64() / 1e9
+                };
+                (kernels[i], rate)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(cpu: &str, binary: &str) -> Identity {
+        Identity {
+            cpu: cpu.to_string(),
+            binary: Some(binary.to_string()),
+        }
+    }
+
+    /// A measurement that counts its calls and makes the last candidate twice as fast as the
+    /// others.
+    fn counting(calls: &mut usize) -> impl FnMut(GgmlType, &[Kernel]) -> Vec<(Kernel, f64)> + '_ {
+        |_, kernels| {
+            *calls += 1;
+            let last = kernels.len() - 1;
+            kernels
+                .iter()
+                .enumerate()
+                .map(|(i, &k)| (k, if i == last { 20.0 } else { 10.0 }))
+                .collect()
+        }
+    }
+
+    /// The instruction sets this CPU runs with more than one candidate for some type.
+    fn tunable() -> Option<Isa> {
+        let isa = simd::isa();
+        weight_types()
+            .iter()
+            .any(|&t| candidates(t, isa).len() > 1)
+            .then_some(isa)
+    }
+
+    #[test]
+    fn a_cached_choice_is_read_back_and_invalidated_by_another_cpu_model_binary_or_ceiling() {
+        let Some(ceiling) = tunable() else {
+            eprintln!("choice: nothing to choose between on this CPU");
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("kernels.json");
+        let here = id(
+            "GenuineIntel family 6 model 143 stepping 8 (Xeon)",
+            "minfer 0.1.0 1 bytes 1.0",
+        );
+        let mut calls = 0;
+        let first = choose(ceiling, "", Some(&cache), &here, &mut counting(&mut calls));
+        assert!(calls > 0 && !first.measured_in.is_zero());
+        let measured: Vec<&Choice> = first.all().iter().filter(|c| c.why == Why::Measured).collect();
+        assert_eq!(measured.len(), calls);
+        // The measurement made the last candidate twice as fast: it is chosen.
+        for c in &measured {
+            assert_eq!(c.kernel, *candidates(c.ty, ceiling).last().unwrap(), "{}", c.ty);
+        }
+
+        let mut again = 0;
+        let second = choose(ceiling, "", Some(&cache), &here, &mut counting(&mut again));
+        assert_eq!(again, 0, "the same CPU and binary read the cache");
+        for (a, b) in first.all().iter().zip(second.all()) {
+            assert_eq!((a.ty, a.kernel, &a.gbps), (b.ty, b.kernel, &b.gbps));
+            assert_eq!(b.why, if a.why == Why::Measured { Why::Cached } else { a.why });
+        }
+
+        for other in [
+            id(
+                "AuthenticAMD family 25 model 17 stepping 1 (EPYC)",
+                "minfer 0.1.0 1 bytes 1.0",
+            ),
+            id(
+                "GenuineIntel family 6 model 143 stepping 8 (Xeon)",
+                "minfer 0.1.0 2 bytes 7.0",
+            ),
+        ] {
+            let mut n = 0;
+            let c = choose(ceiling, "", Some(&cache), &other, &mut counting(&mut n));
+            assert_eq!(n, calls, "{other:?} measures again");
+            assert!(c.all().iter().any(|c| c.why == Why::Measured));
+        }
+        // Both identities are cached side by side now, and the first is still there.
+        let mut n = 0;
+        choose(ceiling, "", Some(&cache), &here, &mut counting(&mut n));
+        assert_eq!(n, 0);
+        if ceiling > Isa::Avx2 {
+            // Under MINFER_NO_AVX512 the AVX2 dot products are the one candidate: nothing is
+            // timed, and the cached AVX-512 choices are not taken.
+            let mut n = 0;
+            let c = choose(Isa::Avx2, "", Some(&cache), &here, &mut counting(&mut n));
+            assert_eq!(n, 0);
+            assert!(c.all().iter().all(|c| (c.kernel, c.why) == (Kernel::Avx2, Why::Only)));
+        }
+    }
+
+    #[test]
+    fn a_binary_that_cannot_be_identified_measures_and_caches_nothing() {
+        let Some(ceiling) = tunable() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("kernels.json");
+        let anonymous = Identity {
+            cpu: "cpu".into(),
+            binary: None,
+        };
+        let mut calls = 0;
+        choose(ceiling, "", Some(&cache), &anonymous, &mut counting(&mut calls));
+        assert!(calls > 0);
+        assert!(!cache.exists());
+    }
+
+    #[test]
+    fn a_hostile_cache_file_is_measured_over_never_trusted() {
+        let Some(ceiling) = tunable() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let here = id("cpu", "bin");
+        let garbage = dir.path().join("garbage.json");
+        std::fs::write(&garbage, b"{\"entries\": [{\"key\": 3").unwrap();
+        let wrong_kernel = dir.path().join("wrong.json");
+        let key = CacheKey {
+            cpu: "cpu".into(),
+            binary: Some("bin".into()),
+            ceiling: ceiling.name().into(),
+        };
+        let entry = CacheFile {
+            entries: vec![CacheEntry {
+                key,
+                choices: weight_types()
+                    .iter()
+                    .map(|t| CachedChoice {
+                        ty: t.name().into(),
+                        kernel: "avx1024".into(),
+                        gbps: Vec::new(),
+                    })
+                    .collect(),
+            }],
+        };
+        std::fs::write(&wrong_kernel, serde_json::to_vec(&entry).unwrap()).unwrap();
+        let directory = dir.path().join("a-directory");
+        std::fs::create_dir(&directory).unwrap();
+        for path in [&garbage, &wrong_kernel, &directory] {
+            let mut calls = 0;
+            let c = choose(ceiling, "", Some(path), &here, &mut counting(&mut calls));
+            assert!(calls > 0, "{}", path.display());
+            assert!(c.all().iter().all(|c| c.why != Why::Cached));
+        }
+        // The malformed files were replaced by good ones.
+        let mut calls = 0;
+        choose(ceiling, "", Some(&garbage), &here, &mut counting(&mut calls));
+        assert_eq!(calls, 0);
+    }
+
+    #[test]
+    fn another_kernel_replaces_the_widest_only_when_it_is_faster_by_the_margin() {
+        use Kernel::*;
+        assert_eq!(fastest(&[(Repacked, 10.0), (Avx512Vnni, 12.0), (Avx2, 12.4)]), Repacked);
+        assert_eq!(fastest(&[(Repacked, 11.2), (Avx512Vnni, 20.1), (Avx2, 26.2)]), Avx2);
+        assert_eq!(
+            fastest(&[(Repacked, 0.0), (Avx2, 1.0)]),
+            Avx2,
+            "a kernel that did not run"
+        );
+        assert_eq!(fastest(&[(Avx2, 5.0)]), Avx2);
+    }
+
+    #[test]
+    fn minfer_kernel_forces_kernels_by_name_and_refuses_what_it_cannot_name_or_run() {
+        assert_eq!(parse_spec("").unwrap(), Spec::Measure);
+        assert_eq!(parse_spec(" measure ").unwrap(), Spec::Measure);
+        assert_eq!(parse_spec("widest").unwrap(), Spec::Widest);
+        assert_eq!(
+            parse_spec("avx2, Q6_K=scalar,Q6_K=avx2").unwrap(),
+            Spec::Force {
+                all: Some(Kernel::Avx2),
+                types: vec![(GgmlType::Q6_K, Kernel::Avx2)],
+            }
+        );
+        let err = |v: &str| parse_spec(v).err().unwrap().to_string();
+        assert!(
+            err("avx1024").contains("\"avx1024\" is not a kernel"),
+            "{}",
+            err("avx1024")
+        );
+        assert!(err("Q4_K=fast").contains("\"fast\" is not a kernel"));
+        assert!(err("Q9_X=avx2").contains("\"Q9_X\" is not a quantized weight type"));
+        assert!(err("F16=avx2").contains("\"F16\""), "the float types have no choice");
+        assert!(
+            err("Q8_K=avx2").contains("\"Q8_K\""),
+            "activation-only types have no choice"
+        );
+
+        // Every kernel names one of the instruction sets, and none runs above the ceiling.
+        let all = |k| Spec::Force {
+            all: Some(k),
+            types: Vec::new(),
+        };
+        let unsupported = forced(&all(Kernel::Avx512Vnni), Isa::Avx2).err().unwrap();
+        assert_eq!(
+            unsupported.to_string(),
+            "MINFER_KERNEL: avx512-vnni cannot run here (the widest instruction set allowed is avx2)"
+        );
+        let scalar = forced(&all(Kernel::Scalar), Isa::Scalar).unwrap();
+        assert!(scalar.iter().all(|(_, k)| *k == Some(Kernel::Scalar)));
+        let ceiling = simd::isa();
+        if ceiling == Isa::Avx512 && candidates(GgmlType::Q4_K, ceiling).contains(&Kernel::Repacked) {
+            // A kernel for every type falls back to the same instruction set's dot products
+            // where a type has no repacked layout; named for that type, it is refused.
+            let every = forced(&all(Kernel::Repacked), ceiling).unwrap();
+            let of = |ty| every.iter().find(|(t, _)| *t == ty).unwrap().1;
+            assert_eq!(of(GgmlType::Q4_K), Some(Kernel::Repacked));
+            assert_eq!(of(GgmlType::Q5_K), Some(Kernel::Avx512Vnni));
+            let named = Spec::Force {
+                all: None,
+                types: vec![(GgmlType::Q5_K, Kernel::Repacked)],
+            };
+            assert_eq!(
+                forced(&named, ceiling).err().unwrap().to_string(),
+                "MINFER_KERNEL: Q5_K has no avx512-repacked kernel"
+            );
+        }
+    }
+
+    #[test]
+    fn forced_and_widest_choices_time_nothing_and_a_bad_value_is_measured_over_and_reported() {
+        let ceiling = simd::isa();
+        let here = id("cpu", "bin");
+        let mut calls = 0;
+        let c = choose(ceiling, "avx2", None, &here, &mut counting(&mut calls));
+        if ceiling >= Isa::Avx2 {
+            assert_eq!(calls, 0);
+            assert!(c.all().iter().all(|c| c.kernel == Kernel::Avx2 && c.why == Why::Forced));
+            assert_eq!(
+                c.get(GgmlType::Q6_K).unwrap().describe(),
+                "avx2 (forced by MINFER_KERNEL)"
+            );
+        }
+        let mut calls = 0;
+        let c = choose(ceiling, "widest", None, &here, &mut counting(&mut calls));
+        assert_eq!(calls, 0);
+        for choice in c.all() {
+            assert_eq!(choice.kernel, candidates(choice.ty, ceiling)[0]);
+        }
+        let mut calls = 0;
+        let c = choose(ceiling, "Q4_K=avx1024", None, &here, &mut counting(&mut calls));
+        assert!(matches!(c.refused, Some(ChoiceError::UnknownKernel { .. })));
+        assert_eq!(calls > 0, tunable().is_some());
+    }
+
+    #[test]
+    fn the_description_names_the_choice_the_reason_and_every_candidates_rate() {
+        let c = Choice {
+            ty: GgmlType::Q6_K,
+            kernel: Kernel::Avx2,
+            why: Why::Measured,
+            gbps: vec![
+                (Kernel::Repacked, 11.24),
+                (Kernel::Avx512Vnni, 20.1),
+                (Kernel::Avx2, 26.2),
+            ],
+        };
+        assert_eq!(
+            c.describe(),
+            "avx2 (measured: avx512-repacked 11.2 GB/s, avx512-vnni 20.1, avx2 26.2)"
+        );
+    }
+
+    #[test]
+    fn the_timing_gives_every_candidate_a_rate_and_cannot_run_what_the_cpu_lacks() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+            let kernels = candidates_of(ty);
+            let rates = time_kernels(ty, &kernels, 1 << 18, false);
+            assert_eq!(rates.iter().map(|r| r.0).collect::<Vec<_>>(), kernels);
+            if cfg!(target_arch = "x86_64") {
+                assert!(rates.iter().all(|r| r.1 > 0.0), "{ty}: {rates:?}");
+            }
+        }
+        if simd::isa() < Isa::Avx512 {
+            let rates = time_kernels(GgmlType::Q4_K, &[Kernel::Repacked], 1 << 18, false);
+            assert_eq!(rates, [(Kernel::Repacked, 0.0)]);
+        }
+    }
+}
