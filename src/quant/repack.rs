@@ -112,8 +112,8 @@ pub struct Repacked {
     pub n_in: usize,
     /// Rows, a multiple of [`GROUP`].
     pub n_out: usize,
-    /// The records, group by group.
-    pub data: Vec<u8>,
+    /// The records, group by group, from a 64-byte boundary.
+    pub data: AlignedBytes,
 }
 
 impl std::fmt::Debug for Repacked {
@@ -136,6 +136,48 @@ impl Repacked {
     /// Bytes of one group of rows (all its records).
     pub fn group_bytes(&self) -> usize {
         self.nb() * record_bytes(self.ty).unwrap_or(0)
+    }
+}
+
+/// Bytes that start on a 64-byte boundary: the kernels read records in 64-byte vectors, and a
+/// record that starts on a cache line keeps every one of its vectors within a line (the
+/// allocator's large blocks start 16 bytes past a page, which split every vector across two).
+#[derive(Clone, PartialEq, Eq)]
+pub struct AlignedBytes {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+/// One cache line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+// SAFETY: 64 bytes of `u8`, aligned to 64: no padding, every bit pattern valid.
+unsafe impl bytemuck::Zeroable for Line {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for Line {}
+
+impl AlignedBytes {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> AlignedBytes {
+        AlignedBytes {
+            lines: vec![Line([0; 64]); len.div_ceil(64)],
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for AlignedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.lines)[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for AlignedBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.lines)[..self.len]
     }
 }
 
@@ -170,7 +212,7 @@ pub fn repack(ty: GgmlType, w: &[u8], n_in: usize, n_out: usize, n_threads: usiz
     }
     let n_groups = n_out / GROUP;
     let (in_group, out_group) = (nb * GROUP * bsize, nb * record);
-    let mut data = vec![0u8; n_groups * out_group];
+    let mut data = AlignedBytes::zeroed(n_groups * out_group);
     let per_thread = n_groups.div_ceil(n_threads.max(1)).max(1);
     let n_chunks = n_groups.div_ceil(per_thread);
     std::thread::scope(|s| {

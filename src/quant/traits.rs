@@ -667,6 +667,29 @@ mod tests {
         }
     }
 
+    /// The address of a row's one-row dot product (the kernel it calls).
+    fn one_row_kernel(row: &TypeTraits) -> Option<usize> {
+        match row.dot {
+            Dot::Blocks { one, .. } => Some(one as usize),
+            Dot::Float(kernel) => Some(kernel as usize),
+            Dot::None => None,
+        }
+    }
+
+    #[test]
+    fn the_table_takes_each_quantized_types_dot_products_from_its_chosen_kernel_and_the_rest_from_the_widest() {
+        let widest = for_isa(simd::isa()).unwrap();
+        for (row, wide) in table().iter().zip(widest) {
+            assert_eq!(row.ty, wide.ty);
+            assert_eq!(row.panel.is_some(), wide.panel.is_some(), "{}", row.ty);
+            let from = match super::super::choice::kernel_of(row.ty) {
+                Some(kernel) => row_in(for_isa(kernel.isa()).unwrap(), row.ty).unwrap(),
+                None => wide,
+            };
+            assert_eq!(one_row_kernel(row), one_row_kernel(from), "{}", row.ty);
+        }
+    }
+
     #[test]
     fn a_type_outside_the_table_has_no_row_and_no_dot_product() {
         for &ty in GgmlType::ALL {
