@@ -440,6 +440,19 @@ unsafe fn record_chunk_words(rec: *const u8, c: usize, k: usize) -> (__m512i, __
     (_mm512_and_si512(v, low), _mm512_and_si512(_mm512_srli_epi16(v, 4), low))
 }
 
+/// [`record_chunk_words`] with the high nibbles left in place: word `k` of sub-block `2c + 1`
+/// as sixteen times its levels (the tile takes the factor out of the sub-block's sum with one
+/// exact shift, instead of shifting every word down).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn record_chunk_words_x16(rec: *const u8, c: usize, k: usize) -> (__m512i, __m512i) {
+    let v = _mm512_loadu_si512(rec.add(64 * (8 * c + k)).cast());
+    (
+        _mm512_and_si512(v, _mm512_set1_epi8(0x0f)),
+        _mm512_and_si512(v, _mm512_set1_epi8(0xf0_u8 as i8)),
+    )
+}
+
 /// A group of 16 repacked Q4_K rows (`records`: `nsb` records) against `T` token rows, reading
 /// the levels straight from the records: `y[t * stride + r]` for the group's row `r`. The
 /// arithmetic is [`panel_tile_k`]'s.
@@ -476,17 +489,19 @@ pub(crate) unsafe fn repacked_tile_q4_k<const T: usize>(
         for c in 0..4 {
             let (mut s_lo, mut s_hi) = ([_mm512_setzero_si512(); T], [_mm512_setzero_si512(); T]);
             for k in 0..8 {
-                let (lo, hi) = record_chunk_words(rec, c, k);
+                let (lo, hi16) = record_chunk_words_x16(rec, c, k);
                 for t in 0..T {
                     s_lo[t] = _mm512_dpbusd_epi32(s_lo[t], lo, y4(t, 16 * c + k));
-                    s_hi[t] = _mm512_dpbusd_epi32(s_hi[t], hi, y4(t, 16 * c + 8 + k));
+                    s_hi[t] = _mm512_dpbusd_epi32(s_hi[t], hi16, y4(t, 16 * c + 8 + k));
                 }
             }
             let (scale_lo, scale_hi) = (record_sub_scales(rec, 2 * c), record_sub_scales(rec, 2 * c + 1));
             for t in 0..T {
+                // `s_hi` is sixteen times the sub-block's sum (at most 16 * 32 * 15 * 128 in
+                // magnitude): the arithmetic shift divides it exactly.
                 let scaled = _mm512_add_epi32(
                     _mm512_mullo_epi32(s_lo[t], scale_lo),
-                    _mm512_mullo_epi32(s_hi[t], scale_hi),
+                    _mm512_mullo_epi32(_mm512_srai_epi32(s_hi[t], 4), scale_hi),
                 );
                 sumi[t] = _mm512_add_epi32(sumi[t], scaled);
             }
@@ -527,21 +542,24 @@ use crate::quant::repack::{Q6_K_D as Q6_D_AT, Q6_K_QH as Q6_QH_AT, Q6_K_SCALES a
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn q6_k_level_sets(rec: *const u8, h: usize, k: usize) -> [__m512i; 4] {
-    let (low, high) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x30));
     let ql_a = _mm512_loadu_si512(rec.add(64 * (16 * h + k)).cast());
     let ql_b = _mm512_loadu_si512(rec.add(64 * (16 * h + 8 + k)).cast());
     let qh = _mm512_loadu_si512(rec.add(Q6_QH_AT + 64 * (8 * h + k)).cast());
-    // (bits & 0x30) | nibble, the two bits moved to bits 4-5 of each byte (16-bit shifts only
-    // carry bits into positions the mask clears).
-    let level = |bits: __m512i, nibble: __m512i| _mm512_ternarylogic_epi32(bits, high, nibble, 0xea);
+    // The bit pairs of sets 0 and 2 (bits 0-1, 4-5 of each byte) and of sets 1 and 3 (2-3,
+    // 6-7), each moved to bits 4-5 by a 16-bit shift: the bits that cross into a neighbouring
+    // byte or land on bits 6-7 are the other set's, cleared beforehand. Each level is then
+    // one bit select: bits 4-7 from the pair, bits 0-3 from the nibble (`ql` as loaded for
+    // sets 0 and 1, shifted down by four for 2 and 3).
+    let even = _mm512_and_si512(qh, _mm512_set1_epi8(0x33));
+    let odd = _mm512_and_si512(qh, _mm512_set1_epi8(0xcc_u8 as i8));
+    let nibble = _mm512_set1_epi8(0x0f);
+    // (pair & !nibble) | (bits & nibble).
+    let level = |pair: __m512i, bits: __m512i| _mm512_ternarylogic_epi32(pair, bits, nibble, 0xd8);
     [
-        level(_mm512_slli_epi16(qh, 4), _mm512_and_si512(ql_a, low)),
-        level(_mm512_slli_epi16(qh, 2), _mm512_and_si512(ql_b, low)),
-        level(qh, _mm512_and_si512(_mm512_srli_epi16(ql_a, 4), low)),
-        level(
-            _mm512_srli_epi16(qh, 2),
-            _mm512_and_si512(_mm512_srli_epi16(ql_b, 4), low),
-        ),
+        level(_mm512_slli_epi16(even, 4), ql_a),
+        level(_mm512_slli_epi16(odd, 2), ql_b),
+        level(even, _mm512_srli_epi16(ql_a, 4)),
+        level(_mm512_srli_epi16(odd, 2), _mm512_srli_epi16(ql_b, 4)),
     ]
 }
 
