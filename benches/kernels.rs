@@ -3,9 +3,11 @@
 //! from cache (a slice small enough to stay there: the most a kernel computes). A kernel whose
 //! rate from cache is not well above the others' from memory is compute-bound here.
 //!
+//! Then the repacked K-quant tiles from memory at each prefetch distance the choice times.
+//!
 //! `cargo bench --bench kernels` (`-- --slice-mib N` for the slice from memory, default 4).
 
-use minfer::quant::choice::{candidates_of, cpu_model, time_kernels, Kernel};
+use minfer::quant::choice::{candidates_of, cpu_model, time_kernels, time_prefetch, Kernel};
 use minfer::quant::GgmlType;
 
 fn main() {
@@ -31,6 +33,13 @@ fn main() {
         let cache = time_kernels(ty, &kernels, 256 << 10, false);
         for ((k, m), (_, c)) in memory.iter().zip(&cache) {
             println!("| {ty} | {k} | {m:.1} | {c:.1} |");
+        }
+    }
+    println!("\n| type | records prefetched ahead | from memory GB/s |");
+    println!("| --- | ---: | ---: |");
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        for (records, gbps) in time_prefetch(ty, mib << 20) {
+            println!("| {ty} | {records} | {gbps:.1} |");
         }
     }
 }

@@ -31,9 +31,10 @@ use std::time::Duration;
 
 /// A kernel that decodes a quantized weight type: an instruction set's dot products on the
 /// file's layout, or the repacked layout's 16-row tiles.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Kernel {
     /// The scalar reference (never measured: forced only).
+    #[default]
     Scalar,
     /// The AVX2 dot products on the file's layout.
     Avx2,
@@ -211,6 +212,11 @@ pub struct Choice {
     /// Each candidate's read rate in GB/s on the timed slice, candidates in order (empty when
     /// nothing was timed).
     pub gbps: Vec<(Kernel, f64)>,
+    /// How many records ahead the repacked tiles prefetch, where the type's kernel is the
+    /// repacked K-quant tile and the distance was timed (else the tile's default, one).
+    pub prefetch_records: Option<usize>,
+    /// The repacked tile's read rate in GB/s at each distance timed ([`PREFETCH_DISTANCES`]).
+    pub prefetch_gbps: Vec<(usize, f64)>,
 }
 
 impl Choice {
@@ -230,11 +236,20 @@ impl Choice {
             .enumerate()
             .map(|(i, (k, g))| format!("{k} {g:.1}{}", if i == 0 { " GB/s" } else { "" }))
             .collect();
-        if figures.is_empty() {
+        let mut out = if figures.is_empty() {
             format!("{} ({why})", self.kernel)
         } else {
             format!("{} ({why}: {})", self.kernel, figures.join(", "))
+        };
+        if let Some(records) = self.prefetch_records {
+            let rates: Vec<String> = self.prefetch_gbps.iter().map(|(d, g)| format!("{d} {g:.1}")).collect();
+            out += &format!(
+                ", prefetching {records} record{} ahead (GB/s by records ahead: {})",
+                if records == 1 { "" } else { "s" },
+                rates.join(", ")
+            );
         }
+        out
     }
 }
 
@@ -278,13 +293,20 @@ pub fn choices() -> &'static Choices {
     static CHOSEN: OnceLock<Choices> = OnceLock::new();
     CHOSEN.get_or_init(|| {
         let spec = std::env::var("MINFER_KERNEL").unwrap_or_default();
-        choose(
+        let choices = choose(
             simd::isa(),
             &spec,
             cache_file().as_deref(),
             &Identity::here(),
             &mut measure,
-        )
+        );
+        #[cfg(target_arch = "x86_64")]
+        for c in &choices.choices {
+            if let (Some(records), Some(kind)) = (c.prefetch_records, timing::k_kind(c.ty)) {
+                super::simd::x86::gemm_k::set_prefetch_records(kind, records);
+            }
+        }
+        choices
     })
 }
 
@@ -335,8 +357,12 @@ fn weight_types() -> Vec<GgmlType> {
     traits::TYPES.iter().copied().filter(|&t| quantized_weight(t)).collect()
 }
 
-/// Times `kernel` decoding a slice of `ty` weights: the read rate in GB/s.
-type Measure<'a> = dyn FnMut(GgmlType, &[Kernel]) -> Vec<(Kernel, f64)> + 'a;
+/// Times each of the kernels decoding a slice of `ty` weights, and the repacked K-quant tile at
+/// each prefetch distance ([`PREFETCH_DISTANCES`]; none for the other types): read rates in GB/s.
+type Measure<'a> = dyn FnMut(GgmlType, &[Kernel]) -> Rates + 'a;
+
+/// The rates [`Measure`] gives: each kernel's, and each prefetch distance's.
+type Rates = (Vec<(Kernel, f64)>, Vec<(usize, f64)>);
 
 /// The choices under `ceiling` for the `MINFER_KERNEL` value `spec`, from the cache `cache`
 /// where it holds this identity's, else timed with `measure` (and written back).
@@ -370,13 +396,16 @@ fn choose(ceiling: Isa, spec: &str, cache: Option<&Path>, id: &Identity, measure
         .into_iter()
         .map(|(ty, forced)| {
             let cands = candidates(ty, ceiling);
+            let unmeasured = |kernel, why| Choice {
+                ty,
+                kernel,
+                why,
+                gbps: Vec::new(),
+                prefetch_records: None,
+                prefetch_gbps: Vec::new(),
+            };
             if let Some(kernel) = forced {
-                return Choice {
-                    ty,
-                    kernel,
-                    why: Why::Forced,
-                    gbps: Vec::new(),
-                };
+                return unmeasured(kernel, Why::Forced);
             }
             if cands.len() == 1 || widest {
                 let why = if widest && cands.len() > 1 {
@@ -384,23 +413,23 @@ fn choose(ceiling: Isa, spec: &str, cache: Option<&Path>, id: &Identity, measure
                 } else {
                     Why::Only
                 };
-                return Choice {
-                    ty,
-                    kernel: cands[0],
-                    why,
-                    gbps: Vec::new(),
-                };
+                return unmeasured(cands[0], why);
             }
             if let Some(c) = cached.as_ref().and_then(|entry| entry.choice(ty, ceiling)) {
                 return c;
             }
             measured_any = true;
-            let gbps = measure(ty, &cands);
+            let (gbps, prefetch_gbps) = measure(ty, &cands);
+            let kernel = fastest(&gbps);
+            let prefetch_records =
+                (kernel == Kernel::Repacked && !prefetch_gbps.is_empty()).then(|| fastest(&prefetch_gbps));
             Choice {
                 ty,
-                kernel: fastest(&gbps),
+                kernel,
                 why: Why::Measured,
                 gbps,
+                prefetch_records,
+                prefetch_gbps,
             }
         })
         .collect::<Vec<_>>();
@@ -426,11 +455,12 @@ fn choose(ceiling: Isa, spec: &str, cache: Option<&Path>, id: &Identity, measure
 /// How much faster than the widest candidate another must be to be chosen instead.
 pub const MARGIN: f64 = 0.25;
 
-/// The kernel to keep from the rates `gbps` (widest first): the fastest, unless it beats the
-/// widest by no more than [`MARGIN`].
-fn fastest(gbps: &[(Kernel, f64)]) -> Kernel {
+/// The option to keep from the rates `gbps` (the default first: the widest kernel, the
+/// nearest prefetch distance): the fastest, unless it beats the default by no more than
+/// [`MARGIN`].
+fn fastest<T: Copy + Default>(gbps: &[(T, f64)]) -> T {
     let Some(&(widest, widest_rate)) = gbps.first() else {
-        return Kernel::Scalar;
+        return T::default();
     };
     let (best, best_rate) = gbps
         .iter()
@@ -567,6 +597,10 @@ struct CachedChoice {
     ty: String,
     kernel: String,
     gbps: Vec<(String, f64)>,
+    #[serde(default)]
+    prefetch_records: Option<usize>,
+    #[serde(default)]
+    prefetch_gbps: Vec<(usize, f64)>,
 }
 
 impl CacheEntry {
@@ -579,11 +613,17 @@ impl CacheEntry {
             .iter()
             .map(|(k, g)| Some((Kernel::from_name(k)?, *g)))
             .collect::<Option<Vec<_>>>()?;
+        let prefetch_records = c.prefetch_records.filter(|d| PREFETCH_DISTANCES.contains(d));
+        if kernel == Kernel::Repacked && prefetch_records.is_none() && has_prefetch_distance(ty) {
+            return None;
+        }
         Some(Choice {
             ty,
             kernel,
             why: Why::Cached,
             gbps,
+            prefetch_records: prefetch_records.filter(|_| kernel == Kernel::Repacked),
+            prefetch_gbps: c.prefetch_gbps.clone(),
         })
     }
 }
@@ -625,6 +665,8 @@ fn write_cache(path: &Path, key: &CacheKey, choices: &[Choice]) {
                 ty: c.ty.name().to_string(),
                 kernel: c.kernel.name().to_string(),
                 gbps: c.gbps.iter().map(|(k, g)| (k.name().to_string(), *g)).collect(),
+                prefetch_records: c.prefetch_records,
+                prefetch_gbps: c.prefetch_gbps.clone(),
             })
             .collect(),
     };
@@ -641,8 +683,40 @@ fn write_cache(path: &Path, key: &CacheKey, choices: &[Choice]) {
 
 /// Times each of `kernels` decoding a slice of `ty` weights, as [`choices`] does: the read
 /// rate of each in GB/s, on [`SLICE_BYTES`] flushed from the caches.
-fn measure(ty: GgmlType, kernels: &[Kernel]) -> Vec<(Kernel, f64)> {
-    time_kernels(ty, kernels, SLICE_BYTES, true)
+fn measure(ty: GgmlType, kernels: &[Kernel]) -> Rates {
+    let prefetch = if kernels.contains(&Kernel::Repacked) {
+        time_prefetch(ty, SLICE_BYTES)
+    } else {
+        Vec::new()
+    };
+    (time_kernels(ty, kernels, SLICE_BYTES, true), prefetch)
+}
+
+/// The prefetch distances, in records, the repacked K-quant tiles are timed at, the default
+/// first.
+pub const PREFETCH_DISTANCES: [usize; 4] = [1, 2, 4, 8];
+
+/// Whether `ty`'s repacked tile has a prefetch distance to time (Q4_K, Q6_K).
+fn has_prefetch_distance(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+}
+
+/// The repacked tile's read rate in GB/s from memory on about `slice_bytes` of `ty` weights at
+/// each of [`PREFETCH_DISTANCES`], where `ty` has a repacked K-quant tile on this CPU (else
+/// none). It sets the distance the tiles use while it runs, and leaves the default.
+pub fn time_prefetch(ty: GgmlType, slice_bytes: usize) -> Vec<(usize, f64)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !has_prefetch_distance(ty) || !candidates(ty, simd::isa()).contains(&Kernel::Repacked) {
+            return Vec::new();
+        }
+        timing::measure_prefetch(ty, slice_bytes)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, slice_bytes);
+        Vec::new()
+    }
 }
 
 /// The decoding read rate in GB/s of each of `kernels` (each a candidate of `ty` on this CPU:
@@ -701,8 +775,9 @@ mod timing {
     //! The timed passes: decoding matrix-vector products of the same weights, one copy per
     //! candidate in its layout, every copy flushed from the caches before each round.
 
-    use super::{Kernel, CHUNK_ROWS, ROUNDS, SLICE_N_IN};
+    use super::{Kernel, CHUNK_ROWS, PREFETCH_DISTANCES, ROUNDS, SLICE_N_IN};
     use crate::quant::gemm::{self, ActivationTerms, TileMode};
+    use crate::quant::simd::x86::gemm_k;
     use crate::quant::{repack, traits, GgmlType};
     use std::ops::Range;
     use std::time::{Duration, Instant};
@@ -860,6 +935,62 @@ mod timing {
         unsafe { _mm_mfence() };
     }
 
+    /// The kind of `ty`'s repacked K-quant tile, for its prefetch distance.
+    pub(super) fn k_kind(ty: GgmlType) -> Option<u8> {
+        match ty {
+            GgmlType::Q4_K => Some(gemm_k::Q4_K),
+            GgmlType::Q6_K => Some(gemm_k::Q6_K),
+            _ => None,
+        }
+    }
+
+    /// The repacked tile of `ty` from memory at each of [`PREFETCH_DISTANCES`], taking turns
+    /// as [`measure`]'s candidates do (on one copy of the weights: the turns read different
+    /// rows, all flushed before each round).
+    pub(super) fn measure_prefetch(ty: GgmlType, slice_bytes: usize) -> Vec<(usize, f64)> {
+        let Some(kind) = k_kind(ty) else { return Vec::new() };
+        let Some(mut slice) = Slice::new(ty, &[Kernel::Repacked], slice_bytes) else {
+            return Vec::new();
+        };
+        let n = PREFETCH_DISTANCES.len();
+        let mut best = vec![Duration::MAX; n];
+        // Chunks of rows dealt round-robin: each distance reads its share of the slice.
+        let chunks: Vec<Range<usize>> = (0..slice.n_out)
+            .step_by(CHUNK_ROWS / 4)
+            .map(|r| r..(r + CHUNK_ROWS / 4).min(slice.n_out))
+            .collect();
+        let mut rows_of = vec![0usize; n];
+        for round in 0..ROUNDS {
+            flush(slice.weight_bytes(0));
+            let mut total = vec![Some(Duration::ZERO); n];
+            rows_of.iter_mut().for_each(|r| *r = 0);
+            for (c, rows) in chunks.iter().enumerate() {
+                let i = (c + round) % n;
+                gemm_k::set_prefetch_records(kind, PREFETCH_DISTANCES[i]);
+                rows_of[i] += rows.len();
+                let t = slice.pass(0, rows.clone());
+                total[i] = total[i].zip(t).map(|(a, b)| a + b);
+            }
+            // Rows per second, so that shares of unequal size compare.
+            for ((best, total), rows) in best.iter_mut().zip(total).zip(&rows_of) {
+                let per_row = total.map(|t| t / (*rows).max(1) as u32);
+                *best = (*best).min(per_row.unwrap_or(Duration::MAX));
+            }
+        }
+        gemm_k::set_prefetch_records(kind, PREFETCH_DISTANCES[0]);
+        let row_bytes = slice.weight_bytes(0).len() as f64 / slice.n_out as f64;
+        (0..n)
+            .map(|i| {
+                let rate = if best[i] == Duration::MAX || best[i].is_zero() {
+                    0.0
+                } else {
+                    row_bytes / best[i].as_secs_f64() / 1e9
+                };
+                (PREFETCH_DISTANCES[i], rate)
+            })
+            .collect()
+    }
+
     pub(super) fn measure(
         ty: GgmlType,
         kernels: &[Kernel],
@@ -919,17 +1050,67 @@ mod tests {
     }
 
     /// A measurement that counts its calls and makes the last candidate twice as fast as the
-    /// others.
-    fn counting(calls: &mut usize) -> impl FnMut(GgmlType, &[Kernel]) -> Vec<(Kernel, f64)> + '_ {
-        |_, kernels| {
+    /// others, and (for Q4_K and Q6_K with a repacked tile) four records ahead the fastest
+    /// prefetch.
+    fn counting(calls: &mut usize) -> impl FnMut(GgmlType, &[Kernel]) -> Rates + '_ {
+        |ty, kernels| {
             *calls += 1;
             let last = kernels.len() - 1;
-            kernels
+            let gbps = kernels
                 .iter()
                 .enumerate()
                 .map(|(i, &k)| (k, if i == last { 20.0 } else { 10.0 }))
-                .collect()
+                .collect();
+            let prefetch = if has_prefetch_distance(ty) && kernels.contains(&Kernel::Repacked) {
+                PREFETCH_DISTANCES
+                    .iter()
+                    .map(|&d| (d, if d == 4 { 30.0 } else { 10.0 }))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (gbps, prefetch)
         }
+    }
+
+    /// A measurement that makes the repacked tiles the fastest kernel.
+    fn repacked_fastest(ty: GgmlType, kernels: &[Kernel]) -> Rates {
+        let mut none = 0;
+        let (_, prefetch) = counting(&mut none)(ty, kernels);
+        let gbps = kernels
+            .iter()
+            .map(|&k| (k, if k == Kernel::Repacked { 20.0 } else { 10.0 }))
+            .collect();
+        (gbps, prefetch)
+    }
+
+    #[test]
+    fn a_repacked_k_quant_tile_gets_the_prefetch_distance_measured_fastest_and_keeps_it_in_the_cache() {
+        let ceiling = simd::isa();
+        if !candidates(GgmlType::Q4_K, ceiling).contains(&Kernel::Repacked) {
+            eprintln!("choice: no repacked Q4_K tile on this CPU");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("kernels.json");
+        let here = id("cpu", "bin");
+        let first = choose(ceiling, "", Some(&cache), &here, &mut repacked_fastest);
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            let c = first.get(ty).unwrap();
+            assert_eq!((c.kernel, c.prefetch_records), (Kernel::Repacked, Some(4)), "{ty}");
+            assert!(c
+                .describe()
+                .ends_with("prefetching 4 records ahead (GB/s by records ahead: 1 10.0, 2 10.0, 4 30.0, 8 10.0)"));
+        }
+        // A type without the tile has no distance.
+        assert_eq!(first.get(GgmlType::Q8_0).unwrap().prefetch_records, None);
+        let mut calls = 0;
+        let second = choose(ceiling, "", Some(&cache), &here, &mut counting(&mut calls));
+        assert_eq!(calls, 0);
+        assert_eq!(second.get(GgmlType::Q6_K).unwrap().prefetch_records, Some(4));
+        // Forcing the kernel leaves the tile's default distance.
+        let forced = choose(ceiling, "avx512-repacked", None, &here, &mut repacked_fastest);
+        assert_eq!(forced.get(GgmlType::Q4_K).unwrap().prefetch_records, None);
     }
 
     /// The instruction sets this CPU runs with more than one candidate for some type.
@@ -1037,6 +1218,8 @@ mod tests {
                         ty: t.name().into(),
                         kernel: "avx1024".into(),
                         gbps: Vec::new(),
+                        prefetch_records: Some(1 << 40),
+                        prefetch_gbps: Vec::new(),
                     })
                     .collect(),
             }],
@@ -1163,6 +1346,8 @@ mod tests {
                 (Kernel::Avx512Vnni, 20.1),
                 (Kernel::Avx2, 26.2),
             ],
+            prefetch_records: None,
+            prefetch_gbps: Vec::new(),
         };
         assert_eq!(
             c.describe(),

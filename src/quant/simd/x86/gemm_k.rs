@@ -36,6 +36,27 @@ pub(crate) const Q4_K: u8 = 0;
 pub(crate) const Q6_K: u8 = 1;
 pub(crate) const Q5_K: u8 = 2;
 
+/// How many records ahead the repacked tiles of Q4_K (index [`Q4_K`]) and Q6_K ([`Q6_K`])
+/// prefetch. The best distance depends on the CPU: one record measured 20-25 % faster than
+/// four on a Xeon with AMX (Q4_K, 1.5B, `bench -p 0 -n 64 -t 1`), where four had measured 20 %
+/// faster than about two on a Zen 5 class guest; so the kernel choice (`crate::quant::choice`)
+/// times the distances on each CPU and sets them here before the first product.
+static PREFETCH_RECORDS: [std::sync::atomic::AtomicUsize; 2] = [
+    std::sync::atomic::AtomicUsize::new(1),
+    std::sync::atomic::AtomicUsize::new(1),
+];
+
+/// Sets how many records ahead the repacked tiles of `kind` ([`Q4_K`] or [`Q6_K`]) prefetch:
+/// speed only, never a result.
+pub(crate) fn set_prefetch_records(kind: u8, records: usize) {
+    PREFETCH_RECORDS[usize::from(kind == Q6_K)].store(records, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How many records ahead the repacked tiles of `kind` prefetch.
+pub(crate) fn prefetch_records(kind: u8) -> usize {
+    PREFETCH_RECORDS[usize::from(kind == Q6_K)].load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Words of four levels per super-block and row.
 const WORDS: usize = 64;
 /// 32-bit words per super-block of a panel's levels.
@@ -474,12 +495,12 @@ pub(crate) unsafe fn repacked_tile_q4_k<const T: usize>(
     debug_assert!(a.data.len() >= T * nsb * Q8_K_BYTES);
     debug_assert!(a.pairs.len() >= T * nsb * PAIR_WORDS && a.d.len() >= T * nsb);
     let block = |t: usize, sb: usize| a.data.as_ptr().add((sb * T + t) * Q8_K_BYTES);
+    let ahead = prefetch_records(Q4_K) * RECORD_BYTES_Q4_K;
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
         let record = &records[sb * RECORD_BYTES_Q4_K..(sb + 1) * RECORD_BYTES_Q4_K];
-        // The records stream from memory: ask for those four ahead. The 32-value kernels'
-        // fixed distance is barely one of these larger records, and measured 20 % slower.
-        prefetch_past(record, 4 * RECORD_BYTES_Q4_K);
+        // The records stream from memory: ask for those ahead (as far as measured best here).
+        prefetch_past(record, ahead);
         let rec = record.as_ptr();
         let y4 =
             |t: usize, w: usize| _mm512_set1_epi32(block(t, sb).add(Q8_K_QS + 4 * w).cast::<i32>().read_unaligned());
@@ -594,14 +615,14 @@ pub(crate) unsafe fn repacked_tile_q6_k<const T: usize>(
     debug_assert!(a.d.len() >= T * nsb);
     let block = |t: usize, sb: usize| a.data.as_ptr().add((sb * T + t) * Q8_K_BYTES);
     let word = |at: *const u8| _mm512_set1_epi32(at.cast::<i32>().read_unaligned());
+    let ahead = prefetch_records(Q6_K) * RECORD_BYTES_Q6_K;
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
         let record = &records[sb * RECORD_BYTES_Q6_K..(sb + 1) * RECORD_BYTES_Q6_K];
-        // Six records (20 KiB) ahead: measured against three, in one profile each, Q6_K's
-        // stream in a decode step ran 3-5 % closer to Q4_K's (1.5B, `bench -t 1,2 -p 0 -n 64
-        // --profile`, three alternated rounds: 0.90-0.94 of Q4_K's GB/s against 0.83-0.91 at
-        // one thread); twelve ran 8 % further from it.
-        prefetch_past(record, 6 * RECORD_BYTES_Q6_K);
+        // The records stream from memory: ask for those ahead (as far as measured best here;
+        // six had measured 3-5 % better than three on a Zen 5 class guest, one and six were
+        // level on a Xeon with AMX).
+        prefetch_past(record, ahead);
         let rec = record.as_ptr();
         // The offset's sum first, `Σ scale_j * bsum_j` by pairs of sub-blocks.
         let mut offset = [_mm512_setzero_si512(); T];
