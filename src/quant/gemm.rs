@@ -47,12 +47,11 @@ pub const MIN_TOKENS: usize = 5;
 /// panel starts at 12. Small batches are what a speculative check runs.
 pub const MIN_TOKENS_K: usize = 12;
 
-/// The fewest tokens for which the panel beats the dot products on `wtype` weights.
-pub fn min_tokens(wtype: GgmlType) -> usize {
-    match wtype {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => MIN_TOKENS_K,
-        _ => MIN_TOKENS,
-    }
+/// The fewest tokens for which the panel beats the dot products on `wtype` weights: its
+/// panel kernel's threshold, from the type's row of the table (`None` for a type without a
+/// panel kernel on this CPU).
+pub fn min_tokens(wtype: GgmlType) -> Option<usize> {
+    kernel(wtype).map(|k| k.min_tokens)
 }
 
 /// How a product runs its full tiles of 16 tokens: through the AMX tile kernels
@@ -139,6 +138,9 @@ pub struct PanelKernel {
     run: PanelRun,
     /// The loops over weights in the repacked layout (`super::repack`), for the types with one.
     run_repacked: Option<PanelRun>,
+    /// The fewest tokens for which the panel beats the dot products ([`MIN_TOKENS`],
+    /// [`MIN_TOKENS_K`]).
+    min_tokens: usize,
 }
 
 impl std::fmt::Debug for PanelKernel {
@@ -161,6 +163,7 @@ impl PanelKernel {
             terms: if with_min { terms_q8_1 } else { terms_q8_0 },
             run: run_block32::<KIND>,
             run_repacked: Some(run_repacked::<KIND>),
+            min_tokens: MIN_TOKENS,
         }
     }
 
@@ -176,6 +179,7 @@ impl PanelKernel {
             } else {
                 Some(run_repacked_k::<KIND>)
             },
+            min_tokens: MIN_TOKENS_K,
         }
     }
 }
@@ -275,7 +279,7 @@ pub fn kernel(wtype: GgmlType) -> Option<PanelKernel> {
 /// product takes one (enough tokens, and a kernel for the type on this CPU); otherwise the
 /// per-row dot products do it.
 pub fn kernel_for(wtype: GgmlType, n_tokens: usize) -> Option<PanelKernel> {
-    kernel(wtype).filter(|_| n_tokens >= min_tokens(wtype))
+    kernel(wtype).filter(|k| n_tokens >= k.min_tokens)
 }
 
 /// Whether [`gemm_rows`] runs products of `wtype` weights on this CPU with this environment.
@@ -1026,6 +1030,32 @@ mod tests {
         }
         if simd::isa() == Isa::Avx512 && cpu_has_bw() {
             assert_eq!(ran, 7, "every repacked type ran");
+        }
+    }
+
+    #[test]
+    fn the_panels_token_threshold_is_the_types_row_and_decides_the_kernel() {
+        for row in traits::for_isa(Isa::Avx512).into_iter().flatten() {
+            let Some(k) = row.panel() else { continue };
+            let k_quant = matches!(row.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+            assert_eq!(
+                k.min_tokens,
+                if k_quant { MIN_TOKENS_K } else { MIN_TOKENS },
+                "{}",
+                row.ty
+            );
+        }
+        for row in traits::table() {
+            match min_tokens(row.ty) {
+                Some(min) => {
+                    assert!(
+                        kernel_for(row.ty, min - 1).is_none() && kernel_for(row.ty, min).is_some(),
+                        "{}",
+                        row.ty
+                    );
+                }
+                None => assert!(kernel_for(row.ty, 512).is_none(), "{}", row.ty),
+            }
         }
     }
 
