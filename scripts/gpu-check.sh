@@ -16,7 +16,7 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 here="$(pwd)"
-export MINFER_FIXTURES="${here}/fixtures" MINFER_CUDA_CACHE="${here}/cuda-cache" MINFER_REQUIRE_NVRTC=1
+export MINFER_FIXTURES="${here}/fixtures" MINFER_CUDA_CACHE="${here}/cuda-cache" MINFER_REQUIRE_NVRTC=1 MINFER_REQUIRE_CUDA=1
 mkdir -p fixtures && tar xzf fixtures.tar.gz -C fixtures && tar xzf bin.tar.gz
 arch="$(cat arch)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2

@@ -208,8 +208,7 @@ fn a_random_model_of_the_real_shape_is_not_degenerate_and_cuda_matches_the_cpu_o
         "logits at the last position peak at {spread}"
     );
 
-    if minfer::backends::probe(minfer::graph::Backend::CUDA).is_err() {
-        eprintln!("no usable CUDA device: only the CPU half of this test ran");
+    if !common::cuda_or_skip("a_random_model_of_the_real_shape_is_not_degenerate_and_cuda_matches_the_cpu_on_it") {
         return;
     }
     for n_gpu_layers in [Some(0), Some(1), Some(12), None] {

@@ -221,3 +221,21 @@ pub fn rule_chain(n: usize) -> String {
     text.push_str(&format!("r{n} ::= \"a\"\n"));
     text
 }
+
+/// Whether a CUDA device is usable here. Without one the caller skips its GPU half, saying so;
+/// where `MINFER_REQUIRE_CUDA=1` (the GPU machine's check script sets it) a missing device
+/// fails the test instead, so that a GPU check cannot pass by skipping.
+#[allow(dead_code)]
+pub fn cuda_or_skip(test: &str) -> bool {
+    match minfer::backends::probe(minfer::graph::Backend::CUDA) {
+        Ok(()) => true,
+        Err(why) => {
+            assert!(
+                std::env::var("MINFER_REQUIRE_CUDA").as_deref() != Ok("1"),
+                "{test}: MINFER_REQUIRE_CUDA=1 but no CUDA device is usable: {why}"
+            );
+            eprintln!("{test}: no usable CUDA device ({why}): its GPU half is skipped");
+            false
+        }
+    }
+}
