@@ -8,28 +8,10 @@
 use crate::gguf::{Array, GgufFile, Metadata, Value};
 use std::fmt::Write;
 
-/// llama.cpp's `llama_model_ftype_name` for `general.file_type`.
+/// llama.cpp's `llama_model_ftype_name` for `general.file_type`: the file-type table's
+/// (`crate::quantize::llama_ftype_name`).
 pub fn file_type_name(ftype: u64) -> &'static str {
-    match ftype {
-        0 => "all F32",
-        1 => "F16",
-        2 => "Q4_0",
-        3 => "Q4_1",
-        7 => "Q8_0",
-        8 => "Q5_0",
-        9 => "Q5_1",
-        10 => "Q2_K - Medium",
-        11 => "Q3_K - Small",
-        12 => "Q3_K - Medium",
-        13 => "Q3_K - Large",
-        14 => "Q4_K - Small",
-        15 => "Q4_K - Medium",
-        16 => "Q5_K - Small",
-        17 => "Q5_K - Medium",
-        18 => "Q6_K",
-        32 => "BF16",
-        _ => "unknown",
-    }
+    crate::quantize::llama_ftype_name(ftype)
 }
 
 fn show_value(v: &Value) -> String {

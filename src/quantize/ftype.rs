@@ -55,6 +55,39 @@ const NAMES: &[(&str, FileType)] = &[
     ("F32", FileType::F32),
 ];
 
+/// Every `llama_ftype` minfer names: its `general.file_type` value, llama.cpp's name for it
+/// (`llama_model_ftype_name`, what `minfer info` and `bench` print), and the mix `minfer
+/// quantize` writes under it, if it writes one. The one table of file types: the mixes'
+/// values are checked against it.
+const LLAMA_FTYPES: &[(u64, &str, Option<FileType>)] = &[
+    (0, "all F32", Some(FileType::F32)),
+    (1, "F16", Some(FileType::F16)),
+    (2, "Q4_0", Some(FileType::Q4_0)),
+    (3, "Q4_1", Some(FileType::Q4_1)),
+    (7, "Q8_0", Some(FileType::Q8_0)),
+    (8, "Q5_0", Some(FileType::Q5_0)),
+    (9, "Q5_1", Some(FileType::Q5_1)),
+    (10, "Q2_K - Medium", None),
+    (11, "Q3_K - Small", None),
+    (12, "Q3_K - Medium", None),
+    (13, "Q3_K - Large", None),
+    (14, "Q4_K - Small", Some(FileType::Q4_K_S)),
+    (15, "Q4_K - Medium", Some(FileType::Q4_K_M)),
+    (16, "Q5_K - Small", Some(FileType::Q5_K_S)),
+    (17, "Q5_K - Medium", Some(FileType::Q5_K_M)),
+    (18, "Q6_K", Some(FileType::Q6_K)),
+    (32, "BF16", Some(FileType::BF16)),
+];
+
+/// llama.cpp's name for the `general.file_type` value `id` (`llama_model_ftype_name`), or
+/// `"unknown"`.
+pub fn llama_ftype_name(id: u64) -> &'static str {
+    LLAMA_FTYPES
+        .iter()
+        .find(|(i, _, _)| *i == id)
+        .map_or("unknown", |(_, name, _)| name)
+}
+
 impl FileType {
     /// The file type llama-quantize means by `name` (any case; `Q4_K` and `Q5_K` are its
     /// aliases for `Q4_K_M` and `Q5_K_M`), or `None` for a type we do not write.
@@ -105,6 +138,19 @@ impl FileType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_mix_we_write_is_in_the_one_table_under_its_own_value() {
+        for name in FileType::names() {
+            let t = FileType::from_name(name).unwrap();
+            let row = LLAMA_FTYPES.iter().find(|(_, _, f)| *f == Some(t)).unwrap();
+            assert_eq!(row.0, u64::from(t.id()), "{name}");
+        }
+        assert_eq!(llama_ftype_name(15), "Q4_K - Medium");
+        assert_eq!(llama_ftype_name(0), "all F32");
+        assert_eq!(llama_ftype_name(11), "Q3_K - Small");
+        assert_eq!(llama_ftype_name(99), "unknown");
+    }
 
     #[test]
     fn names_parse_in_any_case_and_aliases_name_the_medium_mixes() {

@@ -11,7 +11,7 @@
 mod ftype;
 mod rules;
 
-pub use ftype::FileType;
+pub use ftype::{llama_ftype_name, FileType};
 pub use rules::{llama_order, plan, ModelFacts, Planned, TensorMeta};
 
 use crate::gguf::split::{KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
