@@ -527,9 +527,24 @@ impl ComputeBackend for CpuBackend {
     }
 
     fn supports_op(&self, op: &Op, dtype: DType) -> bool {
+        // Every op, named: a new one is a compile error here until it is handled or refused.
         match op {
             Op::Input => true,
-            _ => dtype == DType::F32,
+            Op::Add
+            | Op::Mul
+            | Op::Silu
+            | Op::SwiGLU
+            | Op::RmsNorm { .. }
+            | Op::QkNorm { .. }
+            | Op::MatMul
+            | Op::GetRows
+            | Op::RoPE
+            | Op::Attn { .. }
+            | Op::KvcacheStore { .. }
+            | Op::KvcacheLoad { .. }
+            | Op::FusedQKV { .. }
+            | Op::FusedQkvNorm { .. }
+            | Op::FusedFFN => dtype == DType::F32,
         }
     }
 
