@@ -627,19 +627,19 @@ pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
         } else {
             (dot_isa(t.ggml_type), "dot")
         };
-        let order = |how: &str| ["repacked", "gemm", "dot"].iter().position(|h| *h == how);
-        let at = match groups.iter().position(|g| (g.0, g.1) == (kernel, how)) {
-            Some(at) => at,
-            None => {
-                let at = groups.partition_point(|g| order(g.1) <= order(how));
-                groups.insert(at, (kernel, how, Vec::new()));
-                at
-            }
-        };
+        let at = groups
+            .iter()
+            .position(|g| (g.0, g.1) == (kernel, how))
+            .unwrap_or_else(|| {
+                groups.push((kernel, how, Vec::new()));
+                groups.len() - 1
+            });
         if !groups[at].2.contains(&t.ggml_type.name()) {
             groups[at].2.push(t.ggml_type.name());
         }
     }
+    // Repacked, then GEMM, then dot products; in the order met within each.
+    groups.sort_by_key(|g| ["repacked", "gemm", "dot"].iter().position(|h| *h == g.1));
     let groups: Vec<String> = groups
         .iter()
         .map(|(kernel, how, types)| format!("{kernel} {how} ({})", types.join(", ")))

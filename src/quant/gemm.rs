@@ -357,7 +357,7 @@ pub fn repacked_available(wtype: GgmlType) -> bool {
 /// Whether this CPU and environment have kernels for `wtype` weights in the repacked layout
 /// ([`gemm_rows_repacked`] takes them), chosen or not.
 pub fn has_repacked_kernel(wtype: GgmlType) -> bool {
-    kernel(wtype).is_some_and(|k| k.run_repacked.is_some())
+    kernel(wtype).is_some_and(|k| k.has_repacked())
 }
 
 /// [`gemm_rows`] for a weight in the repacked layout, at any number of tokens (one included):
@@ -384,7 +384,8 @@ pub fn gemm_rows_repacked(
 /// the type table chose: the kernel choice times it before there is a table), its full tiles
 /// of 16 tokens run in `mode`.
 ///
-/// The caller has checked that the CPU runs `k`'s instruction set (AVX-512 F, BW and VNNI).
+/// Declined (`Ok(false)`) where `k` has no repacked loops or the CPU lacks AVX-512 BW; the
+/// caller has checked F and VNNI (they come with every table that holds a panel kernel).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_rows_repacked_in(
     mode: TileMode,

@@ -266,8 +266,6 @@ impl Choice {
 pub struct Choices {
     /// The CPU's identity, as the cache keys it.
     pub cpu: String,
-    /// The widest instruction set allowed ([`simd::isa`]).
-    pub ceiling: Isa,
     /// The cache file, when there is one.
     pub cache: Option<PathBuf>,
     /// A `MINFER_KERNEL` that could not be followed (the types were measured instead).
@@ -448,7 +446,6 @@ fn choose(ceiling: Isa, spec: &str, cache: Option<&Path>, id: &Identity, measure
     }
     Choices {
         cpu: id.cpu.clone(),
-        ceiling,
         cache: cache.map(Path::to_path_buf),
         refused,
         measured_in: if measured_any {
@@ -503,7 +500,7 @@ fn has_prefetch_distance(ty: GgmlType) -> bool {
 
 /// The repacked tile's read rate in GB/s from memory on about `slice_bytes` of `ty` weights at
 /// each of [`PREFETCH_DISTANCES`], where `ty` has a repacked K-quant tile on this CPU (else
-/// none). It sets the distance the tiles use while it runs, and leaves the default.
+/// none). It sets the distance the tiles use while it runs, and puts back the one in use.
 pub fn time_prefetch(ty: GgmlType, slice_bytes: usize) -> Vec<(usize, f64)> {
     #[cfg(target_arch = "x86_64")]
     {

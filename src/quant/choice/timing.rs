@@ -178,6 +178,8 @@ pub(super) fn measure_prefetch(ty: GgmlType, slice_bytes: usize) -> Vec<(usize, 
     let Some(mut slice) = Slice::new(ty, &[Kernel::Repacked], slice_bytes) else {
         return Vec::new();
     };
+    // The distance in use, put back at the end (the choice's, where it was made before).
+    let in_use = gemm_k::prefetch_records(kind);
     let n = PREFETCH_DISTANCES.len();
     let mut best = vec![Duration::MAX; n];
     // Chunks of rows dealt round-robin: each distance reads its share of the slice.
@@ -203,7 +205,7 @@ pub(super) fn measure_prefetch(ty: GgmlType, slice_bytes: usize) -> Vec<(usize, 
             *best = (*best).min(per_row.unwrap_or(Duration::MAX));
         }
     }
-    gemm_k::set_prefetch_records(kind, PREFETCH_DISTANCES[0]);
+    gemm_k::set_prefetch_records(kind, in_use);
     let row_bytes = slice.weight_bytes(0).len() as f64 / slice.n_out as f64;
     (0..n)
         .map(|i| {
