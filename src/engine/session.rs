@@ -11,11 +11,10 @@
 //! sequence the bits it would get alone.
 
 use super::{Batch, EngineError, KvCells, Model, SeqId};
-use crate::backends::cpu::kernels;
 use crate::graph::scheduler::Timed;
 use crate::graph::{
     Backend, CParams, ComputeBackend, ComputeGraph, DType, GraphAllocator, GraphCache, GraphError, GraphParams,
-    InputKind, NodeMeta,
+    InputKind, KShift, NodeMeta, RopeMeta,
 };
 use crate::models::ModelDef;
 use std::sync::Arc;
@@ -23,12 +22,6 @@ use std::time::Instant;
 
 /// One layer's K rows and V rows as stored (f32, f16 or Q8_0 bytes), one row a token.
 pub type LayerRows = (Vec<u8>, Vec<u8>);
-
-/// A KV region whose bytes do not hold its values (cannot happen for regions the allocator
-/// made with the session's types).
-fn kernel_layout(layer: usize) -> EngineError {
-    EngineError::Output(format!("the KV region of layer {layer} does not match its type"))
-}
 
 /// The KV cache and activations of a model's sequences; see the module documentation.
 ///
@@ -273,9 +266,8 @@ impl Session {
     /// into cells `0..` so that attention stays bounded by position, and generation goes on
     /// from `n_past() - n_discard`.
     ///
-    /// The KV regions are read and written through the backend seam and rotated on the host
-    /// with the CPU backend's RoPE kernel: a shift happens once per half a context, not per
-    /// token.
+    /// The rows move and turn where the backend holding the KV regions keeps them, through the
+    /// seam ([`ComputeBackend::rope_shift`], [`ComputeBackend::gather_rows`]).
     pub fn shift_context(&mut self, n_keep: usize, n_discard: usize) -> Result<(), EngineError> {
         let n_past = self.n_past();
         let bad = EngineError::BadShift {
@@ -296,31 +288,21 @@ impl Session {
         let from = self.kv.compact(0)?;
         self.move_rows(&from)?;
         let hp = self.model.hparams();
-        let row = hp.n_kv_embd();
-        let style = match hp.rope_style {
-            crate::graph::RopeStyle::Neox => kernels::RopeStyle::Neox,
-            crate::graph::RopeStyle::Normal => kernels::RopeStyle::Normal,
+        let shift = KShift {
+            first_row: n_keep,
+            n_rows: from.len() - n_keep,
+            delta: -(n_discard as i32),
+            rope: RopeMeta {
+                style: hp.rope_style,
+                n_head: hp.n_head_kv,
+                head_dim: hp.head_dim,
+                n_rot: hp.n_rot,
+                freq_base: hp.rope_freq_base,
+            },
         };
-        let (n_head_kv, head_dim, n_rot, freq_base) = (hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_freq_base);
-        let n = from.len();
-        let n_moved = n - n_keep;
-        let shift = vec![-(n_discard as i32); n_moved];
-        let type_k = self.params.cparams.type_k;
-        let bytes = type_k.bytes(n * row);
-        let mut words = vec![0f32; bytes.div_ceil(4)];
-        let mut rows = vec![0f32; n_moved * row];
-        let kernel = |e: kernels::KernelError| EngineError::Output(format!("context shift: {e}"));
         let alloc = self.cache.alloc_mut();
         for layer in alloc.kv_layers() {
-            alloc.read_kv(layer, false, &mut bytemuck::cast_slice_mut(&mut words)[..bytes])?;
-            let region = kernels::KvRegion::of(&words, type_k, n * row).ok_or_else(|| kernel_layout(layer))?;
-            region.read(n_keep * row, &mut rows).map_err(kernel)?;
-            kernels::rope(&mut rows, &shift, n_moved, n_head_kv, head_dim, n_rot, freq_base, style).map_err(kernel)?;
-            kernels::KvRegionMut::of(&mut words, type_k, n * row)
-                .ok_or_else(|| kernel_layout(layer))?
-                .write(n_keep * row, &rows)
-                .map_err(kernel)?;
-            alloc.write_kv(layer, false, &bytemuck::cast_slice(&words)[..bytes])?;
+            alloc.shift_k(layer, &shift)?;
         }
         Ok(())
     }
@@ -338,11 +320,10 @@ impl Session {
         let Some(words) = self.region_words(layer, v, dtype.bytes(n))? else {
             return Ok(Vec::new());
         };
+        let ty = dtype.ggml_type().expect("a KV type holds values");
         let mut rows = vec![0f32; n];
-        kernels::KvRegion::of(&words, dtype, n)
-            .ok_or_else(|| kernel_layout(layer))?
-            .read(0, &mut rows)
-            .map_err(|e| EngineError::Output(e.to_string()))?;
+        crate::quant::dequantize_row(ty, &bytemuck::cast_slice(&words)[..dtype.bytes(n)], &mut rows)
+            .map_err(|e| EngineError::Output(format!("the KV region of layer {layer}: {e}")))?;
         Ok(rows)
     }
 
@@ -422,20 +403,11 @@ impl Session {
     /// cell `from[i]`'s.
     fn move_rows(&mut self, from: &[u32]) -> Result<(), EngineError> {
         let row = self.model.hparams().n_kv_embd();
-        let n_ctx = self.kv.n_ctx();
         let (type_k, type_v) = self.kv_types();
-        for layer in self.cache.alloc().kv_layers() {
+        let alloc = self.cache.alloc_mut();
+        for layer in alloc.kv_layers() {
             for (v, dtype) in [(false, type_k), (true, type_v)] {
-                let row_bytes = dtype.bytes(row);
-                let Some(words) = self.region_words(layer, v, dtype.bytes(n_ctx * row))? else {
-                    continue;
-                };
-                let region: &[u8] = bytemuck::cast_slice(&words);
-                let mut packed = Vec::with_capacity(from.len() * row_bytes);
-                for &src in from {
-                    packed.extend_from_slice(&region[src as usize * row_bytes..][..row_bytes]);
-                }
-                self.cache.alloc_mut().write_kv(layer, v, &packed)?;
+                alloc.gather_kv(layer, v, dtype.bytes(row), from)?;
             }
         }
         Ok(())

@@ -122,6 +122,19 @@ impl GraphAllocator {
         Ok(self.backend_mut(buf.backend)?.write_buffer(buf.id, 0, src)?)
     }
 
+    /// Turn rows of a layer's K region by a context shift, on the backend that holds it.
+    pub fn shift_k(&mut self, layer: usize, shift: &super::KShift) -> Result<(), GraphError> {
+        let buf = self.kv_buffer(layer, false)?;
+        Ok(self.backend_mut(buf.backend)?.rope_shift(buf.id, shift)?)
+    }
+
+    /// Make cell `i` of a layer's K (`v = false`) or V region hold what cell `from[i]` held
+    /// (cells of `row_bytes` bytes), on the backend that holds it.
+    pub fn gather_kv(&mut self, layer: usize, v: bool, row_bytes: usize, from: &[u32]) -> Result<(), GraphError> {
+        let buf = self.kv_buffer(layer, v)?;
+        Ok(self.backend_mut(buf.backend)?.gather_rows(buf.id, row_bytes, from)?)
+    }
+
     fn kv_buffer(&self, layer: usize, v: bool) -> Result<BufRef, GraphError> {
         self.kv
             .get(&layer)

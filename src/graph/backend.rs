@@ -7,7 +7,7 @@
 //! prepared for the device, threads, device handles) belongs to the device; what a sequence's
 //! forward pass writes (activations, KV) belongs to a context, so sessions never share a buffer.
 
-use super::ops::{FusedOp, Op};
+use super::ops::{FusedOp, Op, RopeMeta};
 use super::{BufRef, CNode, DType, TensorSource, WeightUse};
 use std::fmt;
 
@@ -119,6 +119,22 @@ pub fn buffer_window(
         })
 }
 
+/// A context shift's re-rotation of K rows (llama.cpp's K-shift): rows `first_row..first_row +
+/// n_rows` of a K region, `rope.n_head` (= n_head_kv) heads each, turn by `delta` positions of
+/// RoPE. A rotation, so exact up to rounding; an f16 or Q8_0 row is converted to f32 for it and
+/// back, as llama.cpp does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KShift {
+    /// The first row (cell) to turn.
+    pub first_row: usize,
+    /// Rows to turn.
+    pub n_rows: usize,
+    /// Positions to turn by (negative: back, after a discard).
+    pub delta: i32,
+    /// The model's rotation, with `n_head` the KV heads.
+    pub rope: RopeMeta,
+}
+
 /// Resolves a layer's persistent (K, V) regions to buffer ids of the backend that holds them.
 pub trait KvProvider {
     /// Buffer ids of `layer`'s (K, V) regions, or `None` before they are allocated.
@@ -216,6 +232,41 @@ pub trait ComputeBackend: Send {
     fn read_buffer(&mut self, id: usize, offset: usize, dst: &mut [u8]) -> Result<(), BackendError>;
     /// Copy `src` into buffer `id` from byte `offset`. A range outside the buffer is an error.
     fn write_buffer(&mut self, id: usize, offset: usize, src: &[u8]) -> Result<(), BackendError>;
+    /// Turn K rows of KV region `id` by a context shift's positions ([`KShift`]), in the
+    /// backend's own memory. A backend without it refuses by name (the default).
+    fn rope_shift(&mut self, id: usize, shift: &KShift) -> Result<(), BackendError> {
+        let _ = shift;
+        Err(BackendError::Buffer {
+            backend: self.name().into(),
+            id,
+            problem: "cannot be turned by a context shift: the backend has no K-shift".into(),
+        })
+    }
+    /// Make row `i` of buffer `id` hold what row `from[i]` held (rows of `row_bytes` bytes): the
+    /// compaction of a KV region after cells were freed. The default copies through the host;
+    /// a device may do it in its own memory.
+    fn gather_rows(&mut self, id: usize, row_bytes: usize, from: &[u32]) -> Result<(), BackendError> {
+        let (bytes, _) = self.buffer_info(id).ok_or_else(|| BackendError::Buffer {
+            backend: self.name().into(),
+            id,
+            problem: "does not exist".into(),
+        })?;
+        let mut region = vec![0u8; bytes];
+        self.read_buffer(id, 0, &mut region)?;
+        let mut packed = Vec::with_capacity(from.len() * row_bytes);
+        for &src in from {
+            let start = src as usize * row_bytes;
+            let row = region
+                .get(start..start + row_bytes)
+                .ok_or_else(|| BackendError::Buffer {
+                    backend: self.name().into(),
+                    id,
+                    problem: format!("has no row {src} of {row_bytes} bytes"),
+                })?;
+            packed.extend_from_slice(row);
+        }
+        self.write_buffer(id, 0, &packed)
+    }
     /// Wait for all work submitted to this context; a device's asynchronous failure surfaces
     /// here.
     fn synchronize(&mut self) -> Result<(), BackendError>;

@@ -26,7 +26,7 @@ pub mod scheduler;
 pub mod weights;
 
 pub use alloc::GraphAllocator;
-pub use backend::{Backend, BackendDevice, BackendError, ComputeBackend, KvProvider};
+pub use backend::{Backend, BackendDevice, BackendError, ComputeBackend, KShift, KvProvider};
 pub use builder::GraphBuilder;
 pub use cache::GraphCache;
 pub use ops::{
@@ -72,6 +72,17 @@ impl DType {
             "f16" => Ok(DType::F16),
             "q8_0" => Ok(DType::Q8_0),
             other => Err(format!("'{other}' is not a KV cache type: use f32, f16 or q8_0")),
+        }
+    }
+
+    /// The GGML type of the same layout, for converting a buffer's bytes with [`crate::quant`]
+    /// (`None` for i32, which holds ids, not values).
+    pub fn ggml_type(self) -> Option<crate::quant::GgmlType> {
+        match self {
+            DType::F32 => Some(crate::quant::GgmlType::F32),
+            DType::F16 => Some(crate::quant::GgmlType::F16),
+            DType::Q8_0 => Some(crate::quant::GgmlType::Q8_0),
+            DType::I32 => None,
         }
     }
 

@@ -4,7 +4,7 @@
 //! values, so fused and unfused graphs give bit-identical results; what the fusion removes is
 //! graph overhead (nodes, intermediate buffers, scheduler steps), not arithmetic.
 
-use super::{ids_of, kernels, rope_style, CpuBackend};
+use super::{ids_of, kernels, CpuBackend};
 use crate::graph::{BackendError, BufRef, CNode, FusedFfnMeta, FusedQkvMeta, MatMulMeta};
 
 impl CpuBackend {
@@ -84,17 +84,8 @@ impl CpuBackend {
                     .map_err(|e| self.err(node, e))?;
             }
             let r = &m.rope;
-            kernels::rope(
-                out,
-                positions,
-                nt,
-                r.n_head,
-                r.head_dim,
-                r.n_rot,
-                r.freq_base,
-                rope_style(r.style),
-            )
-            .map_err(|e| self.err(node, e))?;
+            kernels::rope(out, positions, nt, r.n_head, r.head_dim, r.n_rot, r.freq_base, r.style)
+                .map_err(|e| self.err(node, e))?;
             kernels::rope(
                 &mut k,
                 positions,
@@ -103,7 +94,7 @@ impl CpuBackend {
                 r.head_dim,
                 r.n_rot,
                 r.freq_base,
-                rope_style(r.style),
+                r.style,
             )
             .map_err(|e| self.err(node, e))?;
             let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;

@@ -27,8 +27,8 @@ pub mod kernels;
 pub mod pool;
 
 use crate::graph::{
-    Backend, BackendDevice, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op, RopeStyle,
-    TensorSource, WeightUse,
+    Backend, BackendDevice, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op, TensorSource,
+    WeightUse,
 };
 use crate::quant::{gemm, repack, repack::Repacked};
 use kernels::{Activations, KernelError};
@@ -355,14 +355,6 @@ fn physical_cores() -> Option<usize> {
     (!cores.is_empty()).then_some(cores.len())
 }
 
-/// The kernel's name for a node's RoPE pairing.
-fn rope_style(style: RopeStyle) -> kernels::RopeStyle {
-    match style {
-        RopeStyle::Neox => kernels::RopeStyle::Neox,
-        RopeStyle::Normal => kernels::RopeStyle::Normal,
-    }
-}
-
 /// An I32 input's values, which its f32 buffer holds as bit patterns: viewed in place.
 fn ids_of(bits: &[f32]) -> &[i32] {
     bytemuck::cast_slice(bits)
@@ -639,6 +631,16 @@ impl ComputeBackend for CpuBackend {
         Ok(())
     }
 
+    fn rope_shift(&mut self, id: usize, shift: &crate::graph::KShift) -> Result<(), BackendError> {
+        self.byte_range(id, 0, 0)?;
+        let (bytes, dtype) = self.info[id];
+        kernels::rope_shift(&mut self.buffers[id], bytes, dtype, shift).map_err(|e| BackendError::Buffer {
+            backend: "cpu".into(),
+            id,
+            problem: format!("context shift: {e}"),
+        })
+    }
+
     fn synchronize(&mut self) -> Result<(), BackendError> {
         // The graph (or this backend's split of it) is done.
         self.set_executing(false);
@@ -709,17 +711,7 @@ impl CpuBackend {
                     out.copy_from_slice(self.buffer(node, in_bufs[0])?);
                 }
                 let positions = ids_of(self.buffer(node, in_bufs[1])?);
-                kernels::rope(
-                    out,
-                    positions,
-                    nt,
-                    m.n_head,
-                    m.head_dim,
-                    m.n_rot,
-                    m.freq_base,
-                    rope_style(m.style),
-                )
-                .map_err(kerr)
+                kernels::rope(out, positions, nt, m.n_head, m.head_dim, m.n_rot, m.freq_base, m.style).map_err(kerr)
             }
             (Op::Silu, _) => {
                 if aliased(0) {

@@ -885,6 +885,20 @@ impl ComputeBackend for CudaBackend {
             .map_err(|e| Self::buffer_error(id, format!("copying from the host: {e}")))
     }
 
+    /// A context shift happens once per half a context, not per token: the region comes to the
+    /// host, turns with the CPU's reference rotation and goes back. (A device kernel would
+    /// spare the two copies; the seam lets one replace this without touching the engine.)
+    fn rope_shift(&mut self, id: usize, shift: &crate::graph::KShift) -> Result<(), BackendError> {
+        let (bytes, dtype) = self
+            .buffer_info(id)
+            .ok_or_else(|| Self::buffer_error(id, "does not exist"))?;
+        let mut words = vec![0f32; bytes.div_ceil(4)];
+        self.read_buffer(id, 0, &mut bytemuck::cast_slice_mut(&mut words)[..bytes])?;
+        crate::backends::cpu::kernels::rope_shift(&mut words, bytes, dtype, shift)
+            .map_err(|e| Self::buffer_error(id, format!("context shift: {e}")))?;
+        self.write_buffer(id, 0, &bytemuck::cast_slice(&words)[..bytes])
+    }
+
     /// A timed node's kernels run to the end before the clock stops: the profile's per-node
     /// times are then the kernels' (each with its launch), at the cost of the overlap of a
     /// launch with the kernel before it. The error flags wait for the step's `synchronize`:

@@ -277,6 +277,50 @@ impl<'a> KvRegionMut<'a> {
     }
 }
 
+/// Turn K rows of a region held in `words` (`bytes` bytes of `dtype`) by a context shift:
+/// each row is read as f32, rotated with [`rope`](super::rope) by `shift.delta` positions and
+/// written back in the stored type (llama.cpp's K-shift, which converts f16 and Q8_0 the same
+/// way).
+pub fn rope_shift(
+    words: &mut [f32],
+    bytes: usize,
+    dtype: DType,
+    shift: &crate::graph::KShift,
+) -> Result<(), KernelError> {
+    const K: &str = "rope_shift";
+    let r = &shift.rope;
+    let row = super::size(K, "row", r.n_head, r.head_dim)?;
+    let n_values = region_values(bytes, dtype);
+    let start = super::size(K, "start", shift.first_row, row)?;
+    let n = super::size(K, "rows", shift.n_rows, row)?;
+    let mut rows = vec![0f32; n];
+    // The words hold fewer bytes than the region's size says.
+    let got = words.len() * 4;
+    let layout = || KernelError::TooSmall {
+        kernel: K,
+        operand: "region",
+        needed: bytes,
+        got,
+    };
+    KvRegion::of(words, dtype, n_values)
+        .ok_or_else(layout)?
+        .read(start, &mut rows)?;
+    let positions = vec![shift.delta; shift.n_rows];
+    super::rope(
+        &mut rows,
+        &positions,
+        shift.n_rows,
+        r.n_head,
+        r.head_dim,
+        r.n_rot,
+        r.freq_base,
+        r.style,
+    )?;
+    KvRegionMut::of(words, dtype, n_values)
+        .ok_or_else(layout)?
+        .write(start, &rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,7 +30,7 @@ pub use elementwise::{
     mul_row_broadcast_inplace, silu, silu_inplace, swiglu, swiglu_inplace,
 };
 pub use get_rows::get_rows;
-pub use kv_region::{region_values, F16Rows, KvRegion, KvRegionMut, KvRows, Q8Rows, SCRATCH_SLACK};
+pub use kv_region::{region_values, rope_shift, F16Rows, KvRegion, KvRegionMut, KvRows, Q8Rows, SCRATCH_SLACK};
 pub use kv_store::kv_store;
 pub use matmul::{
     matmul, matmul_rows, matmul_rows_repacked, quantize_activations, quantize_chunk, ActivationBuffers,

@@ -3,15 +3,7 @@
 //! and the pairing of dimensions; must not know which model wants which style.
 
 use super::{check_len, size, KernelError};
-
-/// Which dimensions of a head rotate together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// Interleaved pairs `(2i, 2i + 1)` (`GGML_ROPE_TYPE_NORMAL`, llama).
-    Normal,
-    /// Halves: pairs `(i, i + n_rot / 2)` (`GGML_ROPE_TYPE_NEOX`, Qwen).
-    Neox,
-}
+pub use crate::graph::RopeStyle;
 
 /// Rotate the first `n_rot` dimensions of every head of `x` (`[head_dim * n_head, n_tokens]`)
 /// by the angles of token `t`'s position `positions[t]`; dimensions from `n_rot` on are left
