@@ -137,6 +137,8 @@ impl Session {
         let fence: Vec<u16> = backends.iter().map(|b| b.handle().0).collect();
         let mut cparams = CParams::new(n_ctx, fence);
         cparams.n_seq_max = n_seq_max;
+        (cparams.fuse_qkv, cparams.fuse_ffn) =
+            crate::graph::fusion::decode_fusions(backends.first().map(|b| b.as_ref()));
         Ok(Session {
             model,
             cache: GraphCache::new(GraphAllocator::new(backends)),

@@ -1,10 +1,28 @@
 //! The peephole fusion pass: `Mul(Silu(x), y)` → `SwiGLU(x, y)` (Silu on either side), applied
 //! only where the mul's backend claims the fused kernel, so no backend gets a fusion it would
 //! have to emulate. The orphaned Silu becomes a dead node: no buffer, not executed.
+//!
+//! The decode fusions (one node for a layer's Q/K/V block, one for its FFN's gate and up) are
+//! built by the shared blocks rather than rewritten here; whether a session asks for them is
+//! decided once, here too, from what the backend that runs the layers claims.
 
 use super::alloc::GraphAllocator;
 use super::ops::{FusedOp, Op};
-use super::ComputeGraph;
+use super::{ComputeBackend, ComputeGraph};
+
+/// The decode fusions `(fuse_qkv, fuse_ffn)` for a session whose layers run on `layers` (the
+/// first backend of its fence: the highest-priority one, or the device of an `-ngl` split):
+/// each on when that backend claims it ([`FusedOp::DecodeQkv`], [`FusedOp::DecodeFfn`]), unless
+/// `MINFER_NO_FUSE_QKV=1` or `MINFER_NO_FUSE_FFN=1` turns it off.
+pub fn decode_fusions(layers: Option<&dyn ComputeBackend>) -> (bool, bool) {
+    let on = |fused: FusedOp, var: &str| {
+        layers.is_some_and(|b| b.supports_fused(fused)) && !std::env::var(var).is_ok_and(|v| v == "1")
+    };
+    (
+        on(FusedOp::DecodeQkv, "MINFER_NO_FUSE_QKV"),
+        on(FusedOp::DecodeFfn, "MINFER_NO_FUSE_FFN"),
+    )
+}
 
 /// The peephole fusion pass (see the module docs); stateless.
 pub struct FusionPass;

@@ -62,6 +62,11 @@ pub enum AttnMode {
 pub enum FusedOp {
     /// `Mul(Silu(x), y)` → `SwiGLU(x, y)`.
     SwiGLU,
+    /// The decode Q/K/V block as one [`Op::FusedQKV`] node, built by the shared blocks when the
+    /// backend that runs the layers claims it.
+    DecodeQkv,
+    /// The decode FFN's gate, up and SwiGLU as one [`Op::FusedFFN`] node, likewise.
+    DecodeFfn,
 }
 
 /// What a node computes. `src` lists the operands in order; the weights it reads are named in
@@ -142,6 +147,58 @@ pub enum Op {
 }
 
 impl Op {
+    /// One op of each kind, with placeholder payloads: the IR's vocabulary, which conformance
+    /// tests walk so that no op escapes them. The match below names every kind without a
+    /// wildcard, so a new op is a compile error here until it is listed.
+    pub fn every() -> Vec<Op> {
+        let every = vec![
+            Op::Input,
+            Op::Add,
+            Op::Mul,
+            Op::Silu,
+            Op::SwiGLU,
+            Op::RmsNorm { eps: 0.0 },
+            Op::QkNorm {
+                head_dim: 0,
+                n_head: 0,
+                eps: 0.0,
+            },
+            Op::MatMul,
+            Op::GetRows,
+            Op::RoPE,
+            Op::Attn {
+                mode: AttnMode::Gqa,
+                explicit_span: false,
+            },
+            Op::KvcacheStore { layer: 0 },
+            Op::KvcacheLoad { layer: 0 },
+            Op::FusedQKV { layer: 0 },
+            Op::FusedQkvNorm { layer: 0 },
+            Op::FusedFFN,
+        ];
+        for op in &every {
+            match op {
+                Op::Input
+                | Op::Add
+                | Op::Mul
+                | Op::Silu
+                | Op::SwiGLU
+                | Op::RmsNorm { .. }
+                | Op::QkNorm { .. }
+                | Op::MatMul
+                | Op::GetRows
+                | Op::RoPE
+                | Op::Attn { .. }
+                | Op::KvcacheStore { .. }
+                | Op::KvcacheLoad { .. }
+                | Op::FusedQKV { .. }
+                | Op::FusedQkvNorm { .. }
+                | Op::FusedFFN => {}
+            }
+        }
+        every
+    }
+
     /// Short name for dumps and traces.
     pub fn name(&self) -> &'static str {
         match self {
@@ -313,4 +370,18 @@ pub enum NodeMeta {
     FusedQkv(FusedQkvMeta),
     /// The projections of a FusedFFN.
     FusedFfn(FusedFfnMeta),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Op;
+
+    #[test]
+    fn every_op_kind_is_listed_once() {
+        let names: Vec<&str> = Op::every().iter().map(Op::name).collect();
+        let mut distinct = names.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+    }
 }

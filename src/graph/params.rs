@@ -22,9 +22,10 @@ pub struct CParams {
     /// the rest is pinned to the CPU ([`super::offload`]). `None`: every node goes to the
     /// highest-priority backend that supports it.
     pub n_gpu_layers: Option<usize>,
-    /// Decode QKV fusion (`MINFER_NO_FUSE_QKV=1` disables); part of the reuse identity.
+    /// Decode QKV fusion, as [`decode_fusions`](super::fusion::decode_fusions) decides it for
+    /// the backend that runs the layers; part of the reuse identity.
     pub fuse_qkv: bool,
-    /// Decode FFN fusion (`MINFER_NO_FUSE_FFN=1` disables); part of the reuse identity.
+    /// Decode FFN fusion, likewise.
     pub fuse_ffn: bool,
     /// Sequences the KV cache may hold at once (the `kv_index` input has room for
     /// `n_ctx_seq` cells of each).
@@ -43,14 +44,9 @@ pub struct CParams {
 }
 
 impl CParams {
-    /// Context parameters for a backend fence. The decode fusions are on only when a device
-    /// backend takes part: on the CPU they measured no gain (tg64 on the 0.5B model, 2 threads:
-    /// 11.99 and 11.77 tok/s fused, 12.21 and 12.12 unfused), since the CPU's fused nodes run the
-    /// same kernels and only save graph bookkeeping. `MINFER_NO_FUSE_QKV=1` and
-    /// `MINFER_NO_FUSE_FFN=1` turn them off everywhere.
+    /// Context parameters for a backend fence, with the decode fusions off: a session turns
+    /// them on from what its backends claim ([`decode_fusions`](super::fusion::decode_fusions)).
     pub fn new(n_ctx: usize, backends: Vec<u16>) -> Self {
-        let off = |var: &str| std::env::var(var).is_ok_and(|v| v == "1");
-        let device = backends.iter().any(|&b| b != super::Backend::CPU.0);
         CParams {
             n_ctx,
             n_ctx_seq: n_ctx,
@@ -58,8 +54,8 @@ impl CParams {
             n_gpu_layers: None,
             type_k: super::DType::F16,
             type_v: super::DType::F16,
-            fuse_qkv: device && !off("MINFER_NO_FUSE_QKV"),
-            fuse_ffn: device && !off("MINFER_NO_FUSE_FFN"),
+            fuse_qkv: false,
+            fuse_ffn: false,
             n_seq_max: 1,
             explicit_span: false,
         }

@@ -661,7 +661,20 @@ impl CudaBackend {
                 self.mul_mat(node, &m.up, x, nt, up)?;
                 self.elementwise(node, gate, up, out, n, 2)
             }
-            (op, _) => Err(BackendError::Unsupported {
+            // A payload that is not its op's (a malformed graph). Every op is named above or
+            // here, none by a wildcard: a new op fails to compile until it is run or refused.
+            (
+                op @ (Op::RmsNorm { .. }
+                | Op::QkNorm { .. }
+                | Op::MatMul
+                | Op::RoPE
+                | Op::Attn { .. }
+                | Op::KvcacheStore { .. }
+                | Op::FusedQKV { .. }
+                | Op::FusedQkvNorm { .. }
+                | Op::FusedFFN),
+                _,
+            ) => Err(BackendError::Unsupported {
                 backend: "cuda".into(),
                 node: node.name.clone(),
                 op: op.name(),
@@ -779,7 +792,11 @@ impl ComputeBackend for CudaBackend {
     }
 
     fn supports_fused(&self, fused: FusedOp) -> bool {
-        matches!(fused, FusedOp::SwiGLU)
+        // Each fused decode node is one launch instead of several: on a device, launches are
+        // what a one-token step waits on.
+        match fused {
+            FusedOp::SwiGLU | FusedOp::DecodeQkv | FusedOp::DecodeFfn => true,
+        }
     }
 
     fn alloc_buffer(&mut self, bytes: usize, dtype: DType) -> usize {

@@ -19,14 +19,7 @@ impl Qwen2 {
             let q = matmul_meta(&w.q, Some(&w.q_bias), hp.n_embd, q_out);
             let k = matmul_meta(&w.k, Some(&w.k_bias), hp.n_embd, kv_out);
             let v = matmul_meta(&w.v, Some(&w.v_bias), hp.n_embd, kv_out);
-            let wo = if blocks::fuse_qkv(params) {
-                blocks::fused_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), None, &w.wo)
-            } else {
-                let q = b.matmul(&format!("q-{il}"), normed, q);
-                let k = b.matmul(&format!("k-{il}"), normed, k);
-                let v = b.matmul(&format!("v-{il}"), normed, v);
-                blocks::attention(&mut b, hp, params, il, &inp, (q, k, v), &w.wo)
-            };
+            let wo = blocks::self_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), None, &w.wo);
             let last = il + 1 == self.layers.len();
             h = blocks::attention_residual(&mut b, il, last, inp.out_ids, h, wo);
             h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);

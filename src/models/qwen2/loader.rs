@@ -26,7 +26,7 @@ pub struct LayerWeights {
 
 /// A Qwen2 model: its hyper-parameters and the names and types of all its weights, checked at load.
 pub struct Qwen2 {
-    pub(super) hparams: HParams,
+    pub(crate) hparams: HParams,
     pub(super) token_embd: GgmlType,
     /// `output.weight`, or `token_embd.weight` when the file ties the head to the embedding.
     pub(super) output: WeightRef,

@@ -18,17 +18,8 @@ impl Qwen3 {
             let q = matmul_meta(&w.q, None, hp.n_embd, q_out);
             let k = matmul_meta(&w.k, None, hp.n_embd, kv_out);
             let v = matmul_meta(&w.v, None, hp.n_embd, kv_out);
-            let wo = if blocks::fuse_qkv(params) {
-                let norms = Some((w.q_norm.clone(), w.k_norm.clone(), hp.rms_eps));
-                blocks::fused_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), norms, &w.wo)
-            } else {
-                let q = b.matmul(&format!("q-{il}"), normed, q); // F32 [hd * n_head, nt]
-                let k = b.matmul(&format!("k-{il}"), normed, k); // F32 [hd * n_head_kv, nt]
-                let v = b.matmul(&format!("v-{il}"), normed, v);
-                let q = b.qk_norm(&format!("q_norm-{il}"), q, &w.q_norm, hp.head_dim, hp.rms_eps);
-                let k = b.qk_norm(&format!("k_norm-{il}"), k, &w.k_norm, hp.head_dim, hp.rms_eps);
-                blocks::attention(&mut b, hp, params, il, &inp, (q, k, v), &w.wo)
-            };
+            let norms = Some((w.q_norm.clone(), w.k_norm.clone(), hp.rms_eps));
+            let wo = blocks::self_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), norms, &w.wo);
             let last = il + 1 == self.layers.len();
             h = blocks::attention_residual(&mut b, il, last, inp.out_ids, h, wo);
             h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);
