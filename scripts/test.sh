@@ -15,6 +15,17 @@ echo "== cargo fmt --check" >&2
 cargo fmt --check
 echo "== cargo clippy --all-targets -- -D warnings" >&2
 cargo clippy --all-targets -- -D warnings
+# The engine alone, as a program that embeds it takes it (default-features = false): it builds
+# and lints without the surfaces, and pulls no HTTP, async or terminal crate.
+echo "== cargo clippy --lib --examples --no-default-features -- -D warnings" >&2
+cargo clippy --lib --examples --no-default-features -- -D warnings
+surface_crates="$(cargo tree -e normal -p minfer --no-default-features --prefix none |
+    grep -E '^(axum|hyper|hyper-util|tokio|futures-util|rustyline|ureq|indicatif|clap) ' || true)"
+if [ -n "${surface_crates}" ]; then
+    echo "the engine without default features pulls surface crates:" >&2
+    echo "${surface_crates}" >&2
+    exit 1
+fi
 echo "== test dependencies" >&2
 py="$(scripts/python-env.sh)"
 nvrtc_lib="$("${py}" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))')"

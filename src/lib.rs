@@ -16,16 +16,19 @@
 //! - [`engine`] is the library API: a [`engine::Model`] loaded once, [`engine::Session`]s over it
 //!   (one sequence's KV cache and activations each, graph reuse), and the generation loop;
 //! - [`sampling`] maps a logits row and the recent token history to the next token id;
-//! - [`download`] turns a model argument (a path, a cached name, `hf:OWNER/REPO[:QUANT]`,
-//!   `ollama:NAME[:TAG]`) into a local file, fetching and verifying it into the model cache;
-//! - [`server`] is `minfer serve`, the OpenAI-compatible HTTP server over the engine;
-//! - [`viz`] is `minfer viz`, the page that draws the forward graph and its live timings;
-//! - [`cli`] holds what the command-line surfaces print (the binary only parses flags).
+//! - `download` turns a model argument (a path, a cached name, `hf:OWNER/REPO[:QUANT]`,
+//!   `ollama:NAME[:TAG]`) into a local file, fetching and verifying it into the model cache
+//!   (the `download` feature);
+//! - `server` is `minfer serve`, the OpenAI-compatible HTTP server over the engine, and `viz`
+//!   is `minfer viz`, the page that draws the forward graph and its live timings (both behind
+//!   the `server` feature).
 //!
-//! Dependencies point one way, from the surfaces down to the formats: `cli`, `server`, `viz` →
-//! `engine` (+ `sampling`) → `models` → `graph` → `quant`; `backends` → `graph`, `quant`;
-//! `models`, `tokenizer`, `template` → `gguf`; `quantize` → `gguf`, `quant`. Nothing outside
-//! `cli` (and the binary) imports `cli`. `gguf` and `quant` know nothing of execution. The
+//! The command line (flags, what its surfaces print, the line editor) is the `minfer` binary's
+//! own (`src/bin/minfer/`), behind the `cli` feature; nothing in the library imports it.
+//!
+//! Dependencies point one way, from the surfaces down to the formats: the binary, `server`,
+//! `viz` → `engine` (+ `sampling`) → `models` → `graph` → `quant`; `backends` → `graph`, `quant`;
+//! `models`, `tokenizer`, `template` → `gguf`; `quantize` → `gguf`, `quant`. `gguf` and `quant` know nothing of execution. The
 //! design of record is the compute-graph and architecture documents.
 //!
 //! Every public item is documented (`missing_docs` is denied).
@@ -36,7 +39,7 @@
 compile_error!("minfer reads GGUF data in place and supports little-endian targets only");
 
 pub mod backends;
-pub mod cli;
+#[cfg(feature = "download")]
 pub mod download;
 pub mod engine;
 pub mod fs_safe;
@@ -47,9 +50,11 @@ pub mod models;
 pub mod quant;
 pub mod quantize;
 pub mod sampling;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod template;
 pub mod tokenizer;
+#[cfg(feature = "server")]
 pub mod viz;
 
 #[cfg(test)]

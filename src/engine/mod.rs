@@ -50,7 +50,7 @@ pub use generate::{
 pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use model::{encode_prompt, max_threads, LoadError, Model, ModelOptions};
 pub use sequence::{Sequence, Step};
-pub use session::{LayerRows, Session};
+pub use session::{LayerRows, Session, SessionOptions};
 pub use speculative::{
     check_compatible, generate_speculative, DraftOptions, DraftSource, Drafter, ModelDrafter, NgramDrafter,
 };

@@ -66,6 +66,14 @@ pub enum LoadError {
         /// The fence's backends.
         fence: String,
     },
+    /// `-ngl N` above 0 on a machine where no GPU backend can run.
+    #[error("-ngl {n_gpu_layers} asks for GPU layers, and no GPU backend is usable here ({why}); give -ngl 0 or leave it out")]
+    NoGpu {
+        /// The layers asked for.
+        n_gpu_layers: usize,
+        /// Why the GPU backend cannot run.
+        why: crate::graph::registry::Unusable,
+    },
 }
 
 /// Where and how the model's forward passes run: options of the process's backend set, not
@@ -110,6 +118,20 @@ pub struct Model {
     grammar_vocabulary: OnceLock<Result<Arc<GrammarVocabulary>, GrammarError>>,
 }
 
+/// The fence and offload `-ngl` means, as llama.cpp reads it: 0 without a fence keeps every
+/// layer on the CPU (the CPU alone), N above 0 needs a usable GPU backend (refused with the
+/// reason otherwise), and no `-ngl` leaves the fence to decide.
+fn placement(backend: Option<&str>, n_gpu_layers: Option<usize>) -> Result<(Option<&str>, Option<usize>), LoadError> {
+    match n_gpu_layers {
+        Some(0) if backend.is_none() => Ok((Some("cpu"), None)),
+        Some(n) if n > 0 => match crate::backends::probe(Backend::CUDA) {
+            Ok(()) => Ok((backend, Some(n))),
+            Err(why) => Err(LoadError::NoGpu { n_gpu_layers: n, why }),
+        },
+        n => Ok((backend, n)),
+    }
+}
+
 impl Model {
     /// Open `path` (any part of a split model), check its architecture and tensors, read its
     /// tokenizer and chat template, and make the backend set. A bad backend fence is reported
@@ -122,7 +144,8 @@ impl Model {
                 max: max_threads(),
             });
         }
-        let fence = fence_from(options.backend.as_deref(), &crate::backends::probe)?;
+        let (backend, n_gpu_layers) = placement(options.backend.as_deref(), options.n_gpu_layers)?;
+        let fence = fence_from(backend, &crate::backends::probe)?;
         let file = Arc::new(
             GgufFile::open_with(path, options.open).map_err(|source| LoadError::Open {
                 path: path.display().to_string(),
@@ -149,7 +172,7 @@ impl Model {
         // fence excludes.
         let first = fence.first().copied().unwrap_or(Backend::CPU);
         let n_layer = crate::graph::offload::n_layer(&crate::graph::offload::places(&probe));
-        if let Some(n) = options.n_gpu_layers {
+        if let Some(n) = n_gpu_layers {
             let device_first = first != Backend::CPU;
             if (!device_first && n > 0) || (device_first && n <= n_layer && !fence.contains(&Backend::CPU)) {
                 return Err(LoadError::GpuLayers {
@@ -159,7 +182,7 @@ impl Model {
             }
         }
         let unprepared = BackendSet::open(&fence, Arc::clone(&weights) as Arc<dyn TensorSource>, options.n_threads)?;
-        let offload = match options.n_gpu_layers {
+        let offload = match n_gpu_layers {
             Some(n) if first != Backend::CPU => Some(n),
             // No -ngl with a device first and the CPU behind it: `auto`, as many layers as the
             // device's free memory holds (a reserve kept for the KV cache and activations).

@@ -23,6 +23,38 @@ use std::time::Instant;
 /// One layer's K rows and V rows as stored (f32, f16 or Q8_0 bytes), one row a token.
 pub type LayerRows = (Vec<u8>, Vec<u8>);
 
+/// What a session is made with: options of one session's cache and passes, beside the
+/// model's [`ModelOptions`](super::ModelOptions). The CLI, the server, `viz` and `bench` build
+/// one each and hand it to [`Session::with_options`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// KV cells each sequence may hold (llama.cpp's `-c` for one sequence; a server's per-slot
+    /// context), clamped to the model's training context.
+    pub n_ctx: usize,
+    /// Sequences the cache holds at once (a server's slots), each of `n_ctx` cells.
+    pub n_seq_max: usize,
+    /// How the KV cache stores K (`--cache-type-k`: f32, f16 or q8_0).
+    pub type_k: DType,
+    /// How the KV cache stores V (`--cache-type-v`).
+    pub type_v: DType,
+    /// Most prompt tokens one forward pass reads (`-ub`, and `-b` when smaller; `None`: the
+    /// engine's default). The logits do not depend on it.
+    pub n_ubatch: Option<usize>,
+}
+
+impl Default for SessionOptions {
+    /// llama.cpp's defaults: 4096 cells, one sequence, an f16 cache.
+    fn default() -> Self {
+        SessionOptions {
+            n_ctx: 4096,
+            n_seq_max: 1,
+            type_k: DType::F16,
+            type_v: DType::F16,
+            n_ubatch: None,
+        }
+    }
+}
+
 /// The KV cache and activations of a model's sequences; see the module documentation.
 ///
 /// ```
@@ -115,6 +147,21 @@ impl Session {
         session.params.cparams.n_ctx_seq = n_ctx_seq;
         session.params.cparams.n_gpu_layers = model.backends().n_gpu_layers();
         session.kv.set_max_per_seq(n_ctx_seq);
+        Ok(session)
+    }
+
+    /// A session over `model` as `options` say: its sequences, context, KV types and prompt
+    /// passes.
+    pub fn with_options(model: &Model, options: &SessionOptions) -> Result<Self, EngineError> {
+        let mut session = if options.n_seq_max <= 1 {
+            Self::with_sequences(model, options.n_ctx, 1)?
+        } else {
+            Self::with_sequences_of(model, options.n_ctx, options.n_seq_max)?
+        };
+        session.set_kv_types(options.type_k, options.type_v)?;
+        if let Some(n) = options.n_ubatch {
+            session.set_n_ubatch(n);
+        }
         Ok(session)
     }
 

@@ -28,7 +28,7 @@ mod write_timeout;
 pub use error::{ApiError, ServerError};
 pub use routes::SESSION_HEADER;
 
-use crate::engine::{Model, ModelOptions, Session};
+use crate::engine::{Model, ModelOptions, Session, SessionOptions};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,16 +68,12 @@ pub struct ServerConfig {
     pub host: String,
     /// 0 picks a free port; the address is printed once bound.
     pub port: u16,
-    /// Requests generated at once, each in its own session (KV cache).
-    pub n_slots: usize,
-    /// Context of each slot, in tokens (clamped to the model's training context).
-    pub n_ctx: usize,
-    /// CPU threads of the process, shared by every slot; `None`: the physical cores.
-    pub n_threads: Option<usize>,
-    /// A backend fence (`--backend`), else `MINFER_BACKENDS`, else every usable backend.
-    pub backend: Option<String>,
-    /// Layers on the GPU (`-ngl`; `None`: every layer on the highest-priority backend).
-    pub n_gpu_layers: Option<usize>,
+    /// Threads, backends, `-ngl`, how the file is read, the chat template: the model's
+    /// options, shared by every slot.
+    pub model_options: ModelOptions,
+    /// The slots' session: one sequence per slot (`n_seq_max`, 1 to [`MAX_SLOTS`]), each of
+    /// `n_ctx` cells (clamped to the model's training context), and the KV types.
+    pub session: crate::engine::SessionOptions,
     /// The key clients must send as `Authorization: Bearer KEY`; `None` or empty: no key.
     pub api_key: Option<String>,
     /// Largest request body accepted (413 beyond).
@@ -105,8 +101,6 @@ pub struct ServerConfig {
     /// Control-token text in message content is read as control tokens (llama.cpp's way)
     /// instead of as text.
     pub special_in_content: bool,
-    /// How each slot's KV cache stores K and V.
-    pub kv_types: (crate::graph::DType, crate::graph::DType),
     /// Tokens one forward pass takes at most: the generating slots' next tokens, then prompt
     /// chunks (`--batch-size`).
     pub batch_size: usize,
@@ -115,10 +109,6 @@ pub struct ServerConfig {
     /// Names besides its own that a server on loopback without a key answers in `Host`
     /// (`--allowed-host`, `*` for any): a proxy's upstream name.
     pub allowed_hosts: Vec<String>,
-    /// How the model file is brought into memory (`--no-mmap`, `--mlock`).
-    pub open: crate::gguf::OpenOptions,
-    /// A chat template to use instead of the model's (`--chat-template-file`'s text).
-    pub chat_template: Option<String>,
     /// Answer `/slots` (`--slots`).
     pub slots_endpoint: bool,
     /// Serve the chat page at `/` (off with `--no-webui`).
@@ -181,10 +171,10 @@ pub(crate) fn unix_time() -> u64 {
 /// standard error.
 pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
     body::keep_large_allocations_mapped();
-    if !(1..=MAX_SLOTS).contains(&config.n_slots) {
+    if !(1..=MAX_SLOTS).contains(&config.session.n_seq_max) {
         return Err(ServerError::Config(format!(
             "--n-slots {} is out of range: it must be from 1 to {MAX_SLOTS}",
-            config.n_slots
+            config.session.n_seq_max
         )));
     }
     if !(1..=MAX_CONNECTIONS).contains(&config.max_connections) {
@@ -199,7 +189,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
             config.batch_size
         )));
     }
-    if config.n_ctx == 0 {
+    if config.session.n_ctx == 0 {
         return Err(ServerError::Config(
             "--n-ctx 0 is out of range: it must be at least 1".into(),
         ));
@@ -257,22 +247,16 @@ struct Loaded {
 
 /// Loads the model and starts the slots (blocking: seconds for a large model).
 fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<Loaded, ServerError> {
-    let options = ModelOptions {
-        n_threads: config.n_threads,
-        backend: config.backend.clone(),
-        open: config.open,
-        chat_template: config.chat_template.clone(),
-        n_gpu_layers: config.n_gpu_layers,
-    };
-    let model = Arc::new(Model::load(&config.model, &options)?);
+    let model = Arc::new(Model::load(&config.model, &config.model_options)?);
     let n_threads = model.backends().n_threads();
     // One session for every slot: sequence i is slot i, each with n_ctx positions of its own.
-    let n_ctx = model.clamp_n_ctx(config.n_ctx);
-    let mut session =
-        Session::with_sequences_of(&model, n_ctx, config.n_slots).map_err(|e| ServerError::Config(e.to_string()))?;
-    session
-        .set_kv_types(config.kv_types.0, config.kv_types.1)
-        .map_err(|e| ServerError::Config(e.to_string()))?;
+    let n_ctx = model.clamp_n_ctx(config.session.n_ctx);
+    // Each slot its own sequence, even a lone one, as the scheduler addresses them.
+    let options = SessionOptions {
+        n_ctx,
+        ..config.session.clone()
+    };
+    let session = Session::with_options(&model, &options).map_err(|e| ServerError::Config(e.to_string()))?;
     let n_vocab = model.hparams().n_vocab;
     let model_id = config
         .model
@@ -287,7 +271,7 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
     // Each slot drafts on its own: a draft model's drafter holds a KV cache per slot.
     let drafters = match &config.draft {
         Some((source, options)) => {
-            let drafters = (0..config.n_slots)
+            let drafters = (0..config.session.n_seq_max)
                 .map(|_| source.drafter(model.tokenizer(), n_ctx))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ServerError::Config(e.to_string()))?;
@@ -298,7 +282,7 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
     let scheduler = slots::Scheduler::start(
         session,
         slots::SlotConfig {
-            n_slots: config.n_slots,
+            n_slots: config.session.n_seq_max,
             n_ctx,
             step_tokens: config.batch_size,
             drafters,
@@ -315,7 +299,7 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
         model_id,
         n_ctx,
         n_vocab,
-        n_slots: config.n_slots,
+        n_slots: config.session.n_seq_max,
         api_key: config.api_key.clone(),
         max_body_bytes: config.max_body_bytes,
         body_timeout: config.body_timeout,

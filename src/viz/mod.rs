@@ -13,7 +13,7 @@
 //! grow an API of its own beyond these routes (the OpenAI API is `server`'s).
 
 use crate::engine::trace::{StepObserver, StepRecord};
-use crate::engine::{EngineError, GenerateOptions, LoadError, Model, ModelOptions, Session};
+use crate::engine::{EngineError, GenerateOptions, LoadError, Model, ModelOptions, Session, SessionOptions};
 use crate::graph::scheduler::{Split, Work};
 use crate::graph::ComputeGraph;
 use crate::sampling::SamplingParams;
@@ -49,12 +49,10 @@ pub struct VizConfig {
     pub host: String,
     /// 0 picks a free port; the address is printed once bound.
     pub port: u16,
-    /// Context of the session, in tokens (clamped to the model's).
-    pub n_ctx: usize,
     /// Threads, backends and file options, as for a run.
     pub options: ModelOptions,
-    /// How the KV cache stores K and V.
-    pub kv_types: (crate::graph::DType, crate::graph::DType),
+    /// The session's context (clamped to the model's) and KV types, as for a run.
+    pub session: SessionOptions,
 }
 
 /// Why the page could not be served.
@@ -304,8 +302,7 @@ pub fn serve(config: VizConfig) -> Result<(), VizError> {
         .model
         .file_stem()
         .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
-    let mut session = Session::new(&model, config.n_ctx);
-    session.set_kv_types(config.kv_types.0, config.kv_types.1)?;
+    let mut session = Session::with_options(&model, &config.session)?;
     session.prepare_graph(1, 1)?;
     // Before any step has run, the page draws the decode graph as it will run.
     let decode = graph_json(

@@ -6,10 +6,8 @@ use super::*;
 
 /// `choice` with its draft model's reference (a path, a cached name, `hf:`, `ollama:`) resolved
 /// to a file, fetched if need be.
-pub(super) fn resolve_draft(
-    choice: minfer::cli::draft::DraftChoice,
-) -> anyhow::Result<minfer::cli::draft::DraftChoice> {
-    use minfer::cli::draft::DraftChoice;
+pub(super) fn resolve_draft(choice: crate::cli::draft::DraftChoice) -> anyhow::Result<crate::cli::draft::DraftChoice> {
+    use crate::cli::draft::DraftChoice;
     Ok(match choice {
         DraftChoice::Model { path, p_min } => DraftChoice::Model {
             path: model_path(&path)?,
@@ -22,66 +20,18 @@ pub(super) fn resolve_draft(
 /// The drafter of `choice` for the loaded model; a draft model is loaded with the model's load
 /// options and checked against its vocabulary.
 pub(super) fn drafter(
-    choice: minfer::cli::draft::DraftChoice,
+    choice: crate::cli::draft::DraftChoice,
     args: &RunArgs,
-    loaded: &minfer::cli::run::Loaded,
+    loaded: &crate::cli::run::Loaded,
 ) -> anyhow::Result<Box<dyn minfer::engine::Drafter + Send>> {
     let source = resolve_draft(choice)?
-        .load(&args.load.options()?.model_options())
+        .load(&args.load.options()?.model)
         .context("cannot load the draft model")?;
     Ok(source.drafter(loaded.model.tokenizer(), loaded.session.n_ctx())?)
 }
 
-/// The grammar the flags ask for, with the flag that gave it; at most one may be given. A
-/// schema that is not JSON, or a GBNF text that does not parse, is an error naming the flag and
-/// the line and column.
-pub(super) fn grammar_spec(args: &RunArgs) -> anyhow::Result<Option<(String, minfer::grammar::GrammarSpec)>> {
-    use minfer::grammar::GrammarSpec;
-    let text = |file: &Path| -> anyhow::Result<String> {
-        String::from_utf8(read_text_arg(file)?).with_context(|| format!("{} is not UTF-8", file.display()))
-    };
-    let schema = |flag: &str, text: &str| -> anyhow::Result<GrammarSpec> {
-        let value: serde_json::Value = serde_json::from_str(text).with_context(|| format!("{flag} is not JSON"))?;
-        anyhow::ensure!(
-            value.is_object() || value.is_boolean(),
-            "{flag} must be a JSON Schema: an object (or true/false), not {value}"
-        );
-        Ok(GrammarSpec::JsonSchema(value))
-    };
-    let gbnf = |flag: &str, text: String| -> anyhow::Result<GrammarSpec> {
-        // Parsed now, for the error to come before the model loads; compiled after.
-        minfer::grammar::gbnf::to_lark(&text).with_context(|| format!("{flag} does not parse"))?;
-        Ok(GrammarSpec::Gbnf(text))
-    };
-    let mut given = Vec::new();
-    if let Some(s) = &args.json_schema {
-        given.push(("--json-schema".to_string(), schema("--json-schema", s)?));
-    }
-    if let Some(f) = &args.json_schema_file {
-        let flag = format!("--json-schema-file {}", f.display());
-        given.push((flag.clone(), schema(&flag, &text(f)?)?));
-    }
-    if args.json {
-        given.push(("--json".to_string(), GrammarSpec::JsonObject));
-    }
-    if let Some(g) = &args.grammar {
-        given.push(("--grammar".to_string(), gbnf("--grammar", g.clone())?));
-    }
-    if let Some(f) = &args.grammar_file {
-        let flag = format!("--grammar-file {}", f.display());
-        given.push((flag.clone(), gbnf(&flag, text(f)?)?));
-    }
-    anyhow::ensure!(
-        given.len() <= 1,
-        "{} and {} both constrain the output: give one",
-        given.first().map_or("", |g| g.0.as_str()),
-        given.get(1).map_or("", |g| g.0.as_str())
-    );
-    Ok(given.pop())
-}
-
 pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
-    use minfer::cli::run;
+    use crate::cli::run;
     // llama.cpp's `-m MODEL`: a positional argument is then the prompt.
     let mut args = args;
     if let Some(flag) = args.model_flag.take() {
@@ -108,15 +58,15 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         args.prompt = Some(String::from_utf8(text).with_context(|| format!("{} is not UTF-8", file.display()))?);
     }
     if args.escape {
-        args.prompt = args.prompt.map(|p| minfer::cli::run::unescape(&p));
-        args.stop = args.stop.iter().map(|s| minfer::cli::run::unescape(s)).collect();
+        args.prompt = args.prompt.map(|p| crate::cli::run::unescape(&p));
+        args.stop = args.stop.iter().map(|s| crate::cli::run::unescape(s)).collect();
     }
     let model = args
         .model
         .clone()
         .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
     // Bad flags, and grammars that do not parse, are refused before the model is read.
-    let grammar_spec = grammar_spec(&args)?;
+    let grammar_spec = args.grammar.spec()?;
     let draft_choice = args.draft.choice()?;
     let sampling = args.sampling.params()?;
     let mut loaded = run::load(&model_path(&model)?, &args.load.options()?)?;
@@ -267,10 +217,10 @@ pub(super) fn run_conversation(
     args: RunArgs,
     sampling: minfer::sampling::SamplingParams,
     grammar: Option<minfer::grammar::Grammar>,
-    mut loaded: minfer::cli::run::Loaded,
+    mut loaded: crate::cli::run::Loaded,
 ) -> anyhow::Result<()> {
-    use minfer::cli::conversation::{run_conversation, ConversationOptions, LineSource};
-    use minfer::cli::terminal;
+    use crate::cli::conversation::{run_conversation, ConversationOptions, LineSource};
+    use crate::cli::terminal;
     use std::io::IsTerminal;
     let keep = match args.keep {
         None | Some(-1) => None,
@@ -322,14 +272,14 @@ pub(super) fn run_conversation(
 
 /// A line source that marks the time between two reads as generating, so that Ctrl-C then
 /// stops the reply rather than the process.
-struct Generating<'a>(&'a mut dyn minfer::cli::conversation::LineSource);
+struct Generating<'a>(&'a mut dyn crate::cli::conversation::LineSource);
 
-impl minfer::cli::conversation::LineSource for Generating<'_> {
-    fn read_line(&mut self, prompt: &str) -> std::io::Result<minfer::cli::conversation::Input> {
+impl crate::cli::conversation::LineSource for Generating<'_> {
+    fn read_line(&mut self, prompt: &str) -> std::io::Result<crate::cli::conversation::Input> {
         use std::sync::atomic::Ordering::SeqCst;
-        minfer::cli::terminal::GENERATING.store(false, SeqCst);
+        crate::cli::terminal::GENERATING.store(false, SeqCst);
         let line = self.0.read_line(prompt);
-        minfer::cli::terminal::GENERATING.store(true, SeqCst);
+        crate::cli::terminal::GENERATING.store(true, SeqCst);
         line
     }
 

@@ -5,9 +5,9 @@
 //! What a reference means and how it is fetched is `download`'s business; this module only
 //! reads the environment's configuration and shows what happens.
 
-use crate::download::{self, CacheEntry, Config, DownloadError, Progress};
-use crate::gguf::GgufFile;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use minfer::download::{self, CacheEntry, Config, DownloadError, Progress};
+use minfer::gguf::GgufFile;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 

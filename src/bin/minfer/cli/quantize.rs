@@ -2,10 +2,10 @@
 //! rules (or every matrix in one type with `--pure`) and its bytes, with a progress line per
 //! tensor on the log writer.
 //!
-//! The conversion is [`crate::quantize`]'s; this module names the target and prints.
+//! The conversion is [`minfer::quantize`]'s; this module names the target and prints.
 
-use crate::gguf::GgufFile;
-use crate::quantize::{quantize_file, FileType, Progress, QuantizeError, QuantizeOptions};
+use minfer::gguf::GgufFile;
+use minfer::quantize::{quantize_file, FileType, Progress, QuantizeError, QuantizeOptions};
 use std::io::Write;
 use std::path::Path;
 
@@ -22,7 +22,7 @@ pub enum QuantizeCommandError {
     },
     /// The input could not be opened.
     #[error(transparent)]
-    Gguf(#[from] crate::gguf::GgufError),
+    Gguf(#[from] minfer::gguf::GgufError),
     /// The conversion failed.
     #[error(transparent)]
     Quantize(#[from] QuantizeError),

@@ -3,11 +3,11 @@
 //! to exit codes; nothing here prints except through the writers it is given. Loading itself is
 //! the engine's ([`Model::load`]); this file only adds what a single command-line run needs.
 
-use crate::engine::{
+use minfer::engine::{
     generate, generate_cached, generate_speculative, session_file, DraftOptions, Drafter, EngineError, GenerateOptions,
-    GenerationObserver, GenerationResult, LoadError, Model, ModelOptions, Session,
+    GenerationObserver, GenerationResult, LoadError, Model, ModelOptions, Session, SessionOptions,
 };
-use crate::template::TemplateError;
+use minfer::template::TemplateError;
 use std::io::Write;
 use std::path::Path;
 
@@ -35,7 +35,7 @@ pub enum RunError {
     },
     /// A saved session could not be loaded or written.
     #[error(transparent)]
-    SessionFile(#[from] crate::engine::session_file::SessionFileError),
+    SessionFile(#[from] minfer::engine::session_file::SessionFileError),
     /// Output could not be written.
     #[error("cannot write {what}: {source}")]
     Write {
@@ -54,48 +54,19 @@ pub struct Loaded {
     pub session: Session,
 }
 
-/// Where and how to run.
-#[derive(Clone, Debug)]
+/// Where and how to run: the model's options and its one session's, as the flags give them.
+#[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
-    /// Requested context; clamped to the model's training context.
-    pub n_ctx: usize,
-    /// CPU threads (`None`: one per physical core).
-    pub n_threads: Option<usize>,
-    /// `--backend` (else `MINFER_BACKENDS`, else every usable backend).
-    pub backend: Option<String>,
-    /// `-ngl N`: layers a GPU runs (`None`: all of them, when one is usable).
-    pub n_gpu_layers: Option<usize>,
-    /// How the KV cache stores K and V (`--cache-type-k`, `--cache-type-v`).
-    pub kv_types: (crate::graph::DType, crate::graph::DType),
-    /// `--no-mmap`, `--mlock`.
-    pub open: crate::gguf::OpenOptions,
-    /// `--chat-template-file`'s text.
-    pub chat_template: Option<String>,
-    /// Prompt tokens per forward pass (`-b`, `-ub`; `None`: the engine's default).
-    pub n_ubatch: Option<usize>,
-}
-
-impl LoadOptions {
-    /// The options of the model itself (threads, backends, how the file is read, template).
-    pub fn model_options(&self) -> ModelOptions {
-        ModelOptions {
-            n_threads: self.n_threads,
-            backend: self.backend.clone(),
-            open: self.open,
-            chat_template: self.chat_template.clone(),
-            n_gpu_layers: self.n_gpu_layers,
-        }
-    }
+    /// Threads, backends, `-ngl`, how the file is read, the chat template.
+    pub model: ModelOptions,
+    /// Context, KV types, prompt passes.
+    pub session: SessionOptions,
 }
 
 /// Load the model at `path` and open one session over it.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, RunError> {
-    let model = Model::load(path, &options.model_options())?;
-    let mut session = Session::new(&model, options.n_ctx);
-    session.set_kv_types(options.kv_types.0, options.kv_types.1)?;
-    if let Some(n) = options.n_ubatch {
-        session.set_n_ubatch(n);
-    }
+    let model = Model::load(path, &options.model)?;
+    let session = Session::with_options(&model, &options.session)?;
     Ok(Loaded { model, session })
 }
 

@@ -10,8 +10,7 @@
 
 use super::bench::BenchError;
 use super::run::{load, LoadOptions};
-use crate::engine::{Batch, Session};
-use crate::graph::DType;
+use minfer::engine::{Batch, Session};
 use std::path::Path;
 use std::time::Instant;
 
@@ -98,14 +97,17 @@ pub fn run_batched(
     let loaded = load(
         path,
         &LoadOptions {
-            n_ctx: needed,
-            n_threads: Some(options.n_threads),
-            backend: options.backend.clone(),
-            n_gpu_layers: options.n_gpu_layers,
-            kv_types: (DType::F16, DType::F16),
-            open: Default::default(),
-            chat_template: None,
-            n_ubatch: None,
+            model: minfer::engine::ModelOptions {
+                n_threads: Some(options.n_threads),
+                backend: options.backend.clone(),
+                n_gpu_layers: options.n_gpu_layers,
+                ..Default::default()
+            },
+            // An f16 cache, as llama-batched-bench's default.
+            session: minfer::engine::SessionOptions {
+                n_ctx: needed,
+                ..Default::default()
+            },
         },
     )?;
     let model = &loaded.model;

@@ -1,7 +1,7 @@
 //! `minfer tokenize`: what the tokenizer makes of a text, as llama.cpp's `llama-tokenize`
 //! shows it (one `id -> 'piece'` line per token), or just the ids as a JSON array.
 
-use crate::tokenizer::Tokenizer;
+use minfer::tokenizer::Tokenizer;
 use std::fmt::Write;
 
 /// One line per token: the id, right-aligned, and the piece it decodes to (control tokens

@@ -5,13 +5,13 @@
 //! It reads metadata only and must work for any GGUF file, including architectures minfer
 //! cannot run: a missing key prints as `-`, never as an error.
 
-use crate::gguf::{Array, GgufFile, Metadata, Value};
+use minfer::gguf::{Array, GgufFile, Metadata, Value};
 use std::fmt::Write;
 
 /// llama.cpp's `llama_model_ftype_name` for `general.file_type`: the file-type table's
-/// (`crate::quantize::llama_ftype_name`).
+/// (`minfer::quantize::llama_ftype_name`).
 pub fn file_type_name(ftype: u64) -> &'static str {
-    crate::quantize::llama_ftype_name(ftype)
+    minfer::quantize::llama_ftype_name(ftype)
 }
 
 fn show_value(v: &Value) -> String {
@@ -140,7 +140,7 @@ pub fn render(file: &GgufFile, tensors: bool) -> String {
         n_embd_head_k,
         n_embd_head_v,
     ) {
-        use crate::graph::DType;
+        use minfer::graph::DType;
         let _ = writeln!(w, "\nKV cache (K and V of {n_layer} layers)");
         for dtype in [DType::F32, DType::F16, DType::Q8_0] {
             let per_token = n_layer as usize * (dtype.bytes((kv * dk) as usize) + dtype.bytes((kv * dv) as usize));

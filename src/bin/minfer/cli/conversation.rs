@@ -8,7 +8,7 @@
 //! are the binary's: it passes a [`LineSource`] and the flag, and the writers to print on.
 
 use super::run::{Loaded, RunError};
-use crate::engine::{
+use minfer::engine::{
     generate_cached, session_file, EngineError, GenerateOptions, GenerationObserver, StopReason, TokenStream,
 };
 use serde_json::{json, Value as Json};

@@ -1,10 +1,10 @@
 //! `minfer split IN OUT_PREFIX` and `minfer merge PART OUT`: llama-gguf-split's split and
 //! merge, with a line per part written.
 //!
-//! The file work is [`crate::gguf::split`]'s; this module reads the limits and prints.
+//! The file work is [`minfer::gguf::split`]'s; this module reads the limits and prints.
 
-use crate::gguf::split::{merge_file, split_file, SplitLimit};
-use crate::gguf::GgufFile;
+use minfer::gguf::split::{merge_file, split_file, SplitLimit};
+use minfer::gguf::GgufFile;
 use std::io::Write;
 use std::path::Path;
 
@@ -16,7 +16,7 @@ pub enum SplitCommandError {
     Size(String),
     /// The files could not be read or written.
     #[error(transparent)]
-    Gguf(#[from] crate::gguf::GgufError),
+    Gguf(#[from] minfer::gguf::GgufError),
     /// The log could not be written.
     #[error("cannot write the log: {0}")]
     Log(#[from] std::io::Error),

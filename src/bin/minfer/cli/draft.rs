@@ -2,7 +2,7 @@
 //! before any model is read, and the drafter they choose. Drafting and checking themselves
 //! belong to the engine; this file only reads flags.
 
-use crate::engine::{DraftOptions, DraftSource, LoadError, Model, ModelOptions, NgramDrafter};
+use minfer::engine::{DraftOptions, DraftSource, LoadError, Model, ModelOptions, NgramDrafter};
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -10,11 +10,11 @@
 //! This module measures and formats; it prints nothing itself.
 
 use super::run::{load, LoadOptions, RunError};
-use crate::engine::profile::{ProfileObserver, ProfileRecorder};
-use crate::engine::{eval_preparing, EngineError, GenerateOptions, Sequence, Session};
-use crate::gguf::GgufFile;
-use crate::grammar::{Grammar, GrammarError};
-use crate::tokenizer::Tokenizer;
+use minfer::engine::profile::{ProfileObserver, ProfileRecorder};
+use minfer::engine::{eval_preparing, EngineError, GenerateOptions, Sequence, Session};
+use minfer::gguf::GgufFile;
+use minfer::grammar::{Grammar, GrammarError};
+use minfer::tokenizer::Tokenizer;
 use std::path::Path;
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
@@ -87,7 +87,7 @@ pub struct BenchOptions {
     /// A grammar (`--json-schema`, `--grammar`) whose cost to measure: each test that generates
     /// then runs twice, sampling each token (llama.cpp's default chain) without and with the
     /// grammar's mask, in place of llama-bench's random tokens.
-    pub grammar: Option<crate::grammar::GrammarSpec>,
+    pub grammar: Option<minfer::grammar::GrammarSpec>,
     /// Also time every node of the timed runs and report where each test's time went
     /// (`--profile`): by op kind, weight matrix and layer.
     pub profile: bool,
@@ -100,8 +100,8 @@ impl Default for BenchOptions {
             n_gen: vec![128],
             pg: Vec::new(),
             n_depth: vec![0],
-            n_ubatch: crate::engine::PREFILL_CHUNK,
-            n_threads: vec![crate::engine::default_threads()],
+            n_ubatch: minfer::engine::PREFILL_CHUNK,
+            n_threads: vec![minfer::engine::default_threads()],
             repetitions: 5,
             backend: None,
             n_gpu_layers: vec![None],
@@ -198,7 +198,7 @@ pub struct BenchResult {
     pub generation: String,
     /// With `--profile`: where the timed runs' time went.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub profile: Option<crate::engine::profile::Profile>,
+    pub profile: Option<minfer::engine::profile::Profile>,
 }
 
 /// What handing one node to the CPU thread pool costs (publish the job, every worker runs it,
@@ -218,7 +218,7 @@ pub struct Handoff {
 
 /// Measures [`Handoff`] on a fresh pool of `n_threads` threads (its default spin).
 pub fn measure_handoff(n_threads: usize) -> Handoff {
-    use crate::backends::cpu::pool::ThreadPool;
+    use minfer::backends::cpu::pool::ThreadPool;
     use std::time::{Duration, Instant};
     let pool = ThreadPool::new(n_threads);
     let job = |i: usize, n: usize| {
@@ -291,7 +291,7 @@ impl BenchResult {
             n_prompt,
             n_gen,
             n_depth: 0,
-            n_ubatch: crate::engine::PREFILL_CHUNK,
+            n_ubatch: minfer::engine::PREFILL_CHUNK,
             test_time,
             avg_ns: 0,
             stddev_ns: 0,
@@ -357,7 +357,7 @@ struct ModelInfo {
 }
 
 impl ModelInfo {
-    fn new(path: &Path, model: &crate::engine::Model) -> Self {
+    fn new(path: &Path, model: &minfer::engine::Model) -> Self {
         let file = model.file();
         let m = file.metadata();
         let arch = m.get_str("general.architecture").unwrap_or("unknown");
@@ -484,15 +484,18 @@ pub fn run_bench(
         .flat_map(|&ngl| options.n_threads.iter().map(move |&t| (ngl, t)));
     for (n_gpu_layers, n_threads) in runs {
         let load_options = LoadOptions {
-            n_ctx: needed,
-            n_threads: Some(n_threads),
-            backend: options.backend.clone(),
-            n_gpu_layers,
-            // llama-bench's default cache, so that the figures compare.
-            kv_types: (crate::graph::DType::F16, crate::graph::DType::F16),
-            open: Default::default(),
-            chat_template: None,
-            n_ubatch: Some(options.n_ubatch),
+            model: minfer::engine::ModelOptions {
+                n_threads: Some(n_threads),
+                backend: options.backend.clone(),
+                n_gpu_layers,
+                ..Default::default()
+            },
+            // llama-bench's default cache (f16), so that the figures compare.
+            session: minfer::engine::SessionOptions {
+                n_ctx: needed,
+                n_ubatch: Some(options.n_ubatch),
+                ..Default::default()
+            },
         };
         let mut loaded = load(path, &load_options)?;
         let n_ctx_train = loaded.session.model().hparams().n_ctx_train;
@@ -613,16 +616,16 @@ pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
     // The panel kernels run a prompt's tiles of 16 tokens as AMX tile products where the CPU
     // has them; the dot products are those of the instruction set chosen for the type
     // (`quant::choice`), the widest allowed for the float types.
-    let panel = crate::quant::gemm::kernel_name(n_tokens);
-    let dot_isa = |ty| match crate::quant::choice::kernel_of(ty) {
+    let panel = minfer::quant::gemm::kernel_name(n_tokens);
+    let dot_isa = |ty| match minfer::quant::choice::kernel_of(ty) {
         Some(kernel) => kernel.isa().name(),
-        None => crate::quant::simd::simd_level(),
+        None => minfer::quant::simd::simd_level(),
     };
     let mut groups: Vec<(&str, &str, Vec<&str>)> = Vec::new();
     for t in tensors_read_per_token(file).filter(|t| t.shape.len() == 2) {
-        let (kernel, how) = if crate::backends::cpu::repacks(t.ggml_type, &t.shape) {
+        let (kernel, how) = if minfer::backends::cpu::repacks(t.ggml_type, &t.shape) {
             (panel, "repacked")
-        } else if crate::quant::gemm::kernel_for(t.ggml_type, n_tokens).is_some() {
+        } else if minfer::quant::gemm::kernel_for(t.ggml_type, n_tokens).is_some() {
             (panel, "gemm")
         } else {
             (dot_isa(t.ggml_type), "dot")
@@ -650,8 +653,8 @@ pub fn cpu_kernels(file: &GgufFile, n_tokens: usize) -> String {
 /// The decoding kernel chosen on this CPU for each quantized weight type `file` multiplies,
 /// and why (`quant::choice`): `Q6_K: avx2 (measured: avx512-repacked 11.2 GB/s, ...)`.
 pub fn kernel_choices(file: &GgufFile) -> Vec<String> {
-    let choices = crate::quant::choice::choices();
-    let mut types: Vec<crate::quant::GgmlType> = Vec::new();
+    let choices = minfer::quant::choice::choices();
+    let mut types: Vec<minfer::quant::GgmlType> = Vec::new();
     for t in tensors_read_per_token(file).filter(|t| t.shape.len() == 2) {
         if !types.contains(&t.ggml_type) {
             types.push(t.ggml_type);
@@ -666,7 +669,7 @@ pub fn kernel_choices(file: &GgufFile) -> Vec<String> {
 
 /// Every tensor a generated token reads whole: all but the token embedding table, of which it
 /// reads one row (unless the table is also the output projection).
-fn tensors_read_per_token(file: &GgufFile) -> impl Iterator<Item = &crate::gguf::TensorInfo> {
+fn tensors_read_per_token(file: &GgufFile) -> impl Iterator<Item = &minfer::gguf::TensorInfo> {
     let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
     file.tensors()
         .iter()
@@ -687,7 +690,7 @@ fn gen_bound(bytes: u64, host_gbs: f64, device_gbs: Option<f64>) -> f64 {
 
 /// The copy bandwidth of the first of `model`'s devices that measures its own memory (a GPU),
 /// GB/s.
-fn device_copy_bandwidth(model: &crate::engine::Model) -> Result<Option<f64>, crate::graph::BackendError> {
+fn device_copy_bandwidth(model: &minfer::engine::Model) -> Result<Option<f64>, minfer::graph::BackendError> {
     for device in model.backends().devices() {
         if let Some(gbs) = device.copy_bandwidth()? {
             return Ok(Some(gbs));
@@ -961,8 +964,8 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
     let mut footer = format!(
         "\nbuild: minfer {} | simd: {}{} | peak RSS: {rss}\n",
         env!("CARGO_PKG_VERSION"),
-        crate::quant::simd::simd_level(),
-        if crate::quant::simd::amx() { " + amx" } else { "" }
+        minfer::quant::simd::simd_level(),
+        if minfer::quant::simd::amx() { " + amx" } else { "" }
     );
     let mut reported = Vec::new();
     for r in results.iter() {
@@ -1008,7 +1011,7 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
 /// The lines that say which decoding kernel each weight type got on this CPU and why, where the
 /// choice was cached, and how to force another.
 fn choices_lines(choices: &[String]) -> String {
-    let c = crate::quant::choice::choices();
+    let c = minfer::quant::choice::choices();
     let timed = if c.measured_in.is_zero() {
         String::new()
     } else {
@@ -1116,34 +1119,34 @@ mod tests {
     fn the_kernels_line_names_the_repacked_kernel_at_any_token_count_then_gemm_for_a_prompt_and_dot_for_one_token() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
         let file = GgufFile::open(dir.join("tiny-qwen2-Q8_0.gguf")).unwrap();
-        let simd = crate::quant::simd::simd_level();
+        let simd = minfer::quant::simd::simd_level();
         let one = cpu_kernels(&file, 1);
         assert!(!one.contains("gemm"), "{one}");
         // The tiny model's matrices are Q8_0 except its F32 norms; those with rows in groups of
         // 16 are repacked where the CPU has the kernel.
-        let q8 = |t: &&crate::gguf::TensorInfo| t.ggml_type == crate::quant::GgmlType::Q8_0 && t.shape.len() == 2;
+        let q8 = |t: &&minfer::gguf::TensorInfo| t.ggml_type == minfer::quant::GgmlType::Q8_0 && t.shape.len() == 2;
         let any_repacked = file
             .tensors()
             .iter()
             .filter(q8)
-            .any(|t| crate::backends::cpu::repacks(t.ggml_type, &t.shape));
+            .any(|t| minfer::backends::cpu::repacks(t.ggml_type, &t.shape));
         let all_repacked = file
             .tensors()
             .iter()
             .filter(q8)
-            .all(|t| crate::backends::cpu::repacks(t.ggml_type, &t.shape));
+            .all(|t| minfer::backends::cpu::repacks(t.ggml_type, &t.shape));
         assert_eq!(one.contains(&format!("{simd} repacked (Q8_0")), any_repacked, "{one}");
         // The matrices left in the file's layout take the dot products of the kernel chosen
         // for the type (`quant::choice`).
-        let dot = crate::quant::choice::kernel_of(crate::quant::GgmlType::Q8_0).map_or(simd, |k| k.isa().name());
+        let dot = minfer::quant::choice::kernel_of(minfer::quant::GgmlType::Q8_0).map_or(simd, |k| k.isa().name());
         assert_eq!(one.contains(&format!("{dot} dot (Q8_0")), !all_repacked, "{one}");
         // A prompt: the repacked matrices still take the repacked kernel, the others the GEMM
         // where the CPU has it.
         let prompt = cpu_kernels(&file, 512);
-        let has_gemm = crate::quant::gemm::kernel(crate::quant::GgmlType::Q8_0).is_some();
+        let has_gemm = minfer::quant::gemm::kernel(minfer::quant::GgmlType::Q8_0).is_some();
         // A prompt's panel kernels are named for AMX where the CPU has its tiles.
-        let panel = crate::quant::gemm::kernel_name(512);
-        assert_eq!(panel == "amx", crate::quant::simd::amx(), "{prompt}");
+        let panel = minfer::quant::gemm::kernel_name(512);
+        assert_eq!(panel == "amx", minfer::quant::simd::amx(), "{prompt}");
         assert_eq!(
             prompt.contains(&format!("{panel} repacked (Q8_0")),
             any_repacked,

@@ -1,0 +1,168 @@
+//! `minfer serve`: its flags, checked and turned into the server's configuration.
+
+use crate::args::*;
+use anyhow::Context;
+use std::path::PathBuf;
+
+/// `minfer serve`'s flags.
+#[derive(clap::Args)]
+pub(crate) struct ServeArgs {
+    /// The GGUF model file.
+    pub(crate) model: PathBuf,
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) host: String,
+    /// Port to listen on (0 picks a free one; the address is printed on standard error).
+    #[arg(long, default_value_t = 8080)]
+    pub(crate) port: u16,
+    /// Concurrent generations, each with its own KV cache of --n-ctx tokens.
+    #[arg(long = "n-slots", default_value_t = 4)]
+    pub(crate) n_slots: usize,
+    /// Context size of each slot in tokens (clamped to the model's maximum; llama.cpp's -c).
+    #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 4096)]
+    pub(crate) n_ctx: usize,
+    /// Require this key as 'Authorization: Bearer KEY' (also MINFER_API_KEY).
+    #[arg(long, env = "MINFER_API_KEY", hide_env_values = true)]
+    pub(crate) api_key: Option<String>,
+    /// Largest request body accepted, in bytes (larger ones get 413).
+    #[arg(long, default_value_t = minfer::server::DEFAULT_MAX_BODY_BYTES)]
+    pub(crate) max_body_bytes: usize,
+    /// Seconds in-flight requests may run after SIGINT/SIGTERM (once the listener is
+    /// closed) before they are cancelled.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) shutdown_timeout: f64,
+    /// Seconds after SIGINT/SIGTERM during which /ready answers 503 but connections are
+    /// still accepted and served, for balancers that poll /ready; then the listener closes.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) drain_delay: f64,
+    /// Requests that may wait for a slot while all are busy; more are answered 503 with
+    /// Retry-After, and /ready answers 503 while the queue is full. Default: no bound
+    /// (beyond --max-connections).
+    #[arg(long, value_name = "N")]
+    pub(crate) queue_max: Option<usize>,
+    /// Seconds a connection may take to send a request's headers, idle keep-alive time
+    /// included; slower connections are closed.
+    #[arg(long, default_value_t = minfer::server::DEFAULT_HEADER_TIMEOUT_S)]
+    pub(crate) header_timeout: f64,
+    /// Seconds a request's body may take to arrive after its headers (slower ones get 408).
+    #[arg(long, default_value_t = minfer::server::DEFAULT_BODY_TIMEOUT_S)]
+    pub(crate) body_timeout: f64,
+    /// Seconds a response write may make no progress (a client that does not read) before
+    /// the connection is closed.
+    #[arg(long, default_value_t = minfer::server::DEFAULT_WRITE_TIMEOUT_S)]
+    pub(crate) write_timeout: f64,
+    /// Most connections open at once; further ones wait in the listen backlog.
+    #[arg(long, default_value_t = minfer::server::DEFAULT_MAX_CONNECTIONS)]
+    pub(crate) max_connections: usize,
+    /// Read control-token text in messages (`<|im_start|>`, `<|im_end|>`) as control tokens,
+    /// as llama.cpp's server does. By default it stays plain text, so a user cannot forge
+    /// a system turn; the template's own markers are control tokens either way.
+    #[arg(long)]
+    pub(crate) special_in_content: bool,
+    #[command(flatten)]
+    pub(crate) cache: CacheArgs,
+    #[command(flatten)]
+    pub(crate) model_args: ModelArgs,
+    /// Answer GET /slots with each slot's state (llama-server's --slots).
+    #[arg(long)]
+    pub(crate) slots: bool,
+    /// Do not serve the chat page at / (llama-server's --no-webui).
+    #[arg(long)]
+    pub(crate) no_webui: bool,
+    /// llama-server's embeddings mode: refused, as minfer computes no pooled hidden states.
+    #[arg(long)]
+    pub(crate) embeddings: bool,
+    /// Tokens one forward pass takes at most: every generating slot's next token, then
+    /// chunks of the prompts being read (llama.cpp's -b; -ub is the same here).
+    #[arg(short = 'b', long, alias = "ubatch-size", default_value_t = minfer::server::DEFAULT_BATCH_SIZE)]
+    pub(crate) batch_size: usize,
+    /// Let browser pages from ORIGIN call the server (repeatable; `*` for any origin). None
+    /// by default.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub(crate) cors_origins: Vec<String>,
+    /// A name besides localhost and loopback addresses that a server on loopback without an
+    /// API key answers in the Host header (repeatable; `*` for any): a proxy's upstream name.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub(crate) allowed_hosts: Vec<String>,
+    #[command(flatten)]
+    pub(crate) draft: crate::cli::draft::DraftArgs,
+}
+
+/// Check `minfer serve`'s flags, load the draft model if one is asked for, and serve until a
+/// signal stops the server.
+pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let model_options = args.model_args.options()?;
+    let draft_choice = args.draft.choice()?;
+    anyhow::ensure!(
+        !args.embeddings,
+        "--embeddings cannot be honoured: minfer computes no pooled hidden states (/v1/embeddings answers 501)"
+    );
+    for (flag, seconds) in [
+        ("--shutdown-timeout", args.shutdown_timeout),
+        ("--drain-delay", args.drain_delay),
+    ] {
+        anyhow::ensure!(
+            seconds.is_finite() && (0.0..1e9).contains(&seconds),
+            "{flag} must be a number of seconds >= 0"
+        );
+    }
+    for (flag, seconds) in [
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+        ("--write-timeout", args.write_timeout),
+    ] {
+        anyhow::ensure!(
+            seconds.is_finite() && seconds > 0.0 && seconds < 1e9,
+            "{flag} must be a number of seconds above 0"
+        );
+    }
+    // clap reads an empty MINFER_API_KEY as unset; an empty key must be refused as the flag's
+    // is, not turn authentication off.
+    let api_key = args.api_key.or_else(|| std::env::var("MINFER_API_KEY").ok());
+    // The draft model loads as the model will: same threads, backends, -ngl and file options,
+    // its own chat template.
+    let draft = match draft_choice {
+        Some(choice) => {
+            let options = minfer::engine::ModelOptions {
+                chat_template: None,
+                ..model_options.clone()
+            };
+            let source = crate::generate::resolve_draft(choice)?
+                .load(&options)
+                .context("cannot load the draft model")?;
+            Some((source, args.draft.options()))
+        }
+        None => None,
+    };
+    let seconds = std::time::Duration::from_secs_f64;
+    minfer::server::serve(minfer::server::ServerConfig {
+        model: model_path(&args.model)?,
+        host: args.host,
+        port: args.port,
+        model_options,
+        session: minfer::engine::SessionOptions {
+            n_ctx: args.n_ctx,
+            n_seq_max: args.n_slots,
+            type_k: args.cache.cache_type_k,
+            type_v: args.cache.cache_type_v,
+            n_ubatch: None,
+        },
+        api_key,
+        max_body_bytes: args.max_body_bytes,
+        shutdown_timeout: seconds(args.shutdown_timeout),
+        drain_delay: seconds(args.drain_delay),
+        queue_max: args.queue_max,
+        header_timeout: seconds(args.header_timeout),
+        body_timeout: seconds(args.body_timeout),
+        write_timeout: seconds(args.write_timeout),
+        max_connections: args.max_connections,
+        special_in_content: args.special_in_content,
+        batch_size: args.batch_size,
+        cors_origins: args.cors_origins,
+        allowed_hosts: args.allowed_hosts,
+        slots_endpoint: args.slots,
+        webui: !args.no_webui,
+        draft,
+    })?;
+    Ok(())
+}
