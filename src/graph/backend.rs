@@ -165,11 +165,11 @@ pub trait BackendDevice: Send + Sync {
     fn weights_bytes(&self) -> usize {
         0
     }
-    /// The device memory's copy bandwidth in GB/s, bytes read plus bytes written per second by
-    /// a device-to-device copy of a buffer larger than any cache (what bounds a generated token,
-    /// which reads every weight once), for `bench --bandwidth`; `None` for a device that shares
-    /// the host's memory, whose bandwidth the host measures, or that has too little memory free
-    /// to measure past its caches.
+    /// The bandwidth of the device's memory in GB/s, over a buffer larger than any cache: what
+    /// bounds a generated token, which reads every weight once (`bench --bandwidth`). A GPU
+    /// measures a device-to-device copy (bytes read plus bytes written per second), the CPU a
+    /// read with its threads. `None` for a device that cannot measure it (too little memory
+    /// free to get past its caches).
     fn copy_bandwidth(&self) -> Result<Option<f64>, BackendError> {
         Ok(None)
     }
@@ -183,6 +183,13 @@ pub trait BackendDevice: Send + Sync {
     }
     /// A new execution context: an empty buffer pool over this device's weights and threads.
     fn new_context(&self) -> Box<dyn ComputeBackend>;
+    /// The kernels the device multiplies `matrices` (each a weight's type and GGUF shape) by
+    /// `n_tokens` activation rows with, for `bench`'s `kernels` column; `None` for a device
+    /// that does not name them.
+    fn matmul_kernels(&self, matrices: &[(crate::quant::GgmlType, Vec<u64>)], n_tokens: usize) -> Option<String> {
+        let _ = (matrices, n_tokens);
+        None
+    }
 }
 
 /// One session's execution context on a device. Buffers are bytes of a [`DType`] in the

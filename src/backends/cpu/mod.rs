@@ -25,6 +25,7 @@
 mod fused;
 pub mod kernels;
 pub mod pool;
+pub mod report;
 
 use crate::graph::{
     Backend, BackendDevice, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op, TensorSource,
@@ -139,6 +140,16 @@ impl BackendDevice for CpuDevice {
 
     fn new_context(&self) -> Box<dyn ComputeBackend> {
         Box::new(self.context())
+    }
+
+    /// The host memory's read bandwidth with this device's threads: what bounds a generated
+    /// token on the CPU, which reads every weight once.
+    fn copy_bandwidth(&self) -> Result<Option<f64>, BackendError> {
+        Ok(Some(report::read_bandwidth(self.shared.n_threads)))
+    }
+
+    fn matmul_kernels(&self, matrices: &[(crate::quant::GgmlType, Vec<u64>)], n_tokens: usize) -> Option<String> {
+        Some(report::matmul_kernels(matrices, n_tokens))
     }
 }
 
