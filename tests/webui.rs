@@ -4,7 +4,7 @@
 //!
 //! The browser is `$MINFER_CHROMIUM` or `chromium` on the PATH (`scripts/install-chromium.sh`
 //! installs it; the test script runs that first). `MINFER_WEBUI_MODEL` serves another model and
-//! `MINFER_WEBUI_SCREENSHOT=FILE` saves a PNG of the page with its reply (the README's picture).
+//! `MINFER_WEBUI_SCREENSHOT=FILE` saves a PNG of the page with its reply (the picture in docs/server.md).
 
 mod common;
 

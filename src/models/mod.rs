@@ -25,8 +25,8 @@ pub enum ModelError {
     UnknownArchitecture {
         /// The file's `general.architecture`.
         arch: String,
-        /// The architectures minfer supports ([`SUPPORTED_ARCHITECTURES`]).
-        supported: &'static str,
+        /// The architectures minfer supports ([`ARCHITECTURES`]), comma-separated.
+        supported: String,
     },
     /// A tensor the architecture needs is not in the file.
     #[error("tensor '{name}' is missing from the model")]
@@ -96,19 +96,29 @@ pub trait ModelDef: Send + Sync {
     fn build_graph(&self, params: &GraphParams) -> ComputeGraph;
 }
 
-/// The `general.architecture` values [`load_model`] accepts, for error messages.
-pub const SUPPORTED_ARCHITECTURES: &str = "qwen2, qwen3";
+/// Loads a model of one architecture from a file, its tensors checked.
+pub type LoadFn = fn(&GgufFile) -> Result<Box<dyn ModelDef>, ModelError>;
+
+/// The architectures minfer runs: each `general.architecture` value and its loader, one row an
+/// architecture (its folder under `src/models/` is the rest).
+pub const ARCHITECTURES: &[(&str, LoadFn)] = &[
+    ("qwen2", |file| Ok(Box::new(qwen2::Qwen2::load(file)?))),
+    ("qwen3", |file| Ok(Box::new(qwen3::Qwen3::load(file)?))),
+];
 
 /// The model for `file`'s `general.architecture`, its tensors checked against its
 /// hyper-parameters.
 pub fn load_model(file: &GgufFile) -> Result<Box<dyn ModelDef>, ModelError> {
     let arch = file.metadata().get_str("general.architecture")?;
-    match arch {
-        "qwen2" => Ok(Box::new(qwen2::Qwen2::load(file)?)),
-        "qwen3" => Ok(Box::new(qwen3::Qwen3::load(file)?)),
-        other => Err(ModelError::UnknownArchitecture {
-            arch: other.to_string(),
-            supported: SUPPORTED_ARCHITECTURES,
+    match ARCHITECTURES.iter().find(|(name, _)| *name == arch) {
+        Some((_, load)) => load(file),
+        None => Err(ModelError::UnknownArchitecture {
+            arch: arch.to_string(),
+            supported: ARCHITECTURES
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", "),
         }),
     }
 }

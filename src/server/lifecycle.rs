@@ -5,8 +5,8 @@
 //! `/health` says the process is alive (a liveness probe restarts it when it stops answering);
 //! `/ready` says whether to send it work (a readiness probe or an active health check takes it
 //! out of rotation while it is 503). This file only holds the phase and names the answers: it
-//! binds, accepts and stops nothing (`mod.rs` does) and queues nothing (`slots.rs` does). The
-//! README's "Serving at scale" section describes how the pieces meet.
+//! binds, accepts and stops nothing (`mod.rs` does) and queues nothing (`slots.rs` does).
+//! "Serving at scale" in docs/server.md describes how the pieces meet.
 
 use axum::http::StatusCode;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -5,7 +5,7 @@
 //! request.
 //!
 //! The names, types and labels are a stable interface for Prometheus scraping, each listed in
-//! the README's metrics table: rename nothing, and add a metric to the table with the code.
+//! the metrics table of docs/server.md: rename nothing, and add a metric to the table with the code.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
