@@ -119,12 +119,13 @@ pub struct Model {
 }
 
 /// The fence and offload `-ngl` means, as llama.cpp reads it: 0 without a fence keeps every
-/// layer on the CPU (the CPU alone), N above 0 needs a usable GPU backend (refused with the
-/// reason otherwise), and no `-ngl` leaves the fence to decide.
+/// layer on the CPU (the CPU alone), N above 0 without a fence needs a usable GPU backend
+/// (refused with the reason otherwise), and no `-ngl` leaves the fence to decide. With a fence,
+/// the fence's own check says whether N fits it.
 fn placement(backend: Option<&str>, n_gpu_layers: Option<usize>) -> Result<(Option<&str>, Option<usize>), LoadError> {
     match n_gpu_layers {
         Some(0) if backend.is_none() => Ok((Some("cpu"), None)),
-        Some(n) if n > 0 => match crate::backends::probe(Backend::CUDA) {
+        Some(n) if n > 0 && backend.is_none() => match crate::backends::probe(Backend::CUDA) {
             Ok(()) => Ok((backend, Some(n))),
             Err(why) => Err(LoadError::NoGpu { n_gpu_layers: n, why }),
         },
