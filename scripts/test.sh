@@ -5,7 +5,8 @@
 # virtualenv (scripts/python-env.sh), the default model and the 1.5B speculative-decoding target
 # (scripts/fetch-model.sh, scripts/fetch-model.sh 1.5b), all cached,
 # Chromium for the chat page's browser test (scripts/install-chromium.sh) and NGINX for the
-# replicas test (scripts/install-nginx.sh), NVRTC for compiling every CUDA kernel (from the
+# replicas test (scripts/install-nginx.sh), Mesa's lavapipe for the wgpu backend's tests
+# (scripts/install-lavapipe.sh), NVRTC for compiling every CUDA kernel (from the
 # virtualenv's nvidia-cuda-nvrtc wheel, put on the loader path); 3. every test, unit and
 # integration, including those on the 491 MB model.
 set -euo pipefail
@@ -13,8 +14,8 @@ cd "$(dirname "$0")/.."
 
 echo "== cargo fmt --check" >&2
 cargo fmt --check
-echo "== cargo clippy --all-targets -- -D warnings" >&2
-cargo clippy --all-targets -- -D warnings
+echo "== cargo clippy --all-targets --features wgpu -- -D warnings" >&2
+cargo clippy --all-targets --features wgpu -- -D warnings
 # The engine alone, as a program that embeds it takes it (default-features = false): it builds
 # and lints without the surfaces, and pulls no HTTP, async or terminal crate.
 echo "== cargo clippy --lib --examples --no-default-features -- -D warnings" >&2
@@ -35,5 +36,10 @@ scripts/fetch-model.sh >/dev/null
 scripts/fetch-model.sh 1.5b >/dev/null
 scripts/install-chromium.sh >/dev/null
 scripts/install-nginx.sh >/dev/null
+scripts/install-lavapipe.sh >/dev/null
 echo "== cargo test" >&2
 cargo test
+# The wgpu backend (a feature, off by default while it is built) on Mesa's lavapipe: its kernels
+# against the CPU reference, and their translation to Metal and HLSL.
+echo "== cargo test --features wgpu (the wgpu backend on lavapipe)" >&2
+MINFER_REQUIRE_WGPU=1 cargo test --features wgpu --lib --test backend_ops -- wgpu

@@ -1207,3 +1207,58 @@ fn gpu_layers_for_a_fence_that_starts_with_the_cpu_are_refused_not_ignored() {
     };
     assert!(Model::load(common::tiny_model("qwen2", "Q8_0"), &options).is_ok());
 }
+
+/// The cases whose every node `device` claims.
+#[cfg(feature = "wgpu")]
+fn claimed_cases(device: &dyn BackendDevice) -> Vec<Case> {
+    let context = device.new_context();
+    all_cases()
+        .into_iter()
+        .filter(|c| c.graph.nodes.iter().all(|n| context.supports_op(&n.op, n.out_dtype)))
+        .collect()
+}
+
+/// The wgpu backend on whatever adapter this machine has (Mesa's lavapipe in CI), named as a
+/// fence names it (so a software adapter is used), or `None` where there is none: a skip,
+/// except where `MINFER_REQUIRE_WGPU=1` says an adapter is expected.
+#[cfg(feature = "wgpu")]
+fn wgpu_or_skip(test: &str) -> Option<minfer::backends::wgpu::WgpuDevice> {
+    match minfer::backends::wgpu::WgpuDevice::new() {
+        Ok(device) => Some(device),
+        Err(why) => {
+            assert!(
+                std::env::var("MINFER_REQUIRE_WGPU").as_deref() != Ok("1"),
+                "{test}: MINFER_REQUIRE_WGPU=1 but no wgpu adapter is usable: {why}"
+            );
+            eprintln!("{test}: skipped, no wgpu adapter: {why}");
+            None
+        }
+    }
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn every_op_the_wgpu_backend_claims_matches_the_cpu_reference() {
+    let Some(device) = wgpu_or_skip("every_op_the_wgpu_backend_claims_matches_the_cpu_reference") else {
+        return;
+    };
+    eprintln!("wgpu adapter: {}", device.adapter_line());
+    let cases = claimed_cases(&device);
+    // The element-wise ops, the fused SwiGLU and the norms, for now.
+    assert!(cases.len() >= 8, "{}", cases.len());
+    let candidate = Candidate {
+        name: "wgpu".into(),
+        make: Box::new(|case: &Case| {
+            let mut device = minfer::backends::wgpu::WgpuDevice::new().unwrap();
+            device
+                .prepare_weights(case.weights.as_ref(), &case.graph.weight_uses())
+                .unwrap();
+            Arc::new(device)
+        }),
+    };
+    let (checked, failures) = conformance(&candidate, &cases);
+    assert!(failures.is_empty(), "{}", report(&failures));
+    assert_eq!(checked, cases.len());
+    let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
+    eprintln!("wgpu matches the CPU on {checked} cases: {names:?}");
+}

@@ -9,6 +9,8 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 pub use cpu::default_threads;
 
@@ -23,6 +25,8 @@ pub fn probe(handle: Backend) -> Result<(), Unusable> {
         Backend::CPU => Ok(()),
         #[cfg(feature = "cuda")]
         Backend::CUDA => cuda::probe(),
+        #[cfg(feature = "wgpu")]
+        Backend::WGPU => wgpu::probe(),
         other => Err(Unusable::NoDriver {
             looked_for: format!("the {other} backend, which this build does not contain"),
         }),
@@ -106,6 +110,8 @@ impl BackendSet {
                 Backend::CPU => Box::new(cpu::CpuDevice::new(Arc::clone(&weights), n_threads)),
                 #[cfg(feature = "cuda")]
                 Backend::CUDA => Box::new(cuda::CudaDevice::new()?),
+                #[cfg(feature = "wgpu")]
+                Backend::WGPU => Box::new(wgpu::WgpuDevice::new()?),
                 // Backends this build does not contain never pass the registry's fence.
                 _ => continue,
             });

@@ -23,6 +23,8 @@ impl Backend {
     pub const METAL: Backend = Backend(1);
     /// NVIDIA CUDA.
     pub const CUDA: Backend = Backend(2);
+    /// wgpu: Vulkan, Metal or DX12, whichever the platform's GPU speaks.
+    pub const WGPU: Backend = Backend(3);
 }
 
 impl fmt::Display for Backend {

@@ -36,9 +36,18 @@ pub enum Unusable {
         /// What the driver said.
         detail: String,
     },
+    /// The only device is the CPU behind a software driver (Mesa's lavapipe or llvmpipe): used
+    /// when a fence names the backend, never joined to a default fence, so that a machine with
+    /// Mesa never trades the CPU backend's kernels for a slower software GPU (llama.cpp skips
+    /// them the same way).
+    #[error("only a software device: {adapter} (name the backend to use it)")]
+    SoftwareOnly {
+        /// The device's name, as its driver reports it.
+        adapter: String,
+    },
 }
 
-static ENTRIES: [BackendEntry; 3] = [
+static ENTRIES: [BackendEntry; 4] = [
     BackendEntry {
         handle: Backend::METAL,
         name: "metal",
@@ -50,6 +59,12 @@ static ENTRIES: [BackendEntry; 3] = [
         name: "cuda",
         priority: 200,
         compiled: cfg!(feature = "cuda"),
+    },
+    BackendEntry {
+        handle: Backend::WGPU,
+        name: "wgpu",
+        priority: 150,
+        compiled: cfg!(feature = "wgpu"),
     },
     BackendEntry {
         handle: Backend::CPU,
@@ -135,7 +150,7 @@ pub fn resolve_fence(names: Option<&str>, probe: Probe<'_>) -> Result<Vec<Backen
             });
         }
         match probe(e.handle) {
-            Ok(()) => {}
+            Ok(()) | Err(Unusable::SoftwareOnly { .. }) => {}
             Err(Unusable::NoDriver { looked_for }) => {
                 return Err(RegistryError::NoDriver {
                     name: e.name.to_string(),

@@ -1,0 +1,500 @@
+//! One session's execution context on a wgpu device: its buffers in device memory, addressed by
+//! id, and the dispatch of each node's kernel. The host reads and writes buffers only by copy
+//! (a staging buffer mapped for reading, the queue's writes), and every wait is bounded by
+//! [`WAIT_TIMEOUT`](super::WAIT_TIMEOUT).
+//!
+//! Owns the buffer pool and the kernels' bindings; must not know a model. Each node is one
+//! submission for now (one per split is the goal).
+
+use super::Shared;
+use crate::graph::{Backend, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op};
+use std::sync::Arc;
+
+/// Storage bindings and copies move whole 4-byte words.
+const ALIGN: u64 = wgpu::COPY_BUFFER_ALIGNMENT;
+/// Invocations per workgroup of the element-wise and norm kernels (their WGSL says the same).
+const WORKGROUP: u32 = 256;
+/// The most workgroups one dimension of a dispatch takes (WebGPU's default limit).
+const MAX_GROUPS: u32 = 65_535;
+
+/// The compiled kernels, made once per device.
+pub(crate) struct Pipelines {
+    elementwise: wgpu::ComputePipeline,
+    rms_norm: wgpu::ComputePipeline,
+}
+
+fn pipeline(device: &wgpu::Device, label: &str, source: &str) -> wgpu::ComputePipeline {
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(label),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(label),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
+impl Pipelines {
+    pub(crate) fn new(device: &wgpu::Device) -> Self {
+        Pipelines {
+            elementwise: pipeline(device, "elementwise", include_str!("shaders/elementwise.wgsl")),
+            rms_norm: pipeline(device, "rms_norm", include_str!("shaders/rms_norm.wgsl")),
+        }
+    }
+}
+
+/// The WGSL sources of every kernel, by name: for tests that translate them to Metal and HLSL.
+#[cfg(test)]
+pub(crate) fn kernel_sources() -> [(&'static str, &'static str); 2] {
+    [
+        ("elementwise", include_str!("shaders/elementwise.wgsl")),
+        ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
+    ]
+}
+
+/// A device buffer holding `bytes` (rounded up to whole words, at least one).
+fn storage(device: &wgpu::Device, label: &str, bytes: u64) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: bytes.div_ceil(ALIGN).max(1) * ALIGN,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+/// A device buffer holding `data` (a weight, uploaded once).
+pub(crate) fn upload(device: &wgpu::Device, queue: &wgpu::Queue, label: &str, data: &[u8]) -> wgpu::Buffer {
+    let buffer = storage(device, label, data.len() as u64);
+    write_words(queue, &buffer, 0, data);
+    buffer
+}
+
+/// Write `data` at `offset` (a multiple of 4), padding a ragged end with zeros.
+fn write_words(queue: &wgpu::Queue, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
+    let whole = data.len() / 4 * 4;
+    if whole > 0 {
+        queue.write_buffer(buffer, offset, &data[..whole]);
+    }
+    if whole < data.len() {
+        let mut tail = [0u8; 4];
+        tail[..data.len() - whole].copy_from_slice(&data[whole..]);
+        queue.write_buffer(buffer, offset + whole as u64, &tail);
+    }
+}
+
+/// A buffer of the pool.
+struct Slot {
+    buffer: Arc<wgpu::Buffer>,
+    /// Bytes asked for (the buffer may be larger).
+    bytes: usize,
+    dtype: DType,
+    free: bool,
+}
+
+/// One session's context on the device; see the module documentation.
+pub struct WgpuBackend {
+    shared: Arc<Shared>,
+    slots: Vec<Slot>,
+}
+
+impl WgpuBackend {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        WgpuBackend {
+            shared,
+            slots: Vec::new(),
+        }
+    }
+
+    fn err(node: &CNode, message: impl Into<String>) -> BackendError {
+        BackendError::Node {
+            backend: "wgpu".into(),
+            node: node.name.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn buffer_error(id: usize, problem: impl Into<String>) -> BackendError {
+        BackendError::Buffer {
+            backend: "wgpu".into(),
+            id,
+            problem: problem.into(),
+        }
+    }
+
+    fn slot(&self, id: usize) -> Result<&Slot, BackendError> {
+        self.slots
+            .get(id)
+            .ok_or_else(|| Self::buffer_error(id, "does not exist"))
+    }
+
+    /// Wait for everything submitted, at most [`WAIT_TIMEOUT`](super::WAIT_TIMEOUT).
+    fn wait(&self, what: &str) -> Result<(), BackendError> {
+        self.shared
+            .device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: Some(super::WAIT_TIMEOUT),
+            })
+            .map(|_| ())
+            .map_err(|e| BackendError::Node {
+                backend: "wgpu".into(),
+                node: what.into(),
+                message: format!("waiting for the device: {e}"),
+            })
+    }
+
+    /// Bytes `start..end` (whole words) of buffer `id`, copied to the host.
+    fn read_words(&self, id: usize, start: u64, end: u64) -> Result<Vec<u8>, BackendError> {
+        let device = &self.shared.device;
+        let staging = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: end - start,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&self.slot(id)?.buffer, start, &staging, 0, end - start);
+        self.shared.queue.submit([encoder.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait(&format!("(reading buffer {id})"))?;
+        rx.recv_timeout(super::WAIT_TIMEOUT)
+            .map_err(|_| Self::buffer_error(id, "the device never mapped its copy"))?
+            .map_err(|e| Self::buffer_error(id, format!("mapping its copy: {e}")))?;
+        let bytes = staging
+            .get_mapped_range(..)
+            .map_err(|e| Self::buffer_error(id, format!("mapping its copy: {e}")))?
+            .to_vec();
+        staging.unmap();
+        Ok(bytes)
+    }
+
+    /// A uniform buffer holding `words`.
+    fn uniform(&self, words: [u32; 4]) -> wgpu::Buffer {
+        let buffer = self.shared.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params"),
+            size: 16,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.shared.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&words));
+        buffer
+    }
+
+    /// Dispatch `pipeline` over `groups` workgroups with `bindings` in order (binding i is the
+    /// i-th). An input that is also the output is read from a copy made first, since one
+    /// dispatch may not bind a buffer both for reading and writing.
+    fn dispatch(
+        &self,
+        node: &CNode,
+        pipeline: &wgpu::ComputePipeline,
+        inputs: &[&wgpu::Buffer],
+        out: &wgpu::Buffer,
+        params: &wgpu::Buffer,
+        groups: (u32, u32),
+    ) -> Result<(), BackendError> {
+        let device = &self.shared.device;
+        let mut encoder = device.create_command_encoder(&Default::default());
+        let copies: Vec<Option<wgpu::Buffer>> = inputs
+            .iter()
+            .map(|b| {
+                (*b == out).then(|| {
+                    let copy = storage(device, "alias", b.size());
+                    encoder.copy_buffer_to_buffer(b, 0, &copy, 0, b.size());
+                    copy
+                })
+            })
+            .collect();
+        let mut entries: Vec<wgpu::BindGroupEntry<'_>> = inputs
+            .iter()
+            .zip(&copies)
+            .enumerate()
+            .map(|(i, (b, copy))| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: copy.as_ref().unwrap_or(b).as_entire_binding(),
+            })
+            .collect();
+        entries.push(wgpu::BindGroupEntry {
+            binding: inputs.len() as u32,
+            resource: out.as_entire_binding(),
+        });
+        entries.push(wgpu::BindGroupEntry {
+            binding: inputs.len() as u32 + 1,
+            resource: params.as_entire_binding(),
+        });
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&node.name),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(groups.0, groups.1, 1);
+        }
+        self.shared.queue.submit([encoder.finish()]);
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Self::err(node, format!("the device refused the dispatch: {e}")));
+        }
+        Ok(())
+    }
+
+    fn buffer(&self, node: &CNode, buf: BufRef) -> Result<Arc<wgpu::Buffer>, BackendError> {
+        self.slots
+            .get(buf.id)
+            .map(|s| Arc::clone(&s.buffer))
+            .ok_or_else(|| Self::err(node, format!("buffer {} does not exist", buf.id)))
+    }
+
+    fn f32_weight(&self, node: &CNode, name: &str) -> Result<Arc<wgpu::Buffer>, BackendError> {
+        self.shared
+            .weights
+            .get(name)
+            .cloned()
+            .ok_or_else(|| BackendError::MissingWeight {
+                backend: "wgpu".into(),
+                node: node.name.clone(),
+                weight: name.into(),
+            })
+    }
+
+    /// Workgroups for `n` items, `per_group` a group: as rows of at most [`MAX_GROUPS`].
+    fn grid(node: &CNode, n: usize, per_group: u32) -> Result<(u32, u32), BackendError> {
+        let groups = u32::try_from(n.div_ceil(per_group as usize).max(1))
+            .map_err(|_| Self::err(node, format!("{n} items are too many for one dispatch")))?;
+        let x = groups.min(MAX_GROUPS);
+        let y = groups.div_ceil(x);
+        if y > MAX_GROUPS {
+            return Err(Self::err(node, format!("{n} items are too many for one dispatch")));
+        }
+        Ok((x, y))
+    }
+
+    fn rms_norm(
+        &self,
+        node: &CNode,
+        x: BufRef,
+        weight: Option<&str>,
+        d: usize,
+        eps: f32,
+        out: BufRef,
+    ) -> Result<(), BackendError> {
+        let n: usize = node.out_shape.iter().product();
+        if d == 0 || !n.is_multiple_of(d) {
+            return Err(Self::err(node, format!("rows of {d} do not divide {n} values")));
+        }
+        let rows = n / d;
+        let x = self.buffer(node, x)?;
+        let w = match weight {
+            Some(name) => self.f32_weight(node, name)?,
+            None => Arc::clone(&x),
+        };
+        let params = self.uniform([d as u32, rows as u32, eps.to_bits(), u32::from(weight.is_some())]);
+        let groups = Self::grid(node, rows, 1)?;
+        let out = self.buffer(node, out)?;
+        self.dispatch(node, &self.shared.pipelines.rms_norm, &[&x, &w], &out, &params, groups)
+    }
+}
+
+impl ComputeBackend for WgpuBackend {
+    fn handle(&self) -> Backend {
+        Backend::WGPU
+    }
+
+    fn name(&self) -> &str {
+        "wgpu"
+    }
+
+    fn supports_op(&self, op: &Op, dtype: DType) -> bool {
+        match op {
+            Op::Input => true,
+            Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } => dtype == DType::F32,
+            // Not built yet: the graph runs these elsewhere, never here.
+            Op::MatMul
+            | Op::GetRows
+            | Op::RoPE
+            | Op::Attn { .. }
+            | Op::KvcacheStore { .. }
+            | Op::KvcacheLoad { .. }
+            | Op::FusedQKV { .. }
+            | Op::FusedQkvNorm { .. }
+            | Op::FusedFFN => false,
+        }
+    }
+
+    fn supports_fused(&self, fused: FusedOp) -> bool {
+        match fused {
+            FusedOp::SwiGLU => true,
+            FusedOp::DecodeQkv | FusedOp::DecodeFfn => false,
+        }
+    }
+
+    fn alloc_buffer(&mut self, bytes: usize, dtype: DType) -> usize {
+        let fits = self.slots.iter().position(|s| {
+            s.free && s.buffer.size() >= bytes as u64 && s.buffer.size() <= 2 * (bytes as u64).max(ALIGN)
+        });
+        match fits {
+            Some(id) => {
+                let slot = &mut self.slots[id];
+                slot.free = false;
+                slot.bytes = bytes;
+                slot.dtype = dtype;
+                id
+            }
+            None => self.alloc_fresh(bytes, dtype),
+        }
+    }
+
+    fn free_buffer(&mut self, id: usize) {
+        if let Some(slot) = self.slots.get_mut(id) {
+            slot.free = true;
+        }
+    }
+
+    fn alloc_fresh(&mut self, bytes: usize, dtype: DType) -> usize {
+        let buffer = storage(&self.shared.device, "buffer", bytes as u64);
+        self.slots.push(Slot {
+            buffer: Arc::new(buffer),
+            bytes,
+            dtype,
+            free: false,
+        });
+        self.slots.len() - 1
+    }
+
+    fn pool_len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn execute_node(
+        &mut self,
+        node: &CNode,
+        in_bufs: &[BufRef],
+        out_buf: BufRef,
+        _kv_pair: Option<(usize, usize)>,
+    ) -> Result<(), BackendError> {
+        let input = |i: usize| {
+            in_bufs
+                .get(i)
+                .copied()
+                .ok_or_else(|| Self::err(node, format!("input {i} is missing")))
+        };
+        match (&node.op, &node.meta) {
+            (Op::Input, _) => Ok(()),
+            (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU, _) => {
+                let n: usize = node.out_shape.iter().product();
+                let code = match node.op {
+                    Op::Add => 0,
+                    Op::Mul => 1,
+                    Op::Silu => 2,
+                    _ => 3,
+                };
+                let a = self.buffer(node, input(0)?)?;
+                let b = if code == 2 {
+                    Arc::clone(&a)
+                } else {
+                    self.buffer(node, input(1)?)?
+                };
+                let groups = Self::grid(node, n, WORKGROUP)?;
+                let params = self.uniform([n as u32, code, groups.0 * WORKGROUP, 0]);
+                let out = self.buffer(node, out_buf)?;
+                self.dispatch(
+                    node,
+                    &self.shared.pipelines.elementwise,
+                    &[&a, &b],
+                    &out,
+                    &params,
+                    groups,
+                )
+            }
+            (Op::RmsNorm { eps }, NodeMeta::Norm(m)) => {
+                let d = node.out_shape[0];
+                self.rms_norm(node, input(0)?, m.weight_name.as_deref(), d, *eps, out_buf)
+            }
+            (Op::QkNorm { head_dim, eps, .. }, NodeMeta::Norm(m)) => {
+                let name = m
+                    .weight_name
+                    .as_deref()
+                    .ok_or_else(|| Self::err(node, "QkNorm needs a weight"))?;
+                self.rms_norm(node, input(0)?, Some(name), *head_dim, *eps, out_buf)
+            }
+            // Every op is named, none by a wildcard: a new op fails to compile here until it is
+            // run or refused.
+            (
+                op @ (Op::RmsNorm { .. }
+                | Op::QkNorm { .. }
+                | Op::MatMul
+                | Op::GetRows
+                | Op::RoPE
+                | Op::Attn { .. }
+                | Op::KvcacheStore { .. }
+                | Op::KvcacheLoad { .. }
+                | Op::FusedQKV { .. }
+                | Op::FusedQkvNorm { .. }
+                | Op::FusedFFN),
+                _,
+            ) => Err(BackendError::Unsupported {
+                backend: "wgpu".into(),
+                node: node.name.clone(),
+                op: op.name(),
+            }),
+        }
+    }
+
+    fn buffer_info(&self, id: usize) -> Option<(usize, DType)> {
+        self.slots.get(id).map(|s| (s.bytes, s.dtype))
+    }
+
+    fn read_buffer(&mut self, id: usize, offset: usize, dst: &mut [u8]) -> Result<(), BackendError> {
+        let bytes = self.slot(id)?.bytes;
+        crate::graph::backend::buffer_window("wgpu", id, bytes, offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let start = offset as u64 / ALIGN * ALIGN;
+        let end = (offset + dst.len()) as u64;
+        let words = self.read_words(id, start, end.div_ceil(ALIGN) * ALIGN)?;
+        let skip = (offset as u64 - start) as usize;
+        dst.copy_from_slice(&words[skip..skip + dst.len()]);
+        Ok(())
+    }
+
+    fn write_buffer(&mut self, id: usize, offset: usize, src: &[u8]) -> Result<(), BackendError> {
+        let bytes = self.slot(id)?.bytes;
+        crate::graph::backend::buffer_window("wgpu", id, bytes, offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let buffer = Arc::clone(&self.slot(id)?.buffer);
+        let (start, end) = (
+            offset as u64 / ALIGN * ALIGN,
+            ((offset + src.len()) as u64).div_ceil(ALIGN) * ALIGN,
+        );
+        if start == offset as u64 && end == (offset + src.len()) as u64 {
+            self.shared.queue.write_buffer(&buffer, start, src);
+            return Ok(());
+        }
+        // A write that does not cover whole words keeps the bytes around it.
+        let mut words = self.read_words(id, start, end)?;
+        let skip = (offset as u64 - start) as usize;
+        words[skip..skip + src.len()].copy_from_slice(src);
+        self.shared.queue.write_buffer(&buffer, start, &words);
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> Result<(), BackendError> {
+        self.wait("(end of the split)")
+    }
+
+    fn wait_for_node(&mut self) -> Result<(), BackendError> {
+        self.wait("(a timed node)")
+    }
+}
