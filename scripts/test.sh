@@ -42,4 +42,6 @@ cargo test
 # The wgpu backend (a feature, off by default while it is built) on Mesa's lavapipe: its kernels
 # against the CPU reference, and their translation to Metal and HLSL.
 echo "== cargo test --features wgpu (the wgpu backend on lavapipe)" >&2
-MINFER_REQUIRE_WGPU=1 cargo test --features wgpu --lib --test backend_ops -- wgpu
+# Mesa's Vulkan drivers complain on standard error when XDG_RUNTIME_DIR is unset.
+XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}" MINFER_REQUIRE_WGPU=1 \
+    cargo test --features wgpu --lib --test backend_ops -- wgpu

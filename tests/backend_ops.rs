@@ -30,6 +30,27 @@ use std::sync::Arc;
 
 /// The bound on NMSE between a backend and the reference, as llama.cpp's default.
 const MAX_NMSE: f64 = 1e-7;
+/// The bound for a matmul by quantized weights, as llama.cpp's `test_mul_mat`: the CPU
+/// quantizes the activations (to Q8_0 or Q8_K) for its integer dot products, and a backend that
+/// multiplies f32 activations differs from it by that rounding (NMSE about 1e-5 measured).
+const MAX_NMSE_QUANTIZED_MATMUL: f64 = 5e-4;
+
+/// The NMSE bound of a case: [`MAX_NMSE_QUANTIZED_MATMUL`] where a node multiplies by quantized
+/// weights, else [`MAX_NMSE`].
+fn max_nmse(case: &Case) -> f64 {
+    let is_quantized = |ty: GgmlType| !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    let quantized = case.graph.nodes.iter().any(|n| match &n.meta {
+        NodeMeta::MatMul(m) => is_quantized(m.weight_type),
+        NodeMeta::FusedQkv(m) => is_quantized(m.q.weight_type),
+        NodeMeta::FusedFfn(m) => is_quantized(m.gate.weight_type),
+        _ => false,
+    });
+    if quantized {
+        MAX_NMSE_QUANTIZED_MATMUL
+    } else {
+        MAX_NMSE
+    }
+}
 
 /// The weight types a matmul or an embedding may use: every type minfer computes with except
 /// the activation-only Q8_1 and Q8_K.
@@ -864,8 +885,9 @@ fn conformance(candidate: &Candidate, cases: &[Case]) -> (usize, Vec<Failure>) {
             Ok(got) => {
                 checked += 1;
                 let worst = got.iter().zip(&expected).map(|(g, e)| nmse(g, e)).fold(0.0, f64::max);
-                if got.len() != expected.len() || worst > MAX_NMSE || worst.is_nan() {
-                    failures.push(fail(format!("NMSE {worst:e} > {MAX_NMSE:e}")));
+                let bound = max_nmse(case);
+                if got.len() != expected.len() || worst > bound || worst.is_nan() {
+                    failures.push(fail(format!("NMSE {worst:e} > {bound:e}")));
                 }
             }
         }
@@ -1244,8 +1266,9 @@ fn every_op_the_wgpu_backend_claims_matches_the_cpu_reference() {
     };
     eprintln!("wgpu adapter: {}", device.adapter_line());
     let cases = claimed_cases(&device);
-    // The element-wise ops, the fused SwiGLU and the norms, for now.
-    assert!(cases.len() >= 8, "{}", cases.len());
+    // So far: the element-wise ops, the fused SwiGLU, the norms, the matmul and the embedding
+    // rows of every weight type, the row gather.
+    assert!(cases.len() >= 42, "{}", cases.len());
     let candidate = Candidate {
         name: "wgpu".into(),
         make: Box::new(|case: &Case| {

@@ -21,9 +21,16 @@ const MAX_GROUPS: u32 = 65_535;
 pub(crate) struct Pipelines {
     elementwise: wgpu::ComputePipeline,
     rms_norm: wgpu::ComputePipeline,
+    rows: wgpu::ComputePipeline,
+    mul_mat: wgpu::ComputePipeline,
+    get_rows: wgpu::ComputePipeline,
 }
 
 fn pipeline(device: &wgpu::Device, label: &str, source: &str) -> wgpu::ComputePipeline {
+    entry(device, label, source, "main")
+}
+
+fn entry(device: &wgpu::Device, label: &str, source: &str, entry_point: &str) -> wgpu::ComputePipeline {
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(label),
         source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -32,7 +39,7 @@ fn pipeline(device: &wgpu::Device, label: &str, source: &str) -> wgpu::ComputePi
         label: Some(label),
         layout: None,
         module: &module,
-        entry_point: Some("main"),
+        entry_point: Some(entry_point),
         compilation_options: Default::default(),
         cache: None,
     })
@@ -43,18 +50,29 @@ impl Pipelines {
         Pipelines {
             elementwise: pipeline(device, "elementwise", include_str!("shaders/elementwise.wgsl")),
             rms_norm: pipeline(device, "rms_norm", include_str!("shaders/rms_norm.wgsl")),
+            rows: pipeline(device, "rows", include_str!("shaders/rows.wgsl")),
+            mul_mat: entry(device, "mul_mat", include_str!("shaders/weights.wgsl"), "mul_mat"),
+            get_rows: entry(device, "get_rows", include_str!("shaders/weights.wgsl"), "get_rows"),
         }
     }
 }
 
 /// The WGSL sources of every kernel, by name: for tests that translate them to Metal and HLSL.
 #[cfg(test)]
-pub(crate) fn kernel_sources() -> [(&'static str, &'static str); 2] {
+pub(crate) fn kernel_sources() -> [(&'static str, &'static str); 4] {
     [
         ("elementwise", include_str!("shaders/elementwise.wgsl")),
         ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
+        ("rows", include_str!("shaders/rows.wgsl")),
+        ("weights", include_str!("shaders/weights.wgsl")),
     ]
 }
+
+/// The weight types `weights.wgsl` reads, by their GGML ids.
+const WEIGHT_TYPES: [crate::quant::GgmlType; 11] = {
+    use crate::quant::GgmlType::*;
+    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K]
+};
 
 /// A device buffer holding `bytes` (rounded up to whole words, at least one).
 fn storage(device: &wgpu::Device, label: &str, bytes: u64) -> wgpu::Buffer {
@@ -175,11 +193,11 @@ impl WgpuBackend {
         Ok(bytes)
     }
 
-    /// A uniform buffer holding `words`.
-    fn uniform(&self, words: [u32; 4]) -> wgpu::Buffer {
+    /// A uniform buffer holding `words` (4 or 8 of them, as the kernel's `Params`).
+    fn uniform(&self, words: &[u32]) -> wgpu::Buffer {
         let buffer = self.shared.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("params"),
-            size: 16,
+            size: (words.len() as u64 * 4).div_ceil(16) * 16,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
@@ -197,7 +215,7 @@ impl WgpuBackend {
         inputs: &[&wgpu::Buffer],
         out: &wgpu::Buffer,
         params: &wgpu::Buffer,
-        groups: (u32, u32),
+        groups: (u32, u32, u32),
     ) -> Result<(), BackendError> {
         let device = &self.shared.device;
         let mut encoder = device.create_command_encoder(&Default::default());
@@ -238,7 +256,7 @@ impl WgpuBackend {
             let mut pass = encoder.begin_compute_pass(&Default::default());
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(groups.0, groups.1, 1);
+            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
         }
         self.shared.queue.submit([encoder.finish()]);
         if let Some(e) = pollster::block_on(scope.pop()) {
@@ -278,6 +296,99 @@ impl WgpuBackend {
         Ok((x, y))
     }
 
+    /// The type id and row bytes of a weight `weights.wgsl` reads, or the refusal naming it.
+    fn weight_layout(node: &CNode, ty: crate::quant::GgmlType, n_in: usize) -> Result<(u32, u32), BackendError> {
+        if !WEIGHT_TYPES.contains(&ty) {
+            return Err(Self::err(node, format!("weights of type {ty} are not read here")));
+        }
+        let row = ty
+            .row_size(n_in as u64)
+            .and_then(|b| u32::try_from(b).ok())
+            .ok_or_else(|| Self::err(node, format!("rows of {n_in} values are not whole {ty} blocks")))?;
+        Ok((ty as u32, row))
+    }
+
+    fn mul_mat(&self, node: &CNode, m: &crate::graph::MatMulMeta, x: BufRef, out: BufRef) -> Result<(), BackendError> {
+        let (ty, row_bytes) = Self::weight_layout(node, m.weight_type, m.in_dim)?;
+        let nt = node.out_shape[1];
+        let w = self.f32_weight(node, &m.weight_name)?;
+        let x = self.buffer(node, x)?;
+        let bias = match &m.bias_name {
+            Some(name) => self.f32_weight(node, name)?,
+            None => Arc::clone(&x),
+        };
+        let words = [
+            ty,
+            row_bytes,
+            m.in_dim as u32,
+            m.out_dim as u32,
+            nt as u32,
+            u32::from(m.bias_name.is_some()),
+            0,
+            0,
+        ];
+        let params = self.uniform(&words);
+        let (gx, gy) = Self::grid(node, m.out_dim, 1)?;
+        let gz = u32::try_from(nt)
+            .ok()
+            .filter(|&z| z <= MAX_GROUPS)
+            .ok_or_else(|| Self::err(node, format!("{nt} tokens in one dispatch")))?;
+        let out = self.buffer(node, out)?;
+        self.dispatch(
+            node,
+            &self.shared.pipelines.mul_mat,
+            &[&w, &x, &bias],
+            &out,
+            &params,
+            (gx, gy, gz),
+        )
+    }
+
+    fn embed(&self, node: &CNode, m: &crate::graph::EmbedMeta, ids: BufRef, out: BufRef) -> Result<(), BackendError> {
+        let (ty, row_bytes) = Self::weight_layout(node, m.weight_type, m.n_embd)?;
+        let nt = node.out_shape[1];
+        let table = self.f32_weight(node, &m.weight_name)?;
+        let ids = self.buffer(node, ids)?;
+        let words = [ty, row_bytes, m.n_embd as u32, m.n_rows as u32, nt as u32, 0, 0, 0];
+        let params = self.uniform(&words);
+        let gx = u32::try_from(nt)
+            .ok()
+            .filter(|&x| x <= MAX_GROUPS)
+            .ok_or_else(|| Self::err(node, format!("{nt} rows in one dispatch")))?;
+        let out = self.buffer(node, out)?;
+        self.dispatch(
+            node,
+            &self.shared.pipelines.get_rows,
+            &[&table, &ids, &ids],
+            &out,
+            &params,
+            (gx, 1, 1),
+        )
+    }
+
+    fn gather_rows_node(&self, node: &CNode, src: BufRef, ids: BufRef, out: BufRef) -> Result<(), BackendError> {
+        let [d, n_ids, ..] = node.out_shape;
+        let n_rows_in = self.slot(src.id)?.bytes / 4 / d.max(1);
+        let params = self.uniform(&[d as u32, n_rows_in as u32, n_ids as u32, 0]);
+        let gx = u32::try_from(n_ids)
+            .ok()
+            .filter(|&x| x <= MAX_GROUPS)
+            .ok_or_else(|| Self::err(node, format!("{n_ids} rows in one dispatch")))?;
+        let (src, ids, out) = (
+            self.buffer(node, src)?,
+            self.buffer(node, ids)?,
+            self.buffer(node, out)?,
+        );
+        self.dispatch(
+            node,
+            &self.shared.pipelines.rows,
+            &[&src, &ids],
+            &out,
+            &params,
+            (gx, 1, 1),
+        )
+    }
+
     fn rms_norm(
         &self,
         node: &CNode,
@@ -297,10 +408,17 @@ impl WgpuBackend {
             Some(name) => self.f32_weight(node, name)?,
             None => Arc::clone(&x),
         };
-        let params = self.uniform([d as u32, rows as u32, eps.to_bits(), u32::from(weight.is_some())]);
-        let groups = Self::grid(node, rows, 1)?;
+        let params = self.uniform(&[d as u32, rows as u32, eps.to_bits(), u32::from(weight.is_some())]);
+        let (gx, gy) = Self::grid(node, rows, 1)?;
         let out = self.buffer(node, out)?;
-        self.dispatch(node, &self.shared.pipelines.rms_norm, &[&x, &w], &out, &params, groups)
+        self.dispatch(
+            node,
+            &self.shared.pipelines.rms_norm,
+            &[&x, &w],
+            &out,
+            &params,
+            (gx, gy, 1),
+        )
     }
 }
 
@@ -316,11 +434,16 @@ impl ComputeBackend for WgpuBackend {
     fn supports_op(&self, op: &Op, dtype: DType) -> bool {
         match op {
             Op::Input => true,
-            Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } => dtype == DType::F32,
+            Op::Add
+            | Op::Mul
+            | Op::Silu
+            | Op::SwiGLU
+            | Op::RmsNorm { .. }
+            | Op::QkNorm { .. }
+            | Op::MatMul
+            | Op::GetRows => dtype == DType::F32,
             // Not built yet: the graph runs these elsewhere, never here.
-            Op::MatMul
-            | Op::GetRows
-            | Op::RoPE
+            Op::RoPE
             | Op::Attn { .. }
             | Op::KvcacheStore { .. }
             | Op::KvcacheLoad { .. }
@@ -403,8 +526,8 @@ impl ComputeBackend for WgpuBackend {
                 } else {
                     self.buffer(node, input(1)?)?
                 };
-                let groups = Self::grid(node, n, WORKGROUP)?;
-                let params = self.uniform([n as u32, code, groups.0 * WORKGROUP, 0]);
+                let (gx, gy) = Self::grid(node, n, WORKGROUP)?;
+                let params = self.uniform(&[n as u32, code, gx * WORKGROUP, 0]);
                 let out = self.buffer(node, out_buf)?;
                 self.dispatch(
                     node,
@@ -412,7 +535,7 @@ impl ComputeBackend for WgpuBackend {
                     &[&a, &b],
                     &out,
                     &params,
-                    groups,
+                    (gx, gy, 1),
                 )
             }
             (Op::RmsNorm { eps }, NodeMeta::Norm(m)) => {
@@ -426,13 +549,15 @@ impl ComputeBackend for WgpuBackend {
                     .ok_or_else(|| Self::err(node, "QkNorm needs a weight"))?;
                 self.rms_norm(node, input(0)?, Some(name), *head_dim, *eps, out_buf)
             }
+            (Op::MatMul, NodeMeta::MatMul(m)) => self.mul_mat(node, m, input(0)?, out_buf),
+            (Op::GetRows, NodeMeta::Embed(m)) => self.embed(node, m, input(0)?, out_buf),
+            (Op::GetRows, _) => self.gather_rows_node(node, input(0)?, input(1)?, out_buf),
             // Every op is named, none by a wildcard: a new op fails to compile here until it is
             // run or refused.
             (
                 op @ (Op::RmsNorm { .. }
                 | Op::QkNorm { .. }
                 | Op::MatMul
-                | Op::GetRows
                 | Op::RoPE
                 | Op::Attn { .. }
                 | Op::KvcacheStore { .. }

@@ -9,9 +9,10 @@
 //! behind a Vulkan driver) is used only when a fence names `wgpu`, never joined to a default
 //! fence. Must not fall back to the CPU: a node it cannot run is refused by name.
 //!
-//! In progress: the element-wise ops and the norms run here; the matmuls, RoPE, the KV cache and
-//! attention do not yet (`supports_op` says which), so the backend is behind the `wgpu` feature,
-//! off by default, until it runs every op the graphs build.
+//! In progress: the element-wise ops, the norms, the matmuls and embedding rows of every weight
+//! type and the row gather run here; RoPE, the KV cache and attention do not yet (`supports_op`
+//! says which), so the backend is behind the `wgpu` feature, off by default, until it runs
+//! every op the graphs build.
 
 mod context;
 
@@ -211,7 +212,7 @@ mod tests {
             naga::back::hlsl::Writer::new(&mut out, &hlsl, &pipeline)
                 .write(&module, &info, None)
                 .unwrap_or_else(|e| panic!("{name} to HLSL: {e:?}"));
-            assert!(out.contains("[numthreads(256, 1, 1)]"), "{name}: {out}");
+            assert!(out.contains("[numthreads("), "{name}: {out}");
         }
     }
 }
