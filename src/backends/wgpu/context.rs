@@ -201,7 +201,7 @@ impl WgpuBackend {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        self.shared.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&words));
+        self.shared.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(words));
         buffer
     }
 
