@@ -24,6 +24,9 @@ pub(crate) struct Pipelines {
     rows: wgpu::ComputePipeline,
     mul_mat: wgpu::ComputePipeline,
     get_rows: wgpu::ComputePipeline,
+    rope: wgpu::ComputePipeline,
+    kv_store: wgpu::ComputePipeline,
+    attention: wgpu::ComputePipeline,
 }
 
 fn pipeline(device: &wgpu::Device, label: &str, source: &str) -> wgpu::ComputePipeline {
@@ -53,14 +56,20 @@ impl Pipelines {
             rows: pipeline(device, "rows", include_str!("shaders/rows.wgsl")),
             mul_mat: entry(device, "mul_mat", include_str!("shaders/weights.wgsl"), "mul_mat"),
             get_rows: entry(device, "get_rows", include_str!("shaders/weights.wgsl"), "get_rows"),
+            rope: pipeline(device, "rope", include_str!("shaders/rope.wgsl")),
+            kv_store: entry(device, "kv_store", include_str!("shaders/kv.wgsl"), "kv_store"),
+            attention: pipeline(device, "attention", include_str!("shaders/attention.wgsl")),
         }
     }
 }
 
 /// The WGSL sources of every kernel, by name: for tests that translate them to Metal and HLSL.
 #[cfg(test)]
-pub(crate) fn kernel_sources() -> [(&'static str, &'static str); 4] {
+pub(crate) fn kernel_sources() -> [(&'static str, &'static str); 7] {
     [
+        ("rope", include_str!("shaders/rope.wgsl")),
+        ("kv", include_str!("shaders/kv.wgsl")),
+        ("attention", include_str!("shaders/attention.wgsl")),
         ("elementwise", include_str!("shaders/elementwise.wgsl")),
         ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
         ("rows", include_str!("shaders/rows.wgsl")),
@@ -213,7 +222,7 @@ impl WgpuBackend {
         node: &CNode,
         pipeline: &wgpu::ComputePipeline,
         inputs: &[&wgpu::Buffer],
-        out: &wgpu::Buffer,
+        outputs: &[&wgpu::Buffer],
         params: &wgpu::Buffer,
         groups: (u32, u32, u32),
     ) -> Result<(), BackendError> {
@@ -222,7 +231,7 @@ impl WgpuBackend {
         let copies: Vec<Option<wgpu::Buffer>> = inputs
             .iter()
             .map(|b| {
-                (*b == out).then(|| {
+                outputs.contains(b).then(|| {
                     let copy = storage(device, "alias", b.size());
                     encoder.copy_buffer_to_buffer(b, 0, &copy, 0, b.size());
                     copy
@@ -238,12 +247,14 @@ impl WgpuBackend {
                 resource: copy.as_ref().unwrap_or(b).as_entire_binding(),
             })
             .collect();
+        for (i, out) in outputs.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: (inputs.len() + i) as u32,
+                resource: out.as_entire_binding(),
+            });
+        }
         entries.push(wgpu::BindGroupEntry {
-            binding: inputs.len() as u32,
-            resource: out.as_entire_binding(),
-        });
-        entries.push(wgpu::BindGroupEntry {
-            binding: inputs.len() as u32 + 1,
+            binding: (inputs.len() + outputs.len()) as u32,
             resource: params.as_entire_binding(),
         });
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -338,7 +349,7 @@ impl WgpuBackend {
             node,
             &self.shared.pipelines.mul_mat,
             &[&w, &x, &bias],
-            &out,
+            &[&out],
             &params,
             (gx, gy, gz),
         )
@@ -360,7 +371,7 @@ impl WgpuBackend {
             node,
             &self.shared.pipelines.get_rows,
             &[&table, &ids, &ids],
-            &out,
+            &[&out],
             &params,
             (gx, 1, 1),
         )
@@ -383,9 +394,204 @@ impl WgpuBackend {
             node,
             &self.shared.pipelines.rows,
             &[&src, &ids],
-            &out,
+            &[&out],
             &params,
             (gx, 1, 1),
+        )
+    }
+
+    fn rope(
+        &self,
+        node: &CNode,
+        m: &crate::graph::RopeMeta,
+        x: BufRef,
+        positions: BufRef,
+        out: BufRef,
+    ) -> Result<(), BackendError> {
+        if m.n_rot > m.head_dim || !m.n_rot.is_multiple_of(2) {
+            return Err(Self::err(
+                node,
+                format!("n_rot {} does not fit heads of {}", m.n_rot, m.head_dim),
+            ));
+        }
+        let nt = node.out_shape[1];
+        // The same f32 power as the CPU's kernel.
+        let theta_scale = m.freq_base.powf(-2.0 / m.n_rot as f32);
+        let neox = u32::from(m.style == crate::graph::RopeStyle::Neox);
+        let words = [
+            m.n_head as u32,
+            m.head_dim as u32,
+            m.n_rot as u32,
+            theta_scale.to_bits(),
+            neox,
+            nt as u32,
+            0,
+            0,
+        ];
+        let params = self.uniform(&words);
+        let gx = Self::rows_grid(node, nt)?;
+        let (x, positions, out) = (
+            self.buffer(node, x)?,
+            self.buffer(node, positions)?,
+            self.buffer(node, out)?,
+        );
+        self.dispatch(
+            node,
+            &self.shared.pipelines.rope,
+            &[&x, &positions],
+            &[&out],
+            &params,
+            (gx, 1, 1),
+        )
+    }
+
+    /// One workgroup per row, at most [`MAX_GROUPS`] rows.
+    fn rows_grid(node: &CNode, n: usize) -> Result<u32, BackendError> {
+        u32::try_from(n)
+            .ok()
+            .filter(|&x| x <= MAX_GROUPS)
+            .ok_or_else(|| Self::err(node, format!("{n} rows in one dispatch")))
+    }
+
+    /// A KV region type's GGML id, as `kv.wgsl` and `attention.wgsl` read it.
+    fn kv_type(node: &CNode, dtype: DType) -> Result<u32, BackendError> {
+        match dtype {
+            DType::F32 => Ok(0),
+            DType::F16 => Ok(1),
+            DType::Q8_0 => Ok(8),
+            DType::I32 => Err(Self::err(node, "an i32 KV region")),
+        }
+    }
+
+    /// The layer's (K, V) regions and their types.
+    fn regions(
+        &self,
+        node: &CNode,
+        kv_pair: Option<(usize, usize)>,
+    ) -> Result<[(Arc<wgpu::Buffer>, u32); 2], BackendError> {
+        let (k, v) = kv_pair.ok_or_else(|| Self::err(node, "no KV regions for this layer"))?;
+        let region = |id: usize| -> Result<(Arc<wgpu::Buffer>, u32), BackendError> {
+            let slot = self.slot(id)?;
+            Ok((Arc::clone(&slot.buffer), Self::kv_type(node, slot.dtype)?))
+        };
+        Ok([region(k)?, region(v)?])
+    }
+
+    fn kv_store(
+        &self,
+        node: &CNode,
+        meta: &crate::graph::KvcacheMeta,
+        in_bufs: &[BufRef],
+        kv_pair: Option<(usize, usize)>,
+    ) -> Result<(), BackendError> {
+        let [(k_region, type_k), (v_region, type_v)] = self.regions(node, kv_pair)?;
+        let width = meta.n_kv_embd;
+        if (!width.is_multiple_of(32) && (type_k == 8 || type_v == 8)) || !width.is_multiple_of(2) {
+            return Err(Self::err(
+                node,
+                format!("cells of {width} values do not fit the KV types"),
+            ));
+        }
+        let [k, v, cells] = in_bufs else {
+            return Err(Self::err(node, "the store needs K, V and the cells"));
+        };
+        let nt = self.slot(cells.id)?.bytes / 4;
+        let words = [
+            width as u32,
+            nt as u32,
+            type_k,
+            type_v,
+            meta.n_ctx as u32,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
+        let params = self.uniform(&words);
+        let (k, v, cells) = (
+            self.buffer(node, *k)?,
+            self.buffer(node, *v)?,
+            self.buffer(node, *cells)?,
+        );
+        let gx = Self::rows_grid(node, nt)?;
+        self.dispatch(
+            node,
+            &self.shared.pipelines.kv_store,
+            &[&k, &v, &cells],
+            &[&k_region, &v_region],
+            &params,
+            (gx, 2, 1),
+        )
+    }
+
+    fn attention(
+        &self,
+        node: &CNode,
+        m: &crate::graph::AttnMeta,
+        explicit_span: bool,
+        in_bufs: &[BufRef],
+        out: BufRef,
+        kv_pair: Option<(usize, usize)>,
+    ) -> Result<(), BackendError> {
+        if m.head_dim == 0 || m.head_dim > 256 {
+            return Err(Self::err(node, format!("heads of {} values (at most 256)", m.head_dim)));
+        }
+        if m.n_head_kv == 0 || !m.n_head.is_multiple_of(m.n_head_kv) {
+            return Err(Self::err(
+                node,
+                format!("{} query heads over {} KV heads", m.n_head, m.n_head_kv),
+            ));
+        }
+        let [(k_region, type_k), (v_region, type_v)] = self.regions(node, kv_pair)?;
+        let nt = node.out_shape[1];
+        let width = m.n_head_kv * m.head_dim;
+        let n_ctx = self.slot(kv_pair.map_or(0, |p| p.0))?.bytes
+            / match type_k {
+                0 => 4 * width,
+                1 => 2 * width,
+                _ => width / 32 * 34,
+            };
+        let q = self.buffer(node, in_bufs[0])?;
+        let positions = self.buffer(node, *in_bufs.get(2).ok_or_else(|| Self::err(node, "no positions"))?)?;
+        let (index, spans, n_index) = if explicit_span {
+            match in_bufs {
+                [_, _, _, index, spans] => (
+                    self.buffer(node, *index)?,
+                    self.buffer(node, *spans)?,
+                    self.slot(index.id)?.bytes / 4,
+                ),
+                _ => return Err(Self::err(node, "explicit-span attention needs kv_index and kv_span")),
+            }
+        } else {
+            (Arc::clone(&positions), Arc::clone(&positions), 0)
+        };
+        let words = [
+            width as u32,
+            nt as u32,
+            type_k,
+            type_v,
+            n_ctx as u32,
+            m.n_head as u32,
+            m.head_dim as u32,
+            u32::from(explicit_span),
+            n_index as u32,
+            m.n_head_kv as u32,
+            0,
+            0,
+        ];
+        let params = self.uniform(&words);
+        let out = self.buffer(node, out)?;
+        let gy = Self::rows_grid(node, nt)?;
+        self.dispatch(
+            node,
+            &self.shared.pipelines.attention,
+            &[&q, &k_region, &v_region, &positions, &index, &spans],
+            &[&out],
+            &params,
+            (m.n_head as u32, gy, 1),
         )
     }
 
@@ -415,7 +621,7 @@ impl WgpuBackend {
             node,
             &self.shared.pipelines.rms_norm,
             &[&x, &w],
-            &out,
+            &[&out],
             &params,
             (gx, gy, 1),
         )
@@ -441,15 +647,14 @@ impl ComputeBackend for WgpuBackend {
             | Op::RmsNorm { .. }
             | Op::QkNorm { .. }
             | Op::MatMul
-            | Op::GetRows => dtype == DType::F32,
-            // Not built yet: the graph runs these elsewhere, never here.
-            Op::RoPE
-            | Op::Attn { .. }
-            | Op::KvcacheStore { .. }
-            | Op::KvcacheLoad { .. }
-            | Op::FusedQKV { .. }
-            | Op::FusedQkvNorm { .. }
-            | Op::FusedFFN => false,
+            | Op::GetRows
+            | Op::RoPE
+            | Op::Attn { .. } => dtype == DType::F32,
+            // The store writes the layer's regions in their own types; the load is a view of
+            // them (its buffer is the K region), with nothing to run.
+            Op::KvcacheStore { .. } | Op::KvcacheLoad { .. } => true,
+            // The fused decode nodes are declined (`supports_fused` does not claim them).
+            Op::FusedQKV { .. } | Op::FusedQkvNorm { .. } | Op::FusedFFN => false,
         }
     }
 
@@ -461,15 +666,16 @@ impl ComputeBackend for WgpuBackend {
     }
 
     fn alloc_buffer(&mut self, bytes: usize, dtype: DType) -> usize {
-        let fits = self.slots.iter().position(|s| {
-            s.free && s.buffer.size() >= bytes as u64 && s.buffer.size() <= 2 * (bytes as u64).max(ALIGN)
-        });
-        match fits {
+        // Only an exact size is recycled, as the CPU's pool does: within one graph a buffer
+        // passes from node to node, and every node must find it at its own size (a gather's
+        // rows are counted from it).
+        match self
+            .slots
+            .iter()
+            .position(|s| s.free && s.bytes == bytes && s.dtype == dtype)
+        {
             Some(id) => {
-                let slot = &mut self.slots[id];
-                slot.free = false;
-                slot.bytes = bytes;
-                slot.dtype = dtype;
+                self.slots[id].free = false;
                 id
             }
             None => self.alloc_fresh(bytes, dtype),
@@ -502,7 +708,7 @@ impl ComputeBackend for WgpuBackend {
         node: &CNode,
         in_bufs: &[BufRef],
         out_buf: BufRef,
-        _kv_pair: Option<(usize, usize)>,
+        kv_pair: Option<(usize, usize)>,
     ) -> Result<(), BackendError> {
         let input = |i: usize| {
             in_bufs
@@ -511,7 +717,7 @@ impl ComputeBackend for WgpuBackend {
                 .ok_or_else(|| Self::err(node, format!("input {i} is missing")))
         };
         match (&node.op, &node.meta) {
-            (Op::Input, _) => Ok(()),
+            (Op::Input | Op::KvcacheLoad { .. }, _) => Ok(()),
             (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU, _) => {
                 let n: usize = node.out_shape.iter().product();
                 let code = match node.op {
@@ -533,7 +739,7 @@ impl ComputeBackend for WgpuBackend {
                     node,
                     &self.shared.pipelines.elementwise,
                     &[&a, &b],
-                    &out,
+                    &[&out],
                     &params,
                     (gx, gy, 1),
                 )
@@ -552,6 +758,16 @@ impl ComputeBackend for WgpuBackend {
             (Op::MatMul, NodeMeta::MatMul(m)) => self.mul_mat(node, m, input(0)?, out_buf),
             (Op::GetRows, NodeMeta::Embed(m)) => self.embed(node, m, input(0)?, out_buf),
             (Op::GetRows, _) => self.gather_rows_node(node, input(0)?, input(1)?, out_buf),
+            (Op::RoPE, NodeMeta::Rope(m)) => self.rope(node, m, input(0)?, input(1)?, out_buf),
+            (Op::KvcacheStore { .. }, NodeMeta::Kvcache(meta)) => {
+                if kv_pair.map(|p| p.0) != Some(out_buf.id) {
+                    return Err(Self::err(node, "the store's output must be the layer's K region"));
+                }
+                self.kv_store(node, meta, in_bufs, kv_pair)
+            }
+            (Op::Attn { explicit_span, .. }, NodeMeta::Attn(m)) => {
+                self.attention(node, m, *explicit_span, in_bufs, out_buf, kv_pair)
+            }
             // Every op is named, none by a wildcard: a new op fails to compile here until it is
             // run or refused.
             (
@@ -561,7 +777,6 @@ impl ComputeBackend for WgpuBackend {
                 | Op::RoPE
                 | Op::Attn { .. }
                 | Op::KvcacheStore { .. }
-                | Op::KvcacheLoad { .. }
                 | Op::FusedQKV { .. }
                 | Op::FusedQkvNorm { .. }
                 | Op::FusedFFN),

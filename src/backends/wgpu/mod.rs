@@ -9,10 +9,10 @@
 //! behind a Vulkan driver) is used only when a fence names `wgpu`, never joined to a default
 //! fence. Must not fall back to the CPU: a node it cannot run is refused by name.
 //!
-//! In progress: the element-wise ops, the norms, the matmuls and embedding rows of every weight
-//! type and the row gather run here; RoPE, the KV cache and attention do not yet (`supports_op`
-//! says which), so the backend is behind the `wgpu` feature, off by default, until it runs
-//! every op the graphs build.
+//! Every op the unfused graphs build runs here (the fused decode nodes are declined, so a session
+//! on wgpu builds the unfused chains); the backend stays behind the `wgpu` feature, off by
+//! default, until it is measured, uploads tensors larger than one binding, and submits once per
+//! split instead of once per node (docs/backends.md).
 
 mod context;
 
