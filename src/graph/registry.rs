@@ -232,22 +232,42 @@ mod tests {
         }
         assert_eq!(resolve_fence(Some(" , "), &no_driver), Err(RegistryError::Empty));
         let err = resolve_fence(Some("tpu"), &no_driver).unwrap_err().to_string();
-        assert_eq!(err, "unknown backend 'tpu' (known backends: metal, cuda, cpu)");
+        assert_eq!(err, "unknown backend 'tpu' (known backends: metal, cuda, wgpu, cpu)");
     }
 
     #[test]
     fn the_default_fence_is_every_usable_backend_by_priority() {
         assert_eq!(resolve_fence(None, &no_driver), Ok(vec![Backend::CPU]));
         let everything = |_: Backend| Ok(());
-        let expected = if cfg!(feature = "cuda") {
-            vec![Backend::CUDA, Backend::CPU]
-        } else {
-            vec![Backend::CPU]
-        };
-        assert_eq!(resolve_fence(None, &everything), Ok(expected.clone()));
+        let built: Vec<Backend> = [Backend::CUDA, Backend::WGPU, Backend::CPU]
+            .into_iter()
+            .filter(|&b| entry(b).is_some_and(|e| e.compiled))
+            .collect();
+        assert_eq!(resolve_fence(None, &everything), Ok(built));
+        let expected = vec![Backend::CUDA, Backend::CPU];
         assert_eq!(
             resolve_fence(Some("cpu,cuda"), &everything).ok(),
             cfg!(feature = "cuda").then_some(expected)
         );
+    }
+
+    #[test]
+    fn a_software_only_device_is_used_when_named_and_never_joins_a_default_fence() {
+        let software = |b: Backend| match b {
+            Backend::CPU => Ok(()),
+            Backend::WGPU => Err(Unusable::SoftwareOnly {
+                adapter: "llvmpipe".into(),
+            }),
+            _ => Err(Unusable::NoDriver {
+                looked_for: "a driver".into(),
+            }),
+        };
+        assert_eq!(resolve_fence(None, &software), Ok(vec![Backend::CPU]));
+        if entry(Backend::WGPU).is_some_and(|e| e.compiled) {
+            assert_eq!(
+                resolve_fence(Some("wgpu,cpu"), &software),
+                Ok(vec![Backend::WGPU, Backend::CPU])
+            );
+        }
     }
 }
