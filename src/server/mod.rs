@@ -28,7 +28,7 @@ mod write_timeout;
 pub use error::{ApiError, ServerError};
 pub use routes::SESSION_HEADER;
 
-use crate::engine::{Model, ModelOptions, Session, SessionOptions};
+use crate::engine::{Model, ModelOptions, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -250,13 +250,9 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
     let model = Arc::new(Model::load(&config.model, &config.model_options)?);
     let n_threads = model.backends().n_threads();
     // One session for every slot: sequence i is slot i, each with n_ctx positions of its own.
+    // (`with_options` clamps the context the same way.)
     let n_ctx = model.clamp_n_ctx(config.session.n_ctx);
-    // Each slot its own sequence, even a lone one, as the scheduler addresses them.
-    let options = SessionOptions {
-        n_ctx,
-        ..config.session.clone()
-    };
-    let session = Session::with_options(&model, &options).map_err(|e| ServerError::Config(e.to_string()))?;
+    let session = Session::with_options(&model, &config.session).map_err(|e| ServerError::Config(e.to_string()))?;
     let n_vocab = model.hparams().n_vocab;
     let model_id = config
         .model

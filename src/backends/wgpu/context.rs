@@ -48,33 +48,54 @@ fn entry(device: &wgpu::Device, label: &str, source: &str, entry_point: &str) ->
     })
 }
 
-impl Pipelines {
-    pub(crate) fn new(device: &wgpu::Device) -> Self {
-        Pipelines {
-            elementwise: pipeline(device, "elementwise", include_str!("shaders/elementwise.wgsl")),
-            rms_norm: pipeline(device, "rms_norm", include_str!("shaders/rms_norm.wgsl")),
-            rows: pipeline(device, "rows", include_str!("shaders/rows.wgsl")),
-            mul_mat: entry(device, "mul_mat", include_str!("shaders/weights.wgsl"), "mul_mat"),
-            get_rows: entry(device, "get_rows", include_str!("shaders/weights.wgsl"), "get_rows"),
-            rope: pipeline(device, "rope", include_str!("shaders/rope.wgsl")),
-            kv_store: entry(device, "kv_store", include_str!("shaders/kv.wgsl"), "kv_store"),
-            attention: pipeline(device, "attention", include_str!("shaders/attention.wgsl")),
-        }
+/// The f16-to-f32 conversion by bit operations, shared by the kernels that read stored f16
+/// (WGSL has no includes: it is prepended to their sources).
+const F16: &str = include_str!("shaders/f16.wgsl");
+
+/// Every kernel file: its name, its WGSL, and whether it reads stored f16.
+const KERNELS: [(&str, &str, bool); 7] = [
+    ("elementwise", include_str!("shaders/elementwise.wgsl"), false),
+    ("rms_norm", include_str!("shaders/rms_norm.wgsl"), false),
+    ("rows", include_str!("shaders/rows.wgsl"), false),
+    ("rope", include_str!("shaders/rope.wgsl"), false),
+    ("weights", include_str!("shaders/weights.wgsl"), true),
+    ("kv", include_str!("shaders/kv.wgsl"), true),
+    ("attention", include_str!("shaders/attention.wgsl"), true),
+];
+
+/// The whole WGSL of kernel file `name`, the shared f16 conversion prepended where it reads f16.
+pub(crate) fn kernel_source(name: &str) -> String {
+    let (_, source, f16) = KERNELS
+        .iter()
+        .find(|(n, ..)| *n == name)
+        .expect("a kernel file of the table");
+    if *f16 {
+        format!("{F16}\n{source}")
+    } else {
+        source.to_string()
     }
 }
 
-/// The WGSL sources of every kernel, by name: for tests that translate them to Metal and HLSL.
+/// The names of every kernel file: for tests that translate them to Metal and HLSL.
 #[cfg(test)]
-pub(crate) fn kernel_sources() -> [(&'static str, &'static str); 7] {
-    [
-        ("rope", include_str!("shaders/rope.wgsl")),
-        ("kv", include_str!("shaders/kv.wgsl")),
-        ("attention", include_str!("shaders/attention.wgsl")),
-        ("elementwise", include_str!("shaders/elementwise.wgsl")),
-        ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
-        ("rows", include_str!("shaders/rows.wgsl")),
-        ("weights", include_str!("shaders/weights.wgsl")),
-    ]
+pub(crate) fn kernel_names() -> impl Iterator<Item = &'static str> {
+    KERNELS.iter().map(|(name, ..)| *name)
+}
+
+impl Pipelines {
+    pub(crate) fn new(device: &wgpu::Device) -> Self {
+        let (weights, kv) = (kernel_source("weights"), kernel_source("kv"));
+        Pipelines {
+            elementwise: pipeline(device, "elementwise", &kernel_source("elementwise")),
+            rms_norm: pipeline(device, "rms_norm", &kernel_source("rms_norm")),
+            rows: pipeline(device, "rows", &kernel_source("rows")),
+            mul_mat: entry(device, "mul_mat", &weights, "mul_mat"),
+            get_rows: entry(device, "get_rows", &weights, "get_rows"),
+            rope: pipeline(device, "rope", &kernel_source("rope")),
+            kv_store: entry(device, "kv_store", &kv, "kv_store"),
+            attention: pipeline(device, "attention", &kernel_source("attention")),
+        }
+    }
 }
 
 /// The weight types `weights.wgsl` reads, by their GGML ids.
@@ -283,7 +304,8 @@ impl WgpuBackend {
             .ok_or_else(|| Self::err(node, format!("buffer {} does not exist", buf.id)))
     }
 
-    fn f32_weight(&self, node: &CNode, name: &str) -> Result<Arc<wgpu::Buffer>, BackendError> {
+    /// The uploaded bytes of weight `name`, in its file's layout.
+    fn weight(&self, node: &CNode, name: &str) -> Result<Arc<wgpu::Buffer>, BackendError> {
         self.shared
             .weights
             .get(name)
@@ -322,10 +344,10 @@ impl WgpuBackend {
     fn mul_mat(&self, node: &CNode, m: &crate::graph::MatMulMeta, x: BufRef, out: BufRef) -> Result<(), BackendError> {
         let (ty, row_bytes) = Self::weight_layout(node, m.weight_type, m.in_dim)?;
         let nt = node.out_shape[1];
-        let w = self.f32_weight(node, &m.weight_name)?;
+        let w = self.weight(node, &m.weight_name)?;
         let x = self.buffer(node, x)?;
         let bias = match &m.bias_name {
-            Some(name) => self.f32_weight(node, name)?,
+            Some(name) => self.weight(node, name)?,
             None => Arc::clone(&x),
         };
         let words = [
@@ -340,10 +362,7 @@ impl WgpuBackend {
         ];
         let params = self.uniform(&words);
         let (gx, gy) = Self::grid(node, m.out_dim, 1)?;
-        let gz = u32::try_from(nt)
-            .ok()
-            .filter(|&z| z <= MAX_GROUPS)
-            .ok_or_else(|| Self::err(node, format!("{nt} tokens in one dispatch")))?;
+        let gz = Self::rows_grid(node, nt)?;
         let out = self.buffer(node, out)?;
         self.dispatch(
             node,
@@ -358,14 +377,11 @@ impl WgpuBackend {
     fn embed(&self, node: &CNode, m: &crate::graph::EmbedMeta, ids: BufRef, out: BufRef) -> Result<(), BackendError> {
         let (ty, row_bytes) = Self::weight_layout(node, m.weight_type, m.n_embd)?;
         let nt = node.out_shape[1];
-        let table = self.f32_weight(node, &m.weight_name)?;
+        let table = self.weight(node, &m.weight_name)?;
         let ids = self.buffer(node, ids)?;
         let words = [ty, row_bytes, m.n_embd as u32, m.n_rows as u32, nt as u32, 0, 0, 0];
         let params = self.uniform(&words);
-        let gx = u32::try_from(nt)
-            .ok()
-            .filter(|&x| x <= MAX_GROUPS)
-            .ok_or_else(|| Self::err(node, format!("{nt} rows in one dispatch")))?;
+        let gx = Self::rows_grid(node, nt)?;
         let out = self.buffer(node, out)?;
         self.dispatch(
             node,
@@ -381,10 +397,7 @@ impl WgpuBackend {
         let [d, n_ids, ..] = node.out_shape;
         let n_rows_in = self.slot(src.id)?.bytes / 4 / d.max(1);
         let params = self.uniform(&[d as u32, n_rows_in as u32, n_ids as u32, 0]);
-        let gx = u32::try_from(n_ids)
-            .ok()
-            .filter(|&x| x <= MAX_GROUPS)
-            .ok_or_else(|| Self::err(node, format!("{n_ids} rows in one dispatch")))?;
+        let gx = Self::rows_grid(node, n_ids)?;
         let (src, ids, out) = (
             self.buffer(node, src)?,
             self.buffer(node, ids)?,
@@ -453,26 +466,21 @@ impl WgpuBackend {
             .ok_or_else(|| Self::err(node, format!("{n} rows in one dispatch")))
     }
 
-    /// A KV region type's GGML id, as `kv.wgsl` and `attention.wgsl` read it.
-    fn kv_type(node: &CNode, dtype: DType) -> Result<u32, BackendError> {
-        match dtype {
-            DType::F32 => Ok(0),
-            DType::F16 => Ok(1),
-            DType::Q8_0 => Ok(8),
-            DType::I32 => Err(Self::err(node, "an i32 KV region")),
-        }
-    }
-
-    /// The layer's (K, V) regions and their types.
+    /// The layer's (K, V) regions, their stored types and the GGML ids `kv.wgsl` and
+    /// `attention.wgsl` read them by.
     fn regions(
         &self,
         node: &CNode,
         kv_pair: Option<(usize, usize)>,
-    ) -> Result<[(Arc<wgpu::Buffer>, u32); 2], BackendError> {
+    ) -> Result<[(Arc<wgpu::Buffer>, DType, u32); 2], BackendError> {
         let (k, v) = kv_pair.ok_or_else(|| Self::err(node, "no KV regions for this layer"))?;
-        let region = |id: usize| -> Result<(Arc<wgpu::Buffer>, u32), BackendError> {
+        let region = |id: usize| -> Result<(Arc<wgpu::Buffer>, DType, u32), BackendError> {
             let slot = self.slot(id)?;
-            Ok((Arc::clone(&slot.buffer), Self::kv_type(node, slot.dtype)?))
+            let ty = slot
+                .dtype
+                .ggml_type()
+                .ok_or_else(|| Self::err(node, format!("a {} KV region", slot.dtype.name())))?;
+            Ok((Arc::clone(&slot.buffer), slot.dtype, ty as u32))
         };
         Ok([region(k)?, region(v)?])
     }
@@ -484,7 +492,7 @@ impl WgpuBackend {
         in_bufs: &[BufRef],
         kv_pair: Option<(usize, usize)>,
     ) -> Result<(), BackendError> {
-        let [(k_region, type_k), (v_region, type_v)] = self.regions(node, kv_pair)?;
+        let [(k_region, _, type_k), (v_region, _, type_v)] = self.regions(node, kv_pair)?;
         let width = meta.n_kv_embd;
         if (!width.is_multiple_of(32) && (type_k == 8 || type_v == 8)) || !width.is_multiple_of(2) {
             return Err(Self::err(
@@ -545,15 +553,10 @@ impl WgpuBackend {
                 format!("{} query heads over {} KV heads", m.n_head, m.n_head_kv),
             ));
         }
-        let [(k_region, type_k), (v_region, type_v)] = self.regions(node, kv_pair)?;
+        let [(k_region, k_dtype, type_k), (v_region, _, type_v)] = self.regions(node, kv_pair)?;
         let nt = node.out_shape[1];
         let width = m.n_head_kv * m.head_dim;
-        let n_ctx = self.slot(kv_pair.map_or(0, |p| p.0))?.bytes
-            / match type_k {
-                0 => 4 * width,
-                1 => 2 * width,
-                _ => width / 32 * 34,
-            };
+        let n_ctx = self.slot(kv_pair.map_or(0, |p| p.0))?.bytes / k_dtype.bytes(width).max(1);
         let q = self.buffer(node, in_bufs[0])?;
         let positions = self.buffer(node, *in_bufs.get(2).ok_or_else(|| Self::err(node, "no positions"))?)?;
         let (index, spans, n_index) = if explicit_span {
@@ -611,7 +614,7 @@ impl WgpuBackend {
         let rows = n / d;
         let x = self.buffer(node, x)?;
         let w = match weight {
-            Some(name) => self.f32_weight(node, name)?,
+            Some(name) => self.weight(node, name)?,
             None => Arc::clone(&x),
         };
         let params = self.uniform(&[d as u32, rows as u32, eps.to_bits(), u32::from(weight.is_some())]);

@@ -27,19 +27,6 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<uniform> p: Params;
 
-fn f16_to_f32(h: u32) -> f32 {
-    let sign = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    if (e == 0u) {
-        return bitcast<f32>(sign | bitcast<u32>(f32(m) * 5.9604645e-8));
-    }
-    if (e == 31u) {
-        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
-    }
-    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
-}
-
 fn k_byte(off: u32) -> u32 {
     return (k[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu;
 }

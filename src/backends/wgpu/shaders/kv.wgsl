@@ -52,19 +52,6 @@ fn f32_to_f16(x: f32) -> u32 {
     return sign | h;
 }
 
-fn f16_to_f32(h: u32) -> f32 {
-    let sign = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    if (e == 0u) {
-        return bitcast<f32>(sign | bitcast<u32>(f32(m) * 5.9604645e-8));
-    }
-    if (e == 31u) {
-        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
-    }
-    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
-}
-
 fn round_away(v: f32) -> f32 {
     return sign(v) * floor(abs(v) + 0.5);
 }

@@ -1,5 +1,6 @@
 // Weights in their GGML layouts, read as u32 words and unpacked with bit operations (no
-// shader-f16, nor f16-in-f32, needed): `value(row_base, i)` is value i of the row starting at byte `row_base`,
+// shader-f16, nor f16-in-f32, needed; `f16_to_f32` is f16.wgsl's, prepended):
+// `value(row_base, i)` is value i of the row starting at byte `row_base`,
 // with the formulas of ggml's `dequantize_row_*` (the CPU's scalar references). Correct first:
 // each value is dequantized where it is used and multiplied with f32 activations.
 //
@@ -30,24 +31,8 @@ fn u16_at(off: u32) -> u32 {
     return byte_at(off) | (byte_at(off + 1u) << 8u);
 }
 
-// An f16's bits as f32, exactly, by bit operations: `unpack2x16float` would need a capability
-// that Mesa's Vulkan lacks without shader-f16.
-fn f16_bits(h: u32) -> f32 {
-    let sign = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    if (e == 0u) {
-        // Zero or subnormal: m * 2^-24, exact in f32.
-        return bitcast<f32>(sign | bitcast<u32>(f32(m) * 5.9604645e-8));
-    }
-    if (e == 31u) {
-        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
-    }
-    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
-}
-
 fn f16_at(off: u32) -> f32 {
-    return f16_bits(u16_at(off));
+    return f16_to_f32(u16_at(off));
 }
 
 fn i8_of(b: u32) -> f32 {
