@@ -481,11 +481,12 @@ fn matmul_meta(name: &str, ty: GgmlType, bias: Option<&str>, in_dim: usize, out_
 }
 
 fn matmul_cases(rng: &mut Rng) -> Vec<Case> {
-    let (n_in, n_out) = (256, 40);
+    let n_in = 256;
     let mut cases = Vec::new();
     for ty in weight_types() {
-        // One token (the decode path) and nine (the batched kernels, with a partial tile).
-        for nt in [1, 9] {
+        // One token (the decode path), nine (the batched kernels, with a partial tile) and a
+        // prompt of several tiles each way, ragged at both ends.
+        for (nt, n_out) in [(1, 40), (9, 40), (70, 130)] {
             let bias = (ty == GgmlType::Q8_0).then_some("w.bias");
             let mut weights = MemWeights::default();
             weights.add(rng, "w.weight", ty, &[n_in as u64, n_out as u64]);
@@ -1232,6 +1233,9 @@ fn gpu_layers_for_a_fence_that_starts_with_the_cpu_are_refused_not_ignored() {
 
 /// The cases whose every node `device` claims.
 #[cfg(feature = "wgpu")]
+use minfer::backends::wgpu::MatMulLayout;
+
+#[cfg(feature = "wgpu")]
 fn claimed_cases(device: &dyn BackendDevice) -> Vec<Case> {
     let context = device.new_context();
     all_cases()
@@ -1270,19 +1274,58 @@ fn every_op_the_wgpu_backend_claims_matches_the_cpu_reference() {
     // the norms, RoPE, the matmul and embedding rows of every weight type, the row gather, the
     // KV store and attention over f32, f16 and Q8_0 cells, bounded by position or by spans.
     assert!(cases.len() >= 58, "{}", cases.len());
-    let candidate = Candidate {
-        name: "wgpu".into(),
-        make: Box::new(|case: &Case| {
-            let mut device = minfer::backends::wgpu::WgpuDevice::new().unwrap();
-            device
-                .prepare_weights(case.weights.as_ref(), &case.graph.weight_uses())
-                .unwrap();
-            Arc::new(device)
-        }),
-    };
-    let (checked, failures) = conformance(&candidate, &cases);
-    assert!(failures.is_empty(), "{}", report(&failures));
-    assert_eq!(checked, cases.len());
+    // Both layouts of the weight products: a GPU's (workgroup reductions, tiles for prompts)
+    // and a CPU's lanes (a row per invocation), whichever this adapter would choose.
+    for layout in [MatMulLayout::Workgroups, MatMulLayout::Rows] {
+        let candidate = Candidate {
+            name: format!("wgpu ({layout:?})"),
+            make: Box::new(move |case: &Case| {
+                let mut device = minfer::backends::wgpu::WgpuDevice::new().unwrap();
+                device.set_matmul_layout(layout).unwrap();
+                device
+                    .prepare_weights(case.weights.as_ref(), &case.graph.weight_uses())
+                    .unwrap();
+                Arc::new(device)
+            }),
+        };
+        let (checked, failures) = conformance(&candidate, &cases);
+        assert!(failures.is_empty(), "{layout:?}: {}", report(&failures));
+        assert_eq!(checked, cases.len());
+    }
     let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
-    eprintln!("wgpu matches the CPU on {checked} cases: {names:?}");
+    eprintln!("wgpu matches the CPU on {} cases: {names:?}", cases.len());
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn the_wgpu_backend_splits_weights_larger_than_one_binding_by_rows_and_still_matches_the_cpu() {
+    let Some(_) =
+        wgpu_or_skip("the_wgpu_backend_splits_weights_larger_than_one_binding_by_rows_and_still_matches_the_cpu")
+    else {
+        return;
+    };
+    // Every product and table lookup, with a binding that holds a few rows: each weight is
+    // uploaded in many parts, as a real adapter's limit splits a large vocabulary's.
+    let cases: Vec<Case> = claimed_cases(&minfer::backends::wgpu::WgpuDevice::new().unwrap())
+        .into_iter()
+        .filter(|c| c.name.starts_with("MatMul") || c.name.starts_with("GetRows"))
+        .collect();
+    assert!(cases.len() >= 22, "{}", cases.len());
+    for layout in [MatMulLayout::Workgroups, MatMulLayout::Rows] {
+        let candidate = Candidate {
+            name: format!("wgpu ({layout:?}), 1 KiB bindings"),
+            make: Box::new(move |case: &Case| {
+                let mut device = minfer::backends::wgpu::WgpuDevice::new().unwrap();
+                device.set_matmul_layout(layout).unwrap();
+                device.limit_binding(1024);
+                device
+                    .prepare_weights(case.weights.as_ref(), &case.graph.weight_uses())
+                    .unwrap();
+                Arc::new(device)
+            }),
+        };
+        let (checked, failures) = conformance(&candidate, &cases);
+        assert!(failures.is_empty(), "{layout:?}: {}", report(&failures));
+        assert_eq!(checked, cases.len());
+    }
 }

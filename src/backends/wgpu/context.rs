@@ -1,14 +1,20 @@
 //! One session's execution context on a wgpu device: its buffers in device memory, addressed by
-//! id, and the dispatch of each node's kernel. The host reads and writes buffers only by copy
-//! (a staging buffer mapped for reading, the queue's writes), and every wait is bounded by
-//! [`WAIT_TIMEOUT`](super::WAIT_TIMEOUT).
+//! id, and the recording of each node's kernel. The nodes of a split are recorded into one
+//! command encoder and submitted once, when the scheduler synchronizes or the host reads or
+//! writes a buffer (a queue write lands before the next submission, so recorded work is
+//! submitted first). Each dispatch's bind group and parameters are made the first time its
+//! buffers and parameters occur and reused after, so a decode step creates no device object
+//! after the first. The host reads and writes buffers only by copy, and every wait is bounded
+//! by [`WAIT_TIMEOUT`](super::WAIT_TIMEOUT).
 //!
-//! Owns the buffer pool and the kernels' bindings; must not know a model. Each node is one
-//! submission for now (one per split is the goal).
+//! Owns the buffer pool, the bind groups and the recording; must not know a model.
 
-use super::Shared;
+use super::pipelines::WEIGHT_TYPES;
+use super::{count_object, Shared, Weight};
 use crate::graph::{Backend, BackendError, BufRef, CNode, ComputeBackend, DType, FusedOp, NodeMeta, Op};
+use std::collections::HashMap;
 use std::sync::Arc;
+use wgpu::util::DeviceExt;
 
 /// Storage bindings and copies move whole 4-byte words.
 const ALIGN: u64 = wgpu::COPY_BUFFER_ALIGNMENT;
@@ -16,96 +22,24 @@ const ALIGN: u64 = wgpu::COPY_BUFFER_ALIGNMENT;
 const WORKGROUP: u32 = 256;
 /// The most workgroups one dimension of a dispatch takes (WebGPU's default limit).
 const MAX_GROUPS: u32 = 65_535;
-
-/// The compiled kernels, made once per device.
-pub(crate) struct Pipelines {
-    elementwise: wgpu::ComputePipeline,
-    rms_norm: wgpu::ComputePipeline,
-    rows: wgpu::ComputePipeline,
-    mul_mat: wgpu::ComputePipeline,
-    get_rows: wgpu::ComputePipeline,
-    rope: wgpu::ComputePipeline,
-    kv_store: wgpu::ComputePipeline,
-    attention: wgpu::ComputePipeline,
-}
-
-fn pipeline(device: &wgpu::Device, label: &str, source: &str) -> wgpu::ComputePipeline {
-    entry(device, label, source, "main")
-}
-
-fn entry(device: &wgpu::Device, label: &str, source: &str, entry_point: &str) -> wgpu::ComputePipeline {
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some(label),
-        source: wgpu::ShaderSource::Wgsl(source.into()),
-    });
-    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some(label),
-        layout: None,
-        module: &module,
-        entry_point: Some(entry_point),
-        compilation_options: Default::default(),
-        cache: None,
-    })
-}
-
-/// The f16-to-f32 conversion by bit operations, shared by the kernels that read stored f16
-/// (WGSL has no includes: it is prepended to their sources).
-const F16: &str = include_str!("shaders/f16.wgsl");
-
-/// Every kernel file: its name, its WGSL, and whether it reads stored f16.
-const KERNELS: [(&str, &str, bool); 7] = [
-    ("elementwise", include_str!("shaders/elementwise.wgsl"), false),
-    ("rms_norm", include_str!("shaders/rms_norm.wgsl"), false),
-    ("rows", include_str!("shaders/rows.wgsl"), false),
-    ("rope", include_str!("shaders/rope.wgsl"), false),
-    ("weights", include_str!("shaders/weights.wgsl"), true),
-    ("kv", include_str!("shaders/kv.wgsl"), true),
-    ("attention", include_str!("shaders/attention.wgsl"), true),
-];
-
-/// The whole WGSL of kernel file `name`, the shared f16 conversion prepended where it reads f16.
-pub(crate) fn kernel_source(name: &str) -> String {
-    let (_, source, f16) = KERNELS
-        .iter()
-        .find(|(n, ..)| *n == name)
-        .expect("a kernel file of the table");
-    if *f16 {
-        format!("{F16}\n{source}")
-    } else {
-        source.to_string()
-    }
-}
-
-/// The names of every kernel file: for tests that translate them to Metal and HLSL.
-#[cfg(test)]
-pub(crate) fn kernel_names() -> impl Iterator<Item = &'static str> {
-    KERNELS.iter().map(|(name, ..)| *name)
-}
-
-impl Pipelines {
-    pub(crate) fn new(device: &wgpu::Device) -> Self {
-        let (weights, kv) = (kernel_source("weights"), kernel_source("kv"));
-        Pipelines {
-            elementwise: pipeline(device, "elementwise", &kernel_source("elementwise")),
-            rms_norm: pipeline(device, "rms_norm", &kernel_source("rms_norm")),
-            rows: pipeline(device, "rows", &kernel_source("rows")),
-            mul_mat: entry(device, "mul_mat", &weights, "mul_mat"),
-            get_rows: entry(device, "get_rows", &weights, "get_rows"),
-            rope: pipeline(device, "rope", &kernel_source("rope")),
-            kv_store: entry(device, "kv_store", &kv, "kv_store"),
-            attention: pipeline(device, "attention", &kernel_source("attention")),
-        }
-    }
-}
-
-/// The weight types `weights.wgsl` reads, by their GGML ids.
-const WEIGHT_TYPES: [crate::quant::GgmlType; 11] = {
-    use crate::quant::GgmlType::*;
-    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K]
-};
+/// Rows of one workgroup of `weights.wgsl`'s `mul_mat`.
+const MV_ROWS: u32 = 8;
+/// Rows and tokens of one tile of `weights.wgsl`'s `mul_mm`.
+const MM_TILE: usize = 64;
+/// From this many tokens a product runs tiled (`mul_mm`); below, each token's row is a
+/// matrix-vector product, which reads the weight once per token but wastes no tile.
+pub(crate) const MM_MIN_TOKENS: usize = 8;
+/// The most bindings of any kernel, the uniform included (attention's eight).
+const MAX_BINDINGS: usize = 8;
+/// The most parameter words of any kernel's `Params` (12 words, 48 bytes: a multiple of 16).
+const PARAM_WORDS: usize = 12;
+/// Bind groups kept per context; past this the cache starts over (prompt lengths each make
+/// their own, decode steps reuse one set).
+const MAX_BIND_GROUPS: usize = 4096;
 
 /// A device buffer holding `bytes` (rounded up to whole words, at least one).
-fn storage(device: &wgpu::Device, label: &str, bytes: u64) -> wgpu::Buffer {
+pub(crate) fn storage(device: &wgpu::Device, label: &str, bytes: u64) -> wgpu::Buffer {
+    count_object();
     device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
         size: bytes.div_ceil(ALIGN).max(1) * ALIGN,
@@ -114,15 +48,8 @@ fn storage(device: &wgpu::Device, label: &str, bytes: u64) -> wgpu::Buffer {
     })
 }
 
-/// A device buffer holding `data` (a weight, uploaded once).
-pub(crate) fn upload(device: &wgpu::Device, queue: &wgpu::Queue, label: &str, data: &[u8]) -> wgpu::Buffer {
-    let buffer = storage(device, label, data.len() as u64);
-    write_words(queue, &buffer, 0, data);
-    buffer
-}
-
 /// Write `data` at `offset` (a multiple of 4), padding a ragged end with zeros.
-fn write_words(queue: &wgpu::Queue, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
+pub(crate) fn write_words(queue: &wgpu::Queue, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
     let whole = data.len() / 4 * 4;
     if whole > 0 {
         queue.write_buffer(buffer, offset, &data[..whole]);
@@ -132,6 +59,19 @@ fn write_words(queue: &wgpu::Queue, buffer: &wgpu::Buffer, offset: u64, data: &[
         tail[..data.len() - whole].copy_from_slice(&data[whole..]);
         queue.write_buffer(buffer, offset + whole as u64, &tail);
     }
+}
+
+/// A buffer's identity while the context lives (pool buffers and weights are never dropped).
+fn address<T>(x: &T) -> usize {
+    x as *const T as usize
+}
+
+/// What makes a bind group: the kernel, the buffers bound in order, and the parameters.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct BindKey {
+    pipeline: usize,
+    buffers: [usize; MAX_BINDINGS],
+    params: [u32; PARAM_WORDS],
 }
 
 /// A buffer of the pool.
@@ -147,6 +87,14 @@ struct Slot {
 pub struct WgpuBackend {
     shared: Arc<Shared>,
     slots: Vec<Slot>,
+    /// The split being recorded, submitted by [`Self::flush`].
+    pending: Option<wgpu::CommandEncoder>,
+    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
+    /// A copy of each buffer some dispatch reads and writes at once (WebGPU binds a buffer for
+    /// one or the other), by the buffer's address.
+    aliases: HashMap<usize, wgpu::Buffer>,
+    /// The host-mappable buffer reads come through, grown to the largest read.
+    staging: Option<wgpu::Buffer>,
 }
 
 impl WgpuBackend {
@@ -154,6 +102,10 @@ impl WgpuBackend {
         WgpuBackend {
             shared,
             slots: Vec::new(),
+            pending: None,
+            bind_groups: HashMap::new(),
+            aliases: HashMap::new(),
+            staging: None,
         }
     }
 
@@ -179,8 +131,28 @@ impl WgpuBackend {
             .ok_or_else(|| Self::buffer_error(id, "does not exist"))
     }
 
-    /// Wait for everything submitted, at most [`WAIT_TIMEOUT`](super::WAIT_TIMEOUT).
-    fn wait(&self, what: &str) -> Result<(), BackendError> {
+    /// Submit what was recorded, if anything; the device's refusal of it is an error naming
+    /// `what`.
+    fn flush(&mut self, what: &str) -> Result<(), BackendError> {
+        let Some(encoder) = self.pending.take() else {
+            return Ok(());
+        };
+        let scope = self.shared.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        self.shared.queue.submit([encoder.finish()]);
+        match pollster::block_on(scope.pop()) {
+            Some(e) => Err(BackendError::Node {
+                backend: "wgpu".into(),
+                node: what.into(),
+                message: format!("the device refused the recorded work: {e}"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Submit what was recorded and wait for the device, at most
+    /// [`WAIT_TIMEOUT`](super::WAIT_TIMEOUT).
+    fn wait(&mut self, what: &str) -> Result<(), BackendError> {
+        self.flush(what)?;
         self.shared
             .device
             .poll(wgpu::PollType::Wait {
@@ -196,105 +168,128 @@ impl WgpuBackend {
     }
 
     /// Bytes `start..end` (whole words) of buffer `id`, copied to the host.
-    fn read_words(&self, id: usize, start: u64, end: u64) -> Result<Vec<u8>, BackendError> {
+    fn read_words(&mut self, id: usize, start: u64, end: u64) -> Result<Vec<u8>, BackendError> {
+        let len = end - start;
+        self.flush(&format!("(before reading buffer {id})"))?;
         let device = &self.shared.device;
-        let staging = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: end - start,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        if self.staging.as_ref().is_none_or(|s| s.size() < len) {
+            count_object();
+            self.staging = Some(device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: len,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = self.staging.as_ref().expect("made above");
         let mut encoder = device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(&self.slot(id)?.buffer, start, &staging, 0, end - start);
+        encoder.copy_buffer_to_buffer(&self.slot(id)?.buffer, start, staging, 0, len);
         self.shared.queue.submit([encoder.finish()]);
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        staging.map_async(wgpu::MapMode::Read, ..len, move |r| {
             let _ = tx.send(r);
         });
+        let staging = staging.clone();
         self.wait(&format!("(reading buffer {id})"))?;
         rx.recv_timeout(super::WAIT_TIMEOUT)
             .map_err(|_| Self::buffer_error(id, "the device never mapped its copy"))?
             .map_err(|e| Self::buffer_error(id, format!("mapping its copy: {e}")))?;
         let bytes = staging
-            .get_mapped_range(..)
+            .get_mapped_range(..len)
             .map_err(|e| Self::buffer_error(id, format!("mapping its copy: {e}")))?
             .to_vec();
         staging.unmap();
         Ok(bytes)
     }
 
-    /// A uniform buffer holding `words` (4 or 8 of them, as the kernel's `Params`).
-    fn uniform(&self, words: &[u32]) -> wgpu::Buffer {
-        let buffer = self.shared.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("params"),
-            size: (words.len() as u64 * 4).div_ceil(16) * 16,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        self.shared.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(words));
-        buffer
-    }
-
-    /// Dispatch `pipeline` over `groups` workgroups with `bindings` in order (binding i is the
-    /// i-th). An input that is also the output is read from a copy made first, since one
-    /// dispatch may not bind a buffer both for reading and writing.
+    /// Record `pipeline` over `groups` workgroups with `inputs`, then `outputs`, then a uniform
+    /// holding `params`, bound in that order (binding i is the i-th). An input that is also an
+    /// output is read from a copy made first, since one dispatch may not bind a buffer both for
+    /// reading and writing.
     fn dispatch(
-        &self,
+        &mut self,
         node: &CNode,
         pipeline: &wgpu::ComputePipeline,
         inputs: &[&wgpu::Buffer],
         outputs: &[&wgpu::Buffer],
-        params: &wgpu::Buffer,
+        params: &[u32],
         groups: (u32, u32, u32),
     ) -> Result<(), BackendError> {
-        let device = &self.shared.device;
-        let mut encoder = device.create_command_encoder(&Default::default());
-        let copies: Vec<Option<wgpu::Buffer>> = inputs
-            .iter()
-            .map(|b| {
-                outputs.contains(b).then(|| {
-                    let copy = storage(device, "alias", b.size());
-                    encoder.copy_buffer_to_buffer(b, 0, &copy, 0, b.size());
-                    copy
-                })
-            })
-            .collect();
-        let mut entries: Vec<wgpu::BindGroupEntry<'_>> = inputs
-            .iter()
-            .zip(&copies)
-            .enumerate()
-            .map(|(i, (b, copy))| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: copy.as_ref().unwrap_or(b).as_entire_binding(),
-            })
-            .collect();
-        for (i, out) in outputs.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: (inputs.len() + i) as u32,
-                resource: out.as_entire_binding(),
-            });
+        let mut key = BindKey {
+            pipeline: address(pipeline),
+            buffers: [0; MAX_BINDINGS],
+            params: [0; PARAM_WORDS],
+        };
+        for (i, b) in inputs.iter().chain(outputs).enumerate() {
+            key.buffers[i] = address(*b);
         }
-        entries.push(wgpu::BindGroupEntry {
-            binding: (inputs.len() + outputs.len()) as u32,
-            resource: params.as_entire_binding(),
+        key.params[..params.len()].copy_from_slice(params);
+        let device = &self.shared.device;
+        let encoder = self
+            .pending
+            .get_or_insert_with(|| device.create_command_encoder(&Default::default()));
+        for input in inputs.iter().filter(|b| outputs.contains(b)) {
+            let copy = self
+                .aliases
+                .entry(address(*input))
+                .or_insert_with(|| storage(device, "alias", input.size()));
+            encoder.copy_buffer_to_buffer(input, 0, copy, 0, input.size());
+        }
+        if !self.bind_groups.contains_key(&key) {
+            let bind_group = Self::bind_group(device, &self.aliases, node, pipeline, inputs, outputs, &key.params)?;
+            if self.bind_groups.len() >= MAX_BIND_GROUPS {
+                self.bind_groups.clear();
+            }
+            self.bind_groups.insert(key, bind_group);
+        }
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &self.bind_groups[&key], &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        Ok(())
+    }
+
+    fn bind_group(
+        device: &wgpu::Device,
+        aliases: &HashMap<usize, wgpu::Buffer>,
+        node: &CNode,
+        pipeline: &wgpu::ComputePipeline,
+        inputs: &[&wgpu::Buffer],
+        outputs: &[&wgpu::Buffer],
+        params: &[u32; PARAM_WORDS],
+    ) -> Result<wgpu::BindGroup, BackendError> {
+        count_object();
+        let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("params"),
+            contents: bytemuck::cast_slice(params),
+            usage: wgpu::BufferUsages::UNIFORM,
         });
+        let bound = inputs
+            .iter()
+            .map(|b| match outputs.contains(b) {
+                true => &aliases[&address(*b)],
+                false => *b,
+            })
+            .chain(outputs.iter().copied())
+            .chain([&uniform]);
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = bound
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        count_object();
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(&node.name),
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        match pollster::block_on(scope.pop()) {
+            Some(e) => Err(Self::err(node, format!("the device refused the bindings: {e}"))),
+            None => Ok(bind_group),
         }
-        self.shared.queue.submit([encoder.finish()]);
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Self::err(node, format!("the device refused the dispatch: {e}")));
-        }
-        Ok(())
     }
 
     fn buffer(&self, node: &CNode, buf: BufRef) -> Result<Arc<wgpu::Buffer>, BackendError> {
@@ -304,17 +299,24 @@ impl WgpuBackend {
             .ok_or_else(|| Self::err(node, format!("buffer {} does not exist", buf.id)))
     }
 
-    /// The uploaded bytes of weight `name`, in its file's layout.
-    fn weight(&self, node: &CNode, name: &str) -> Result<Arc<wgpu::Buffer>, BackendError> {
-        self.shared
-            .weights
-            .get(name)
-            .cloned()
-            .ok_or_else(|| BackendError::MissingWeight {
-                backend: "wgpu".into(),
-                node: node.name.clone(),
-                weight: name.into(),
-            })
+    /// The uploaded weight `name`, in its file's layout.
+    fn weight<'a>(shared: &'a Shared, node: &CNode, name: &str) -> Result<&'a Weight, BackendError> {
+        shared.weights.get(name).ok_or_else(|| BackendError::MissingWeight {
+            backend: "wgpu".into(),
+            node: node.name.clone(),
+            weight: name.into(),
+        })
+    }
+
+    /// The one buffer of a small weight (a norm's, a bias), which is never split.
+    fn whole(&self, node: &CNode, name: &str) -> Result<Arc<wgpu::Buffer>, BackendError> {
+        match Self::weight(&self.shared, node, name)?.parts.as_slice() {
+            [part] => Ok(Arc::clone(&part.buffer)),
+            parts => Err(Self::err(
+                node,
+                format!("weight {name} is in {} parts where one was expected", parts.len()),
+            )),
+        }
     }
 
     /// Workgroups for `n` items, `per_group` a group: as rows of at most [`MAX_GROUPS`].
@@ -341,80 +343,134 @@ impl WgpuBackend {
         Ok((ty as u32, row))
     }
 
-    fn mul_mat(&self, node: &CNode, m: &crate::graph::MatMulMeta, x: BufRef, out: BufRef) -> Result<(), BackendError> {
+    /// The kernels of weight type `ty`, or the refusal naming it.
+    fn weight_kernels<'a>(
+        node: &CNode,
+        shared: &'a Shared,
+        ty: crate::quant::GgmlType,
+    ) -> Result<&'a super::pipelines::WeightKernels, BackendError> {
+        shared
+            .pipelines
+            .weights(&shared.device, ty)
+            .ok_or_else(|| Self::err(node, format!("weights of type {ty} are not read here")))
+    }
+
+    fn mul_mat(
+        &mut self,
+        node: &CNode,
+        m: &crate::graph::MatMulMeta,
+        x: BufRef,
+        out: BufRef,
+    ) -> Result<(), BackendError> {
+        let shared = Arc::clone(&self.shared);
         let (ty, row_bytes) = Self::weight_layout(node, m.weight_type, m.in_dim)?;
+        let kernels = Self::weight_kernels(node, &shared, m.weight_type)?;
         let nt = node.out_shape[1];
-        let w = self.weight(node, &m.weight_name)?;
+        let w = &Self::weight(&shared, node, &m.weight_name)?.parts;
         let x = self.buffer(node, x)?;
         let bias = match &m.bias_name {
-            Some(name) => self.weight(node, name)?,
+            Some(name) => self.whole(node, name)?,
             None => Arc::clone(&x),
         };
-        let words = [
-            ty,
-            row_bytes,
-            m.in_dim as u32,
-            m.out_dim as u32,
-            nt as u32,
-            u32::from(m.bias_name.is_some()),
-            0,
-            0,
-        ];
-        let params = self.uniform(&words);
-        let (gx, gy) = Self::grid(node, m.out_dim, 1)?;
-        let gz = Self::rows_grid(node, nt)?;
         let out = self.buffer(node, out)?;
-        self.dispatch(
-            node,
-            &self.shared.pipelines.mul_mat,
-            &[&w, &x, &bias],
-            &[&out],
-            &params,
-            (gx, gy, gz),
-        )
+        let layout = shared.layout;
+        for part in w {
+            let words = [
+                ty,
+                row_bytes,
+                m.in_dim as u32,
+                m.out_dim as u32,
+                nt as u32,
+                u32::from(m.bias_name.is_some()),
+                part.row0 as u32,
+                part.rows as u32,
+            ];
+            let (pipeline, groups) = match layout {
+                super::MatMulLayout::Rows => {
+                    let (gx, gy) = Self::grid(node, part.rows, 64)?;
+                    let kernel = if nt == 1 {
+                        &kernels.mul_mat_rows
+                    } else {
+                        &kernels.mul_mat_rows8
+                    };
+                    (kernel, (gx, gy, 1))
+                }
+                _ if nt >= MM_MIN_TOKENS => {
+                    let (rows, tokens) = (part.rows.div_ceil(MM_TILE), nt.div_ceil(MM_TILE));
+                    let gx = u32::try_from(rows).ok().filter(|&g| g <= MAX_GROUPS);
+                    let gy = u32::try_from(tokens).ok().filter(|&g| g <= MAX_GROUPS);
+                    let (Some(gx), Some(gy)) = (gx, gy) else {
+                        return Err(Self::err(
+                            node,
+                            format!("{} rows by {nt} tokens in one dispatch", part.rows),
+                        ));
+                    };
+                    (&kernels.mul_mm, (gx, gy, 1))
+                }
+                _ => {
+                    let (gx, gy) = Self::grid(node, part.rows, MV_ROWS)?;
+                    (&kernels.mul_mat, (gx, gy, Self::rows_grid(node, nt)?))
+                }
+            };
+            self.dispatch(node, pipeline, &[&part.buffer, &x, &bias], &[&out], &words, groups)?;
+        }
+        Ok(())
     }
 
-    fn embed(&self, node: &CNode, m: &crate::graph::EmbedMeta, ids: BufRef, out: BufRef) -> Result<(), BackendError> {
+    fn embed(
+        &mut self,
+        node: &CNode,
+        m: &crate::graph::EmbedMeta,
+        ids: BufRef,
+        out: BufRef,
+    ) -> Result<(), BackendError> {
+        let shared = Arc::clone(&self.shared);
         let (ty, row_bytes) = Self::weight_layout(node, m.weight_type, m.n_embd)?;
+        let kernels = Self::weight_kernels(node, &shared, m.weight_type)?;
         let nt = node.out_shape[1];
-        let table = self.weight(node, &m.weight_name)?;
+        let table = &Self::weight(&shared, node, &m.weight_name)?.parts;
         let ids = self.buffer(node, ids)?;
-        let words = [ty, row_bytes, m.n_embd as u32, m.n_rows as u32, nt as u32, 0, 0, 0];
-        let params = self.uniform(&words);
-        let gx = Self::rows_grid(node, nt)?;
         let out = self.buffer(node, out)?;
-        self.dispatch(
-            node,
-            &self.shared.pipelines.get_rows,
-            &[&table, &ids, &ids],
-            &[&out],
-            &params,
-            (gx, 1, 1),
-        )
+        let gx = Self::rows_grid(node, nt)?;
+        for part in table {
+            let words = [
+                ty,
+                row_bytes,
+                m.n_embd as u32,
+                m.n_rows as u32,
+                nt as u32,
+                0,
+                part.row0 as u32,
+                part.rows as u32,
+            ];
+            self.dispatch(
+                node,
+                &kernels.get_rows,
+                &[&part.buffer, &ids, &ids],
+                &[&out],
+                &words,
+                (gx, 1, 1),
+            )?;
+        }
+        Ok(())
     }
 
-    fn gather_rows_node(&self, node: &CNode, src: BufRef, ids: BufRef, out: BufRef) -> Result<(), BackendError> {
+    fn gather_rows_node(&mut self, node: &CNode, src: BufRef, ids: BufRef, out: BufRef) -> Result<(), BackendError> {
         let [d, n_ids, ..] = node.out_shape;
         let n_rows_in = self.slot(src.id)?.bytes / 4 / d.max(1);
-        let params = self.uniform(&[d as u32, n_rows_in as u32, n_ids as u32, 0]);
+        let params = &[d as u32, n_rows_in as u32, n_ids as u32, 0];
         let gx = Self::rows_grid(node, n_ids)?;
         let (src, ids, out) = (
             self.buffer(node, src)?,
             self.buffer(node, ids)?,
             self.buffer(node, out)?,
         );
-        self.dispatch(
-            node,
-            &self.shared.pipelines.rows,
-            &[&src, &ids],
-            &[&out],
-            &params,
-            (gx, 1, 1),
-        )
+        let shared = Arc::clone(&self.shared);
+        self.dispatch(node, &shared.pipelines.rows, &[&src, &ids], &[&out], params, (gx, 1, 1))
     }
 
     fn rope(
-        &self,
+        &mut self,
         node: &CNode,
         m: &crate::graph::RopeMeta,
         x: BufRef,
@@ -441,19 +497,20 @@ impl WgpuBackend {
             0,
             0,
         ];
-        let params = self.uniform(&words);
+        let params = &words;
         let gx = Self::rows_grid(node, nt)?;
         let (x, positions, out) = (
             self.buffer(node, x)?,
             self.buffer(node, positions)?,
             self.buffer(node, out)?,
         );
+        let shared = Arc::clone(&self.shared);
         self.dispatch(
             node,
-            &self.shared.pipelines.rope,
+            &shared.pipelines.rope,
             &[&x, &positions],
             &[&out],
-            &params,
+            params,
             (gx, 1, 1),
         )
     }
@@ -486,7 +543,7 @@ impl WgpuBackend {
     }
 
     fn kv_store(
-        &self,
+        &mut self,
         node: &CNode,
         meta: &crate::graph::KvcacheMeta,
         in_bufs: &[BufRef],
@@ -518,25 +575,26 @@ impl WgpuBackend {
             0,
             0,
         ];
-        let params = self.uniform(&words);
+        let params = &words;
         let (k, v, cells) = (
             self.buffer(node, *k)?,
             self.buffer(node, *v)?,
             self.buffer(node, *cells)?,
         );
         let gx = Self::rows_grid(node, nt)?;
+        let shared = Arc::clone(&self.shared);
         self.dispatch(
             node,
-            &self.shared.pipelines.kv_store,
+            &shared.pipelines.kv_store,
             &[&k, &v, &cells],
             &[&k_region, &v_region],
-            &params,
+            params,
             (gx, 2, 1),
         )
     }
 
     fn attention(
-        &self,
+        &mut self,
         node: &CNode,
         m: &crate::graph::AttnMeta,
         explicit_span: bool,
@@ -585,21 +643,22 @@ impl WgpuBackend {
             0,
             0,
         ];
-        let params = self.uniform(&words);
+        let params = &words;
         let out = self.buffer(node, out)?;
         let gy = Self::rows_grid(node, nt)?;
+        let shared = Arc::clone(&self.shared);
         self.dispatch(
             node,
-            &self.shared.pipelines.attention,
+            &shared.pipelines.attention,
             &[&q, &k_region, &v_region, &positions, &index, &spans],
             &[&out],
-            &params,
+            params,
             (m.n_head as u32, gy, 1),
         )
     }
 
     fn rms_norm(
-        &self,
+        &mut self,
         node: &CNode,
         x: BufRef,
         weight: Option<&str>,
@@ -614,18 +673,19 @@ impl WgpuBackend {
         let rows = n / d;
         let x = self.buffer(node, x)?;
         let w = match weight {
-            Some(name) => self.weight(node, name)?,
+            Some(name) => self.whole(node, name)?,
             None => Arc::clone(&x),
         };
-        let params = self.uniform(&[d as u32, rows as u32, eps.to_bits(), u32::from(weight.is_some())]);
+        let params = &[d as u32, rows as u32, eps.to_bits(), u32::from(weight.is_some())];
         let (gx, gy) = Self::grid(node, rows, 1)?;
         let out = self.buffer(node, out)?;
+        let shared = Arc::clone(&self.shared);
         self.dispatch(
             node,
-            &self.shared.pipelines.rms_norm,
+            &shared.pipelines.rms_norm,
             &[&x, &w],
             &[&out],
-            &params,
+            params,
             (gx, gy, 1),
         )
     }
@@ -736,14 +796,15 @@ impl ComputeBackend for WgpuBackend {
                     self.buffer(node, input(1)?)?
                 };
                 let (gx, gy) = Self::grid(node, n, WORKGROUP)?;
-                let params = self.uniform(&[n as u32, code, gx * WORKGROUP, 0]);
+                let params = &[n as u32, code, gx * WORKGROUP, 0];
                 let out = self.buffer(node, out_buf)?;
+                let shared = Arc::clone(&self.shared);
                 self.dispatch(
                     node,
-                    &self.shared.pipelines.elementwise,
+                    &shared.pipelines.elementwise,
                     &[&a, &b],
                     &[&out],
-                    &params,
+                    params,
                     (gx, gy, 1),
                 )
             }
@@ -821,6 +882,8 @@ impl ComputeBackend for WgpuBackend {
             offset as u64 / ALIGN * ALIGN,
             ((offset + src.len()) as u64).div_ceil(ALIGN) * ALIGN,
         );
+        // The write lands before the next submission: what is recorded goes first.
+        self.flush(&format!("(before writing buffer {id})"))?;
         if start == offset as u64 && end == (offset + src.len()) as u64 {
             self.shared.queue.write_buffer(&buffer, start, src);
             return Ok(());

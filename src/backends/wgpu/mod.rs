@@ -15,12 +15,14 @@
 //! split instead of once per node (docs/backends.md).
 
 mod context;
+mod pipelines;
 
 pub use context::WgpuBackend;
 
 use crate::graph::registry::Unusable;
 use crate::graph::{Backend, BackendDevice, BackendError, ComputeBackend, TensorSource, WeightUse};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,12 +30,57 @@ use std::time::Duration;
 /// hang: a lost device or a runaway kernel.
 pub const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Device objects (buffers, bind groups) made by every wgpu context of the process.
+static OBJECTS: AtomicUsize = AtomicUsize::new(0);
+
+fn count_object() {
+    OBJECTS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many device objects (buffers, bind groups) the wgpu backend has made in this process:
+/// what a test counts to show that decode steps after the first make none.
+pub fn device_objects_made() -> usize {
+    OBJECTS.load(Ordering::Relaxed)
+}
+
+/// How the weight products are laid out over the device's invocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatMulLayout {
+    /// A GPU's: a workgroup reduces each row for a token (`mul_mat`), and prompts are tiled
+    /// through workgroup memory (`mul_mm`).
+    Workgroups,
+    /// A CPU's (a software driver, whose invocations are SIMD lanes): one invocation per row,
+    /// all reading the same activations (`mul_mat_rows`).
+    Rows,
+}
+
+impl MatMulLayout {
+    fn name(self) -> &'static str {
+        match self {
+            MatMulLayout::Workgroups => "workgroups",
+            MatMulLayout::Rows => "rows",
+        }
+    }
+}
+
+/// The environment variable that chooses the products' layout (`workgroups` or `rows`) over
+/// the adapter's default (`rows` on a software adapter, `workgroups` on a GPU).
+pub const MATMUL_ENV: &str = "MINFER_WGPU_MATMUL";
+
+/// The environment variable that caps the bytes of one storage binding below the adapter's
+/// own limit, so that splitting a large weight across bindings is exercised on small models.
+pub const MAX_BINDING_ENV: &str = "MINFER_WGPU_MAX_BINDING";
+
 /// The adapters of the platform's primary APIs (Vulkan, Metal, DX12).
 fn adapters() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+    let mut descriptor = wgpu::InstanceDescriptor {
         backends: wgpu::Backends::PRIMARY,
         ..wgpu::InstanceDescriptor::new_without_display_handle()
-    });
+    };
+    // A buffer past the driver's memory budget is refused at creation (where the driver
+    // reports a budget), not left to fail later or lose the device.
+    descriptor.memory_budget_thresholds.for_resource_creation = Some(95);
+    let instance = wgpu::Instance::new(descriptor);
     let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
     (instance, adapters)
 }
@@ -75,14 +122,33 @@ pub(crate) struct Shared {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
     pub(crate) info: wgpu::AdapterInfo,
-    pub(crate) pipelines: context::Pipelines,
+    pub(crate) pipelines: pipelines::Pipelines,
+    pub(crate) layout: MatMulLayout,
     /// Every weight prepared, by name: its bytes as the file stores them.
-    pub(crate) weights: HashMap<String, Arc<wgpu::Buffer>>,
+    pub(crate) weights: HashMap<String, Weight>,
+}
+
+/// A weight in device memory: whole rows in each part, as many parts as one binding's limit
+/// asks (one for all but the largest tensors).
+#[derive(Clone)]
+pub(crate) struct Weight {
+    pub(crate) parts: Vec<Part>,
+}
+
+/// Rows `row0 .. row0 + rows` of a weight, in one buffer.
+#[derive(Clone)]
+pub(crate) struct Part {
+    pub(crate) buffer: Arc<wgpu::Buffer>,
+    pub(crate) row0: usize,
+    pub(crate) rows: usize,
 }
 
 /// A wgpu adapter, opened once per process; see the module documentation.
 pub struct WgpuDevice {
     shared: Arc<Shared>,
+    /// The most bytes one weight buffer holds: the adapter's binding limit, or less where
+    /// [`MAX_BINDING_ENV`] or [`WgpuDevice::limit_binding`] asks.
+    max_binding: u64,
 }
 
 fn device_error(message: impl Into<String>) -> BackendError {
@@ -106,22 +172,61 @@ impl WgpuDevice {
             ..Default::default()
         }))
         .map_err(|e| device_error(format!("opening {}: {e}", info.name)))?;
-        let pipelines = context::Pipelines::new(&device);
+        let pipelines = pipelines::Pipelines::new(&device);
+        let layout = match std::env::var(MATMUL_ENV).as_deref() {
+            Ok("rows") => MatMulLayout::Rows,
+            Ok("workgroups") => MatMulLayout::Workgroups,
+            Ok(other) => {
+                return Err(device_error(format!(
+                    "{MATMUL_ENV}={other:?}: the layouts are \"workgroups\" and \"rows\""
+                )));
+            }
+            Err(_) if is_software(&info) => MatMulLayout::Rows,
+            Err(_) => MatMulLayout::Workgroups,
+        };
+        let limits = device.limits();
+        let mut max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+        if let Some(cap) = std::env::var(MAX_BINDING_ENV).ok().and_then(|v| v.parse::<u64>().ok()) {
+            max_binding = max_binding.min(cap);
+        }
         Ok(WgpuDevice {
+            max_binding,
             shared: Arc::new(Shared {
                 device,
                 queue,
                 info,
                 pipelines,
+                layout,
                 weights: HashMap::new(),
             }),
         })
     }
 
-    /// The adapter as its driver reports it: name, API and driver.
+    /// Hold at most `bytes` in one weight buffer (and so in one binding), splitting larger
+    /// weights by rows: what the adapter's own limit does to the largest tensors, on small ones.
+    pub fn limit_binding(&mut self, bytes: u64) {
+        self.max_binding = self.max_binding.min(bytes);
+    }
+
+    /// Lay the weight products out as `layout` asks, whatever the adapter's default.
+    pub fn set_matmul_layout(&mut self, layout: MatMulLayout) -> Result<(), BackendError> {
+        let shared =
+            Arc::get_mut(&mut self.shared).ok_or_else(|| device_error("layout chosen after a context was made"))?;
+        shared.layout = layout;
+        Ok(())
+    }
+
+    /// The adapter as its driver reports it: name, API, driver, and the kernels' choices.
     pub fn adapter_line(&self) -> String {
         let i = &self.shared.info;
-        format!("{} ({:?}, {} {})", i.name, i.backend, i.driver, i.driver_info)
+        format!(
+            "{} ({:?}, {} {}; matmul: {})",
+            i.name,
+            i.backend,
+            i.driver,
+            i.driver_info,
+            self.shared.layout.name()
+        )
     }
 }
 
@@ -143,31 +248,72 @@ impl BackendDevice for WgpuDevice {
     }
 
     fn weights_bytes(&self) -> usize {
-        self.shared.weights.values().map(|b| b.size() as usize).sum()
+        let parts = self.shared.weights.values().flat_map(|w| &w.parts);
+        parts.map(|p| p.buffer.size() as usize).sum()
     }
 
     fn prepare_weights(&mut self, source: &dyn TensorSource, weights: &[WeightUse]) -> Result<(), BackendError> {
         let shared =
             Arc::get_mut(&mut self.shared).ok_or_else(|| device_error("weights prepared after a context was made"))?;
-        let max = shared.device.limits().max_storage_buffer_binding_size as usize;
+        let max_binding = self.max_binding;
+        let refuse = |name: &str, message: String| BackendError::Prepare {
+            backend: "wgpu".into(),
+            weight: name.into(),
+            message,
+        };
+        // Every buffer is made before any byte is written, so a model that does not fit is
+        // refused before anything is uploaded.
+        let mut planned = Vec::with_capacity(weights.len());
+        let mut total = 0u64;
+        let scope = shared.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         for use_ in weights {
             let w = source.weight(&use_.name).ok_or_else(|| BackendError::MissingWeight {
                 backend: "wgpu".into(),
                 node: "(prepare)".into(),
                 weight: use_.name.clone(),
             })?;
-            if w.data.len() > max {
-                return Err(BackendError::Prepare {
-                    backend: "wgpu".into(),
-                    weight: use_.name.clone(),
-                    message: format!(
-                        "{} bytes, more than one binding of this adapter holds ({max}); split bindings are not built yet",
-                        w.data.len()
+            let rows = w.shape.iter().skip(1).product::<u64>().max(1) as usize;
+            let row_bytes = w.data.len() / rows;
+            let per_part = (max_binding as usize / row_bytes.max(1)).min(rows);
+            if per_part == 0 {
+                return Err(refuse(
+                    &use_.name,
+                    format!(
+                        "one row is {row_bytes} bytes, more than one binding of this adapter holds ({max_binding})"
                     ),
+                ));
+            }
+            let mut parts = Vec::new();
+            for row0 in (0..rows).step_by(per_part) {
+                let n = per_part.min(rows - row0);
+                let bytes = (n * row_bytes) as u64;
+                total += bytes;
+                let buffer = context::storage(&shared.device, &use_.name, bytes);
+                parts.push(Part {
+                    buffer: Arc::new(buffer),
+                    row0,
+                    rows: n,
                 });
             }
-            let buffer = context::upload(&shared.device, &shared.queue, &use_.name, w.data);
-            shared.weights.insert(use_.name.clone(), Arc::new(buffer));
+            planned.push((use_.name.clone(), w.data, row_bytes, parts));
+        }
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            let name = weights.first().map_or("(none)", |w| w.name.as_str());
+            return Err(refuse(
+                name,
+                format!(
+                    "the model's {} weights need {total} bytes of device memory, more than {} has: {e}",
+                    weights.len(),
+                    shared.info.name
+                ),
+            ));
+        }
+        for (name, data, row_bytes, parts) in planned {
+            for part in &parts {
+                let bytes = &data[part.row0 * row_bytes..(part.row0 + part.rows) * row_bytes];
+                context::write_words(&shared.queue, &part.buffer, 0, bytes);
+            }
+            shared.weights.insert(name, Weight { parts });
         }
         Ok(())
     }
@@ -192,8 +338,20 @@ mod tests {
 
     #[test]
     fn every_kernel_translates_to_metal_shading_language_and_hlsl() {
-        for name in super::context::kernel_names() {
-            let source = super::context::kernel_source(name);
+        let sources = super::pipelines::kernel_names()
+            .filter(|&name| name != "weights")
+            .map(|name| (name.to_string(), super::pipelines::kernel_source(name)));
+        let weights = super::pipelines::WEIGHT_TYPES.iter().flat_map(|&ty| {
+            use super::pipelines::Tokens;
+            [Tokens::One, Tokens::Eight].map(|tokens| {
+                (
+                    format!("weights {ty} {tokens:?}"),
+                    super::pipelines::weight_source(ty, tokens),
+                )
+            })
+        });
+        for (name, source) in sources.chain(weights) {
+            let name = name.as_str();
             let (module, info) = validated(name, &source);
             // Metal 2.4, what wgpu asks of an Apple Silicon Mac.
             let msl = naga::back::msl::Options {

@@ -1,20 +1,32 @@
 // Weights in their GGML layouts, read as u32 words and unpacked with bit operations (no
-// shader-f16, nor f16-in-f32, needed; `f16_to_f32` is f16.wgsl's, prepended):
-// `value(row_base, i)` is value i of the row starting at byte `row_base`,
-// with the formulas of ggml's `dequantize_row_*` (the CPU's scalar references). Correct first:
-// each value is dequantized where it is used and multiplied with f32 activations.
+// shader-f16, nor f16-in-f32, needed; `f16_to_f32` is f16.wgsl's, prepended), with the formulas
+// of ggml's `dequantize_row_*` (the CPU's scalar references). The host prepends `const TY: u32`,
+// the GGML type id, so each weight type compiles to its own kernels with the other types'
+// branches gone.
 //
-// Entry points: `mul_mat` (out[t, o] = sum_i W[o, i] x[t, i] (+ bias[o])), one workgroup per
-// output value; `get_rows` (out[t, :] = W[ids[t], :]), one workgroup per row.
+// A token variant is appended (weights_token.wgsl or weights_tokens8.wgsl): how many tokens'
+// activations `chunk_dot` multiplies at once (`Acc`, `Xs`, `xv`, `store`, `TOKENS`).
+//
+// Entry points (out[t, o] = sum_i W[o, i] x[t, i] (+ bias[o]), and the lookup):
+// - `mul_mat` (one-token variant): a GPU's matrix-vector kernel of decode, 32 invocations per
+//   row, each taking whole 32-value chunks, their scales read once (`chunk_dot`).
+// - `mul_mm`: the product for prompts on a GPU, tiled: a workgroup dequantizes a 64 x 32 tile
+//   of W and loads a 64 x 32 tile of x into workgroup memory, then each invocation
+//   accumulates a 4 x 4 block of outputs, so every weight value is dequantized once per 64
+//   tokens.
+// - `mul_mat_rows`: the product on a CPU's lanes (a software driver), one invocation per row.
+// - `get_rows` (out[t, :] = W[ids[t], :]), one workgroup per row.
+// A weight larger than one binding is uploaded in parts of whole rows; each dispatch reads
+// one part, rows `row0 .. row0 + rows` of the whole.
 struct Params {
-    ty: u32,        // the GGML type id
+    ty: u32,        // the GGML type id (TY; kept for the layout)
     row_bytes: u32,
     n_in: u32,      // values per weight row
-    n_out: u32,     // weight rows (matmul) or table rows (get_rows)
+    n_out: u32,     // rows of the whole weight: the output's stride
     n_tokens: u32,
     has_bias: u32,
-    pad0: u32,
-    pad1: u32,
+    row0: u32,      // the part's first row
+    rows: u32,      // the part's rows
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -35,6 +47,20 @@ fn f16_at(off: u32) -> f32 {
     return f16_to_f32(u16_at(off));
 }
 
+// The four bytes at `off`, a multiple of 2 (every block of every type starts on one).
+fn word_at(off: u32) -> u32 {
+    let i = off >> 2u;
+    if ((off & 2u) == 0u) {
+        return w[i];
+    }
+    return (w[i] >> 16u) | (w[i + 1u] << 16u);
+}
+
+// Byte k (0-3) of word q, as a float of its signed value.
+fn i8_in(q: u32, k: u32) -> f32 {
+    return f32(bitcast<i32>(q << (24u - 8u * k)) >> 24u);
+}
+
 fn i8_of(b: u32) -> f32 {
     return f32(bitcast<i32>(b << 24u) >> 24u);
 }
@@ -49,8 +75,9 @@ fn scale_min_k4(scales: u32, j: u32) -> vec2<f32> {
     return vec2<f32>(f32(sc), f32(m));
 }
 
+// Value i of the row starting at byte `row`.
 fn value(row: u32, i: u32) -> f32 {
-    switch p.ty {
+    switch TY {
         case 0u: { // F32
             return bitcast<f32>(w[(row >> 2u) + i]);
         }
@@ -127,52 +154,234 @@ fn value(row: u32, i: u32) -> f32 {
     }
 }
 
-const WG: u32 = 64u;
-var<workgroup> partial: array<f32, 64>;
 
-@compute @workgroup_size(64)
-fn mul_mat(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-           @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = wid.x + wid.y * nwg.x;
-    let t = wid.z;
-    if (o >= p.n_out) {
-        return;
-    }
-    let row = o * p.row_bytes;
-    let xs = t * p.n_in;
-    var s = 0.0;
-    for (var i = lid.x; i < p.n_in; i += WG) {
-        s += value(row, i) * x[xs + i];
-    }
-    partial[lid.x] = s;
-    workgroupBarrier();
-    for (var k = WG / 2u; k > 0u; k >>= 1u) {
-        if (lid.x < k) {
-            partial[lid.x] += partial[lid.x + k];
+// The dot product of values 32c .. 32c + 31 of the row starting at byte `row` with x[xs ..]:
+// every block type's blocks (or sub-blocks, for the K types) are whole chunks of 32, so each
+// chunk's scales are read once and its quants a word (four values, or eight nibbles) at a time.
+// Dequantizing and multiplying in one pass keeps every value in a register (an array of 32 is
+// memory on a software driver). The float types stop at the row's end.
+fn chunk_dot(row: u32, c: u32, xs: Xs) -> Acc {
+    switch TY {
+        case 2u, 3u: { // Q4_0 (d, nibbles - 8), Q4_1 (d, m, nibbles)
+            let q4_1 = TY == 3u;
+            let b = row + c * select(18u, 20u, q4_1);
+            let qs = b + select(2u, 4u, q4_1);
+            var s = Acc();
+            var sx = Acc();
+            for (var j = 0u; j < 16u; j += 4u) {
+                let q = word_at(qs + j);
+                for (var k = 0u; k < 4u; k++) {
+                    let x0 = xv(xs, j + k);
+                    let x1 = xv(xs, j + k + 16u);
+                    s += f32((q >> (8u * k)) & 0xfu) * x0 + f32((q >> (8u * k + 4u)) & 0xfu) * x1;
+                    sx += x0 + x1;
+                }
+            }
+            let dm = word_at(b);
+            let d = f16_to_f32(dm & 0xffffu);
+            return d * s + select(-8.0 * d, f16_to_f32(dm >> 16u), q4_1) * sx;
         }
-        workgroupBarrier();
-    }
-    if (lid.x == 0u) {
-        var r = partial[0];
-        if (p.has_bias == 1u) {
-            r += bias[o];
+        case 6u, 7u: { // Q5_0 (d, qh, nibbles; - 16), Q5_1 (d, m, qh, nibbles)
+            let q5_1 = TY == 7u;
+            let b = row + c * select(22u, 24u, q5_1);
+            let qh = word_at(b + select(2u, 4u, q5_1));
+            let qs = b + select(6u, 8u, q5_1);
+            var s = Acc();
+            var sx = Acc();
+            for (var j = 0u; j < 16u; j += 4u) {
+                let q = word_at(qs + j);
+                for (var k = 0u; k < 4u; k++) {
+                    let lo = ((q >> (8u * k)) & 0xfu) | (((qh >> (j + k)) & 1u) << 4u);
+                    let hi = ((q >> (8u * k + 4u)) & 0xfu) | (((qh >> (j + k + 16u)) & 1u) << 4u);
+                    let x0 = xv(xs, j + k);
+                    let x1 = xv(xs, j + k + 16u);
+                    s += f32(lo) * x0 + f32(hi) * x1;
+                    sx += x0 + x1;
+                }
+            }
+            let dm = word_at(b);
+            let d = f16_to_f32(dm & 0xffffu);
+            return d * s + select(-16.0 * d, f16_to_f32(dm >> 16u), q5_1) * sx;
         }
-        out[t * p.n_out + o] = r;
+        case 8u: { // Q8_0
+            let b = row + c * 34u;
+            var s = Acc();
+            for (var j = 0u; j < 32u; j += 4u) {
+                let q = word_at(b + 2u + j);
+                for (var k = 0u; k < 4u; k++) {
+                    s += i8_in(q, k) * xv(xs, j + k);
+                }
+            }
+            return f16_at(b) * s;
+        }
+        case 12u, 13u: { // Q4_K, Q5_K: sub-block c % 8 of super-block c / 8
+            let q5 = TY == 13u;
+            let b = row + (c / 8u) * select(144u, 176u, q5);
+            let sub = c % 8u;
+            let q0 = b + select(16u, 48u, q5) + (sub / 2u) * 32u;
+            let shift = 4u * (sub % 2u);
+            var s = Acc();
+            var sx = Acc();
+            for (var l = 0u; l < 32u; l += 4u) {
+                let q = word_at(q0 + l) >> shift;
+                var h = 0u;
+                if (q5) {
+                    h = word_at(b + 16u + l) >> sub;
+                }
+                for (var k = 0u; k < 4u; k++) {
+                    let xv = xv(xs, l + k);
+                    s += f32(((q >> (8u * k)) & 0xfu) | (((h >> (8u * k)) & 1u) << 4u)) * xv;
+                    sx += xv;
+                }
+            }
+            let sm = scale_min_k4(b + 4u, sub);
+            let dm = word_at(b);
+            return f16_to_f32(dm & 0xffffu) * sm.x * s - f16_to_f32(dm >> 16u) * sm.y * sx;
+        }
+        case 14u: { // Q6_K: two 16-value scales per chunk
+            let b = row + (c / 8u) * 210u;
+            let n = (c % 8u) / 4u;
+            let quarter = c % 4u;
+            let lo0 = b + n * 64u + (quarter & 1u) * 32u;
+            let lo_shift = 4u * (quarter / 2u);
+            let hi0 = b + 128u + n * 32u;
+            var s0 = Acc();
+            var s1 = Acc();
+            for (var l = 0u; l < 32u; l += 4u) {
+                let ql = word_at(lo0 + l) >> lo_shift;
+                let qh = word_at(hi0 + l) >> (2u * quarter);
+                var s = Acc();
+                for (var k = 0u; k < 4u; k++) {
+                    let q = ((ql >> (8u * k)) & 0xfu) | (((qh >> (8u * k)) & 3u) << 4u);
+                    s += (f32(q) - 32.0) * xv(xs, l + k);
+                }
+                if (l < 16u) {
+                    s0 += s;
+                } else {
+                    s1 += s;
+                }
+            }
+            let sc = b + 192u + n * 8u + 2u * quarter;
+            return f16_at(b + 208u) * (i8_of(byte_at(sc)) * s0 + i8_of(byte_at(sc + 1u)) * s1);
+        }
+        default: { // F32, F16, BF16: value by value
+            let i0 = c * 32u;
+            var s = Acc();
+            for (var j = 0u; j < 32u && i0 + j < p.n_in; j++) {
+                s += value(row, i0 + j) * xv(xs, j);
+            }
+            return s;
+        }
     }
 }
 
+// The product for adapters whose invocations are a CPU's SIMD lanes (a software driver): one
+// invocation per weight row, every invocation walking the same chunk of the same tokens at
+// once, so the activations are read at one address by all lanes, and each chunk is
+// dequantized once for TOKENS tokens. No workgroup memory, no barriers.
 @compute @workgroup_size(64)
+fn mul_mat_rows(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+    let o = (wid.x + wid.y * nwg.x) * 64u + li;
+    if (o >= p.rows) {
+        return;
+    }
+    let row = o * p.row_bytes;
+    let n_chunks = (p.n_in + 31u) / 32u;
+    var add = 0.0;
+    if (p.has_bias == 1u) {
+        add = bias[p.row0 + o];
+    }
+    for (var t0 = 0u; t0 < p.n_tokens; t0 += TOKENS) {
+        var s = Acc();
+        for (var c = 0u; c < n_chunks; c++) {
+            s += chunk_dot(row, c, chunk_x(t0, c));
+        }
+        store(t0, p.row0 + o, s, add);
+    }
+}
+
+const TM: u32 = 64u; // weight rows per tile
+const TN: u32 = 64u; // tokens per tile
+const TK: u32 = 32u; // values per tile row
+var<workgroup> w_tile: array<f32, 2048>; // [TM][TK]
+var<workgroup> x_tile: array<f32, 2048>; // [TN][TK]
+
+@compute @workgroup_size(256)
+fn mul_mm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let o0 = wid.x * TM;
+    let t0 = wid.y * TN;
+    let tr = li / 16u; // this invocation's rows: o0 + 4 tr ..
+    let tc = li % 16u; // and tokens: t0 + 4 tc ..
+    var acc: array<f32, 16>;
+    for (var k0 = 0u; k0 < p.n_in; k0 += TK) {
+        for (var e = li; e < TM * TK; e += 256u) {
+            let o = o0 + e / TK;
+            let i = k0 + e % TK;
+            var v = 0.0;
+            if (o < p.rows && i < p.n_in) {
+                v = value(o * p.row_bytes, i);
+            }
+            w_tile[e] = v;
+        }
+        for (var e = li; e < TN * TK; e += 256u) {
+            let t = t0 + e / TK;
+            let i = k0 + e % TK;
+            var v = 0.0;
+            if (t < p.n_tokens && i < p.n_in) {
+                v = x[t * p.n_in + i];
+            }
+            x_tile[e] = v;
+        }
+        workgroupBarrier();
+        for (var k = 0u; k < TK; k++) {
+            var a: array<f32, 4>;
+            var b: array<f32, 4>;
+            for (var r = 0u; r < 4u; r++) {
+                a[r] = w_tile[(tr * 4u + r) * TK + k];
+                b[r] = x_tile[(tc * 4u + r) * TK + k];
+            }
+            for (var r = 0u; r < 4u; r++) {
+                for (var q = 0u; q < 4u; q++) {
+                    acc[r * 4u + q] += a[r] * b[q];
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var r = 0u; r < 4u; r++) {
+        let o = o0 + tr * 4u + r;
+        if (o >= p.rows) {
+            continue;
+        }
+        var add = 0.0;
+        if (p.has_bias == 1u) {
+            add = bias[p.row0 + o];
+        }
+        for (var q = 0u; q < 4u; q++) {
+            let t = t0 + tc * 4u + q;
+            if (t < p.n_tokens) {
+                out[t * p.n_out + p.row0 + o] = acc[r * 4u + q] + add;
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(32)
 fn get_rows(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    // Both entry points share one binding layout: name `bias` so that the layout keeps it.
+    // Every entry point shares one binding layout: name `bias` so that the layout keeps it.
     _ = &bias;
     let t = wid.x;
     if (t >= p.n_tokens) {
         return;
     }
+    // Each part writes the rows it holds; an id outside the table was refused on the host.
     let id = bitcast<u32>(x[t]);
-    // An id outside the table was refused on the host; a stale one reads row 0, never past it.
-    let r = select(0u, id, id < p.n_out);
-    for (var i = lid.x; i < p.n_in; i += WG) {
-        out[t * p.n_in + i] = value(r * p.row_bytes, i);
+    if (id < p.row0 || id >= p.row0 + p.rows) {
+        return;
+    }
+    let row = (id - p.row0) * p.row_bytes;
+    for (var i = lid.x; i < p.n_in; i += 32u) {
+        out[t * p.n_in + i] = value(row, i);
     }
 }
