@@ -33,6 +33,28 @@ pub fn probe(handle: Backend) -> Result<(), Unusable> {
     }
 }
 
+/// What backend `handle` would run on here, for `minfer info`: the CPU's instruction set, a
+/// GPU backend's device (a wgpu adapter's name, API, driver and kernel layout), or why it
+/// cannot run.
+pub fn describe(handle: Backend) -> String {
+    match handle {
+        Backend::CPU => {
+            let amx = if crate::quant::simd::amx() { " + amx" } else { "" };
+            format!(
+                "{}{amx}, {} threads by default",
+                crate::quant::simd::simd_level(),
+                default_threads()
+            )
+        }
+        #[cfg(feature = "wgpu")]
+        Backend::WGPU => wgpu::describe(),
+        other => match probe(other) {
+            Ok(()) => "usable".into(),
+            Err(why) => format!("unusable: {why}"),
+        },
+    }
+}
+
 /// The process's backends, in priority order: made once from the fence and the weights, then
 /// shared (clone it: the devices are reference-counted) by every session over the model.
 #[derive(Clone)]

@@ -71,8 +71,8 @@ pub enum LoadError {
     NoGpu {
         /// The layers asked for.
         n_gpu_layers: usize,
-        /// Why the GPU backend cannot run.
-        why: crate::graph::registry::Unusable,
+        /// Why each GPU backend of this build cannot run, as `name: reason; ...`.
+        why: String,
     },
 }
 
@@ -119,16 +119,32 @@ pub struct Model {
 }
 
 /// The fence and offload `-ngl` means, as llama.cpp reads it: 0 without a fence keeps every
-/// layer on the CPU (the CPU alone), N above 0 without a fence needs a usable GPU backend
-/// (refused with the reason otherwise), and no `-ngl` leaves the fence to decide. With a fence,
-/// the fence's own check says whether N fits it.
+/// layer on the CPU (the CPU alone), N above 0 without a fence needs a usable GPU backend — the
+/// first of the registry's order whose probe passes, so a software adapter (lavapipe) never
+/// counts — (refused with every GPU backend's reason otherwise), and no `-ngl` leaves the fence
+/// to decide. With a fence, the fence's own check says whether N fits it.
 fn placement(backend: Option<&str>, n_gpu_layers: Option<usize>) -> Result<(Option<&str>, Option<usize>), LoadError> {
     match n_gpu_layers {
         Some(0) if backend.is_none() => Ok((Some("cpu"), None)),
-        Some(n) if n > 0 && backend.is_none() => match crate::backends::probe(Backend::CUDA) {
-            Ok(()) => Ok((backend, Some(n))),
-            Err(why) => Err(LoadError::NoGpu { n_gpu_layers: n, why }),
-        },
+        Some(n) if n > 0 && backend.is_none() => {
+            let gpus = crate::graph::registry::entries()
+                .iter()
+                .filter(|e| e.handle != Backend::CPU && e.compiled);
+            let mut reasons = Vec::new();
+            for gpu in gpus {
+                match crate::backends::probe(gpu.handle) {
+                    Ok(()) => return Ok((backend, Some(n))),
+                    Err(why) => reasons.push(format!("{}: {why}", gpu.name)),
+                }
+            }
+            if reasons.is_empty() {
+                reasons.push("this build contains no GPU backend".into());
+            }
+            Err(LoadError::NoGpu {
+                n_gpu_layers: n,
+                why: reasons.join("; "),
+            })
+        }
         n => Ok((backend, n)),
     }
 }

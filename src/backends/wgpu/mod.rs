@@ -21,8 +21,8 @@ pub use context::WgpuBackend;
 
 use crate::graph::registry::Unusable;
 use crate::graph::{Backend, BackendDevice, BackendError, ComputeBackend, TensorSource, WeightUse};
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,17 +30,20 @@ use std::time::Duration;
 /// hang: a lost device or a runaway kernel.
 pub const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Device objects (buffers, bind groups) made by every wgpu context of the process.
-static OBJECTS: AtomicUsize = AtomicUsize::new(0);
-
-fn count_object() {
-    OBJECTS.fetch_add(1, Ordering::Relaxed);
+thread_local! {
+    /// Device objects (buffers, bind groups) the wgpu backend made on this thread.
+    static OBJECTS: Cell<usize> = const { Cell::new(0) };
 }
 
-/// How many device objects (buffers, bind groups) the wgpu backend has made in this process:
-/// what a test counts to show that decode steps after the first make none.
+fn count_object() {
+    OBJECTS.with(|n| n.set(n.get() + 1));
+}
+
+/// How many device objects (buffers, bind groups) the wgpu backend has made on the calling
+/// thread (a session runs its steps on its caller's): what a test counts to show that decode
+/// steps after the first make none.
 pub fn device_objects_made() -> usize {
-    OBJECTS.load(Ordering::Relaxed)
+    OBJECTS.with(Cell::get)
 }
 
 /// How the weight products are laid out over the device's invocations.
@@ -117,6 +120,42 @@ pub fn probe() -> Result<(), Unusable> {
     }
 }
 
+/// The adapter the backend would open, for `minfer info`: its name, API, driver and kernel
+/// layout, and whether only a named fence uses it; or why there is none. Opens no device.
+pub fn describe() -> String {
+    let (_, adapters) = adapters();
+    let Some(adapter) = choose(adapters) else {
+        return "unusable: no Vulkan, Metal or DX12 adapter".into();
+    };
+    let info = adapter.get_info();
+    let layout = match default_layout(&info) {
+        Ok(layout) => layout.name().to_string(),
+        Err(e) => e.to_string(),
+    };
+    let software = if is_software(&info) {
+        "; a software adapter: used only when --backend names wgpu"
+    } else {
+        ""
+    };
+    format!(
+        "{} ({:?}, {} {}; matmul: {layout}{software})",
+        info.name, info.backend, info.driver, info.driver_info
+    )
+}
+
+/// The products' layout: [`MATMUL_ENV`]'s, else the adapter's kind's.
+fn default_layout(info: &wgpu::AdapterInfo) -> Result<MatMulLayout, BackendError> {
+    match std::env::var(MATMUL_ENV).as_deref() {
+        Ok("rows") => Ok(MatMulLayout::Rows),
+        Ok("workgroups") => Ok(MatMulLayout::Workgroups),
+        Ok(other) => Err(device_error(format!(
+            "{MATMUL_ENV}={other:?}: the layouts are \"workgroups\" and \"rows\""
+        ))),
+        Err(_) if is_software(info) => Ok(MatMulLayout::Rows),
+        Err(_) => Ok(MatMulLayout::Workgroups),
+    }
+}
+
 /// What is shared by every context of the process.
 pub(crate) struct Shared {
     pub(crate) device: wgpu::Device,
@@ -173,17 +212,7 @@ impl WgpuDevice {
         }))
         .map_err(|e| device_error(format!("opening {}: {e}", info.name)))?;
         let pipelines = pipelines::Pipelines::new(&device);
-        let layout = match std::env::var(MATMUL_ENV).as_deref() {
-            Ok("rows") => MatMulLayout::Rows,
-            Ok("workgroups") => MatMulLayout::Workgroups,
-            Ok(other) => {
-                return Err(device_error(format!(
-                    "{MATMUL_ENV}={other:?}: the layouts are \"workgroups\" and \"rows\""
-                )));
-            }
-            Err(_) if is_software(&info) => MatMulLayout::Rows,
-            Err(_) => MatMulLayout::Workgroups,
-        };
+        let layout = default_layout(&info)?;
         let limits = device.limits();
         let mut max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
         if let Some(cap) = std::env::var(MAX_BINDING_ENV).ok().and_then(|v| v.parse::<u64>().ok()) {

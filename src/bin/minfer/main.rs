@@ -298,6 +298,15 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
         Command::Info { model, tensors } => {
             let file = open_model(&model)?;
             print!("{}", crate::cli::info::render(&file, tensors));
+            // Where it would run: every backend of this build, as this machine offers it.
+            println!();
+            for entry in minfer::graph::registry::entries().iter().filter(|e| e.compiled) {
+                println!(
+                    "backend {:<6} = {}",
+                    entry.name,
+                    minfer::backends::describe(entry.handle)
+                );
+            }
         }
         Command::Tokenize {
             model,

@@ -886,6 +886,10 @@ pub fn markdown_footer(results: &[BenchResult]) -> String {
         minfer::quant::simd::simd_level(),
         if minfer::quant::simd::amx() { " + amx" } else { "" }
     );
+    // The GPU as its driver reports it (a wgpu adapter's API, driver and kernel layout too).
+    if let Some(gpu) = results.iter().map(|r| r.gpu_info.as_str()).find(|g| !g.is_empty()) {
+        footer += &format!("device: {gpu}\n");
+    }
     let mut reported = Vec::new();
     for r in results.iter() {
         if let Some(h) = r.handoff.filter(|_| !reported.contains(&r.n_threads)) {
