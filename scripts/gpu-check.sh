@@ -8,7 +8,8 @@
 # AMX tile kernels against their emulation and the scalar reference, the tiny models with and
 # without AMX, and (with a model) its speed on the GPU against the device's copy bandwidth, a
 # profile of decode steps with each node's kernels timed to their end, and thread scaling at 2
-# to 16 threads on the CPU. Prints one line per check and a summary, copies every check's whole
+# to 16 threads on the CPU; and where the machine has a Vulkan driver, the wgpu backend's
+# conformance, tiny models and speed. Prints one line per check and a summary, copies every check's whole
 # log to $OUT when it is set, and exits non-zero when any fails.
 #
 # Usage: bash .gpu/gpu-check.sh [MODEL.gguf]   (a model for a speed figure; default: the one
@@ -58,6 +59,21 @@ if [[ -n "${bench_model}" ]]; then
     # Thread scaling on the CPU, with the hand-off cost per node; then the prompt without AMX.
     check bench-cpu env MINFER_BACKENDS=cpu ./minfer bench "${bench_model}" -t 2,4,8,16 -p 512 -n 64 -r 2 --handoff
     check bench-cpu-no-amx env MINFER_BACKENDS=cpu MINFER_NO_AMX=1 ./minfer bench "${bench_model}" -t 4,16 -p 512 -n 0 -r 2
+fi
+# wgpu through the machine's Vulkan driver (NVIDIA's, where it is installed): the kernels
+# against the CPU, the tiny models against llama.cpp, and the speed beside CUDA's. A machine
+# with no hardware Vulkan adapter says so and is not counted as a failure.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+wgpu_line="$(./minfer info "fixtures/models/tiny-${arch}-Q8_0.gguf" 2>/dev/null | grep '^backend wgpu' || echo 'backend wgpu = not in this build')"
+echo "${wgpu_line}"
+if [[ ${wgpu_line} == *unusable* || ${wgpu_line} == *"software adapter"* || ${wgpu_line} == *"not in this build"* ]]; then
+    echo "wgpu: no hardware Vulkan adapter here (no NVIDIA Vulkan driver?); not checked"
+else
+    check wgpu-conformance env MINFER_REQUIRE_WGPU=1 ./backend_ops --test-threads=1 wgpu
+    check tiny-models-wgpu env MINFER_TEST_BACKEND=wgpu ./tiny_models --test-threads=1 "tiny_${arch}_"
+    if [[ -n "${bench_model}" ]]; then
+        check bench-wgpu ./minfer bench "${bench_model}" --backend wgpu -ngl 99 -p 512 -n 128 -r 3
+    fi
 fi
 # The whole logs come back where the caller collects files.
 [[ -n "${OUT:-}" ]] && cp log-*.txt "${OUT}/"

@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 
 echo "== cargo fmt --check" >&2
 cargo fmt --check
-echo "== cargo clippy --all-targets --features wgpu -- -D warnings" >&2
-cargo clippy --all-targets --features wgpu -- -D warnings
+echo "== cargo clippy --all-targets -- -D warnings" >&2
+cargo clippy --all-targets -- -D warnings
 # The engine alone, as a program that embeds it takes it (default-features = false): it builds
 # and lints without the surfaces, and pulls no HTTP, async or terminal crate.
 echo "== cargo clippy --lib --examples --no-default-features -- -D warnings" >&2
@@ -37,11 +37,13 @@ scripts/fetch-model.sh 1.5b >/dev/null
 scripts/install-chromium.sh >/dev/null
 scripts/install-nginx.sh >/dev/null
 scripts/install-lavapipe.sh >/dev/null
+# The wgpu backend runs on Mesa's lavapipe here: its tests (the kernels against the CPU
+# reference, their translation to Metal and HLSL, the real model, tests/wgpu.rs) must find it.
+# Mesa's Vulkan drivers complain on standard error when XDG_RUNTIME_DIR is unset.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+export MINFER_REQUIRE_WGPU=1
 echo "== cargo test" >&2
 cargo test
-# The wgpu backend (a feature, off by default while it is built) on Mesa's lavapipe: its kernels
-# against the CPU reference, and their translation to Metal and HLSL.
-echo "== cargo test --features wgpu (the wgpu backend on lavapipe)" >&2
-# Mesa's Vulkan drivers complain on standard error when XDG_RUNTIME_DIR is unset.
-XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}" MINFER_REQUIRE_WGPU=1 \
-    cargo test --features wgpu --lib --test backend_ops -- wgpu
+# The 22 tiny models again on wgpu, against llama.cpp's logits with the CPU's bounds.
+echo "== MINFER_TEST_BACKEND=wgpu cargo test --test tiny_models" >&2
+MINFER_TEST_BACKEND=wgpu cargo test --test tiny_models

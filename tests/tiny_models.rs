@@ -160,15 +160,17 @@ tiny_model_tests! {
 }
 
 /// Decode logits with the build-time fusions (FusedQKV / FusedQkvNorm, FusedFFN) and without.
-fn decode_logits(arch: &str, ty: &str, fused: bool) -> (Vec<Vec<f32>>, Vec<String>) {
+/// A backend that declines the fused nodes (wgpu) refuses a graph forced to hold them: the
+/// error, naming the node, instead of the logits.
+fn decode_logits(arch: &str, ty: &str, fused: bool) -> Result<(Vec<Vec<f32>>, Vec<String>), String> {
     let (mut session, model) = session(&common::tiny_model(arch, ty), 2);
     let tokenizer = model.tokenizer();
     session.set_fusion(fused, fused);
     let prompt = tokenizer.encode("The quick brown fox", false, true);
-    session.eval(&prompt, 1).unwrap();
+    session.eval(&prompt, 1).map_err(|e| e.to_string())?;
     let mut steps = Vec::new();
     for token in [39u32, 301, 385, 1879] {
-        steps.push(session.eval(&[token], 1).unwrap().to_vec());
+        steps.push(session.eval(&[token], 1).map_err(|e| e.to_string())?.to_vec());
     }
     let ops = session
         .graph()
@@ -177,15 +179,23 @@ fn decode_logits(arch: &str, ty: &str, fused: bool) -> (Vec<Vec<f32>>, Vec<Strin
         .iter()
         .map(|n| n.op.name().to_string())
         .collect();
-    (steps, ops)
+    Ok((steps, ops))
 }
 
 #[test]
 fn fused_and_unfused_decode_steps_give_bit_identical_logits_on_both_architectures() {
     for (arch, ty) in [("qwen2", "Q4_K"), ("qwen2", "F32"), ("qwen3", "Q8_0"), ("qwen3", "F16")] {
-        let (fused, fused_ops) = decode_logits(arch, ty, true);
-        let (unfused, unfused_ops) = decode_logits(arch, ty, false);
         let expected_qkv = if arch == "qwen2" { "FusedQKV" } else { "FusedQkvNorm" };
+        let (unfused, unfused_ops) = decode_logits(arch, ty, false).unwrap();
+        let (fused, fused_ops) = match decode_logits(arch, ty, true) {
+            Ok(run) => run,
+            Err(e) if std::env::var("MINFER_TEST_BACKEND").as_deref() == Ok("wgpu") => {
+                // wgpu declines the fused nodes: a graph forced to hold them is refused by name.
+                assert!(e.contains(expected_qkv), "{arch}: {e}");
+                continue;
+            }
+            Err(e) => panic!("{arch} {ty}: {e}"),
+        };
         assert!(
             fused_ops.iter().any(|o| o == expected_qkv) && fused_ops.iter().any(|o| o == "FusedFFN"),
             "{arch}"

@@ -166,7 +166,7 @@ fn a_thousand_decode_steps_on_wgpu_make_no_device_object_after_the_first() {
     let model = load(&common::tiny_model("qwen2", "Q8_0"), "wgpu", None);
     let mut session = Session::new(&model, 1100);
     let mut last = session.eval(&[1, 2, 3, 4, 5, 6, 7, 8], 1).unwrap().to_vec();
-    let mut step = |session: &mut Session, last: &mut Vec<f32>| {
+    let step = |session: &mut Session, last: &mut Vec<f32>| {
         let next = argmax(last).unwrap();
         last.clear();
         last.extend_from_slice(session.eval(&[next], 1).unwrap());

@@ -10,9 +10,10 @@
 //! fence. Must not fall back to the CPU: a node it cannot run is refused by name.
 //!
 //! Every op the unfused graphs build runs here (the fused decode nodes are declined, so a session
-//! on wgpu builds the unfused chains); the backend stays behind the `wgpu` feature, off by
-//! default, until it is measured, uploads tensors larger than one binding, and submits once per
-//! split instead of once per node (docs/backends.md).
+//! on wgpu builds the unfused chains). The weight products come in two layouts
+//! ([`MatMulLayout`]): a GPU's (workgroup reductions; tiles through workgroup memory for
+//! prompts) and a CPU's lanes (a software driver: one invocation per row), the adapter's kind
+//! choosing (docs/backends.md).
 
 mod context;
 mod pipelines;
@@ -106,18 +107,24 @@ fn choose(adapters: Vec<wgpu::Adapter>) -> Option<wgpu::Adapter> {
 }
 
 /// Whether this machine can run the wgpu backend: some adapter of Vulkan, Metal or DX12.
-/// [`Unusable::SoftwareOnly`] when the only one is a software device.
+/// [`Unusable::SoftwareOnly`] when the only one is a software device. Asked once per process
+/// (opening the GPU APIs to list their adapters is not free, and they do not change).
 pub fn probe() -> Result<(), Unusable> {
-    let (_, adapters) = adapters();
-    match choose(adapters) {
-        None => Err(Unusable::NoDevice {
-            detail: "no Vulkan, Metal or DX12 adapter (is a GPU driver, or Mesa's lavapipe, installed?)".into(),
-        }),
-        Some(a) if is_software(&a.get_info()) => Err(Unusable::SoftwareOnly {
-            adapter: a.get_info().name,
-        }),
-        Some(_) => Ok(()),
-    }
+    static PROBED: std::sync::OnceLock<Result<(), Unusable>> = std::sync::OnceLock::new();
+    PROBED
+        .get_or_init(|| {
+            let (_, adapters) = adapters();
+            match choose(adapters) {
+                None => Err(Unusable::NoDevice {
+                    detail: "no Vulkan, Metal or DX12 adapter (is a GPU driver, or Mesa's lavapipe, installed?)".into(),
+                }),
+                Some(a) if is_software(&a.get_info()) => Err(Unusable::SoftwareOnly {
+                    adapter: a.get_info().name,
+                }),
+                Some(_) => Ok(()),
+            }
+        })
+        .clone()
 }
 
 /// The adapter the backend would open, for `minfer info`: its name, API, driver and kernel
