@@ -1273,7 +1273,7 @@ fn every_op_the_wgpu_backend_claims_matches_the_cpu_reference() {
     // Every case but the fused decode nodes, which the backend declines: the element-wise ops,
     // the norms, RoPE, the matmul and embedding rows of every weight type, the row gather, the
     // KV store and attention over f32, f16 and Q8_0 cells, bounded by position or by spans.
-    assert!(cases.len() >= 58, "{}", cases.len());
+    assert!(cases.len() >= 69, "{}", cases.len());
     // Both layouts of the weight products: a GPU's (workgroup reductions, tiles for prompts)
     // and a CPU's lanes (a row per invocation), whichever this adapter would choose.
     for layout in [MatMulLayout::Workgroups, MatMulLayout::Rows] {
@@ -1294,6 +1294,29 @@ fn every_op_the_wgpu_backend_claims_matches_the_cpu_reference() {
     }
     let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
     eprintln!("wgpu matches the CPU on {} cases: {names:?}", cases.len());
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_model_larger_than_the_wgpu_devices_memory_is_refused_before_any_upload() {
+    let Some(mut device) = wgpu_or_skip("a_model_larger_than_the_wgpu_devices_memory_is_refused_before_any_upload")
+    else {
+        return;
+    };
+    let case = all_cases()
+        .into_iter()
+        .find(|c| c.name.starts_with("MatMul Q8_0"))
+        .unwrap();
+    device.limit_memory(1024);
+    let err = device
+        .prepare_weights(case.weights.as_ref(), &case.graph.weight_uses())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("bytes of device memory") && err.contains("may hold 1024"),
+        "{err}"
+    );
+    assert_eq!(device.weights_bytes(), 0, "nothing was uploaded");
 }
 
 #[cfg(feature = "wgpu")]

@@ -159,6 +159,23 @@ fn partial_offload_to_wgpu_keeps_llama_cpps_bounds() {
 }
 
 #[test]
+fn ngl_above_the_layer_count_on_wgpu_alone_runs_everything_there() {
+    if !adapter_or_skip("ngl_above_the_layer_count_on_wgpu_alone_runs_everything_there") {
+        return;
+    }
+    // llama-bench's `-ngl 99` with a fence of the device alone: the embedding lookup too, with
+    // no CPU to pin it to.
+    let model = load(&common::tiny_model("qwen2", "Q8_0"), "wgpu", Some(99));
+    let mut session = Session::new(&model, 64);
+    assert_eq!(session.eval(&[1, 2, 3], 1).unwrap().len(), model.hparams().n_vocab);
+    let graph = session.graph().unwrap();
+    assert!(graph
+        .nodes
+        .iter()
+        .all(|n| n.backend == Some(minfer::graph::Backend::WGPU)));
+}
+
+#[test]
 fn a_thousand_decode_steps_on_wgpu_make_no_device_object_after_the_first() {
     if !adapter_or_skip("a_thousand_decode_steps_on_wgpu_make_no_device_object_after_the_first") {
         return;

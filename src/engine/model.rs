@@ -200,6 +200,9 @@ impl Model {
         }
         let unprepared = BackendSet::open(&fence, Arc::clone(&weights) as Arc<dyn TensorSource>, options.n_threads)?;
         let offload = match n_gpu_layers {
+            // A fence without the CPU runs everything on its device (the check above refused
+            // fewer layers than the model has): nothing to pin, the embedding lookup included.
+            Some(_) if !fence.contains(&Backend::CPU) => None,
             Some(n) if first != Backend::CPU => Some(n),
             // No -ngl with a device first and the CPU behind it: `auto`, as many layers as the
             // device's free memory holds (a reserve kept for the KV cache and activations).

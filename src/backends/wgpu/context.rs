@@ -1,11 +1,12 @@
 //! One session's execution context on a wgpu device: its buffers in device memory, addressed by
 //! id, and the recording of each node's kernel. The nodes of a split are recorded into one
-//! command encoder and submitted once, when the scheduler synchronizes or the host reads or
-//! writes a buffer (a queue write lands before the next submission, so recorded work is
-//! submitted first). Each dispatch's bind group and parameters are made the first time its
+//! command encoder and submitted when the scheduler synchronizes or the host reads or writes a
+//! buffer (a queue write lands before the next submission, so recorded work is submitted
+//! first), and every [`SUBMIT_EVERY`] dispatches, so that each submission's wait is bounded
+//! however long the split (a long prompt on a slow device). Each dispatch's bind group and parameters are made the first time its
 //! buffers and parameters occur and reused after, so a decode step creates no device object
 //! after the first. The host reads and writes buffers only by copy, and every wait is bounded
-//! by [`WAIT_TIMEOUT`](super::WAIT_TIMEOUT).
+//! per submission (`Shared::wait_timeout`).
 //!
 //! Owns the buffer pool, the bind groups and the recording; must not know a model.
 
@@ -33,6 +34,9 @@ pub(crate) const MM_MIN_TOKENS: usize = 8;
 const MAX_BINDINGS: usize = 8;
 /// The most parameter words of any kernel's `Params` (12 words, 48 bytes: a multiple of 16).
 const PARAM_WORDS: usize = 12;
+/// Dispatches recorded before a submission (llama.cpp's Vulkan backend submits every 100 nodes
+/// too): a decode step of a small model is a few submissions, and no submission is long.
+const SUBMIT_EVERY: usize = 100;
 /// Bind groups kept per context; past this the cache starts over (prompt lengths each make
 /// their own, decode steps reuse one set).
 const MAX_BIND_GROUPS: usize = 4096;
@@ -87,8 +91,11 @@ struct Slot {
 pub struct WgpuBackend {
     shared: Arc<Shared>,
     slots: Vec<Slot>,
-    /// The split being recorded, submitted by [`Self::flush`].
+    /// The split being recorded, submitted by [`Self::flush`], and its dispatches so far.
     pending: Option<wgpu::CommandEncoder>,
+    recorded: usize,
+    /// What was submitted and not yet waited for, oldest first.
+    submitted: std::collections::VecDeque<wgpu::SubmissionIndex>,
     bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     /// A copy of each buffer some dispatch reads and writes at once (WebGPU binds a buffer for
     /// one or the other), by the buffer's address.
@@ -103,6 +110,8 @@ impl WgpuBackend {
             shared,
             slots: Vec::new(),
             pending: None,
+            recorded: 0,
+            submitted: std::collections::VecDeque::new(),
             bind_groups: HashMap::new(),
             aliases: HashMap::new(),
             staging: None,
@@ -137,8 +146,9 @@ impl WgpuBackend {
         let Some(encoder) = self.pending.take() else {
             return Ok(());
         };
+        self.recorded = 0;
         let scope = self.shared.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        self.shared.queue.submit([encoder.finish()]);
+        self.submitted.push_back(self.shared.queue.submit([encoder.finish()]));
         match pollster::block_on(scope.pop()) {
             Some(e) => Err(BackendError::Node {
                 backend: "wgpu".into(),
@@ -149,22 +159,25 @@ impl WgpuBackend {
         }
     }
 
-    /// Submit what was recorded and wait for the device, at most
-    /// [`WAIT_TIMEOUT`](super::WAIT_TIMEOUT).
+    /// Submit what was recorded and wait for every submission in turn, each for at most the
+    /// adapter's wait timeout.
     fn wait(&mut self, what: &str) -> Result<(), BackendError> {
         self.flush(what)?;
-        self.shared
-            .device
-            .poll(wgpu::PollType::Wait {
-                submission_index: None,
-                timeout: Some(super::WAIT_TIMEOUT),
-            })
-            .map(|_| ())
-            .map_err(|e| BackendError::Node {
-                backend: "wgpu".into(),
-                node: what.into(),
-                message: format!("waiting for the device: {e}"),
-            })
+        while let Some(index) = self.submitted.pop_front() {
+            let waited = self.shared.device.poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: Some(self.shared.wait_timeout),
+            });
+            if let Err(e) = waited {
+                self.submitted.clear();
+                return Err(BackendError::Node {
+                    backend: "wgpu".into(),
+                    node: what.into(),
+                    message: format!("waiting for the device: {e}"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Bytes `start..end` (whole words) of buffer `id`, copied to the host.
@@ -184,14 +197,14 @@ impl WgpuBackend {
         let staging = self.staging.as_ref().expect("made above");
         let mut encoder = device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(&self.slot(id)?.buffer, start, staging, 0, len);
-        self.shared.queue.submit([encoder.finish()]);
+        self.submitted.push_back(self.shared.queue.submit([encoder.finish()]));
         let (tx, rx) = std::sync::mpsc::channel();
         staging.map_async(wgpu::MapMode::Read, ..len, move |r| {
             let _ = tx.send(r);
         });
         let staging = staging.clone();
         self.wait(&format!("(reading buffer {id})"))?;
-        rx.recv_timeout(super::WAIT_TIMEOUT)
+        rx.recv_timeout(self.shared.wait_timeout)
             .map_err(|_| Self::buffer_error(id, "the device never mapped its copy"))?
             .map_err(|e| Self::buffer_error(id, format!("mapping its copy: {e}")))?;
         let bytes = staging
@@ -246,6 +259,11 @@ impl WgpuBackend {
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &self.bind_groups[&key], &[]);
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        drop(pass);
+        self.recorded += 1;
+        if self.recorded >= SUBMIT_EVERY {
+            self.flush(&node.name)?;
+        }
         Ok(())
     }
 

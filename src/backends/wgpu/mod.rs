@@ -27,9 +27,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long a wait for the device may take before it is an error naming what waited, never a
-/// hang: a lost device or a runaway kernel.
+/// How long one submission may take to finish before waiting for it is an error naming what
+/// waited, never a hang: a lost device or a runaway kernel.
 pub const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The same on a software adapter, the CPU behind a driver, where a long prompt's submission
+/// takes tens of seconds.
+pub const SOFTWARE_WAIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 thread_local! {
     /// Device objects (buffers, bind groups) the wgpu backend made on this thread.
@@ -170,6 +173,8 @@ pub(crate) struct Shared {
     pub(crate) info: wgpu::AdapterInfo,
     pub(crate) pipelines: pipelines::Pipelines,
     pub(crate) layout: MatMulLayout,
+    /// How long one submission may take ([`WAIT_TIMEOUT`], or [`SOFTWARE_WAIT_TIMEOUT`]).
+    pub(crate) wait_timeout: Duration,
     /// Every weight prepared, by name: its bytes as the file stores them.
     pub(crate) weights: HashMap<String, Weight>,
 }
@@ -195,6 +200,9 @@ pub struct WgpuDevice {
     /// The most bytes one weight buffer holds: the adapter's binding limit, or less where
     /// [`MAX_BINDING_ENV`] or [`WgpuDevice::limit_binding`] asks.
     max_binding: u64,
+    /// The most bytes of weights the device may hold ([`WgpuDevice::limit_memory`]); the
+    /// driver's own refusal otherwise.
+    max_memory: Option<u64>,
 }
 
 fn device_error(message: impl Into<String>) -> BackendError {
@@ -220,6 +228,11 @@ impl WgpuDevice {
         .map_err(|e| device_error(format!("opening {}: {e}", info.name)))?;
         let pipelines = pipelines::Pipelines::new(&device);
         let layout = default_layout(&info)?;
+        let wait_timeout = if is_software(&info) {
+            SOFTWARE_WAIT_TIMEOUT
+        } else {
+            WAIT_TIMEOUT
+        };
         let limits = device.limits();
         let mut max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
         if let Some(cap) = std::env::var(MAX_BINDING_ENV).ok().and_then(|v| v.parse::<u64>().ok()) {
@@ -227,12 +240,14 @@ impl WgpuDevice {
         }
         Ok(WgpuDevice {
             max_binding,
+            max_memory: None,
             shared: Arc::new(Shared {
                 device,
                 queue,
                 info,
                 pipelines,
                 layout,
+                wait_timeout,
                 weights: HashMap::new(),
             }),
         })
@@ -242,6 +257,12 @@ impl WgpuDevice {
     /// weights by rows: what the adapter's own limit does to the largest tensors, on small ones.
     pub fn limit_binding(&mut self, bytes: u64) {
         self.max_binding = self.max_binding.min(bytes);
+    }
+
+    /// Hold at most `bytes` of weights: a model needing more is refused before any upload, as
+    /// one the driver cannot hold is.
+    pub fn limit_memory(&mut self, bytes: u64) {
+        self.max_memory = Some(bytes);
     }
 
     /// Lay the weight products out as `layout` asks, whatever the adapter's default.
@@ -297,11 +318,10 @@ impl BackendDevice for WgpuDevice {
             weight: name.into(),
             message,
         };
-        // Every buffer is made before any byte is written, so a model that does not fit is
-        // refused before anything is uploaded.
+        // Sized first, then every buffer made, then written: a model that does not fit is
+        // refused before any byte is uploaded.
         let mut planned = Vec::with_capacity(weights.len());
         let mut total = 0u64;
-        let scope = shared.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         for use_ in weights {
             let w = source.weight(&use_.name).ok_or_else(|| BackendError::MissingWeight {
                 backend: "wgpu".into(),
@@ -319,37 +339,48 @@ impl BackendDevice for WgpuDevice {
                     ),
                 ));
             }
-            let mut parts = Vec::new();
-            for row0 in (0..rows).step_by(per_part) {
-                let n = per_part.min(rows - row0);
-                let bytes = (n * row_bytes) as u64;
-                total += bytes;
-                let buffer = context::storage(&shared.device, &use_.name, bytes);
-                parts.push(Part {
-                    buffer: Arc::new(buffer),
-                    row0,
-                    rows: n,
-                });
-            }
-            planned.push((use_.name.clone(), w.data, row_bytes, parts));
+            let parts: Vec<(usize, usize)> = (0..rows)
+                .step_by(per_part)
+                .map(|row0| (row0, per_part.min(rows - row0)))
+                .collect();
+            total += w.data.len() as u64;
+            planned.push((use_.name.as_str(), w.data, row_bytes, parts));
         }
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            let name = weights.first().map_or("(none)", |w| w.name.as_str());
-            return Err(refuse(
-                name,
+        let too_large = |why: String| {
+            refuse(
+                "(every weight)",
                 format!(
-                    "the model's {} weights need {total} bytes of device memory, more than {} has: {e}",
+                    "the {} weights need {total} bytes of device memory and {} {why}; \
+                     give fewer layers to the GPU (-ngl) or use a smaller model",
                     weights.len(),
                     shared.info.name
                 ),
-            ));
+            )
+        };
+        if let Some(limit) = self.max_memory.filter(|&limit| total > limit) {
+            return Err(too_large(format!("may hold {limit}")));
         }
-        for (name, data, row_bytes, parts) in planned {
+        let scope = shared.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let made: Vec<Vec<Part>> = planned
+            .iter()
+            .map(|(name, _, row_bytes, parts)| {
+                let made = parts.iter().map(|&(row0, rows)| Part {
+                    buffer: Arc::new(context::storage(&shared.device, name, (rows * row_bytes) as u64)),
+                    row0,
+                    rows,
+                });
+                made.collect()
+            })
+            .collect();
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(too_large(format!("refused the memory: {e}")));
+        }
+        for ((name, data, row_bytes, _), parts) in planned.into_iter().zip(made) {
             for part in &parts {
                 let bytes = &data[part.row0 * row_bytes..(part.row0 + part.rows) * row_bytes];
                 context::write_words(&shared.queue, &part.buffer, 0, bytes);
             }
-            shared.weights.insert(name, Weight { parts });
+            shared.weights.insert(name.to_string(), Weight { parts });
         }
         Ok(())
     }
