@@ -8,7 +8,7 @@
 # replicas test (scripts/install-nginx.sh), Mesa's lavapipe for the wgpu backend's tests
 # (scripts/install-lavapipe.sh), NVRTC for compiling every CUDA kernel (from the
 # virtualenv's nvidia-cuda-nvrtc wheel, put on the loader path); 3. every test, unit and
-# integration, including those on the 491 MB model.
+# integration, including those on the 491 MB model; 4. the engine's tests for aarch64 under qemu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,3 +47,7 @@ cargo test
 # The 22 tiny models again on wgpu, against llama.cpp's logits with the CPU's bounds.
 echo "== MINFER_TEST_BACKEND=wgpu cargo test --test tiny_models" >&2
 MINFER_TEST_BACKEND=wgpu cargo test --test tiny_models
+# ARM: the engine's in-process tests cross-compiled for aarch64 and run under qemu, on a CPU with
+# dotprod and on one without (scripts/test-aarch64.sh installs what it needs).
+echo "== scripts/test-aarch64.sh" >&2
+scripts/test-aarch64.sh

@@ -6,6 +6,7 @@ mod common;
 
 use minfer::engine::{generate, GenerateOptions, Model, ModelOptions, Session};
 use minfer::sampling::SamplingParams;
+use sha2::{Digest, Sha256};
 
 struct Bounds {
     max_abs: f32,
@@ -54,6 +55,7 @@ fn check_model(arch: &str, ty: &str) {
     let n_vocab = session.model().hparams().n_vocab;
     let mut positions_checked = 0;
     let (mut worst_abs, mut worst_cos) = (0f32, 1f64);
+    let mut bits = Sha256::new();
     for line in std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap().lines() {
         let case: serde_json::Value = serde_json::from_str(line).unwrap();
         let index = case["index"].as_u64().unwrap();
@@ -73,6 +75,9 @@ fn check_model(arch: &str, ty: &str) {
         session.reset();
         let ours = session.eval(&tokens, tokens.len()).unwrap().to_vec();
         assert_eq!(ours.len(), tokens.len() * n_vocab);
+        for v in &ours {
+            bits.update(v.to_bits().to_le_bytes());
+        }
         if let Some(file) = case["logits_file"].as_str() {
             let reference = common::read_f32(&dir.join(file));
             for (pos, (o, r)) in ours.chunks(n_vocab).zip(reference.chunks(n_vocab)).enumerate() {
@@ -121,6 +126,33 @@ fn check_model(arch: &str, ty: &str) {
         "{stem}: only {positions_checked} positions had reference logits"
     );
     eprintln!("{stem}: {positions_checked} positions, worst max |dlogit| {worst_abs:.4}, worst cosine {worst_cos:.6}");
+    check_logit_bits(&dir, &stem, bits.finalize().into());
+}
+
+/// The CPU's logits at every position of every prompt are the very bits recorded in
+/// `logits-bits.sha256` beside the model's references (their SHA-256, written on x86-64 by
+/// `MINFER_BLESS_LOGIT_BITS=1`): every SIMD kernel is bit-exact with its scalar reference, so
+/// the bits depend on neither the instruction set nor the architecture, and an aarch64 build
+/// under qemu (scripts/test-aarch64.sh) must reproduce the x86 ones. Only the CPU backend
+/// (a device backend's rounding is its own).
+fn check_logit_bits(dir: &std::path::Path, stem: &str, digest: [u8; 32]) {
+    if std::env::var("MINFER_TEST_BACKEND").is_ok_and(|b| b != "cpu") {
+        return;
+    }
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let file = dir.join("logits-bits.sha256");
+    if std::env::var_os("MINFER_BLESS_LOGIT_BITS").is_some() {
+        std::fs::write(&file, format!("{hex}\n")).unwrap();
+        return;
+    }
+    let recorded = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e} (MINFER_BLESS_LOGIT_BITS=1 records it)", file.display()));
+    assert_eq!(
+        recorded.trim(),
+        hex,
+        "{stem}: the logits' bits differ from those recorded on x86-64 ({})",
+        std::env::consts::ARCH
+    );
 }
 
 macro_rules! tiny_model_tests {

@@ -14,7 +14,7 @@
 //!
 //! This module owns which function serves which type, and must hold no arithmetic: that is the
 //! block modules' (the scalar references), `simd`'s and `gemm`'s. Adding a type costs its block
-//! module, its SIMD kernels (if any) in `simd/x86`, and one row here.
+//! module, its SIMD kernels (if any) in `simd/x86` and `simd/aarch64`, and one row here.
 
 use super::gemm::PanelKernel;
 use super::simd::{self, Isa};
@@ -23,8 +23,10 @@ use super::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k};
 use bytemuck::Pod;
 use std::sync::OnceLock;
 
+#[cfg(target_arch = "aarch64")]
+use super::simd::aarch64::{float as simd_float, k_quants, legacy};
 #[cfg(target_arch = "x86_64")]
-use super::simd::x86::{self, float as x86_float, k_quants, legacy};
+use super::simd::x86::{self, float as simd_float, k_quants, legacy};
 
 #[cfg(test)]
 use super::testing::TestHooks;
@@ -357,7 +359,11 @@ pub fn for_isa(isa: Isa) -> Option<&'static [TypeTraits]> {
         Isa::Avx2 => Some(&AVX2),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => Some(&AVX512),
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => Some(&NEON),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Dotprod => Some(&DOTPROD),
+        #[allow(unreachable_patterns)]
         _ => None,
     }
 }
@@ -451,8 +457,8 @@ fn into_blocks<B: Pod>(dst: &mut [u8], f: impl FnOnce(&mut [B])) {
     }
 }
 
-/// The tables of the three instruction sets from one list of rows: `$kind!` builds a row of
-/// each for `scalar`, `avx2` and `avx512`.
+/// The tables of the instruction sets from one list of rows: `$kind!` builds a row of each for
+/// `scalar`, and `avx2` and `avx512` on x86-64 or `neon` and `dotprod` on aarch64.
 macro_rules! type_table {
     ($($ty:ident: $kind:ident($($row:tt)*);)*) => {
         /// Every type of the table, in row order.
@@ -463,13 +469,17 @@ macro_rules! type_table {
         static AVX2: [TypeTraits; TYPES.len()] = [$($kind!(avx2, $ty, $($row)*)),*];
         #[cfg(target_arch = "x86_64")]
         static AVX512: [TypeTraits; TYPES.len()] = [$($kind!(avx512, $ty, $($row)*)),*];
+        #[cfg(target_arch = "aarch64")]
+        static NEON: [TypeTraits; TYPES.len()] = [$($kind!(neon, $ty, $($row)*)),*];
+        #[cfg(target_arch = "aarch64")]
+        static DOTPROD: [TypeTraits; TYPES.len()] = [$($kind!(dotprod, $ty, $($row)*)),*];
     };
 }
 
 /// A float type's row: its weight's widening and narrowing and its reference dot product (in
-/// `float`), and its SIMD kernel (in `simd::x86::float`).
+/// `float`), and its SIMD kernel (in `simd::x86::float` and `simd::aarch64::float`).
 macro_rules! float {
-    ($isa:ident, $ty:ident, $widen:ident, $narrow:ident, $reference:ident, x86 $kernel:ident) => {
+    ($isa:ident, $ty:ident, $widen:ident, $narrow:ident, $reference:ident, simd $kernel:ident) => {
         TypeTraits {
             ty: GgmlType::$ty,
             block_size: GgmlType::$ty.block_size(),
@@ -491,16 +501,17 @@ macro_rules! float_kernel {
         float::$reference
     };
     ($isa:ident, $reference:ident, $kernel:ident) => {
-        x86_float::$kernel
+        simd_float::$kernel
     };
 }
 
 /// A quantized type's row: its block module and block, the activation block its dot product
-/// takes (`none` for an activation-only type), its SIMD kernel (`none` where the scalar
-/// reference serves every instruction set) and its panel kernel (`none`, or `block32(KIND)` /
+/// takes (`none` for an activation-only type), its SIMD kernel, named alike in `simd::x86` and
+/// `simd::aarch64` (`none` where the scalar reference serves every instruction set), its
+/// four-row decoding kernel (x86 only) and its panel kernel (`none`, or `block32(KIND)` /
 /// `k(KIND)` of `simd::x86::gemm` / `gemm_k`).
 macro_rules! quant {
-    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, x86 $($x86:ident)::+, rows $($rows:ident)::+, panel $($panel:tt)+) => {{
+    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $($panel:tt)+) => {{
         const {
             assert!(std::mem::size_of::<$m::$block>() == GgmlType::$ty.type_size());
             activation_checks!($ty, $($dot)::+);
@@ -565,6 +576,12 @@ macro_rules! block_kernel {
     (avx512, $n:literal, $m:ident, $file:ident::$kernel:ident) => {
         $file::$kernel::<true, $n>
     };
+    (neon, $n:literal, $m:ident, $file:ident::$kernel:ident) => {
+        $file::$kernel::<false, $n>
+    };
+    (dotprod, $n:literal, $m:ident, $file:ident::$kernel:ident) => {
+        $file::$kernel::<true, $n>
+    };
 }
 
 /// The [`RowsKernel`] of a row: its SIMD kernel, if it has one (otherwise [`BlockDots::dot_rows`]
@@ -581,6 +598,10 @@ macro_rules! rows_kernel {
     };
     (avx512, $file:ident::$kernel:ident) => {
         Some($file::$kernel::<true>)
+    };
+    // aarch64 has no four-row kernels yet: the rows go one by one.
+    ($isa:ident, $file:ident::$kernel:ident) => {
+        None
     };
 }
 
@@ -617,6 +638,7 @@ macro_rules! panel {
 }
 
 /// `Some(kernel)`, checked to read the activation type of `$ty`.
+#[cfg(target_arch = "x86_64")]
 macro_rules! panel_checked {
     ($ty:ident, $kernel:expr) => {{
         const {
@@ -628,23 +650,23 @@ macro_rules! panel_checked {
 }
 
 // One row per type, in the order of `GgmlType::SUPPORTED`. A float row names its widening,
-// narrowing and reference dot product in `float` and its kernel in `simd::x86::float`; a
-// quantized row names its block, the activation block of its dot product, its kernel in
-// `simd::x86` and its prefill panel kernel.
+// narrowing and reference dot product in `float` and its kernel in `simd::{x86,aarch64}::float`;
+// a quantized row names its block, the activation block of its dot product, its kernel in
+// `simd::x86` and `simd::aarch64`, its four-row kernel and its prefill panel kernel.
 type_table! {
-    F32: float(f32_from_le, f32_to_le, vec_dot_f32_ref, x86 vec_dot_f32);
-    F16: float(f16_from_le, f16_to_le, vec_dot_f16_ref, x86 vec_dot_f16);
-    BF16: float(bf16_from_le, bf16_to_le, vec_dot_bf16_ref, x86 vec_dot_bf16);
-    Q4_0: quant(q4_0::BlockQ4_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q4_0, rows legacy::rows_q4_0, panel block32(Q4_0));
-    Q4_1: quant(q4_1::BlockQ4_1, dot q8_1::BlockQ8_1, x86 legacy::vec_dot_q4_1, rows legacy::rows_q4_1, panel block32(Q4_1));
-    Q5_0: quant(q5_0::BlockQ5_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q5_0, rows legacy::rows_q5_0, panel block32(Q5_0));
-    Q5_1: quant(q5_1::BlockQ5_1, dot q8_1::BlockQ8_1, x86 legacy::vec_dot_q5_1, rows legacy::rows_q5_1, panel block32(Q5_1));
-    Q8_0: quant(q8_0::BlockQ8_0, dot q8_0::BlockQ8_0, x86 legacy::vec_dot_q8_0, rows legacy::rows_q8_0, panel block32(Q8_0));
-    Q8_1: quant(q8_1::BlockQ8_1, dot none, x86 none, rows none, panel none);
-    Q4_K: quant(q4_k::BlockQ4K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q4_k, rows none, panel k(Q4_K));
-    Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q5_k, rows none, panel k(Q5_K));
-    Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, x86 k_quants::vec_dot_q6_k, rows none, panel k(Q6_K));
-    Q8_K: quant(q8_k::BlockQ8K, dot none, x86 none, rows none, panel none);
+    F32: float(f32_from_le, f32_to_le, vec_dot_f32_ref, simd vec_dot_f32);
+    F16: float(f16_from_le, f16_to_le, vec_dot_f16_ref, simd vec_dot_f16);
+    BF16: float(bf16_from_le, bf16_to_le, vec_dot_bf16_ref, simd vec_dot_bf16);
+    Q4_0: quant(q4_0::BlockQ4_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q4_0, rows legacy::rows_q4_0, panel block32(Q4_0));
+    Q4_1: quant(q4_1::BlockQ4_1, dot q8_1::BlockQ8_1, simd legacy::vec_dot_q4_1, rows legacy::rows_q4_1, panel block32(Q4_1));
+    Q5_0: quant(q5_0::BlockQ5_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q5_0, rows legacy::rows_q5_0, panel block32(Q5_0));
+    Q5_1: quant(q5_1::BlockQ5_1, dot q8_1::BlockQ8_1, simd legacy::vec_dot_q5_1, rows legacy::rows_q5_1, panel block32(Q5_1));
+    Q8_0: quant(q8_0::BlockQ8_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q8_0, rows legacy::rows_q8_0, panel block32(Q8_0));
+    Q8_1: quant(q8_1::BlockQ8_1, dot none, simd none, rows none, panel none);
+    Q4_K: quant(q4_k::BlockQ4K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q4_k, rows none, panel k(Q4_K));
+    Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q5_k, rows none, panel k(Q5_K));
+    Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q6_k, rows none, panel k(Q6_K));
+    Q8_K: quant(q8_k::BlockQ8K, dot none, simd none, rows none, panel none);
 }
 
 #[cfg(test)]

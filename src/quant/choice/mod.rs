@@ -50,11 +50,22 @@ pub enum Kernel {
     Avx512Vnni,
     /// The AVX-512 VNNI 16-row tiles on the repacked layout (`super::repack`).
     Repacked,
+    /// The NEON dot products on the file's layout (aarch64).
+    Neon,
+    /// The NEON dot products with the `dotprod` extension's SDOT (aarch64).
+    NeonDotprod,
 }
 
 impl Kernel {
     /// Every kernel, widest first: the order of the candidates.
-    pub const ALL: [Kernel; 4] = [Kernel::Repacked, Kernel::Avx512Vnni, Kernel::Avx2, Kernel::Scalar];
+    pub const ALL: [Kernel; 6] = [
+        Kernel::Repacked,
+        Kernel::Avx512Vnni,
+        Kernel::Avx2,
+        Kernel::NeonDotprod,
+        Kernel::Neon,
+        Kernel::Scalar,
+    ];
 
     /// The name `MINFER_KERNEL`, the cache and `minfer bench` use.
     pub fn name(self) -> &'static str {
@@ -63,6 +74,8 @@ impl Kernel {
             Kernel::Avx2 => "avx2",
             Kernel::Avx512Vnni => "avx512-vnni",
             Kernel::Repacked => "avx512-repacked",
+            Kernel::Neon => "neon",
+            Kernel::NeonDotprod => "neon-dotprod",
         }
     }
 
@@ -77,6 +90,8 @@ impl Kernel {
             Kernel::Scalar => Isa::Scalar,
             Kernel::Avx2 => Isa::Avx2,
             Kernel::Avx512Vnni | Kernel::Repacked => Isa::Avx512,
+            Kernel::Neon => Isa::Neon,
+            Kernel::NeonDotprod => Isa::Dotprod,
         }
     }
 }
@@ -92,8 +107,8 @@ impl std::fmt::Display for Kernel {
 pub enum ChoiceError {
     /// A word that names no kernel.
     #[error(
-        "MINFER_KERNEL: {value:?} is not a kernel (scalar, avx2, avx512-vnni or avx512-repacked, alone \
-         or as TYPE=KERNEL; or `measure`, `widest`)"
+        "MINFER_KERNEL: {value:?} is not a kernel (scalar, avx2, avx512-vnni, avx512-repacked, neon or \
+         neon-dotprod, alone or as TYPE=KERNEL; or `measure`, `widest`)"
     )]
     UnknownKernel {
         /// The word.
@@ -185,7 +200,12 @@ fn candidates(ty: GgmlType, ceiling: Isa) -> Vec<Kernel> {
         && repack::supports(ty);
     let mut out: Vec<Kernel> = Kernel::ALL
         .into_iter()
-        .filter(|&k| k != Kernel::Scalar && k.isa() <= ceiling && (k != Kernel::Repacked || has_repacked))
+        .filter(|&k| {
+            k != Kernel::Scalar
+                && k.isa() <= ceiling
+                && k.isa().is_supported()
+                && (k != Kernel::Repacked || has_repacked)
+        })
         .collect();
     if out.is_empty() {
         out.push(Kernel::Scalar);
@@ -206,6 +226,9 @@ pub enum Why {
     Widest,
     /// The type has one candidate here.
     Only,
+    /// The widest candidate, untimed: kernels are timed on x86-64 only (elsewhere the timing
+    /// would measure nothing).
+    Untimed,
 }
 
 /// One quantized weight type's decoding kernel, why, and the figures behind it.
@@ -237,6 +260,7 @@ impl Choice {
             Why::Forced => "forced by MINFER_KERNEL",
             Why::Widest => "MINFER_KERNEL=widest",
             Why::Only => "the only candidate",
+            Why::Untimed => "the widest: kernels are timed on x86-64 only",
         };
         let figures: Vec<String> = self
             .gbps
@@ -336,7 +360,7 @@ fn forced(spec: &Spec, ceiling: Isa) -> Result<Vec<(GgmlType, Option<Kernel>)>, 
         return Ok(types.into_iter().map(|t| (t, None)).collect());
     };
     for k in all.iter().chain(named.iter().map(|(_, k)| k)) {
-        if k.isa() > ceiling {
+        if *k != Kernel::Scalar && (k.isa() > ceiling || !k.isa().is_supported()) {
             return Err(unsupported(*k));
         }
     }
@@ -389,7 +413,7 @@ fn choose(ceiling: Isa, spec: &str, cache: Option<&Path>, id: &Identity, measure
     };
     let to_measure: Vec<GgmlType> = forced
         .iter()
-        .filter(|(ty, k)| k.is_none() && !widest && candidates(*ty, ceiling).len() > 1)
+        .filter(|(ty, k)| k.is_none() && !widest && CAN_TIME && candidates(*ty, ceiling).len() > 1)
         .map(|(ty, _)| *ty)
         .collect();
     let cached = (!to_measure.is_empty() && id.binary.is_some())
@@ -413,11 +437,13 @@ fn choose(ceiling: Isa, spec: &str, cache: Option<&Path>, id: &Identity, measure
             if let Some(kernel) = forced {
                 return unmeasured(kernel, Why::Forced);
             }
-            if cands.len() == 1 || widest {
-                let why = if widest && cands.len() > 1 {
+            if cands.len() == 1 || widest || !CAN_TIME {
+                let why = if cands.len() == 1 {
+                    Why::Only
+                } else if widest {
                     Why::Widest
                 } else {
-                    Why::Only
+                    Why::Untimed
                 };
                 return unmeasured(cands[0], why);
             }
@@ -456,6 +482,10 @@ fn choose(ceiling: Isa, spec: &str, cache: Option<&Path>, id: &Identity, measure
         choices,
     }
 }
+
+/// Whether this architecture has the kernel timing (`timing`, x86-64 only); elsewhere every type
+/// takes its widest candidate.
+const CAN_TIME: bool = cfg!(target_arch = "x86_64");
 
 /// How much faster than the widest candidate another must be to be chosen instead.
 pub const MARGIN: f64 = 0.25;
@@ -555,16 +585,19 @@ pub fn candidates_of(ty: GgmlType) -> Vec<Kernel> {
 }
 
 /// Rounds of passes; each candidate's fastest round counts.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const ROUNDS: usize = 3;
 
 /// Rows a candidate decodes before the next takes its turn (a multiple of the repacked
 /// groups): about half a MiB, long enough that a switch costs nothing measurable.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const CHUNK_ROWS: usize = 256;
 
 /// Bytes of weights in a timed slice: past every L2, and a few hundred microseconds a pass.
 const SLICE_BYTES: usize = 4 << 20;
 
 /// Values per row of the timed slice (a multiple of every block size).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const SLICE_N_IN: usize = 4096;
 
 #[cfg(target_arch = "x86_64")]
@@ -648,6 +681,9 @@ mod tests {
     /// The instruction sets this CPU runs with more than one candidate for some type.
     fn tunable() -> Option<Isa> {
         let isa = simd::isa();
+        if !CAN_TIME {
+            return None;
+        }
         weight_types()
             .iter()
             .any(|&t| candidates(t, isa).len() > 1)
@@ -847,13 +883,32 @@ mod tests {
         let here = id("cpu", "bin");
         let mut calls = 0;
         let c = choose(ceiling, "avx2", None, &here, &mut counting(&mut calls));
-        if ceiling >= Isa::Avx2 {
+        if matches!(ceiling, Isa::Avx2 | Isa::Avx512) {
             assert_eq!(calls, 0);
             assert!(c.all().iter().all(|c| c.kernel == Kernel::Avx2 && c.why == Why::Forced));
             assert_eq!(
                 c.get(GgmlType::Q6_K).unwrap().describe(),
                 "avx2 (forced by MINFER_KERNEL)"
             );
+        }
+        if ceiling == Isa::Dotprod {
+            // aarch64 with dotprod: the baseline NEON kernels can be forced; an x86 kernel cannot
+            // run here; unforced, the SDOT kernels are taken untimed.
+            let mut calls = 0;
+            let c = choose(ceiling, "neon", None, &here, &mut counting(&mut calls));
+            assert_eq!(calls, 0);
+            assert!(c.all().iter().all(|c| c.kernel == Kernel::Neon && c.why == Why::Forced));
+            let c = choose(ceiling, "avx2", None, &here, &mut counting(&mut calls));
+            assert_eq!(
+                c.refused.unwrap().to_string(),
+                "MINFER_KERNEL: avx2 cannot run here (the widest instruction set allowed is neon-dotprod)"
+            );
+            let c = choose(ceiling, "", None, &here, &mut counting(&mut calls));
+            assert_eq!(calls, 0);
+            assert!(c
+                .all()
+                .iter()
+                .all(|c| c.kernel == Kernel::NeonDotprod && c.why == Why::Untimed));
         }
         let mut calls = 0;
         let c = choose(ceiling, "widest", None, &here, &mut counting(&mut calls));

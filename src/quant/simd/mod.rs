@@ -2,7 +2,7 @@
 //!
 //! [`isa`] picks, once, the widest instruction set this CPU supports and the environment allows;
 //! the type table (`super::traits`) then hands out, for each type, that instruction set's
-//! kernels from `x86` or the scalar references, but for each quantized type's dot products,
+//! kernels from `x86` or `aarch64` or the scalar references, but for each quantized type's dot products,
 //! which come from the instruction set measured fastest for it (`super::choice`). Every kernel returns exactly, bit for bit, what
 //! the type's scalar `vec_dot_ref` (or [`super::vec_dot_f32`]'s reference loop) returns, for
 //! every input: the integer part of each block is computed with SIMD and the float part does the
@@ -10,13 +10,17 @@
 //! not depend on the instruction set.
 //!
 //! `MINFER_NO_AVX512=1` keeps the choice at AVX2 or below and `MINFER_NO_AVX2=1` forces the
-//! scalar references; [`simd_level`] names the choice. [`amx`] says whether the prompt's
-//! products also use AMX tiles (`MINFER_NO_AMX=1` turns them off). Targets other than x86-64 always use the
-//! scalar references. This module owns the choice and the kernels' arithmetic; which kernel
+//! scalar references; on aarch64 `MINFER_NO_DOTPROD=1` keeps it at baseline NEON and
+//! `MINFER_NO_NEON=1` forces the scalar references; [`simd_level`] names the choice. [`amx`]
+//! says whether the prompt's products also use AMX tiles (`MINFER_NO_AMX=1` turns them off).
+//! Other targets always use the scalar references. This module owns the choice and the kernels' arithmetic; which kernel
 //! serves which type is the table's.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod aarch64;
 
 #[cfg(test)]
 mod tests;
@@ -24,7 +28,8 @@ mod tests;
 use bytemuck::Pod;
 use std::sync::OnceLock;
 
-/// An instruction set the dot products have kernels for, narrowest first.
+/// An instruction set the dot products have kernels for, each architecture's narrowest first
+/// (the order compares levels of one architecture: a CPU supports one architecture's alone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
     /// The scalar references.
@@ -34,11 +39,15 @@ pub enum Isa {
     /// The AVX2 kernels with AVX-512 VNNI's `vpdpbusd`/`vpdpwssd` and BW's byte masks (256-bit,
     /// needs AVX-512 F, VL, BW and VNNI).
     Avx512,
+    /// aarch64's NEON (every aarch64 CPU has it).
+    Neon,
+    /// The NEON kernels with the `dotprod` extension's SDOT.
+    Dotprod,
 }
 
 impl Isa {
-    /// Every instruction set, narrowest first.
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+    /// Every instruction set, each architecture's narrowest first.
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Dotprod];
 
     /// The name [`simd_level`] reports.
     pub fn name(self) -> &'static str {
@@ -46,6 +55,8 @@ impl Isa {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512-vnni",
+            Isa::Neon => "neon",
+            Isa::Dotprod => "neon-dotprod",
         }
     }
 
@@ -63,18 +74,23 @@ impl Isa {
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vnni")
             }
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Dotprod => Isa::Neon.is_supported() && std::arch::is_aarch64_feature_detected!("dotprod"),
+            #[allow(unreachable_patterns)]
             _ => false,
         }
     }
 
-    /// The widest supported instruction set not switched off: `no_avx512` stops at AVX2,
-    /// `no_avx2` at the scalar references.
-    pub fn best_supported(no_avx512: bool, no_avx2: bool) -> Isa {
+    /// The widest supported instruction set not switched off: `no_wide` (`MINFER_NO_AVX512`,
+    /// `MINFER_NO_DOTPROD`) stops at AVX2 or NEON, `no_simd` (`MINFER_NO_AVX2`, `MINFER_NO_NEON`)
+    /// at the scalar references.
+    pub fn best_supported(no_wide: bool, no_simd: bool) -> Isa {
         let allowed = |isa: Isa| match isa {
             Isa::Scalar => true,
-            Isa::Avx2 => !no_avx2,
-            Isa::Avx512 => !no_avx2 && !no_avx512,
+            Isa::Avx2 | Isa::Neon => !no_simd,
+            Isa::Avx512 | Isa::Dotprod => !no_simd && !no_wide,
         };
         Isa::ALL
             .into_iter()
@@ -105,10 +121,15 @@ fn env_flag(name: &str) -> bool {
 }
 
 /// The widest instruction set this CPU supports and the environment allows (`MINFER_NO_AVX512`,
-/// `MINFER_NO_AVX2`), chosen on the first call.
+/// `MINFER_NO_AVX2`; `MINFER_NO_DOTPROD`, `MINFER_NO_NEON`), chosen on the first call.
 pub fn isa() -> Isa {
     static CHOSEN: OnceLock<Isa> = OnceLock::new();
-    *CHOSEN.get_or_init(|| Isa::best_supported(env_flag("MINFER_NO_AVX512"), env_flag("MINFER_NO_AVX2")))
+    *CHOSEN.get_or_init(|| {
+        Isa::best_supported(
+            env_flag("MINFER_NO_AVX512") || env_flag("MINFER_NO_DOTPROD"),
+            env_flag("MINFER_NO_AVX2") || env_flag("MINFER_NO_NEON"),
+        )
+    })
 }
 
 /// Whether the prompt's matrix products run their full tiles of 16 tokens as AMX tile products
@@ -129,7 +150,8 @@ pub fn amx() -> bool {
     })
 }
 
-/// The name of the instruction set [`isa`] chose: `"avx512-vnni"`, `"avx2"` or `"scalar"`.
+/// The name of the instruction set [`isa`] chose: `"avx512-vnni"`, `"avx2"`, `"neon-dotprod"`,
+/// `"neon"` or `"scalar"`.
 pub fn simd_level() -> &'static str {
     isa().name()
 }

@@ -25,6 +25,14 @@ fn scalar() -> &'static [TypeTraits] {
 /// The rows of `isa`'s table, each beside its scalar row; none when this CPU does not run `isa`.
 fn rows_and_references(isa: Isa) -> Vec<(&'static TypeTraits, &'static TypeTraits)> {
     let Some(rows) = traits::for_isa(isa) else {
+        // `MINFER_REQUIRE_ISA=neon,neon-dotprod` (scripts/test-aarch64.sh) turns the skip into a
+        // failure, so that a run meant to check a kernel cannot pass without it.
+        let required = std::env::var("MINFER_REQUIRE_ISA").unwrap_or_default();
+        assert!(
+            !required.split(',').any(|name| name.trim() == isa.name()),
+            "MINFER_REQUIRE_ISA names {}, which this CPU lacks",
+            isa.name()
+        );
         eprintln!("this CPU has no {}, skipped", isa.name());
         return Vec::new();
     };
@@ -36,12 +44,14 @@ fn rows_and_references(isa: Isa) -> Vec<(&'static TypeTraits, &'static TypeTrait
 /// Every form of every quantized dot product of `isa` (one weight row with one or two activation
 /// rows, four weight rows with one) against the scalar references.
 fn check_block_dots(isa: Isa, seed: u64) {
+    let (mut types, mut cases) = (Vec::new(), 0);
     for (row, reference) in rows_and_references(isa) {
         let (Some(dots), Some(expected_dots)) = (row.block_dots(), reference.block_dots()) else {
             continue;
         };
         let act = traits::row_in(scalar(), row.vec_dot_type.unwrap()).unwrap();
         let (w_hooks, a_hooks) = (reference.test.unwrap(), act.test.unwrap());
+        types.push(row.ty.to_string());
         let mut r = XorShift(seed ^ (row.ty as u64) << 32);
         for &n in BLOCK_COUNTS {
             for trial in 0..TRIALS {
@@ -70,6 +80,7 @@ fn check_block_dots(isa: Isa, seed: u64) {
                         w_hooks.random_row(&mut r, n, row.type_size)
                     }
                 });
+                cases += 1;
                 let got_rows = dots.dot_rows(std::array::from_fn(|k| &ws[k][..]), &a);
                 for (k, (g, w)) in got_rows.iter().zip(&ws).enumerate() {
                     let e = expected_dots.dot(w, &a);
@@ -82,6 +93,14 @@ fn check_block_dots(isa: Isa, seed: u64) {
                 }
             }
         }
+    }
+    if !types.is_empty() {
+        eprintln!(
+            "{} dot products checked bit for bit against the scalar references: {} cases of {}",
+            isa.name(),
+            cases,
+            types.join(" ")
+        );
     }
 }
 
@@ -164,6 +183,10 @@ isa_tests! {
     the_avx512_dot_products_match_the_scalar_references: check_block_dots(Isa::Avx512, 3);
     the_avx2_float_dot_products_match_the_scalar_references: check_float_dots(Isa::Avx2, 32);
     the_avx512_float_dot_products_match_the_scalar_references: check_float_dots(Isa::Avx512, 33);
+    the_neon_dot_products_match_the_scalar_references: check_block_dots(Isa::Neon, 4);
+    the_neon_dotprod_dot_products_match_the_scalar_references: check_block_dots(Isa::Dotprod, 5);
+    the_neon_float_dot_products_match_the_scalar_references: check_float_dots(Isa::Neon, 34);
+    the_neon_dotprod_float_dot_products_match_the_scalar_references: check_float_dots(Isa::Dotprod, 35);
 }
 
 #[test]
@@ -177,9 +200,10 @@ fn every_tables_quantizers_give_the_reference_bytes() {
 fn the_environment_switches_force_the_narrower_paths() {
     assert_eq!(Isa::best_supported(false, true), Isa::Scalar);
     assert_eq!(Isa::best_supported(true, true), Isa::Scalar);
-    let no_avx512 = Isa::best_supported(true, false);
-    assert!(no_avx512 <= Isa::Avx2);
-    assert_eq!(no_avx512 == Isa::Avx2, Isa::Avx2.is_supported());
+    let no_wide = Isa::best_supported(true, false);
+    assert!(no_wide != Isa::Avx512 && no_wide != Isa::Dotprod);
+    assert_eq!(no_wide == Isa::Avx2, Isa::Avx2.is_supported());
+    assert_eq!(no_wide == Isa::Neon, Isa::Neon.is_supported());
     let best = Isa::best_supported(false, false);
     assert!(best.is_supported());
     assert!(Isa::ALL.iter().all(|&isa| isa <= best || !isa.is_supported()));
@@ -189,7 +213,11 @@ fn the_environment_switches_force_the_narrower_paths() {
 fn the_chosen_table_runs_on_this_cpu_and_names_its_instruction_set() {
     assert!(isa().is_supported());
     assert_eq!(simd_level(), isa().name());
-    assert!(["scalar", "avx2", "avx512-vnni"].contains(&simd_level()));
+    assert!(["scalar", "avx2", "avx512-vnni", "neon", "neon-dotprod"].contains(&simd_level()));
+    // scripts/test-aarch64.sh names the instruction set each emulated CPU must get.
+    if let Ok(expected) = std::env::var("MINFER_EXPECT_ISA") {
+        assert_eq!(simd_level(), expected, "the instruction set chosen on this CPU");
+    }
     for isa in Isa::ALL {
         assert_eq!(traits::for_isa(isa).is_some(), isa.is_supported(), "{isa:?}");
     }
