@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ARM without ARM: cross-compiles the in-process tests for aarch64-unknown-linux-gnu and runs them
-# under qemu-aarch64, twice: as a CPU with the dotprod and i8mm extensions (QEMU_CPU=max) and as a
-# Cortex-A53 (baseline NEON, no dotprod). Run by scripts/test.sh; alone: scripts/test-aarch64.sh.
+# under qemu-aarch64, twice: as a CPU with the dotprod and i8mm extensions (QEMU_CPU=max: the
+# engine takes the SDOT kernels and SMMLA's two-by-two prompt tiles) and as a Cortex-A53 (baseline
+# NEON, no dotprod). Run by scripts/test.sh; alone: scripts/test-aarch64.sh.
 #
 # Only Debian's packages: the cross gcc (linker and C compiler for build scripts' C), the arm64
 # libc, qemu-user, and Debian's Rust (rustc-web, cargo-web) with the aarch64 standard library of
@@ -53,7 +54,7 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64"
 # No debug information: it is half of the cross build's time, and nothing here reads it.
 export CARGO_PROFILE_TEST_DEBUG=0 CARGO_PROFILE_DEV_DEBUG=0
 # The switches of the x86 runs must not leak into these.
-unset MINFER_NO_AVX512 MINFER_NO_AVX2 MINFER_KERNEL MINFER_TEST_BACKEND MINFER_NO_DOTPROD MINFER_NO_NEON
+unset MINFER_NO_AVX512 MINFER_NO_AVX2 MINFER_KERNEL MINFER_TEST_BACKEND MINFER_NO_I8MM MINFER_NO_DOTPROD MINFER_NO_NEON
 cargo=(/usr/bin/cargo test --target "${target}" --target-dir target/aarch64 --no-default-features
   --lib --test backend_ops --test tiny_models)
 
@@ -72,7 +73,7 @@ trap 'rm -f "${log}"' EXIT
 for cpu in max cortex-a53; do
   skip=()
   case "${cpu}" in
-    max) isa=neon-dotprod required=neon,neon-dotprod ;;
+    max) isa=neon-i8mm required=neon,neon-dotprod,neon-i8mm ;;
     cortex-a53) isa=neon required=neon skip=(--skip tiny_qwen2_f --skip tiny_qwen3_f --skip tiny_qwen2_bf16 --skip tiny_qwen3_bf16) ;;
   esac
   echo "== aarch64 under qemu, QEMU_CPU=${cpu}: the kernels should run ${isa}" >&2
@@ -87,8 +88,12 @@ for cpu in max cortex-a53; do
     [[ -n "${line}" ]] || { echo "test-aarch64: the ${name} kernels did not run under ${cpu}" >&2; exit 1; }
     echo "test-aarch64: ${cpu}: ${line}" >&2
   done
-  if [[ "${cpu}" == cortex-a53 ]] && grep -qE '(^| )neon-dotprod dot products checked' "${log}"; then
-    echo "test-aarch64: the SDOT kernels ran on a CPU without dotprod" >&2
+  if [[ "${cpu}" == max ]] && ! grep -qE '(^| )neon-i8mm dot products checked.*two weight rows by two tokens' "${log}"; then
+    echo "test-aarch64: the SMMLA two-by-two kernels did not run under ${cpu}" >&2
+    exit 1
+  fi
+  if [[ "${cpu}" == cortex-a53 ]] && grep -qE '(^| )neon-(dotprod|i8mm) dot products checked' "${log}"; then
+    echo "test-aarch64: the SDOT or SMMLA kernels ran on a CPU without dotprod" >&2
     exit 1
   fi
   grep -q "the chosen table runs on this cpu.*ok\|the_chosen_table_runs_on_this_cpu_and_names_its_instruction_set ... ok" "${log}" ||

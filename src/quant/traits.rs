@@ -1,8 +1,9 @@
 //! The per-type table, as ggml-cpu's `type_traits_cpu[]`: one row per type minfer computes
 //! with, holding all the rest of the crate needs of the type — its block and type sizes, its
 //! activation type (`vec_dot_type`), its reference quantizer and its dequantizer — and the
-//! kernels of one instruction set: the dot product with one activation row and with two, the
-//! quantizer that prepares activations, and the prefill panel kernel where there is one.
+//! kernels of one instruction set: the dot product with one activation row and with two, of four
+//! weight rows with one (decoding) or of two with two (`i8mm`'s prompt tiles) where there is
+//! one, the quantizer that prepares activations, and the prefill panel kernel where there is one.
 //!
 //! The rows are written once, in the `type_table!` at the bottom of this file, and built at
 //! compile time into one static table per instruction set; [`table`] builds the one minfer
@@ -45,6 +46,12 @@ type BlockKernel<const N: usize> = unsafe fn(&[u8], [&[u8]; N]) -> [f32; N];
 /// As for [`BlockKernel`].
 type RowsKernel<const R: usize> = unsafe fn([&[u8]; R], &[u8]) -> [f32; R];
 
+/// A dot product of two weight rows with two activation rows, on their bytes: `[row][token]`.
+///
+/// # Safety
+/// As for [`BlockKernel`].
+type PairKernel = unsafe fn([&[u8]; 2], [&[u8]; 2]) -> [[f32; 2]; 2];
+
 /// The weight rows of a [`BlockDots::dot_rows`] call.
 pub const DOT_ROWS: usize = 4;
 
@@ -72,6 +79,7 @@ enum Dot {
         one: BlockKernel<1>,
         two: Option<BlockKernel<2>>,
         rows: Option<RowsKernel<DOT_ROWS>>,
+        pair: Option<PairKernel>,
         /// Bytes of an activation block.
         a_size: usize,
         /// The alignments of the weight and the activation blocks.
@@ -116,12 +124,14 @@ impl TypeTraits {
                 one,
                 two,
                 rows,
+                pair,
                 a_size,
                 align,
             } => Some(BlockDots {
                 one,
                 two,
                 rows,
+                pair,
                 w_size: self.type_size,
                 a_size,
                 align,
@@ -174,6 +184,7 @@ pub struct BlockDots {
     one: BlockKernel<1>,
     two: Option<BlockKernel<2>>,
     rows: Option<RowsKernel<DOT_ROWS>>,
+    pair: Option<PairKernel>,
     w_size: usize,
     a_size: usize,
     /// The alignments of the weight and the activation blocks.
@@ -241,6 +252,36 @@ impl BlockDots {
         }
         // SAFETY: as for `dot`.
         unsafe { rows(ws, a) }
+    }
+
+    /// Whether [`Self::dot_2x2`] has a kernel of its own (SMMLA's): then a prompt's product is
+    /// best taken two weight rows by two tokens.
+    #[inline(always)]
+    pub fn has_2x2(&self) -> bool {
+        self.pair.is_some()
+    }
+
+    /// `[[self.dot(w0, a0), self.dot(w0, a1)], [self.dot(w1, a0), self.dot(w1, a1)]]`: two
+    /// weight rows with two activation rows, in one kernel where the type has one
+    /// ([`Self::has_2x2`]).
+    ///
+    /// # Panics
+    /// If the rows do not hold the same number of blocks.
+    #[inline(always)]
+    pub fn dot_2x2(&self, ws: [&[u8]; 2], a: [&[u8]; 2]) -> [[f32; 2]; 2] {
+        let Some(pair) = self.pair else {
+            return ws.map(|w| self.dot_x2(w, a[0], a[1]));
+        };
+        for w in ws {
+            for a in a {
+                self.check(w, a);
+            }
+        }
+        if ws.iter().any(|w| a.iter().any(|a| !self.aligned(w, a))) {
+            return ws.map(|w| self.dot_x2(w, a[0], a[1]));
+        }
+        // SAFETY: as for `dot`.
+        unsafe { pair(ws, a) }
     }
 
     /// Decoding's matrix-vector product: `y[i] = self.dot(w_i, a)` for the weight rows `w_i` of
@@ -363,6 +404,8 @@ pub fn for_isa(isa: Isa) -> Option<&'static [TypeTraits]> {
         Isa::Neon => Some(&NEON),
         #[cfg(target_arch = "aarch64")]
         Isa::Dotprod => Some(&DOTPROD),
+        #[cfg(target_arch = "aarch64")]
+        Isa::I8mm => Some(&I8MM),
         #[allow(unreachable_patterns)]
         _ => None,
     }
@@ -458,7 +501,7 @@ fn into_blocks<B: Pod>(dst: &mut [u8], f: impl FnOnce(&mut [B])) {
 }
 
 /// The tables of the instruction sets from one list of rows: `$kind!` builds a row of each for
-/// `scalar`, and `avx2` and `avx512` on x86-64 or `neon` and `dotprod` on aarch64.
+/// `scalar`, and `avx2` and `avx512` on x86-64 or `neon`, `dotprod` and `i8mm` on aarch64.
 macro_rules! type_table {
     ($($ty:ident: $kind:ident($($row:tt)*);)*) => {
         /// Every type of the table, in row order.
@@ -473,6 +516,8 @@ macro_rules! type_table {
         static NEON: [TypeTraits; TYPES.len()] = [$($kind!(neon, $ty, $($row)*)),*];
         #[cfg(target_arch = "aarch64")]
         static DOTPROD: [TypeTraits; TYPES.len()] = [$($kind!(dotprod, $ty, $($row)*)),*];
+        #[cfg(target_arch = "aarch64")]
+        static I8MM: [TypeTraits; TYPES.len()] = [$($kind!(i8mm, $ty, $($row)*)),*];
     };
 }
 
@@ -507,8 +552,9 @@ macro_rules! float_kernel {
 
 /// A quantized type's row: its block module and block, the activation block its dot product
 /// takes (`none` for an activation-only type), its SIMD kernel, named alike in `simd::x86` and
-/// `simd::aarch64` (`none` where the scalar reference serves every instruction set), its
-/// four-row decoding kernel (x86 only) and its panel kernel (`none`, or `block32(KIND)` /
+/// `simd::aarch64` (`none` where the scalar reference serves every instruction set; the `i8mm`
+/// table adds the same name's two-by-two kernel from the file's `i8mm` module), its
+/// four-row decoding kernel and its panel kernel (`none`, or `block32(KIND)` /
 /// `k(KIND)` of `simd::x86::gemm` / `gemm_k`).
 macro_rules! quant {
     ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $($panel:tt)+) => {{
@@ -557,6 +603,7 @@ macro_rules! block_dot {
             one: block_kernel!($isa, 1, $m, $($x86)*),
             two: Some(block_kernel!($isa, 2, $m, $($x86)*)),
             rows: rows_kernel!($isa, $($rows)*),
+            pair: pair_kernel!($isa, $($x86)*),
             a_size: std::mem::size_of::<$am::$ablock>(),
             align: (std::mem::align_of::<$m::$block>(), std::mem::align_of::<$am::$ablock>()),
         }
@@ -582,6 +629,20 @@ macro_rules! block_kernel {
     (dotprod, $n:literal, $m:ident, $file:ident::$kernel:ident) => {
         $file::$kernel::<true, $n>
     };
+    (i8mm, $n:literal, $m:ident, $file:ident::$kernel:ident) => {
+        $file::$kernel::<true, $n>
+    };
+}
+
+/// The [`PairKernel`] of a row: SMMLA's, in the `i8mm` table only (the other tables' prompts
+/// take one weight row against two tokens).
+macro_rules! pair_kernel {
+    (i8mm, $file:ident::$kernel:ident) => {
+        Some($file::i8mm::$kernel)
+    };
+    ($isa:ident, $($kernel:tt)*) => {
+        None
+    };
 }
 
 /// The [`RowsKernel`] of a row: its SIMD kernel, if it has one (otherwise [`BlockDots::dot_rows`]
@@ -599,9 +660,14 @@ macro_rules! rows_kernel {
     (avx512, $file:ident::$kernel:ident) => {
         Some($file::$kernel::<true>)
     };
-    // aarch64 has no four-row kernels yet: the rows go one by one.
-    ($isa:ident, $file:ident::$kernel:ident) => {
-        None
+    (neon, $file:ident::$kernel:ident) => {
+        Some($file::$kernel::<false>)
+    };
+    (dotprod, $file:ident::$kernel:ident) => {
+        Some($file::$kernel::<true>)
+    };
+    (i8mm, $file:ident::$kernel:ident) => {
+        Some($file::$kernel::<true>)
     };
 }
 

@@ -54,14 +54,18 @@ pub enum Kernel {
     Neon,
     /// The NEON dot products with the `dotprod` extension's SDOT (aarch64).
     NeonDotprod,
+    /// The SDOT dot products, and the prompt's two-by-two tiles on the `i8mm` extension's SMMLA
+    /// (aarch64).
+    NeonI8mm,
 }
 
 impl Kernel {
     /// Every kernel, widest first: the order of the candidates.
-    pub const ALL: [Kernel; 6] = [
+    pub const ALL: [Kernel; 7] = [
         Kernel::Repacked,
         Kernel::Avx512Vnni,
         Kernel::Avx2,
+        Kernel::NeonI8mm,
         Kernel::NeonDotprod,
         Kernel::Neon,
         Kernel::Scalar,
@@ -76,6 +80,7 @@ impl Kernel {
             Kernel::Repacked => "avx512-repacked",
             Kernel::Neon => "neon",
             Kernel::NeonDotprod => "neon-dotprod",
+            Kernel::NeonI8mm => "neon-i8mm",
         }
     }
 
@@ -92,6 +97,7 @@ impl Kernel {
             Kernel::Avx512Vnni | Kernel::Repacked => Isa::Avx512,
             Kernel::Neon => Isa::Neon,
             Kernel::NeonDotprod => Isa::Dotprod,
+            Kernel::NeonI8mm => Isa::I8mm,
         }
     }
 }
@@ -107,8 +113,8 @@ impl std::fmt::Display for Kernel {
 pub enum ChoiceError {
     /// A word that names no kernel.
     #[error(
-        "MINFER_KERNEL: {value:?} is not a kernel (scalar, avx2, avx512-vnni, avx512-repacked, neon or \
-         neon-dotprod, alone or as TYPE=KERNEL; or `measure`, `widest`)"
+        "MINFER_KERNEL: {value:?} is not a kernel (scalar, avx2, avx512-vnni, avx512-repacked, neon, \
+         neon-dotprod or neon-i8mm, alone or as TYPE=KERNEL; or `measure`, `widest`)"
     )]
     UnknownKernel {
         /// The word.
@@ -891,9 +897,9 @@ mod tests {
                 "avx2 (forced by MINFER_KERNEL)"
             );
         }
-        if ceiling == Isa::Dotprod {
+        if matches!(ceiling, Isa::Dotprod | Isa::I8mm) {
             // aarch64 with dotprod: the baseline NEON kernels can be forced; an x86 kernel cannot
-            // run here; unforced, the SDOT kernels are taken untimed.
+            // run here; unforced, the widest (SDOT, or SDOT with SMMLA) are taken untimed.
             let mut calls = 0;
             let c = choose(ceiling, "neon", None, &here, &mut counting(&mut calls));
             assert_eq!(calls, 0);
@@ -901,14 +907,19 @@ mod tests {
             let c = choose(ceiling, "avx2", None, &here, &mut counting(&mut calls));
             assert_eq!(
                 c.refused.unwrap().to_string(),
-                "MINFER_KERNEL: avx2 cannot run here (the widest instruction set allowed is neon-dotprod)"
+                format!(
+                    "MINFER_KERNEL: avx2 cannot run here (the widest instruction set allowed is {})",
+                    ceiling.name()
+                )
             );
+            let widest = if ceiling == Isa::I8mm {
+                Kernel::NeonI8mm
+            } else {
+                Kernel::NeonDotprod
+            };
             let c = choose(ceiling, "", None, &here, &mut counting(&mut calls));
             assert_eq!(calls, 0);
-            assert!(c
-                .all()
-                .iter()
-                .all(|c| c.kernel == Kernel::NeonDotprod && c.why == Why::Untimed));
+            assert!(c.all().iter().all(|c| c.kernel == widest && c.why == Why::Untimed));
         }
         let mut calls = 0;
         let c = choose(ceiling, "widest", None, &here, &mut counting(&mut calls));

@@ -10,8 +10,8 @@
 //! not depend on the instruction set.
 //!
 //! `MINFER_NO_AVX512=1` keeps the choice at AVX2 or below and `MINFER_NO_AVX2=1` forces the
-//! scalar references; on aarch64 `MINFER_NO_DOTPROD=1` keeps it at baseline NEON and
-//! `MINFER_NO_NEON=1` forces the scalar references; [`simd_level`] names the choice. [`amx`]
+//! scalar references; on aarch64 `MINFER_NO_I8MM=1` keeps it at the SDOT kernels,
+//! `MINFER_NO_DOTPROD=1` at baseline NEON and `MINFER_NO_NEON=1` forces the scalar references; [`simd_level`] names the choice. [`amx`]
 //! says whether the prompt's products also use AMX tiles (`MINFER_NO_AMX=1` turns them off).
 //! Other targets always use the scalar references. This module owns the choice and the kernels' arithmetic; which kernel
 //! serves which type is the table's.
@@ -43,11 +43,14 @@ pub enum Isa {
     Neon,
     /// The NEON kernels with the `dotprod` extension's SDOT.
     Dotprod,
+    /// The SDOT kernels, and for prompts two weight rows times two tokens at once with the
+    /// `i8mm` extension's SMMLA (needs `dotprod` too, as every CPU with `i8mm` has).
+    I8mm,
 }
 
 impl Isa {
     /// Every instruction set, each architecture's narrowest first.
-    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Dotprod];
+    pub const ALL: [Isa; 6] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Dotprod, Isa::I8mm];
 
     /// The name [`simd_level`] reports.
     pub fn name(self) -> &'static str {
@@ -57,6 +60,7 @@ impl Isa {
             Isa::Avx512 => "avx512-vnni",
             Isa::Neon => "neon",
             Isa::Dotprod => "neon-dotprod",
+            Isa::I8mm => "neon-i8mm",
         }
     }
 
@@ -78,19 +82,22 @@ impl Isa {
             Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
             #[cfg(target_arch = "aarch64")]
             Isa::Dotprod => Isa::Neon.is_supported() && std::arch::is_aarch64_feature_detected!("dotprod"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::I8mm => Isa::Dotprod.is_supported() && std::arch::is_aarch64_feature_detected!("i8mm"),
             #[allow(unreachable_patterns)]
             _ => false,
         }
     }
 
-    /// The widest supported instruction set not switched off: `no_wide` (`MINFER_NO_AVX512`,
-    /// `MINFER_NO_DOTPROD`) stops at AVX2 or NEON, `no_simd` (`MINFER_NO_AVX2`, `MINFER_NO_NEON`)
-    /// at the scalar references.
-    pub fn best_supported(no_wide: bool, no_simd: bool) -> Isa {
+    /// The widest supported instruction set not switched off: `no_matrix` (`MINFER_NO_I8MM`)
+    /// stops at the SDOT kernels, `no_wide` (`MINFER_NO_AVX512`, `MINFER_NO_DOTPROD`) at AVX2 or
+    /// NEON, `no_simd` (`MINFER_NO_AVX2`, `MINFER_NO_NEON`) at the scalar references.
+    pub fn best_supported(no_matrix: bool, no_wide: bool, no_simd: bool) -> Isa {
         let allowed = |isa: Isa| match isa {
             Isa::Scalar => true,
             Isa::Avx2 | Isa::Neon => !no_simd,
             Isa::Avx512 | Isa::Dotprod => !no_simd && !no_wide,
+            Isa::I8mm => !no_simd && !no_wide && !no_matrix,
         };
         Isa::ALL
             .into_iter()
@@ -121,11 +128,13 @@ fn env_flag(name: &str) -> bool {
 }
 
 /// The widest instruction set this CPU supports and the environment allows (`MINFER_NO_AVX512`,
-/// `MINFER_NO_AVX2`; `MINFER_NO_DOTPROD`, `MINFER_NO_NEON`), chosen on the first call.
+/// `MINFER_NO_AVX2`; `MINFER_NO_I8MM`, `MINFER_NO_DOTPROD`, `MINFER_NO_NEON`), chosen on the
+/// first call.
 pub fn isa() -> Isa {
     static CHOSEN: OnceLock<Isa> = OnceLock::new();
     *CHOSEN.get_or_init(|| {
         Isa::best_supported(
+            env_flag("MINFER_NO_I8MM"),
             env_flag("MINFER_NO_AVX512") || env_flag("MINFER_NO_DOTPROD"),
             env_flag("MINFER_NO_AVX2") || env_flag("MINFER_NO_NEON"),
         )
@@ -150,8 +159,8 @@ pub fn amx() -> bool {
     })
 }
 
-/// The name of the instruction set [`isa`] chose: `"avx512-vnni"`, `"avx2"`, `"neon-dotprod"`,
-/// `"neon"` or `"scalar"`.
+/// The name of the instruction set [`isa`] chose: `"avx512-vnni"`, `"avx2"`, `"neon-i8mm"`,
+/// `"neon-dotprod"`, `"neon"` or `"scalar"`.
 pub fn simd_level() -> &'static str {
     isa().name()
 }

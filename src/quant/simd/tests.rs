@@ -42,9 +42,9 @@ fn rows_and_references(isa: Isa) -> Vec<(&'static TypeTraits, &'static TypeTrait
 }
 
 /// Every form of every quantized dot product of `isa` (one weight row with one or two activation
-/// rows, four weight rows with one) against the scalar references.
+/// rows, four weight rows with one, two with two) against the scalar references.
 fn check_block_dots(isa: Isa, seed: u64) {
-    let (mut types, mut cases) = (Vec::new(), 0);
+    let (mut types, mut cases, mut cases_2x2) = (Vec::new(), 0, 0);
     for (row, reference) in rows_and_references(isa) {
         let (Some(dots), Some(expected_dots)) = (row.block_dots(), reference.block_dots()) else {
             continue;
@@ -91,12 +91,34 @@ fn check_block_dots(isa: Isa, seed: u64) {
                         context()
                     );
                 }
+                // Two weight rows (`w` and another) against two activation rows, where the table
+                // has a kernel for it (`i8mm`'s).
+                if dots.has_2x2() {
+                    cases_2x2 += 1;
+                    let got = dots.dot_2x2([&w, &ws[0]], [&a, &b]);
+                    let expected = [expected, [expected_dots.dot(&ws[0], &a), expected_dots.dot(&ws[0], &b)]];
+                    for (r, (g, e)) in got.iter().flatten().zip(expected.iter().flatten()).enumerate() {
+                        assert_eq!(
+                            g.to_bits(),
+                            e.to_bits(),
+                            "{}, two by two, row {} token {}: {g} vs {e}",
+                            context(),
+                            r / 2,
+                            r % 2
+                        );
+                    }
+                }
             }
         }
     }
     if !types.is_empty() {
+        let tiles = if cases_2x2 > 0 {
+            format!(" ({cases_2x2} of them also two weight rows by two tokens)")
+        } else {
+            String::new()
+        };
         eprintln!(
-            "{} dot products checked bit for bit against the scalar references: {} cases of {}",
+            "{} dot products checked bit for bit against the scalar references: {} cases{tiles} of {}",
             isa.name(),
             cases,
             types.join(" ")
@@ -187,6 +209,8 @@ isa_tests! {
     the_neon_dotprod_dot_products_match_the_scalar_references: check_block_dots(Isa::Dotprod, 5);
     the_neon_float_dot_products_match_the_scalar_references: check_float_dots(Isa::Neon, 34);
     the_neon_dotprod_float_dot_products_match_the_scalar_references: check_float_dots(Isa::Dotprod, 35);
+    the_neon_i8mm_dot_products_match_the_scalar_references: check_block_dots(Isa::I8mm, 6);
+    the_neon_i8mm_float_dot_products_match_the_scalar_references: check_float_dots(Isa::I8mm, 36);
 }
 
 #[test]
@@ -198,13 +222,20 @@ fn every_tables_quantizers_give_the_reference_bytes() {
 
 #[test]
 fn the_environment_switches_force_the_narrower_paths() {
-    assert_eq!(Isa::best_supported(false, true), Isa::Scalar);
-    assert_eq!(Isa::best_supported(true, true), Isa::Scalar);
-    let no_wide = Isa::best_supported(true, false);
-    assert!(no_wide != Isa::Avx512 && no_wide != Isa::Dotprod);
-    assert_eq!(no_wide == Isa::Avx2, Isa::Avx2.is_supported());
-    assert_eq!(no_wide == Isa::Neon, Isa::Neon.is_supported());
-    let best = Isa::best_supported(false, false);
+    for no_matrix in [false, true] {
+        assert_eq!(Isa::best_supported(no_matrix, false, true), Isa::Scalar);
+        assert_eq!(Isa::best_supported(no_matrix, true, true), Isa::Scalar);
+        let no_wide = Isa::best_supported(no_matrix, true, false);
+        assert!(!matches!(no_wide, Isa::Avx512 | Isa::Dotprod | Isa::I8mm));
+        assert_eq!(no_wide == Isa::Avx2, Isa::Avx2.is_supported());
+        assert_eq!(no_wide == Isa::Neon, Isa::Neon.is_supported());
+    }
+    // `MINFER_NO_I8MM` stops at the SDOT kernels and changes nothing on x86.
+    let no_matrix = Isa::best_supported(true, false, false);
+    assert_ne!(no_matrix, Isa::I8mm);
+    assert_eq!(no_matrix == Isa::Dotprod, Isa::Dotprod.is_supported());
+    assert_eq!(no_matrix == Isa::Avx512, Isa::Avx512.is_supported());
+    let best = Isa::best_supported(false, false, false);
     assert!(best.is_supported());
     assert!(Isa::ALL.iter().all(|&isa| isa <= best || !isa.is_supported()));
 }
@@ -213,13 +244,19 @@ fn the_environment_switches_force_the_narrower_paths() {
 fn the_chosen_table_runs_on_this_cpu_and_names_its_instruction_set() {
     assert!(isa().is_supported());
     assert_eq!(simd_level(), isa().name());
-    assert!(["scalar", "avx2", "avx512-vnni", "neon", "neon-dotprod"].contains(&simd_level()));
+    assert!(["scalar", "avx2", "avx512-vnni", "neon", "neon-dotprod", "neon-i8mm"].contains(&simd_level()));
     // scripts/test-aarch64.sh names the instruction set each emulated CPU must get.
     if let Ok(expected) = std::env::var("MINFER_EXPECT_ISA") {
         assert_eq!(simd_level(), expected, "the instruction set chosen on this CPU");
     }
     for isa in Isa::ALL {
         assert_eq!(traits::for_isa(isa).is_some(), isa.is_supported(), "{isa:?}");
+        // Only the `i8mm` table has two-by-two kernels, one for every quantized weight type.
+        for row in traits::for_isa(isa).unwrap_or_default() {
+            if let Some(dots) = row.block_dots() {
+                assert_eq!(dots.has_2x2(), isa == Isa::I8mm, "{} on {}", row.ty, isa.name());
+            }
+        }
     }
 }
 

@@ -48,6 +48,11 @@ pub struct F16Rows<'a>(pub &'a [u16]);
 impl KvRows for F16Rows<'_> {
     #[inline(always)]
     fn values<'s>(&'s self, start: usize, n: usize, scratch: &'s mut [f32]) -> &'s [f32] {
+        // On aarch64 NEON's `fcvtl` (exact, as the scalar conversion is); on x86 the wide path
+        // below is the vectorized one.
+        #[cfg(target_arch = "aarch64")]
+        f16_to_f32_row(&self.0[start..][..n], &mut scratch[..n]);
+        #[cfg(not(target_arch = "aarch64"))]
         f16_to_f32_row_scalar(&self.0[start..][..n], &mut scratch[..n]);
         &scratch[..n]
     }

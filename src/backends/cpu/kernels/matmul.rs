@@ -325,9 +325,33 @@ pub fn matmul_rows(
                 dots.matvec(w_rows, w_row, data, y);
                 return Ok(());
             }
-            // Each weight row against the tokens two at a time (the kernels unpack a weight block
-            // once for both), then the odd one.
-            for (i, wr) in weights.enumerate() {
+            // Where the type has a two-by-two kernel (SMMLA), two weight rows against two tokens
+            // at a time; the odd row, or every row elsewhere, against the tokens two at a time
+            // (the kernels unpack a weight block once for both). The odd token one by one.
+            let mut first = 0;
+            if dots.has_2x2() {
+                let mut row_pairs = w_rows.chunks_exact(2 * w_row);
+                for (q, wr) in (&mut row_pairs).enumerate() {
+                    let (w0, w1) = wr.split_at(w_row);
+                    let i = 2 * q;
+                    let mut pairs = data.chunks_exact(2 * a_row);
+                    for (p, ar) in (&mut pairs).enumerate() {
+                        let (a0, a1) = ar.split_at(a_row);
+                        let [[d00, d01], [d10, d11]] = dots.dot_2x2([w0, w1], [a0, a1]);
+                        y[2 * p * nr + i] = d00;
+                        y[(2 * p + 1) * nr + i] = d01;
+                        y[2 * p * nr + i + 1] = d10;
+                        y[(2 * p + 1) * nr + i + 1] = d11;
+                    }
+                    let last = pairs.remainder();
+                    if !last.is_empty() {
+                        y[(n_tokens - 1) * nr + i] = dots.dot(w0, last);
+                        y[(n_tokens - 1) * nr + i + 1] = dots.dot(w1, last);
+                    }
+                }
+                first = nr - row_pairs.remainder().len() / w_row;
+            }
+            for (i, wr) in weights.enumerate().skip(first) {
                 let mut pairs = data.chunks_exact(2 * a_row);
                 for (p, ar) in (&mut pairs).enumerate() {
                     let (a0, a1) = ar.split_at(a_row);

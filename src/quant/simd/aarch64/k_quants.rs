@@ -165,3 +165,111 @@ sdot_entry!(
     vec_dot_q6_k,
     q6_k
 );
+
+/// The two-by-two forms on SMMLA: two weight rows with two activation rows, `[row][token]`.
+pub(in crate::quant) mod i8mm {
+    use super::super::{block_rows_2x2, mmla16, mmla_entry};
+    use super::*;
+
+    /// [`scaled_sum`] of each weight row's levels and scales with each activation row, in lane
+    /// `2 * row + token`: each group's four sums from SMMLA, scaled by its row's scale.
+    ///
+    /// # Safety
+    /// Only inside a function compiled with `i8mm`, on a CPU that has it.
+    #[inline(always)]
+    unsafe fn scaled_sums<const G: usize>(levels: [&Levels; 2], scales: [[i32; G]; 2], ys: [&BlockQ8K; 2]) -> [i32; 4] {
+        let per_group = 16 / G;
+        let mut total = vdupq_n_s32(0);
+        for g in 0..G {
+            let mut acc = vdupq_n_s32(0);
+            for k in 0..per_group {
+                let v = g * per_group + k;
+                let acts = [load16(&ys[0].qs, 16 * v), load16(&ys[1].qs, 16 * v)];
+                acc = mmla16(acc, [levels[0][v], levels[1][v]], acts);
+            }
+            // Wrapping, as the one-row form's scalar steps: the same integers mod 2^32.
+            let scale = [scales[0][g], scales[0][g], scales[1][g], scales[1][g]];
+            total = vaddq_s32(total, vmulq_s32(acc, vld1q_s32(scale.as_ptr())));
+        }
+        let mut out = [0i32; 4];
+        vst1q_s32(out.as_mut_ptr(), total);
+        out
+    }
+
+    /// `scale_min_rows` for two weight rows and two activation rows.
+    #[inline(always)]
+    unsafe fn scale_min_2x2<B: bytemuck::Pod>(
+        xs: [&[u8]; 2],
+        ys: [&[u8]; 2],
+        head: impl Fn(&B) -> (&[u8; 12], u16, u16),
+        levels: impl Fn(&B) -> Levels,
+    ) -> [[f32; 2]; 2] {
+        let (xs, ys) = block_rows_2x2::<B, BlockQ8K>(xs, ys);
+        let mut sums = [[0.0f32; 2]; 2];
+        for i in 0..xs[0].len() {
+            let heads = [head(&xs[0][i]), head(&xs[1][i])];
+            let unpacked = heads.map(|(packed, _, _)| unpack_scales_mins_k4(packed));
+            let lv = [levels(&xs[0][i]), levels(&xs[1][i])];
+            let sumi = scaled_sums::<8>(
+                [&lv[0], &lv[1]],
+                unpacked.map(|(s, _)| s.map(i32::from)),
+                [&ys[0][i], &ys[1][i]],
+            );
+            for (r, row) in sums.iter_mut().enumerate() {
+                let (_, d, dmin) = heads[r];
+                for (t, sumf) in row.iter_mut().enumerate() {
+                    let yb = &ys[t][i];
+                    let summ = mins_dot_k(&yb.bsums, &unpacked[r].1);
+                    *sumf += (f16_to_f32(d) * yb.d) * sumi[2 * r + t] as f32;
+                    *sumf -= (f16_to_f32(dmin) * yb.d) * summ as f32;
+                }
+            }
+        }
+        sums
+    }
+
+    #[inline(always)]
+    unsafe fn q4_k(xs: [&[u8]; 2], ys: [&[u8]; 2]) -> [[f32; 2]; 2] {
+        scale_min_2x2::<BlockQ4K>(xs, ys, |b| (&b.scales, b.d, b.dmin), |b| q4_k_levels(b))
+    }
+
+    #[inline(always)]
+    unsafe fn q5_k(xs: [&[u8]; 2], ys: [&[u8]; 2]) -> [[f32; 2]; 2] {
+        scale_min_2x2::<BlockQ5K>(xs, ys, |b| (&b.scales, b.d, b.dmin), |b| q5_k_levels(b))
+    }
+
+    #[inline(always)]
+    unsafe fn q6_k(xs: [&[u8]; 2], ys: [&[u8]; 2]) -> [[f32; 2]; 2] {
+        let (xs, ys) = block_rows_2x2::<BlockQ6K, BlockQ8K>(xs, ys);
+        let mut sums = [[0.0f32; 2]; 2];
+        for i in 0..xs[0].len() {
+            let (x0, x1) = (&xs[0][i], &xs[1][i]);
+            let lv = [q6_k_levels(x0), q6_k_levels(x1)];
+            let scales = [x0.scales.map(i32::from), x1.scales.map(i32::from)];
+            let sumi = scaled_sums::<16>([&lv[0], &lv[1]], scales, [&ys[0][i], &ys[1][i]]);
+            for (r, row) in sums.iter_mut().enumerate() {
+                let d = [x0.d, x1.d][r];
+                for (t, sumf) in row.iter_mut().enumerate() {
+                    *sumf += (f16_to_f32(d) * ys[t][i].d) * sumi[2 * r + t] as f32;
+                }
+            }
+        }
+        sums
+    }
+
+    mmla_entry!(
+        /// `q4_k::vec_dot_ref` of each weight row of `xs` with each activation row of `ys`.
+        vec_dot_q4_k,
+        q4_k
+    );
+    mmla_entry!(
+        /// `q5_k::vec_dot_ref` of each weight row of `xs` with each activation row of `ys`.
+        vec_dot_q5_k,
+        q5_k
+    );
+    mmla_entry!(
+        /// `q6_k::vec_dot_ref` of each weight row of `xs` with each activation row of `ys`.
+        vec_dot_q6_k,
+        q6_k
+    );
+}

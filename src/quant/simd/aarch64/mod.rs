@@ -1,5 +1,8 @@
 //! aarch64 kernels: NEON, which every aarch64 CPU has, and the same kernels with the `dotprod`
-//! extension's SDOT in place of NEON's widening multiplies (`const SDOT: bool`).
+//! extension's SDOT in place of NEON's widening multiplies (`const SDOT: bool`); and, in each
+//! file's `i8mm` module, the products of two weight rows with two activation rows at once
+//! (ggml's `nrc == 2` form) on the `i8mm` extension's SMMLA, which multiplies a 2 × 8 matrix of
+//! bytes by another's transpose into four i32 sums: the prompt's tiles of two rows by two tokens.
 //!
 //! As on x86 (`super::x86`), every kernel computes each block's (or sub-block's) integer dot
 //! product exactly, in whatever lane arrangement, and then does the reference's float
@@ -7,10 +10,11 @@
 //! fuses them): the results are bit-identical to the scalar references for every input, so a
 //! model's logits on an ARM CPU are those on an x86 one.
 //!
-//! SDOT is emitted through `asm!` (its intrinsics are not stable) inside functions compiled
-//! with `dotprod` enabled, which the type table hands out only after run-time detection
-//! (`super::Isa::Dotprod`); the baseline kernels are compiled without it, so the compiler cannot
-//! slip a dotprod instruction into them. The F16 widening (`fcvtl`) is baseline ARMv8.
+//! SDOT and SMMLA are emitted through `asm!` (their intrinsics are not stable) inside functions
+//! compiled with `dotprod` (and `i8mm`) enabled, which the type table hands out only after
+//! run-time detection (`super::Isa::Dotprod`, `super::Isa::I8mm`); the baseline kernels are
+//! compiled without them, so the compiler cannot slip such an instruction into them. The F16
+//! widening (`fcvtl`) is baseline ARMv8.
 //!
 //! All kernels here are `unsafe` only because the SDOT forms require the feature; memory accesses
 //! are within fixed-size arrays or bounds-checked slices.
@@ -37,6 +41,65 @@ fn block_rows<'a, W: bytemuck::Pod, A: bytemuck::Pod, const N: usize>(
     let ys: [&[A]; N] = ys.map(bytemuck::cast_slice);
     let n = ys.iter().fold(x.len(), |n, y| n.min(y.len()));
     (&x[..n], ys.map(|y| &y[..n]))
+}
+
+/// [`block_rows`] for two weight rows and two activation rows, all cut to their common length.
+#[inline(always)]
+fn block_rows_2x2<'a, W: bytemuck::Pod, A: bytemuck::Pod>(
+    xs: [&'a [u8]; 2],
+    ys: [&'a [u8]; 2],
+) -> ([&'a [W]; 2], [&'a [A]; 2]) {
+    let xs: [&[W]; 2] = xs.map(bytemuck::cast_slice);
+    let ys: [&[A]; 2] = ys.map(bytemuck::cast_slice);
+    let n = xs
+        .iter()
+        .map(|x| x.len())
+        .chain(ys.iter().map(|y| y.len()))
+        .min()
+        .unwrap_or(0);
+    (xs.map(|x| &x[..n]), ys.map(|y| &y[..n]))
+}
+
+/// `acc` plus the 2 × 2 products of the matrices of signed bytes `a` and `b`, each two rows of 8
+/// (bytes 0..8 and 8..16): lane `2i + j` gains row `i` of `a` dotted with row `j` of `b` (SMMLA),
+/// exactly.
+///
+/// # Safety
+/// Only inside a function compiled with `i8mm`, on a CPU that has it.
+#[inline(always)]
+unsafe fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: a register-only instruction, run only where `i8mm` was detected.
+    asm!(
+        "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+        acc = inout(vreg) acc,
+        a = in(vreg) a,
+        b = in(vreg) b,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    acc
+}
+
+/// Two rows' 16 bytes as two SMMLA operands: the first 8 of each (row 0 then row 1), and the
+/// last 8 of each.
+#[inline(always)]
+unsafe fn interleave(r0: int8x16_t, r1: int8x16_t) -> (int8x16_t, int8x16_t) {
+    let (a, b) = (vreinterpretq_s64_s8(r0), vreinterpretq_s64_s8(r1));
+    (
+        vreinterpretq_s8_s64(vzip1q_s64(a, b)),
+        vreinterpretq_s8_s64(vzip2q_s64(a, b)),
+    )
+}
+
+/// `acc` plus, in lane `2i + j`, the exact dot product of the 16 signed bytes `w[i]` with `a[j]`.
+///
+/// # Safety
+/// As for [`smmla`].
+#[inline(always)]
+unsafe fn mmla16(acc: int32x4_t, w: [int8x16_t; 2], a: [int8x16_t; 2]) -> int32x4_t {
+    let (w_lo, w_hi) = interleave(w[0], w[1]);
+    let (a_lo, a_hi) = interleave(a[0], a[1]);
+    smmla(smmla(acc, w_lo, a_lo), w_hi, a_hi)
 }
 
 /// `acc` plus the products of the signed bytes `a` and `b`, four consecutive products summed
@@ -120,3 +183,20 @@ macro_rules! sdot_entry {
     };
 }
 pub(in crate::quant::simd::aarch64) use sdot_entry;
+
+/// Declares the entry point of a two-by-two kernel whose body is the `#[inline(always)]`
+/// `$body`: two weight rows `xs` with two activation rows `ys`, giving `[row][token]`, compiled
+/// with `dotprod` and `i8mm` so that its `asm!` assembles.
+macro_rules! mmla_entry {
+    ($(#[$doc:meta])* $name:ident, $body:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The CPU must have the `dotprod` and `i8mm` extensions.
+        #[target_feature(enable = "dotprod,i8mm")]
+        pub(in crate::quant) unsafe fn $name(xs: [&[u8]; 2], ys: [&[u8]; 2]) -> [[f32; 2]; 2] {
+            $body(xs, ys)
+        }
+    };
+}
+pub(in crate::quant::simd::aarch64) use mmla_entry;
