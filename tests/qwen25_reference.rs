@@ -37,44 +37,8 @@ fn last_logits(loaded: &mut Loaded, text: &str) -> Vec<f32> {
     loaded.session.eval(&tokens, 1).unwrap().to_vec()
 }
 
-struct Case {
-    index: u64,
-    prompt: String,
-    tokens: Vec<u32>,
-    greedy: Vec<u32>,
-    gaps: Vec<f64>,
-    top2_gap: f32,
-}
-
-fn cases() -> Vec<Case> {
-    let text = std::fs::read_to_string(common::fixtures().join("qwen25-logits/prompts.jsonl")).unwrap();
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect()
-    };
-    text.lines()
-        .enumerate()
-        .map(|(line, l)| {
-            let c: serde_json::Value = serde_json::from_str(l).unwrap();
-            let top = c["top20_last"].as_array().unwrap();
-            Case {
-                index: c["index"].as_u64().unwrap_or(line as u64),
-                prompt: c["prompt"].as_str().unwrap().to_string(),
-                tokens: ids(&c["tokens"]),
-                greedy: ids(&c["greedy"]),
-                gaps: c["greedy_top2_gap"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|g| g.as_f64().unwrap())
-                    .collect(),
-                top2_gap: (top[0][1].as_f64().unwrap() - top[1][1].as_f64().unwrap()) as f32,
-            }
-        })
-        .collect()
+fn cases() -> Vec<common::ReferenceCase> {
+    common::reference_cases("qwen25-logits")
 }
 
 #[test]

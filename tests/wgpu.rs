@@ -50,30 +50,15 @@ struct Reference {
 }
 
 fn reference(index: u64) -> Reference {
-    let dir = common::fixtures().join("qwen25-logits");
-    let text = std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap();
-    let case = text
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .find(|c| c["index"].as_u64() == Some(index))
+    let case = common::reference_cases("qwen25-logits")
+        .into_iter()
+        .find(|c| c.index == index)
         .unwrap();
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect()
-    };
     Reference {
-        tokens: ids(&case["tokens"]),
-        logits: common::read_f32(&dir.join(format!("{index}.f32"))),
-        greedy: ids(&case["greedy"]),
-        gaps: case["greedy_top2_gap"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|g| g.as_f64().unwrap())
-            .collect(),
+        tokens: case.tokens,
+        logits: common::read_f32(&common::fixtures().join(format!("qwen25-logits/{index}.f32"))),
+        greedy: case.greedy,
+        gaps: case.gaps,
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod blocks;
 pub mod hparams;
+pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
 pub mod weights;
@@ -74,6 +75,31 @@ pub enum ModelError {
         /// Why it is invalid.
         reason: &'static str,
     },
+    /// The file holds a tensor the architecture's graph would not read: computing without it
+    /// would silently give another model's output.
+    #[error("tensor '{name}' is not used by minfer's {arch} model; refusing to run without it")]
+    UnusedTensor {
+        /// The GGUF tensor name.
+        name: String,
+        /// The architecture.
+        arch: &'static str,
+    },
+    /// An `{arch}.*` metadata key minfer does not know: it may change the computation.
+    #[error("metadata key '{key}' is not understood by minfer's {arch} model; refusing to guess what it changes")]
+    UnknownKey {
+        /// The key.
+        key: String,
+        /// The architecture.
+        arch: &'static str,
+    },
+    /// A feature the file asks for that minfer does not compute yet.
+    #[error("{what}: {reason}")]
+    Unsupported {
+        /// The key or tensor and its value.
+        what: String,
+        /// What is not supported.
+        reason: String,
+    },
     /// A norm weight or bias holds a NaN or an infinity, which would poison every logit.
     #[error("tensor '{name}' holds {value} at index {index}; its values must be finite")]
     NonFiniteWeight {
@@ -102,6 +128,7 @@ pub type LoadFn = fn(&GgufFile) -> Result<Box<dyn ModelDef>, ModelError>;
 /// The architectures minfer runs: each `general.architecture` value and its loader, one row an
 /// architecture (its folder under `src/models/` is the rest).
 pub const ARCHITECTURES: &[(&str, LoadFn)] = &[
+    ("llama", |file| Ok(Box::new(llama::Llama::load(file)?))),
     ("qwen2", |file| Ok(Box::new(qwen2::Qwen2::load(file)?))),
     ("qwen3", |file| Ok(Box::new(qwen3::Qwen3::load(file)?))),
 ];
@@ -161,6 +188,64 @@ pub(crate) fn layer_f32(file: &GgufFile, il: usize, suffix: &str, len: u64) -> R
     let name = format!("blk.{il}.{suffix}");
     f32_vector(file, &name, len)?;
     Ok(name)
+}
+
+/// Layer `il`'s F32 vector `blk.{il}.{suffix}` if the file has it (an optional bias).
+pub(crate) fn optional_layer_f32(
+    file: &GgufFile,
+    il: usize,
+    suffix: &str,
+    len: u64,
+) -> Result<Option<String>, ModelError> {
+    let name = format!("blk.{il}.{suffix}");
+    if file.tensor(&name).is_err() {
+        return Ok(None);
+    }
+    f32_vector(file, &name, len)?;
+    Ok(Some(name))
+}
+
+/// An `{arch}.*` key an architecture accepts: one it reads (and checks itself), or one that
+/// describes the model without changing its computation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ArchKey {
+    Read(&'static str),
+    Descriptive(&'static str),
+}
+
+/// Refuse, by name, any `{arch}.*` key not in `known` (suffixes after `{arch}.`): a key minfer
+/// does not know may change the computation (a rope scaling, a logit scale), and guessing
+/// would give wrong logits silently. Keys of other prefixes (`general.*`, `tokenizer.*`,
+/// `quantize.*`, `split.*`) are not the model's computation and are not looked at here.
+pub(crate) fn check_arch_keys(file: &GgufFile, arch: &'static str, known: &[ArchKey]) -> Result<(), ModelError> {
+    let prefix = format!("{arch}.");
+    for (key, _) in file.metadata().iter() {
+        let Some(suffix) = key.strip_prefix(&prefix) else {
+            continue;
+        };
+        let ok = known.iter().any(|k| match k {
+            ArchKey::Read(s) | ArchKey::Descriptive(s) => *s == suffix,
+        });
+        if !ok {
+            return Err(ModelError::UnknownKey {
+                key: key.to_string(),
+                arch,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuse, by name, the first tensor of `file` not in `used` (the names the graph reads).
+pub(crate) fn check_used_tensors(file: &GgufFile, arch: &'static str, used: &[String]) -> Result<(), ModelError> {
+    let used: std::collections::HashSet<&str> = used.iter().map(String::as_str).collect();
+    match file.tensors().iter().find(|t| !used.contains(t.name.as_str())) {
+        Some(t) => Err(ModelError::UnusedTensor {
+            name: t.name.clone(),
+            arch,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Check that `name` is an F32 vector of `len` finite values (a norm weight or a bias: small,

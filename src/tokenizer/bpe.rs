@@ -24,6 +24,10 @@ pub fn byte_to_char_table() -> [char; 256] {
     table
 }
 
+/// The symbol of a byte the vocabulary has no token for: it merges with nothing and is left out
+/// of the output (llama.cpp's BPE session skips a byte it cannot find a token for).
+pub const NO_TOKEN: u32 = u32::MAX;
+
 /// A merge table: the rank of each mergeable pair of token ids and the id of the result.
 #[derive(Default)]
 pub struct Merges {
@@ -44,12 +48,12 @@ impl Merges {
         self.pairs.get(&(left, right)).copied()
     }
 
-    /// Merge the symbols `ids` (initially one token per byte) of one word, appending the final
-    /// token ids to `out`.
+    /// Merge the symbols `ids` (initially one token per byte, [`NO_TOKEN`] for a byte without
+    /// one) of one word, appending the final token ids to `out`.
     pub fn apply(&self, ids: &[u32], out: &mut Vec<u32>) {
         match ids.len() {
             0 => return,
-            1 => return out.push(ids[0]),
+            1 => return out.extend(ids.iter().filter(|&&id| id != NO_TOKEN)),
             _ => {}
         }
         // A doubly linked list of live symbols over the initial positions.
@@ -85,7 +89,9 @@ impl Merges {
         }
         let mut i = 0;
         while i < n {
-            out.push(id[i]);
+            if id[i] != NO_TOKEN {
+                out.push(id[i]);
+            }
             i = next[i];
         }
     }

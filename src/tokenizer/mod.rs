@@ -67,7 +67,7 @@ pub enum TokenizerError {
         model: String,
     },
     /// `tokenizer.ggml.pre` names a pre-tokenizer minfer does not implement.
-    #[error("unknown pre-tokenizer '{pre}' (tokenizer.ggml.pre); minfer supports 'qwen2'")]
+    #[error("unknown pre-tokenizer '{pre}' (tokenizer.ggml.pre); minfer supports: {}", pretokenize::PreTokenizer::names().collect::<Vec<_>>().join(", "))]
     UnknownPreTokenizer {
         /// The `tokenizer.ggml.pre` value.
         pre: String,
@@ -95,15 +95,6 @@ pub enum TokenizerError {
         index: usize,
         /// The value found.
         value: i32,
-    },
-    /// The vocabulary lacks the byte-mapped token of one of the 256 bytes, so some input could
-    /// not be tokenized.
-    #[error("the vocabulary has no token for byte {byte:#04x} ('{text}'), which byte-level BPE needs")]
-    MissingByteToken {
-        /// The byte.
-        byte: u8,
-        /// The character GPT-2's byte map renders it as.
-        text: char,
     },
     /// A `tokenizer.ggml.merges` entry has no space between its two parts.
     #[error("merge #{index} '{merge}' is not two tokens separated by a space")]
@@ -207,11 +198,13 @@ impl Tokenizer {
         }
 
         let byte_chars = bpe::byte_to_char_table();
-        let mut byte_tokens = [0u32; 256];
+        // A byte whose GPT-2 character is not a token (SmolLM2's vocabulary lacks most control
+        // bytes) is dropped from the output, as llama.cpp drops it; it merges with nothing.
+        let mut byte_tokens = [bpe::NO_TOKEN; 256];
         for (b, &c) in byte_chars.iter().enumerate() {
-            byte_tokens[b] = *text_to_id
-                .get(c.encode_utf8(&mut [0; 4]) as &str)
-                .ok_or(TokenizerError::MissingByteToken { byte: b as u8, text: c })?;
+            if let Some(&id) = text_to_id.get(c.encode_utf8(&mut [0; 4]) as &str) {
+                byte_tokens[b] = id;
+            }
         }
 
         let mut merges = bpe::Merges::default();

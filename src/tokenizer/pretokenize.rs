@@ -4,7 +4,14 @@
 //! `qwen2` is the regex
 //! `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
 //! implemented by hand: the look-ahead `(?!\S)` rules out Rust's `regex` crate, and a hand
-//! scanner is several times faster than a backtracking engine (see `benches/tokenize.rs`). The
+//! scanner is several times faster than a backtracking engine (see `benches/tokenize.rs`).
+//!
+//! `gpt-2` (and the names llama.cpp gives the same rule: `mpt`, `olmo`, `phi-2`, ...) is GPT-2's
+//! `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`, scanned as
+//! llama.cpp's `unicode_regex_split_custom_gpt2` scans it (contractions lower-case only; a space
+//! joins only the word after it). `smollm` (and `starcoder`, `refact`, `command-r`, ...) first
+//! cuts every `\p{N}` character out as a word of its own, then splits the text between with
+//! GPT-2's rule. The
 //! scanner works on bytes that need not be valid UTF-8: an invalid byte is one unit of class
 //! `Other`, so any byte string round-trips through the tokenizer.
 
@@ -15,21 +22,72 @@ use super::unicode::{classify, CharClass};
 pub enum PreTokenizer {
     /// `qwen2`: the Qwen2 regex given in the module docs.
     Qwen2,
+    /// `gpt-2` and its aliases: GPT-2's regex.
+    Gpt2,
+    /// `smollm` and its aliases: each digit alone, then GPT-2's regex between them.
+    DigitsThenGpt2,
 }
+
+/// The `tokenizer.ggml.pre` names of each pre-tokenizer, as llama.cpp's `llama_vocab` maps them
+/// (names llama.cpp gives other rules, or extra behaviour minfer lacks, are not here).
+const NAMES: &[(&str, PreTokenizer)] = &[
+    ("qwen2", PreTokenizer::Qwen2),
+    ("gpt-2", PreTokenizer::Gpt2),
+    ("phi-2", PreTokenizer::Gpt2),
+    ("jina-es", PreTokenizer::Gpt2),
+    ("jina-de", PreTokenizer::Gpt2),
+    ("gigachat", PreTokenizer::Gpt2),
+    ("jina-v2-es", PreTokenizer::Gpt2),
+    ("jina-v2-de", PreTokenizer::Gpt2),
+    ("a.x-4.0", PreTokenizer::Gpt2),
+    ("mellum", PreTokenizer::Gpt2),
+    ("modern-bert", PreTokenizer::Gpt2),
+    ("exaone4", PreTokenizer::Gpt2),
+    ("mpt", PreTokenizer::Gpt2),
+    ("olmo", PreTokenizer::Gpt2),
+    ("jais", PreTokenizer::Gpt2),
+    ("trillion", PreTokenizer::Gpt2),
+    ("granite-docling", PreTokenizer::Gpt2),
+    ("smollm", PreTokenizer::DigitsThenGpt2),
+    ("starcoder", PreTokenizer::DigitsThenGpt2),
+    ("refact", PreTokenizer::DigitsThenGpt2),
+    ("command-r", PreTokenizer::DigitsThenGpt2),
+    ("exaone", PreTokenizer::DigitsThenGpt2),
+    ("minerva-7b", PreTokenizer::DigitsThenGpt2),
+    ("mellum2", PreTokenizer::DigitsThenGpt2),
+];
 
 impl PreTokenizer {
     /// The pre-tokenizer named `name` in `tokenizer.ggml.pre`, or `None` if minfer lacks it.
     pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "qwen2" => Some(PreTokenizer::Qwen2),
-            _ => None,
-        }
+        NAMES.iter().find(|(n, _)| *n == name).map(|&(_, pre)| pre)
+    }
+
+    /// Every `tokenizer.ggml.pre` name minfer accepts, for error messages.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        NAMES.iter().map(|(n, _)| *n)
     }
 
     /// Append the byte ranges of the words of `text` to `out`.
     pub fn split(self, text: &[u8], out: &mut Vec<std::ops::Range<usize>>) {
         match self {
             PreTokenizer::Qwen2 => split_qwen2(text, out),
+            PreTokenizer::Gpt2 => {
+                let u = units(text);
+                split_gpt2(text, &u, 0..u.len(), out)
+            }
+            PreTokenizer::DigitsThenGpt2 => {
+                let u = units(text);
+                let mut run_start = 0;
+                for (i, unit) in u.iter().enumerate() {
+                    if unit.class == CharClass::Number {
+                        split_gpt2(text, &u, run_start..i, out);
+                        out.push(unit.start..u.get(i + 1).map_or(text.len(), |n| n.start));
+                        run_start = i + 1;
+                    }
+                }
+                split_gpt2(text, &u, run_start..u.len(), out);
+            }
         }
     }
 }
@@ -161,14 +219,104 @@ fn split_qwen2(text: &[u8], out: &mut Vec<std::ops::Range<usize>>) {
     }
 }
 
+/// GPT-2's rule on the units `span` of `text` (a piece of its own: nothing outside it is seen,
+/// as llama.cpp's `unicode_regex_split_custom_gpt2` sees only its offsets).
+fn split_gpt2(text: &[u8], u: &[Unit], span: std::ops::Range<usize>, out: &mut Vec<std::ops::Range<usize>>) {
+    let (lo, hi) = (span.start, span.end);
+    let byte_at = |i: usize| if i < u.len() { u[i].start } else { text.len() };
+    let class = |i: usize| (i < hi).then(|| u[i].class);
+    let ch = |i: usize| if i < hi { u[i].ch } else { None };
+    let mut pos = lo;
+    while pos < hi {
+        let start = pos;
+        let c = ch(pos);
+
+        // 's|'t|'re|'ve|'m|'ll|'d (lower case only)
+        if c == Some('\'') {
+            let end = match (ch(pos + 1), ch(pos + 2)) {
+                (Some('s' | 't' | 'm' | 'd'), _) => Some(pos + 2),
+                (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l')) => Some(pos + 3),
+                _ => None,
+            };
+            if let Some(end) = end {
+                out.push(byte_at(start)..byte_at(end));
+                pos = end;
+                continue;
+            }
+        }
+
+        // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+': a space joins the run after it.
+        let lead = usize::from(c == Some(' '));
+        let run_class = class(pos + lead);
+        if let Some(cls @ (CharClass::Letter | CharClass::Number | CharClass::Other)) = run_class {
+            pos += lead;
+            while class(pos) == Some(cls) {
+                pos += 1;
+            }
+            out.push(byte_at(start)..byte_at(pos));
+            continue;
+        }
+
+        // \s+(?!\S) | \s+
+        let mut end = pos;
+        while class(end) == Some(CharClass::Whitespace) {
+            end += 1;
+        }
+        let run = end - pos;
+        pos = if run > 1 && end < hi {
+            // Leave the last space to the word that follows it.
+            end - 1
+        } else if run > 0 {
+            end
+        } else {
+            pos + 1
+        };
+        out.push(byte_at(start)..byte_at(pos));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn words(text: &str) -> Vec<&str> {
+        words_of(PreTokenizer::Qwen2, text)
+    }
+
+    fn words_of(pre: PreTokenizer, text: &str) -> Vec<&str> {
         let mut ranges = Vec::new();
-        PreTokenizer::Qwen2.split(text.as_bytes(), &mut ranges);
+        pre.split(text.as_bytes(), &mut ranges);
         ranges.into_iter().map(|r| &text[r]).collect()
+    }
+
+    #[test]
+    fn gpt2_joins_one_leading_space_and_keeps_contractions_lower_case() {
+        let w = |t| words_of(PreTokenizer::Gpt2, t);
+        assert_eq!(w("Hello world"), ["Hello", " world"]);
+        assert_eq!(w("I'M they'd"), ["I", "'", "M", " they", "'d"]);
+        assert_eq!(w("x = 123;"), ["x", " =", " 123", ";"]);
+        assert_eq!(w("a   b"), ["a", "  ", " b"]);
+        assert_eq!(w("a\n\n b"), ["a", "\n\n", " b"]);
+        assert_eq!(w("end  "), ["end", "  "]);
+        assert_eq!(w("(x)\n"), ["(", "x", ")", "\n"]);
+    }
+
+    #[test]
+    fn smollm_cuts_every_digit_out_before_gpt2s_rule() {
+        let w = |t| words_of(PreTokenizer::DigitsThenGpt2, t);
+        assert_eq!(w("x = 123;"), ["x", " =", " ", "1", "2", "3", ";"]);
+        assert_eq!(w("v2.0 it's"), ["v", "2", ".", "0", " it", "'s"]);
+        // The spaces end their piece (the digit is cut out first), so nothing follows them there.
+        assert_eq!(w("a  1"), ["a", "  ", "1"]);
+    }
+
+    #[test]
+    fn every_name_maps_to_its_rule_and_others_are_unknown() {
+        assert_eq!(PreTokenizer::from_name("smollm"), Some(PreTokenizer::DigitsThenGpt2));
+        assert_eq!(PreTokenizer::from_name("gpt-2"), Some(PreTokenizer::Gpt2));
+        assert_eq!(PreTokenizer::from_name("qwen2"), Some(PreTokenizer::Qwen2));
+        assert_eq!(PreTokenizer::from_name("llama-bpe-ish"), None);
+        assert!(PreTokenizer::names().any(|n| n == "starcoder"));
     }
 
     #[test]

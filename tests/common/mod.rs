@@ -34,6 +34,58 @@ pub fn model_1_5b() -> PathBuf {
     cached_model("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "scripts/fetch-model.sh 1.5b")
 }
 
+/// SmolLM2-135M-Instruct Q4_1, the llama-architecture model (`scripts/fetch-model.sh smollm2`).
+#[allow(dead_code)]
+pub fn smollm2() -> PathBuf {
+    cached_model("SmolLM2-135M-Instruct.Q4_1.gguf", "scripts/fetch-model.sh smollm2")
+}
+
+/// One prompt of a llama.cpp reference set (`prompts.jsonl` beside `<index>.f32` files of the
+/// last position's logits): its text, llama.cpp's tokens, its 32-step greedy continuation with
+/// the top-1/top-2 gap at each step, and the gap at the last prompt position.
+#[allow(dead_code)]
+pub struct ReferenceCase {
+    pub index: u64,
+    pub prompt: String,
+    pub tokens: Vec<u32>,
+    pub greedy: Vec<u32>,
+    pub gaps: Vec<f64>,
+    pub top2_gap: f32,
+}
+
+/// The cases of the reference set in `dir` (under the fixtures).
+#[allow(dead_code)]
+pub fn reference_cases(dir: &str) -> Vec<ReferenceCase> {
+    let text = std::fs::read_to_string(fixtures().join(dir).join("prompts.jsonl")).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect()
+    };
+    text.lines()
+        .enumerate()
+        .map(|(line, l)| {
+            let c: serde_json::Value = serde_json::from_str(l).unwrap();
+            let top = c["top20_last"].as_array().unwrap();
+            ReferenceCase {
+                index: c["index"].as_u64().unwrap_or(line as u64),
+                prompt: c["prompt"].as_str().unwrap().to_string(),
+                tokens: ids(&c["tokens"]),
+                greedy: ids(&c["greedy"]),
+                gaps: c["greedy_top2_gap"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|g| g.as_f64().unwrap())
+                    .collect(),
+                top2_gap: (top[0][1].as_f64().unwrap() - top[1][1].as_f64().unwrap()) as f32,
+            }
+        })
+        .collect()
+}
+
 fn cached_model(file: &str, fetch: &str) -> PathBuf {
     let cache = std::env::var_os("MINFER_MODELS")
         .map(PathBuf::from)

@@ -1,0 +1,172 @@
+//! Llama's hyper-parameters and tensors, checked against each other at load, and the refusals:
+//! every tensor the graph does not read and every `llama.*` key that would change the computation
+//! beyond what it builds is refused by name (descriptive keys are ignored).
+
+use crate::gguf::GgufFile;
+use crate::graph::{ComputeGraph, GraphParams, RopeStyle};
+use crate::models::blocks::WeightRef;
+use crate::models::{
+    check_arch_keys, check_tensor, check_used_tensors, f32_vector, layer_f32, layer_weight, optional_layer_f32,
+    output_weight, ArchKey, HParams, ModelDef, ModelError,
+};
+use crate::quant::GgmlType;
+
+/// Names and types of one layer's weights.
+#[derive(Clone, Debug)]
+pub struct LayerWeights {
+    pub attn_norm: String,
+    pub q: WeightRef,
+    pub k: WeightRef,
+    pub v: WeightRef,
+    /// Q/K/V biases, where the file has them (most llama files have none).
+    pub q_bias: Option<String>,
+    pub k_bias: Option<String>,
+    pub v_bias: Option<String>,
+    pub wo: WeightRef,
+    pub ffn_norm: String,
+    pub gate: WeightRef,
+    pub up: WeightRef,
+    pub down: WeightRef,
+}
+
+/// A Llama model: its hyper-parameters and the names and types of all its weights, checked at load.
+pub struct Llama {
+    pub(crate) hparams: HParams,
+    pub(super) token_embd: GgmlType,
+    /// `output.weight`, or `token_embd.weight` when the file ties the head to the embedding.
+    pub(super) output: WeightRef,
+    pub(super) layers: Vec<LayerWeights>,
+}
+
+/// The `llama.*` keys minfer reads or knows to be harmless; any other is refused by name.
+const KEYS: &[ArchKey] = &[
+    ArchKey::Read("block_count"),
+    ArchKey::Read("context_length"),
+    ArchKey::Read("embedding_length"),
+    ArchKey::Read("feed_forward_length"),
+    ArchKey::Read("attention.head_count"),
+    ArchKey::Read("attention.head_count_kv"),
+    ArchKey::Read("attention.key_length"),
+    ArchKey::Read("attention.value_length"),
+    ArchKey::Read("attention.layer_norm_rms_epsilon"),
+    ArchKey::Read("rope.freq_base"),
+    ArchKey::Read("rope.dimension_count"),
+    ArchKey::Read("rope.scaling.type"),
+    // Descriptive: the vocabulary's size is the embedding's, and the layout note of Meta's
+    // original checkpoints changes nothing once converted.
+    ArchKey::Descriptive("vocab_size"),
+    ArchKey::Descriptive("tensor_data_layout"),
+    // Read as zero: a file with experts is refused below.
+    ArchKey::Read("expert_count"),
+    ArchKey::Read("expert_used_count"),
+];
+
+impl Llama {
+    /// Read the hyper-parameters and check every tensor's presence, GGUF shape and type against
+    /// them; refuse what the graph would not compute.
+    pub fn load(file: &GgufFile) -> Result<Self, ModelError> {
+        const ARCH: &str = "llama";
+        check_arch_keys(file, ARCH, KEYS)?;
+        let m = file.metadata();
+        for key in ["llama.expert_count", "llama.expert_used_count"] {
+            if let Ok(n) = m.get_uint(key) {
+                if n > 0 {
+                    return Err(ModelError::Unsupported {
+                        what: format!("{key} = {n}"),
+                        reason: "mixture-of-experts llama models (Mixtral) are not supported yet".into(),
+                    });
+                }
+            }
+        }
+        if m.contains("llama.rope.scaling.type") {
+            let kind = m.get_str("llama.rope.scaling.type")?;
+            if kind != "none" {
+                return Err(ModelError::Unsupported {
+                    what: format!("llama.rope.scaling.type = '{kind}'"),
+                    reason: "RoPE scaling is not supported yet for llama models".into(),
+                });
+            }
+        }
+        // Llama pairs adjacent dimensions, as llama.cpp's LLAMA_ROPE_TYPE_NORM (the converter
+        // permutes Q and K for it).
+        let hp = HParams::load(file, ARCH, RopeStyle::Normal)?;
+        if let Ok(value_length) = m.get_uint("llama.attention.value_length") {
+            if value_length as usize != hp.head_dim {
+                return Err(ModelError::BadHParam {
+                    name: "llama.attention.value_length",
+                    value: value_length,
+                    reason: format!("differs from key_length = {}", hp.head_dim),
+                });
+            }
+        }
+        let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
+        let q_out = (hp.n_head * hp.head_dim) as u64;
+        let kv_out = hp.n_kv_embd() as u64;
+        let ff = hp.n_ff as u64;
+
+        let token_embd = check_tensor(file, "token_embd.weight", &[e, v])?;
+        f32_vector(file, "output_norm.weight", e)?;
+        let output = output_weight(file, &hp, token_embd)?;
+        let layers: Vec<LayerWeights> = (0..hp.n_layer)
+            .map(|il| {
+                Ok(LayerWeights {
+                    attn_norm: layer_f32(file, il, "attn_norm.weight", e)?,
+                    q: layer_weight(file, il, "attn_q.weight", &[e, q_out])?,
+                    k: layer_weight(file, il, "attn_k.weight", &[e, kv_out])?,
+                    v: layer_weight(file, il, "attn_v.weight", &[e, kv_out])?,
+                    q_bias: optional_layer_f32(file, il, "attn_q.bias", q_out)?,
+                    k_bias: optional_layer_f32(file, il, "attn_k.bias", kv_out)?,
+                    v_bias: optional_layer_f32(file, il, "attn_v.bias", kv_out)?,
+                    wo: layer_weight(file, il, "attn_output.weight", &[q_out, e])?,
+                    ffn_norm: layer_f32(file, il, "ffn_norm.weight", e)?,
+                    gate: layer_weight(file, il, "ffn_gate.weight", &[e, ff])?,
+                    up: layer_weight(file, il, "ffn_up.weight", &[e, ff])?,
+                    down: layer_weight(file, il, "ffn_down.weight", &[ff, e])?,
+                })
+            })
+            .collect::<Result<_, ModelError>>()?;
+        let mut used = vec![
+            "token_embd.weight".to_string(),
+            "output_norm.weight".to_string(),
+            output.0.clone(),
+        ];
+        for w in &layers {
+            used.extend(
+                [
+                    &w.attn_norm,
+                    &w.q.0,
+                    &w.k.0,
+                    &w.v.0,
+                    &w.wo.0,
+                    &w.ffn_norm,
+                    &w.gate.0,
+                    &w.up.0,
+                    &w.down.0,
+                ]
+                .map(String::clone),
+            );
+            used.extend([&w.q_bias, &w.k_bias, &w.v_bias].into_iter().flatten().cloned());
+        }
+        check_used_tensors(file, ARCH, &used)?;
+        Ok(Llama {
+            hparams: hp,
+            token_embd,
+            output,
+            layers,
+        })
+    }
+}
+
+impl ModelDef for Llama {
+    fn arch(&self) -> &'static str {
+        "llama"
+    }
+
+    fn hparams(&self) -> &HParams {
+        &self.hparams
+    }
+
+    fn build_graph(&self, params: &GraphParams) -> ComputeGraph {
+        self.graph(params)
+    }
+}

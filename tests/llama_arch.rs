@@ -1,0 +1,115 @@
+//! The `llama` architecture's loader: a llama file runs; what it would not compute is refused by
+//! name — RoPE scaling, experts, an unknown `llama.*` key, a tensor the graph does not read —
+//! and a newer family llama.cpp knows is refused by name too. The files are the tiny qwen2
+//! fixture relabelled as llama (its keys renamed, its Q/K/V biases kept: llama takes optional
+//! biases), written with minfer's GGUF writer.
+
+mod common;
+
+use minfer::gguf::{GgufFile, GgufWriter, Value};
+use minfer::models::{load_model, ModelError};
+
+/// The tiny qwen2 model as a llama file, with `extra` keys set and `extra_tensors` added.
+fn llama_file(extra: &[(&str, Value)], extra_tensors: &[(&str, Vec<u64>)]) -> (tempfile::TempDir, GgufFile) {
+    let src = GgufFile::open(common::tiny_model("qwen2", "Q8_0")).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in src.metadata().iter() {
+        match key {
+            "general.architecture" => w.set(key, Value::String("llama".into())),
+            k if k.starts_with("qwen2.") => w.set(k.replacen("qwen2.", "llama.", 1), value.clone()),
+            k => w.set(k, value.clone()),
+        };
+    }
+    for (key, value) in extra {
+        w.set(*key, value.clone());
+    }
+    for t in src.tensors() {
+        w.add_tensor(&t.name, t.ggml_type, &t.shape, src.tensor_data(t).to_vec())
+            .unwrap();
+    }
+    for (name, shape) in extra_tensors {
+        let n: u64 = shape.iter().product();
+        w.add_tensor(name, minfer::quant::GgmlType::F32, shape, vec![0; 4 * n as usize])
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("llama.gguf");
+    w.write_file(&path).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    (dir, file)
+}
+
+fn refusal(extra: &[(&str, Value)], extra_tensors: &[(&str, Vec<u64>)]) -> ModelError {
+    let (_dir, file) = llama_file(extra, extra_tensors);
+    match load_model(&file) {
+        Ok(_) => panic!("the file loaded"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn a_llama_file_loads_as_llama_with_adjacent_pair_rope() {
+    let (_dir, file) = llama_file(&[], &[]);
+    let model = load_model(&file).unwrap();
+    assert_eq!(model.arch(), "llama");
+    assert_eq!(model.hparams().rope_style, minfer::graph::RopeStyle::Normal);
+}
+
+#[test]
+fn rope_scaling_is_refused_naming_the_key_and_its_value() {
+    let err = refusal(&[("llama.rope.scaling.type", Value::String("linear".into()))], &[]);
+    assert!(err.to_string().contains("llama.rope.scaling.type = 'linear'"), "{err}");
+    // `none` is no scaling at all.
+    let (_dir, file) = llama_file(&[("llama.rope.scaling.type", Value::String("none".into()))], &[]);
+    load_model(&file).unwrap();
+}
+
+#[test]
+fn experts_are_refused_naming_the_key() {
+    let err = refusal(&[("llama.expert_count", Value::U32(8))], &[]);
+    assert!(err.to_string().contains("llama.expert_count = 8"), "{err}");
+}
+
+#[test]
+fn an_unknown_llama_key_is_refused_by_name_and_descriptive_keys_are_not() {
+    let err = refusal(&[("llama.logit_scale", Value::F32(0.5))], &[]);
+    assert!(
+        matches!(err, ModelError::UnknownKey { ref key, .. } if key == "llama.logit_scale"),
+        "{err}"
+    );
+    let (_dir, file) = llama_file(
+        &[
+            ("general.description", Value::String("anything".into())),
+            ("quantize.imatrix.file", Value::String("x.dat".into())),
+        ],
+        &[],
+    );
+    load_model(&file).unwrap();
+}
+
+#[test]
+fn a_tensor_the_graph_does_not_read_is_refused_by_name() {
+    // Llama 3's RoPE frequency factors, which minfer does not apply yet.
+    let err = refusal(&[], &[("rope_freqs.weight", vec![8])]);
+    assert!(err.to_string().contains("'rope_freqs.weight'"), "{err}");
+    let err = refusal(&[], &[("blk.0.attn_output.bias", vec![64])]);
+    assert!(err.to_string().contains("'blk.0.attn_output.bias'"), "{err}");
+}
+
+#[test]
+fn newer_families_are_refused_by_name() {
+    for arch in ["qwen35", "gemma4"] {
+        let src = GgufFile::open(common::tiny_model("qwen2", "Q8_0")).unwrap();
+        let mut w = GgufWriter::new();
+        w.set_all(src.metadata());
+        w.set("general.architecture", Value::String(arch.into()));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        w.write_file(&path).unwrap();
+        let err = load_model(&GgufFile::open(&path).unwrap()).err().unwrap();
+        assert!(
+            err.to_string().contains(&format!("unsupported architecture '{arch}'")),
+            "{err}"
+        );
+    }
+}
