@@ -7,6 +7,7 @@
 
 mod bpe;
 mod pretokenize;
+mod spm;
 mod stream;
 mod unicode;
 
@@ -60,8 +61,8 @@ pub enum TokenizerError {
     /// A `tokenizer.ggml.*` key is missing or of the wrong type.
     #[error(transparent)]
     Metadata(#[from] GgufError),
-    /// `tokenizer.ggml.model` is not `gpt2` (e.g. `llama` for SentencePiece models).
-    #[error("unsupported tokenizer model '{model}' (tokenizer.ggml.model); minfer supports 'gpt2' (byte-level BPE)")]
+    /// `tokenizer.ggml.model` is neither `gpt2` nor `llama` (e.g. `bert`'s WordPiece, `t5`'s Unigram).
+    #[error("unsupported tokenizer model '{model}' (tokenizer.ggml.model); minfer supports 'gpt2' (byte-level BPE) and 'llama' (SentencePiece)")]
     UnsupportedModel {
         /// The `tokenizer.ggml.model` value.
         model: String,
@@ -116,8 +117,22 @@ pub enum TokenizerError {
     },
 }
 
-/// A byte-level BPE tokenizer (`tokenizer.ggml.model = gpt2`): vocabulary, merges,
-/// pre-tokenizer and special tokens, as llama.cpp's `llama_vocab` holds them.
+/// How the text between special tokens becomes ids.
+enum Kind {
+    /// Byte-level BPE (`gpt2`): the pre-tokenizer's words, each merged by rank.
+    Bpe {
+        merges: bpe::Merges,
+        byte_tokens: [u32; 256],
+        pre: PreTokenizer,
+    },
+    /// SentencePiece (`llama`): each fragment merged by score, with byte fallback;
+    /// `add_space_prefix` puts a space before a fragment at the start or after a special token.
+    Spm { spm: spm::Spm, add_space_prefix: bool },
+}
+
+/// A tokenizer from GGUF metadata — byte-level BPE (`tokenizer.ggml.model = gpt2`) or
+/// SentencePiece (`llama`): vocabulary, merges or scores, pre-tokenizer and special tokens, as
+/// llama.cpp's `llama_vocab` holds them.
 pub struct Tokenizer {
     /// Token texts as stored in the file (byte-mapped for normal tokens).
     texts: Vec<String>,
@@ -125,9 +140,7 @@ pub struct Tokenizer {
     /// What each token decodes to, without and with control tokens rendered.
     pieces: Vec<Vec<u8>>,
     text_to_id: HashMap<String, u32>,
-    merges: bpe::Merges,
-    byte_tokens: [u32; 256],
-    pre: PreTokenizer,
+    kind: Kind,
     /// Control and unknown tokens (matched only when parsing specials) and user-defined tokens
     /// (always matched), longest text first.
     specials: Vec<u32>,
@@ -152,15 +165,12 @@ impl Tokenizer {
     /// Build the tokenizer from a model's `tokenizer.ggml.*` metadata.
     pub fn from_metadata(m: &Metadata) -> Result<Self, TokenizerError> {
         let model = m.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
+        if model != "gpt2" && model != "llama" {
             return Err(TokenizerError::UnsupportedModel {
                 model: model.to_string(),
             });
         }
-        let pre_name = m.get_str("tokenizer.ggml.pre")?;
-        let pre = PreTokenizer::from_name(pre_name).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
-            pre: pre_name.to_string(),
-        })?;
+        let spm = model == "llama";
 
         let texts = string_array(m, "tokenizer.ggml.tokens")?.to_vec();
         let n_vocab = texts.len();
@@ -197,33 +207,12 @@ impl Tokenizer {
             text_to_id.entry(t.clone()).or_insert(id as u32);
         }
 
+        let kind = if spm {
+            Self::spm_kind(m, &text_to_id, n_vocab)?
+        } else {
+            Self::bpe_kind(m, &text_to_id)?
+        };
         let byte_chars = bpe::byte_to_char_table();
-        // A byte whose GPT-2 character is not a token (SmolLM2's vocabulary lacks most control
-        // bytes) is dropped from the output, as llama.cpp drops it; it merges with nothing.
-        let mut byte_tokens = [bpe::NO_TOKEN; 256];
-        for (b, &c) in byte_chars.iter().enumerate() {
-            if let Some(&id) = text_to_id.get(c.encode_utf8(&mut [0; 4]) as &str) {
-                byte_tokens[b] = id;
-            }
-        }
-
-        let mut merges = bpe::Merges::default();
-        for (index, merge) in string_array(m, "tokenizer.ggml.merges")?.iter().enumerate() {
-            let (left, right) = merge.split_once(' ').ok_or_else(|| TokenizerError::BadMerge {
-                index,
-                merge: merge.clone(),
-            })?;
-            // A merge whose parts or result are not in the vocabulary can never fire.
-            let (Some(&l), Some(&r), Some(&merged)) = (
-                text_to_id.get(left),
-                text_to_id.get(right),
-                text_to_id.get(&format!("{left}{right}")),
-            ) else {
-                continue;
-            };
-            merges.insert(l, r, index as u32, merged);
-        }
-
         let mut char_to_byte = HashMap::with_capacity(256);
         for (b, &c) in byte_chars.iter().enumerate() {
             char_to_byte.insert(c, b as u8);
@@ -232,6 +221,7 @@ impl Tokenizer {
             .iter()
             .zip(&types)
             .map(|(text, ty)| match ty {
+                TokenType::Normal if spm => text.replace('▁', " ").into_bytes(),
                 TokenType::Normal => {
                     let mut bytes = Vec::with_capacity(text.len());
                     for c in text.chars() {
@@ -243,6 +233,7 @@ impl Tokenizer {
                     }
                     bytes
                 }
+                TokenType::Byte if spm => spm_byte(text).map(|b| vec![b]).unwrap_or_default(),
                 TokenType::UserDefined | TokenType::Control | TokenType::Unknown => text.as_bytes().to_vec(),
                 TokenType::Unused | TokenType::Byte | TokenType::Undefined => Vec::new(),
             })
@@ -284,11 +275,82 @@ impl Tokenizer {
             types,
             pieces,
             text_to_id,
+            kind,
+            specials,
+            add_bos,
+        })
+    }
+
+    /// The byte-level BPE parts: the pre-tokenizer, each byte's token and the merges.
+    fn bpe_kind(m: &Metadata, text_to_id: &HashMap<String, u32>) -> Result<Kind, TokenizerError> {
+        let pre_name = m.get_str("tokenizer.ggml.pre")?;
+        let pre = PreTokenizer::from_name(pre_name).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
+            pre: pre_name.to_string(),
+        })?;
+        let byte_chars = bpe::byte_to_char_table();
+        // A byte whose GPT-2 character is not a token (SmolLM2's vocabulary lacks most control
+        // bytes) is dropped from the output, as llama.cpp drops it; it merges with nothing.
+        let mut byte_tokens = [bpe::NO_TOKEN; 256];
+        for (b, &c) in byte_chars.iter().enumerate() {
+            if let Some(&id) = text_to_id.get(c.encode_utf8(&mut [0; 4]) as &str) {
+                byte_tokens[b] = id;
+            }
+        }
+        let mut merges = bpe::Merges::default();
+        for (index, merge) in string_array(m, "tokenizer.ggml.merges")?.iter().enumerate() {
+            let (left, right) = merge.split_once(' ').ok_or_else(|| TokenizerError::BadMerge {
+                index,
+                merge: merge.clone(),
+            })?;
+            // A merge whose parts or result are not in the vocabulary can never fire.
+            let (Some(&l), Some(&r), Some(&merged)) = (
+                text_to_id.get(left),
+                text_to_id.get(right),
+                text_to_id.get(&format!("{left}{right}")),
+            ) else {
+                continue;
+            };
+            merges.insert(l, r, index as u32, merged);
+        }
+        Ok(Kind::Bpe {
             merges,
             byte_tokens,
             pre,
-            specials,
-            add_bos,
+        })
+    }
+
+    /// The SentencePiece parts: the scores, each byte's fallback token and the space prefix.
+    fn spm_kind(m: &Metadata, text_to_id: &HashMap<String, u32>, n_vocab: usize) -> Result<Kind, TokenizerError> {
+        let scores = match m.get_array("tokenizer.ggml.scores")? {
+            Array::F32(v) => v.clone(),
+            _ => {
+                return Err(TokenizerError::BadArray {
+                    key: "tokenizer.ggml.scores",
+                    expected: "FLOAT32",
+                })
+            }
+        };
+        if scores.len() != n_vocab {
+            return Err(TokenizerError::TypeCountMismatch {
+                types: scores.len(),
+                tokens: n_vocab,
+            });
+        }
+        // `<0xXX>`, else the byte as a one-byte text (llama.cpp's `byte_to_token`).
+        let byte_tokens = std::array::from_fn(|b| {
+            text_to_id
+                .get(&format!("<0x{b:02X}>"))
+                .or_else(|| std::str::from_utf8(&[b as u8]).ok().and_then(|t| text_to_id.get(t)))
+                .copied()
+        });
+        // llama.cpp's default for SentencePiece vocabularies is to add the prefix.
+        let add_space_prefix = match m.get("tokenizer.ggml.add_space_prefix") {
+            None => true,
+            Some(_) => m.get_bool("tokenizer.ggml.add_space_prefix")?,
+        };
+        Ok(Kind::Spm {
+            spm: spm::Spm { scores, byte_tokens },
+            add_space_prefix,
         })
     }
 
@@ -299,7 +361,10 @@ impl Tokenizer {
 
     /// Number of usable merges: distinct pairs whose parts and result are all in the vocabulary.
     pub fn n_merges(&self) -> usize {
-        self.merges.len()
+        match &self.kind {
+            Kind::Bpe { merges, .. } => merges.len(),
+            Kind::Spm { .. } => 0,
+        }
     }
 
     /// `tokenizer.ggml.bos_token_id`, if the model has one.
@@ -394,24 +459,73 @@ impl Tokenizer {
         if add_special && self.add_bos {
             out.extend(self.bos);
         }
+        match &self.kind {
+            Kind::Bpe { merges, byte_tokens, pre } => {
+                self.encode_bpe(text, parse_special, literal, (merges, byte_tokens, *pre), &mut out)
+            }
+            Kind::Spm { spm, add_space_prefix } => {
+                // A space before the first fragment and after each special token, as llama.cpp's
+                // SentencePiece path does (`is_prev_special` starts true).
+                let mut prev_special = true;
+                for fragment in self.partition_specials(text, parse_special, literal) {
+                    match fragment {
+                        Fragment::Token(id) => {
+                            out.push(id);
+                            prev_special = true;
+                        }
+                        Fragment::Text(range) => {
+                            let mut raw = Vec::with_capacity(range.len() + 1);
+                            if *add_space_prefix && prev_special {
+                                raw.push(b' ');
+                            }
+                            raw.extend_from_slice(&text[range]);
+                            spm.tokenize(&spm::escape_whitespace(&raw), &self.text_to_id, &mut out);
+                            prev_special = false;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The byte-level BPE of the text between special tokens: the pre-tokenizer's words, each
+    /// taken whole where the pre-tokenizer ignores merges and the word is a token, else merged.
+    fn encode_bpe(
+        &self,
+        text: &[u8],
+        parse_special: bool,
+        literal: &[Range<usize>],
+        (merges, byte_tokens, pre): (&bpe::Merges, &[u32; 256], PreTokenizer),
+        out: &mut Vec<u32>,
+    ) {
         let mut words = Vec::new();
         let mut symbols = Vec::new();
+        let mut word_text = String::new();
+        let byte_chars = bpe::byte_to_char_table();
         for fragment in self.partition_specials(text, parse_special, literal) {
             match fragment {
                 Fragment::Token(id) => out.push(id),
                 Fragment::Text(range) => {
                     let fragment = &text[range.clone()];
                     words.clear();
-                    self.pre.split(fragment, &mut words);
+                    pre.split(fragment, &mut words);
                     for word in &words {
+                        if pre.ignores_merges() {
+                            word_text.clear();
+                            word_text.extend(fragment[word.clone()].iter().map(|&b| byte_chars[b as usize]));
+                            if let Some(&id) = self.text_to_id.get(&word_text) {
+                                out.push(id);
+                                continue;
+                            }
+                        }
                         symbols.clear();
-                        symbols.extend(fragment[word.clone()].iter().map(|&b| self.byte_tokens[b as usize]));
-                        self.merges.apply(&symbols, &mut out);
+                        symbols.extend(fragment[word.clone()].iter().map(|&b| byte_tokens[b as usize]));
+                        merges.apply(&symbols, out);
                     }
                 }
             }
         }
-        out
     }
 
     /// Split `text` into special tokens and the text between them, matching the longest
@@ -481,6 +595,12 @@ impl Tokenizer {
 enum Fragment {
     Text(std::ops::Range<usize>),
     Token(u32),
+}
+
+/// The byte a SentencePiece byte token `<0xXX>` stands for.
+fn spm_byte(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    u8::from_str_radix(hex, 16).ok()
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

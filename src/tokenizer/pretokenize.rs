@@ -22,6 +22,10 @@ use super::unicode::{classify, CharClass};
 pub enum PreTokenizer {
     /// `qwen2`: the Qwen2 regex given in the module docs.
     Qwen2,
+    /// `llama-bpe` (Llama 3) and its aliases: Qwen2's regex with digits in runs of up to three
+    /// (`\p{N}{1,3}`); whole words found in the vocabulary skip the merges (llama.cpp's
+    /// `ignore_merges`).
+    Llama3,
     /// `gpt-2` and its aliases: GPT-2's regex.
     Gpt2,
     /// `smollm` and its aliases: each digit alone, then GPT-2's regex between them.
@@ -32,6 +36,14 @@ pub enum PreTokenizer {
 /// (names llama.cpp gives other rules, or extra behaviour minfer lacks, are not here).
 const NAMES: &[(&str, PreTokenizer)] = &[
     ("qwen2", PreTokenizer::Qwen2),
+    ("llama3", PreTokenizer::Llama3),
+    ("llama-v3", PreTokenizer::Llama3),
+    ("llama-bpe", PreTokenizer::Llama3),
+    ("falcon3", PreTokenizer::Llama3),
+    ("falcon-h1", PreTokenizer::Llama3),
+    ("pixtral", PreTokenizer::Llama3),
+    ("midm-2.0", PreTokenizer::Llama3),
+    ("lfm2", PreTokenizer::Llama3),
     ("gpt-2", PreTokenizer::Gpt2),
     ("phi-2", PreTokenizer::Gpt2),
     ("jina-es", PreTokenizer::Gpt2),
@@ -68,10 +80,17 @@ impl PreTokenizer {
         NAMES.iter().map(|(n, _)| *n)
     }
 
+    /// Whether a whole word that is a token is taken as it is, without merges (llama.cpp's
+    /// `ignore_merges`, set for Llama 3's pre-tokenizers).
+    pub fn ignores_merges(self) -> bool {
+        self == PreTokenizer::Llama3
+    }
+
     /// Append the byte ranges of the words of `text` to `out`.
     pub fn split(self, text: &[u8], out: &mut Vec<std::ops::Range<usize>>) {
         match self {
-            PreTokenizer::Qwen2 => split_qwen2(text, out),
+            PreTokenizer::Qwen2 => split_qwen2(text, 1, out),
+            PreTokenizer::Llama3 => split_qwen2(text, 3, out),
             PreTokenizer::Gpt2 => {
                 let u = units(text);
                 split_gpt2(text, &u, 0..u.len(), out)
@@ -132,7 +151,8 @@ fn units(text: &[u8]) -> Vec<Unit> {
     out
 }
 
-fn split_qwen2(text: &[u8], out: &mut Vec<std::ops::Range<usize>>) {
+/// Qwen2's rule, with digits in runs of at most `max_digits` (1 for Qwen2, 3 for Llama 3).
+fn split_qwen2(text: &[u8], max_digits: usize, out: &mut Vec<std::ops::Range<usize>>) {
     let u = units(text);
     let n = u.len();
     let byte_at = |i: usize| if i < n { u[i].start } else { text.len() };
@@ -174,9 +194,12 @@ fn split_qwen2(text: &[u8], out: &mut Vec<std::ops::Range<usize>>) {
             continue;
         }
 
-        // \p{N}
+        // \p{N}{1,max_digits}
         if cls == CharClass::Number {
             pos += 1;
+            while pos - start < max_digits && class(pos) == Some(CharClass::Number) {
+                pos += 1;
+            }
             out.push(byte_at(start)..byte_at(pos));
             continue;
         }
@@ -299,6 +322,14 @@ mod tests {
         assert_eq!(w("a\n\n b"), ["a", "\n\n", " b"]);
         assert_eq!(w("end  "), ["end", "  "]);
         assert_eq!(w("(x)\n"), ["(", "x", ")", "\n"]);
+    }
+
+    #[test]
+    fn llama3_keeps_digits_in_runs_of_three_and_takes_contractions_in_any_case() {
+        let w = |t| words_of(PreTokenizer::Llama3, t);
+        assert_eq!(w("x = 1234567;"), ["x", " =", " ", "123", "456", "7", ";"]);
+        assert_eq!(w("I'M they'd"), ["I", "'M", " they", "'d"]);
+        assert!(PreTokenizer::Llama3.ignores_merges() && !PreTokenizer::Qwen2.ignores_merges());
     }
 
     #[test]

@@ -138,6 +138,10 @@ enum Command {
         /// Treat special-token text such as <|im_start|> as plain text.
         #[arg(long)]
         no_special: bool,
+        /// Do not add the BOS token the file's tokenizer.ggml.add_bos_token asks for (added by
+        /// default, as llama-tokenize adds it).
+        #[arg(long)]
+        no_bos: bool,
     },
     /// Render a conversation with the model's chat template and print the prompt exactly.
     ///
@@ -314,6 +318,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             file,
             ids,
             no_special,
+            no_bos,
         } => {
             let gguf = open_model(&model)?;
             let tokenizer = Tokenizer::from_metadata(gguf.metadata())
@@ -323,7 +328,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 (None, Some(file)) => read_text_arg(&file)?,
                 (None, None) => unreachable!("clap requires TEXT or --file"),
             };
-            let tokens = tokenizer.encode_bytes(&bytes, false, !no_special);
+            let tokens = tokenizer.encode_bytes(&bytes, !no_bos, !no_special);
             let out = if ids {
                 crate::cli::tokenize::ids_json(&tokens) + "\n"
             } else {
