@@ -83,7 +83,17 @@ fn every_vocabulary_minfer_takes_tokenizes_llama_cpps_inputs_to_its_ids() {
     }
     eprintln!("tokenized as llama.cpp: {}", passed.join(", "));
     eprintln!("refused by name:\n  {}", refused.join("\n  "));
-    for must in ["gpt-2", "mpt", "starcoder", "refact", "command-r", "qwen2", "llama-bpe"] {
+    for must in [
+        "gpt-2",
+        "mpt",
+        "starcoder",
+        "refact",
+        "command-r",
+        "qwen2",
+        "llama-bpe",
+        "llama-spm",
+        "phi-3",
+    ] {
         assert!(
             passed.iter().any(|p| p == must),
             "{must} should tokenize as llama.cpp does"

@@ -255,9 +255,16 @@ fn a_byte_without_a_token_is_dropped_as_llama_cpp_drops_it() {
 #[test]
 fn an_unsupported_tokenizer_model_is_refused_naming_it() {
     let mut m = tiny_metadata();
+    // WordPiece (BERT) and Unigram (T5) are not implemented.
+    for model in ["bert", "t5"] {
+        m.set("tokenizer.ggml.model", Value::String(model.into()));
+        let err = Tokenizer::from_metadata(&m).err().unwrap();
+        assert!(err.to_string().contains(&format!("'{model}'")), "{err}");
+    }
+    // SentencePiece needs its scores, and says so by key.
     m.set("tokenizer.ggml.model", Value::String("llama".into()));
     let err = Tokenizer::from_metadata(&m).err().unwrap();
-    assert!(err.to_string().contains("'llama'"), "{err}");
+    assert!(err.to_string().contains("tokenizer.ggml.scores"), "{err}");
 }
 
 #[test]

@@ -122,7 +122,7 @@ enum Kind {
     /// Byte-level BPE (`gpt2`): the pre-tokenizer's words, each merged by rank.
     Bpe {
         merges: bpe::Merges,
-        byte_tokens: [u32; 256],
+        byte_tokens: Box<[u32; 256]>,
         pre: PreTokenizer,
     },
     /// SentencePiece (`llama`): each fragment merged by score, with byte fallback;
@@ -314,7 +314,7 @@ impl Tokenizer {
         }
         Ok(Kind::Bpe {
             merges,
-            byte_tokens,
+            byte_tokens: Box::new(byte_tokens),
             pre,
         })
     }
@@ -349,7 +349,10 @@ impl Tokenizer {
             Some(_) => m.get_bool("tokenizer.ggml.add_space_prefix")?,
         };
         Ok(Kind::Spm {
-            spm: spm::Spm { scores, byte_tokens },
+            spm: spm::Spm {
+                scores,
+                byte_tokens: Box::new(byte_tokens),
+            },
             add_space_prefix,
         })
     }
@@ -460,9 +463,11 @@ impl Tokenizer {
             out.extend(self.bos);
         }
         match &self.kind {
-            Kind::Bpe { merges, byte_tokens, pre } => {
-                self.encode_bpe(text, parse_special, literal, (merges, byte_tokens, *pre), &mut out)
-            }
+            Kind::Bpe {
+                merges,
+                byte_tokens,
+                pre,
+            } => self.encode_bpe(text, parse_special, literal, (merges, byte_tokens, *pre), &mut out),
             Kind::Spm { spm, add_space_prefix } => {
                 // A space before the first fragment and after each special token, as llama.cpp's
                 // SentencePiece path does (`is_prev_special` starts true).
@@ -473,6 +478,8 @@ impl Tokenizer {
                             out.push(id);
                             prev_special = true;
                         }
+                        // llama.cpp makes no fragment of empty text (an empty input gives no ids).
+                        Fragment::Text(range) if range.is_empty() => {}
                         Fragment::Text(range) => {
                             let mut raw = Vec::with_capacity(range.len() + 1);
                             if *add_space_prefix && prev_special {

@@ -15,7 +15,7 @@ use std::collections::{BinaryHeap, HashMap};
 /// fallback token.
 pub struct Spm {
     pub(super) scores: Vec<f32>,
-    pub(super) byte_tokens: [Option<u32>; 256],
+    pub(super) byte_tokens: Box<[Option<u32>; 256]>,
 }
 
 #[derive(Clone, Copy)]
@@ -82,12 +82,20 @@ impl Spm {
         let id_of = |bytes: &[u8]| std::str::from_utf8(bytes).ok().and_then(|s| text_to_id.get(s).copied());
         let mut queue = BinaryHeap::new();
         let mut rev_merge: HashMap<Vec<u8>, (usize, usize)> = HashMap::new();
-        let try_add = |symbols: &[Symbol], left: Option<usize>, right: Option<usize>, queue: &mut BinaryHeap<Bigram>, rev: &mut HashMap<Vec<u8>, (usize, usize)>| {
-            let (Some(left), Some(right)) = (left, right) else { return };
+        let try_add = |symbols: &[Symbol],
+                       left: Option<usize>,
+                       right: Option<usize>,
+                       queue: &mut BinaryHeap<Bigram>,
+                       rev: &mut HashMap<Vec<u8>, (usize, usize)>| {
+            let (Some(left), Some(right)) = (left, right) else {
+                return;
+            };
             let (l, r) = (symbols[left], symbols[right]);
             let joined = &text[l.start..l.start + l.n + r.n];
             let Some(id) = id_of(joined) else { return };
-            let Some(&score) = self.scores.get(id as usize) else { return };
+            let Some(&score) = self.scores.get(id as usize) else {
+                return;
+            };
             queue.push(Bigram {
                 left,
                 right,
