@@ -93,6 +93,7 @@ fn every_vocabulary_minfer_takes_tokenizes_llama_cpps_inputs_to_its_ids() {
         "llama-bpe",
         "llama-spm",
         "phi-3",
+        "deepseek-llm",
     ] {
         assert!(
             passed.iter().any(|p| p == must),

@@ -1,6 +1,9 @@
 //! Tool calls in generated text: the `<tool_call>{"name": ..., "arguments": ...}</tool_call>`
 //! blocks that Qwen-family (Hermes-style) templates teach the model to write, turned into
-//! OpenAI `tool_calls`, both for a whole reply and incrementally for a stream.
+//! OpenAI `tool_calls`, both for a whole reply and incrementally for a stream. Llama 3.x's JSON
+//! calls (`{"name", "parameters"}` after the control token `<|python_tag|>`) and Mistral's
+//! (`[TOOL_CALLS]` and a JSON array of `{"name", "arguments"}`) reach this file without their
+//! control tokens, which the reply's text leaves out, and are read as the bare calls below.
 //!
 //! Small models often skip the tags and answer with the call alone: a bare JSON object
 //! `{"name": ..., "arguments": ...}` (or an array of them), possibly in a ```` ```json ````
@@ -339,6 +342,37 @@ mod tests {
                 .collect();
             assert_eq!(calls, whole.1, "chunks of {size}");
             assert_eq!(content.trim(), whole.0.as_deref().unwrap_or(""), "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn llama3_json_calls_and_mistral_tool_call_arrays_are_calls_whole_and_streamed() {
+        // Llama 3.x writes `{"name": ..., "parameters": ...}` (after `<|python_tag|>`, a control
+        // token the reply's text leaves out); Mistral writes `[TOOL_CALLS]` (a control token too)
+        // and then a JSON array of `{"name", "arguments"}` objects.
+        let cases = [
+            (
+                r#"{"name": "get_weather", "parameters": {"city": "Paris"}}"#,
+                vec![call("get_weather", r#"{"city":"Paris"}"#)],
+            ),
+            (
+                r#"[{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {}}]"#,
+                vec![call("a", r#"{"x":1}"#), call("b", "{}")],
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse(text), (None, expected.clone()), "{text}");
+            let mut stream = ToolCallStream::new(vec!["get_weather".into(), "a".into(), "b".into()]);
+            let mut pieces = Vec::new();
+            for ch in text.chars() {
+                pieces.extend(stream.push(&ch.to_string()));
+            }
+            pieces.extend(stream.finish());
+            assert_eq!(
+                pieces,
+                expected.into_iter().map(Piece::Call).collect::<Vec<_>>(),
+                "{text}"
+            );
         }
     }
 

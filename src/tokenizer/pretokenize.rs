@@ -30,6 +30,8 @@ pub enum PreTokenizer {
     Gpt2,
     /// `smollm` and its aliases: each digit alone, then GPT-2's regex between them.
     DigitsThenGpt2,
+    /// `deepseek-llm`: llama.cpp's six regexes for it, applied in turn (see [`DEEPSEEK_LLM`]).
+    DeepseekLlm,
 }
 
 /// The `tokenizer.ggml.pre` names of each pre-tokenizer, as llama.cpp's `llama_vocab` maps them
@@ -60,6 +62,7 @@ const NAMES: &[(&str, PreTokenizer)] = &[
     ("jais", PreTokenizer::Gpt2),
     ("trillion", PreTokenizer::Gpt2),
     ("granite-docling", PreTokenizer::Gpt2),
+    ("deepseek-llm", PreTokenizer::DeepseekLlm),
     ("smollm", PreTokenizer::DigitsThenGpt2),
     ("starcoder", PreTokenizer::DigitsThenGpt2),
     ("refact", PreTokenizer::DigitsThenGpt2),
@@ -95,6 +98,7 @@ impl PreTokenizer {
                 let u = units(text);
                 split_gpt2(text, &u, 0..u.len(), out)
             }
+            PreTokenizer::DeepseekLlm => split_steps(text, DEEPSEEK_LLM, out),
             PreTokenizer::DigitsThenGpt2 => {
                 let u = units(text);
                 let mut run_start = 0;
@@ -242,6 +246,247 @@ fn split_qwen2(text: &[u8], max_digits: usize, out: &mut Vec<std::ops::Range<usi
     }
 }
 
+/// One regex of a pre-tokenizer that llama.cpp runs through `std::regex` rather than a scanner of
+/// its own: each piece so far is cut into its matches and the text between them.
+#[derive(Clone, Copy)]
+enum Step {
+    /// `[C]`: every character of the class alone.
+    Each(fn(char) -> bool),
+    /// `\s?[C]+` (with the optional leading whitespace character) or `[C]+`.
+    Run { space: bool, class: fn(char) -> bool },
+    /// `\s+$`: the whitespace that ends the piece.
+    TrailingSpace,
+}
+
+/// Whether `c` is whitespace as llama.cpp's regexes see it.
+fn is_space(c: char) -> bool {
+    classify(c) == CharClass::Whitespace
+}
+
+/// llama.cpp hands `std::regex` the text with every non-ASCII whitespace character replaced by
+/// U+000B, so such a character is in no class of these regexes but `\s`.
+fn in_class(c: char, ranges: &[(char, char)]) -> bool {
+    !(c as u32 > 0x7f && is_space(c)) && ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi)
+}
+
+/// DeepSeek LLM's letters (its tokenizer's class, as llama.cpp lists it).
+const DEEPSEEK_LETTERS: &[(char, char)] = &[
+    ('A', 'Z'),
+    ('a', 'z'),
+    ('µ', 'µ'),
+    ('À', 'Ö'),
+    ('Ø', 'ö'),
+    ('ø', 'ƺ'),
+    ('Ƽ', 'ƿ'),
+    ('Ǆ', 'ʓ'),
+    ('ʕ', 'ʯ'),
+    ('Ͱ', 'ͳ'),
+    ('Ͷ', 'ͷ'),
+    ('ͻ', 'ͽ'),
+    ('Ϳ', 'Ϳ'),
+    ('Ά', 'Ά'),
+    ('Έ', 'Ί'),
+    ('Ό', 'Ό'),
+    ('Ύ', 'Ρ'),
+    ('Σ', 'ϵ'),
+    ('Ϸ', 'ҁ'),
+    ('Ҋ', 'ԯ'),
+    ('Ա', 'Ֆ'),
+    ('Ⴀ', 'Ⴥ'),
+    ('Ꭰ', 'Ᏽ'),
+    ('ᏸ', 'ᏽ'),
+    ('Ა', 'Ჺ'),
+    ('Ჽ', 'Ჿ'),
+    ('ᴀ', 'ᴫ'),
+    ('ᵫ', 'ᵷ'),
+    ('ᵹ', 'ᶚ'),
+    ('Ḁ', 'ἕ'),
+    ('Ἐ', 'Ἕ'),
+    ('ἠ', 'ὅ'),
+    ('Ὀ', 'Ὅ'),
+    ('ὐ', 'ὗ'),
+    ('Ὑ', 'Ὑ'),
+    ('Ὓ', 'Ὓ'),
+    ('Ὕ', 'Ὕ'),
+    ('Ὗ', 'ώ'),
+    ('ᾀ', 'ᾴ'),
+    ('ᾶ', 'ᾼ'),
+    ('ι', 'ι'),
+    ('ῂ', 'ῄ'),
+    ('ῆ', 'ῌ'),
+    ('ῐ', 'ΐ'),
+    ('ῖ', 'Ί'),
+    ('ῠ', 'Ῥ'),
+    ('ῲ', 'ῴ'),
+    ('ῶ', 'ῼ'),
+    ('ℂ', 'ℂ'),
+    ('ℇ', 'ℇ'),
+    ('ℊ', 'ℓ'),
+    ('ℕ', 'ℕ'),
+    ('ℙ', 'ℝ'),
+    ('ℤ', 'ℤ'),
+    ('Ω', 'Ω'),
+    ('ℨ', 'ℨ'),
+    ('K', 'ℭ'),
+    ('ℯ', 'ℴ'),
+    ('ℹ', 'ℹ'),
+    ('ℼ', 'ℿ'),
+    ('ⅅ', 'ⅉ'),
+    ('ⅎ', 'ⅎ'),
+    ('Ↄ', 'ↄ'),
+    ('Ⰰ', 'ⱻ'),
+    ('Ȿ', 'ⳤ'),
+    ('Ⳬ', 'ⳮ'),
+    ('Ⳳ', 'ⳳ'),
+    ('Ꙁ', 'ꙭ'),
+    ('Ꚁ', 'ꚛ'),
+    ('Ꜣ', 'ꝯ'),
+    ('ꝱ', 'ꞇ'),
+    ('Ꞌ', 'ꞎ'),
+    ('ꭰ', 'ꮿ'),
+    ('ﬀ', 'ﬆ'),
+    ('ﬓ', 'ﬗ'),
+    ('Ａ', 'Ｚ'),
+    ('ａ', 'ｚ'),
+    ('𐐀', '𐑏'),
+    ('𐒰', '𐓓'),
+    ('𐓘', '𐓻'),
+    ('𐲀', '𐲲'),
+    ('𐳀', '𐳲'),
+    ('𑢠', '𑣟'),
+    ('𞤀', '𞥃'),
+];
+
+/// DeepSeek LLM's punctuation: ASCII's, its full-width forms, curly quotes and the ideographic
+/// full stops.
+const DEEPSEEK_PUNCT: &[(char, char)] = &[
+    ('!', '/'),
+    (':', '~'),
+    ('！', '／'),
+    ('：', '～'),
+    ('‘', '‟'),
+    ('　', '。'),
+];
+
+/// The CJK ranges DeepSeek LLM keeps together.
+const DEEPSEEK_CJK: &[(char, char)] = &[('一', '龥'), ('ࠀ', '一'), ('가', '퟿')];
+
+/// `deepseek-llm`'s regexes, in llama.cpp's order: `[\r\n]`, `\s?[letters]+`, `\s?[punct]+`,
+/// `\s+$`, `[CJK]+`, `\p{N}+`.
+const DEEPSEEK_LLM: &[Step] = &[
+    Step::Each(is_newline),
+    Step::Run {
+        space: true,
+        class: is_deepseek_letter,
+    },
+    Step::Run {
+        space: true,
+        class: is_deepseek_punct,
+    },
+    Step::TrailingSpace,
+    Step::Run {
+        space: false,
+        class: is_deepseek_cjk,
+    },
+    Step::Run {
+        space: false,
+        class: is_number,
+    },
+];
+
+fn is_newline(c: char) -> bool {
+    c == '\r' || c == '\n'
+}
+
+fn is_deepseek_letter(c: char) -> bool {
+    in_class(c, DEEPSEEK_LETTERS)
+}
+
+fn is_deepseek_punct(c: char) -> bool {
+    in_class(c, DEEPSEEK_PUNCT)
+}
+
+fn is_deepseek_cjk(c: char) -> bool {
+    in_class(c, DEEPSEEK_CJK)
+}
+
+fn is_number(c: char) -> bool {
+    classify(c) == CharClass::Number
+}
+
+/// `steps` applied in turn to `text`: every piece of one step is cut by the next, as llama.cpp's
+/// `unicode_regex_split` cuts its offsets regex after regex.
+fn split_steps(text: &[u8], steps: &[Step], out: &mut Vec<std::ops::Range<usize>>) {
+    let u = units(text);
+    let ch = |i: usize| u[i].ch;
+    // The whole text is the first piece.
+    let mut pieces: Vec<std::ops::Range<usize>> = std::iter::once(0..u.len()).collect();
+    for step in steps {
+        let mut next = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let (lo, hi) = (piece.start, piece.end);
+            let mut last = lo;
+            let emit = |m: std::ops::Range<usize>, last: &mut usize, next: &mut Vec<std::ops::Range<usize>>| {
+                if m.start > *last {
+                    next.push(*last..m.start);
+                }
+                *last = m.end;
+                next.push(m);
+            };
+            let member = |i: usize, class: fn(char) -> bool| i < hi && ch(i).is_some_and(class);
+            let space = |i: usize| i < hi && ch(i).is_some_and(is_space);
+            if let Step::TrailingSpace = step {
+                let mut t = hi;
+                while t > lo && space(t - 1) {
+                    t -= 1;
+                }
+                if t < hi {
+                    emit(t..hi, &mut last, &mut next);
+                }
+                if last < hi {
+                    next.push(last..hi);
+                }
+                continue;
+            }
+            let mut i = lo;
+            while i < hi {
+                let found = match *step {
+                    Step::Each(class) => member(i, class).then(|| i..i + 1),
+                    Step::Run { space: lead, class } => {
+                        let start = if lead && space(i) && member(i + 1, class) {
+                            Some(i + 1)
+                        } else if member(i, class) {
+                            Some(i)
+                        } else {
+                            None
+                        };
+                        start.map(|mut end| {
+                            while member(end, class) {
+                                end += 1;
+                            }
+                            i..end
+                        })
+                    }
+                    Step::TrailingSpace => unreachable!("handled above"),
+                };
+                match found {
+                    Some(m) => {
+                        i = m.end;
+                        emit(m, &mut last, &mut next);
+                    }
+                    None => i += 1,
+                }
+            }
+            if last < hi {
+                next.push(last..hi);
+            }
+        }
+        pieces = next;
+    }
+    let byte_at = |i: usize| if i < u.len() { u[i].start } else { text.len() };
+    out.extend(pieces.into_iter().map(|p| byte_at(p.start)..byte_at(p.end)));
+}
+
 /// GPT-2's rule on the units `span` of `text` (a piece of its own: nothing outside it is seen,
 /// as llama.cpp's `unicode_regex_split_custom_gpt2` sees only its offsets).
 fn split_gpt2(text: &[u8], u: &[Unit], span: std::ops::Range<usize>, out: &mut Vec<std::ops::Range<usize>>) {
@@ -330,6 +575,14 @@ mod tests {
         assert_eq!(w("x = 1234567;"), ["x", " =", " ", "123", "456", "7", ";"]);
         assert_eq!(w("I'M they'd"), ["I", "'M", " they", "'d"]);
         assert!(PreTokenizer::Llama3.ignores_merges() && !PreTokenizer::Qwen2.ignores_merges());
+    }
+
+    #[test]
+    fn deepseek_llm_applies_its_regexes_in_turn() {
+        let w = |t| words_of(PreTokenizer::DeepseekLlm, t);
+        assert_eq!(w("Hello world!\n"), ["Hello", " world", "!", "\n"]);
+        assert_eq!(w("x = 1234  "), ["x", " =", " ", "1234", "  "]);
+        assert_eq!(w("東京 tower"), ["東京", " tower"]);
     }
 
     #[test]
