@@ -19,7 +19,14 @@ mkdir -p "${dir}"
 work="$(mktemp -d "${dir}/.fetch.XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
 echo "fetch-llama-vocab: downloading llama-cpp-python 0.3.36 (source)" >&2
-curl -sSfL --retry 3 -o "${work}/src.tar.gz" "${url}"
+if command -v curl >/dev/null 2>&1 && [[ -z "${MINFER_FETCH_WITH_PYTHON:-}" ]]; then
+  curl -sSfL --retry 3 -o "${work}/src.tar.gz" "${url}"
+else
+  # No curl on the machine: Python's own HTTP client (pip's Python is there for the models).
+  python3 -c 'import shutil, sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=300) as r, open(sys.argv[2], "wb") as f:
+    shutil.copyfileobj(r, f, 1 << 20)' "${url}" "${work}/src.tar.gz"
+fi
 got="$(sha256sum "${work}/src.tar.gz" | cut -d' ' -f1)"
 if [[ "${got}" != "${sha256}" ]]; then
   echo "fetch-llama-vocab: sha256 ${got}, expected ${sha256}" >&2
