@@ -509,7 +509,8 @@ impl Tokenizer {
         let mut words = Vec::new();
         let mut symbols = Vec::new();
         let mut word_text = String::new();
-        let byte_chars = bpe::byte_to_char_table();
+        // The byte map, only for a pre-tokenizer that looks whole words up (not on every call).
+        let byte_chars = pre.ignores_merges().then(bpe::byte_to_char_table);
         for fragment in self.partition_specials(text, parse_special, literal) {
             match fragment {
                 Fragment::Token(id) => out.push(id),
@@ -518,7 +519,7 @@ impl Tokenizer {
                     words.clear();
                     pre.split(fragment, &mut words);
                     for word in &words {
-                        if pre.ignores_merges() {
+                        if let Some(byte_chars) = &byte_chars {
                             word_text.clear();
                             word_text.extend(fragment[word.clone()].iter().map(|&b| byte_chars[b as usize]));
                             if let Some(&id) = self.text_to_id.get(&word_text) {

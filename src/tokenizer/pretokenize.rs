@@ -155,6 +155,18 @@ fn units(text: &[u8]) -> Vec<Unit> {
     out
 }
 
+/// Where the contraction `'s|'t|'re|'ve|'m|'ll|'d` that starts at the apostrophe at `pos` ends
+/// (`ch(i)` is the character at unit `i`, `None` past the piece), in any case letters or in
+/// lower case only.
+fn contraction_end(ch: &dyn Fn(usize) -> Option<char>, pos: usize, any_case: bool) -> Option<usize> {
+    let letter = |i: usize| ch(i).map(|c| if any_case { c.to_ascii_lowercase() } else { c });
+    match (letter(pos + 1), letter(pos + 2)) {
+        (Some('s' | 't' | 'm' | 'd'), _) => Some(pos + 2),
+        (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l')) => Some(pos + 3),
+        _ => None,
+    }
+}
+
 /// Qwen2's rule, with digits in runs of at most `max_digits` (1 for Qwen2, 3 for Llama 3).
 fn split_qwen2(text: &[u8], max_digits: usize, out: &mut Vec<std::ops::Range<usize>>) {
     let u = units(text);
@@ -172,13 +184,7 @@ fn split_qwen2(text: &[u8], max_digits: usize, out: &mut Vec<std::ops::Range<usi
 
         // (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])
         if c == Some('\'') {
-            let lower = |i: usize| ch(i).map(|c| c.to_ascii_lowercase());
-            let end = match (lower(pos + 1), lower(pos + 2)) {
-                (Some('s' | 't' | 'm' | 'd'), _) => Some(pos + 2),
-                (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l')) => Some(pos + 3),
-                _ => None,
-            };
-            if let Some(end) = end {
+            if let Some(end) = contraction_end(&ch, pos, true) {
                 out.push(byte_at(start)..byte_at(end));
                 pos = end;
                 continue;
@@ -501,12 +507,7 @@ fn split_gpt2(text: &[u8], u: &[Unit], span: std::ops::Range<usize>, out: &mut V
 
         // 's|'t|'re|'ve|'m|'ll|'d (lower case only)
         if c == Some('\'') {
-            let end = match (ch(pos + 1), ch(pos + 2)) {
-                (Some('s' | 't' | 'm' | 'd'), _) => Some(pos + 2),
-                (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l')) => Some(pos + 3),
-                _ => None,
-            };
-            if let Some(end) = end {
+            if let Some(end) = contraction_end(&ch, pos, false) {
                 out.push(byte_at(start)..byte_at(end));
                 pos = end;
                 continue;
