@@ -6,27 +6,14 @@
 
 mod common;
 
-use minfer::engine::{generate, GenerateOptions, Model, ModelOptions, Session};
+use common::Loaded;
+use minfer::engine::{generate, GenerateOptions, Session};
 use minfer::sampling::{argmax, SamplingParams};
 use std::sync::{Mutex, OnceLock};
 
-struct Loaded {
-    model: Model,
-    session: Session,
-}
-
 fn model() -> &'static Mutex<Loaded> {
     static MODEL: OnceLock<Mutex<Loaded>> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let options = ModelOptions {
-            n_threads: Some(2),
-            backend: None,
-            ..Default::default()
-        };
-        let model = Model::load(common::default_model(), &options).unwrap();
-        let session = Session::new(&model, 1024);
-        Mutex::new(Loaded { model, session })
-    })
+    MODEL.get_or_init(|| common::load_reference_model(common::default_model()))
 }
 
 /// The logits at the last position of `text` (specials parsed, no template), from an empty

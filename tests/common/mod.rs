@@ -40,6 +40,27 @@ pub fn smollm2() -> PathBuf {
     cached_model("SmolLM2-135M-Instruct.Q4_1.gguf", "scripts/fetch-model.sh smollm2")
 }
 
+/// A real model and one session on it, shared by a reference test's cases behind a mutex.
+#[allow(dead_code)]
+pub struct Loaded {
+    pub model: minfer::engine::Model,
+    pub session: minfer::engine::Session,
+}
+
+/// The model at `path` on the CPU with 2 threads, as the llama.cpp references were made, with a
+/// 1024-cell session.
+#[allow(dead_code)]
+pub fn load_reference_model(path: PathBuf) -> std::sync::Mutex<Loaded> {
+    let options = minfer::engine::ModelOptions {
+        n_threads: Some(2),
+        backend: None,
+        ..Default::default()
+    };
+    let model = minfer::engine::Model::load(path, &options).unwrap();
+    let session = minfer::engine::Session::new(&model, 1024);
+    std::sync::Mutex::new(Loaded { model, session })
+}
+
 /// One prompt of a llama.cpp reference set (`prompts.jsonl` beside `<index>.f32` files of the
 /// last position's logits): its text, llama.cpp's tokens, its 32-step greedy continuation with
 /// the top-1/top-2 gap at each step, and the gap at the last prompt position.
