@@ -77,6 +77,13 @@ impl MemWeights {
         minfer::quant::quantize_row(ty, &values, &mut bytes).unwrap();
         self.tensors.insert(name.to_string(), (ty, shape.to_vec(), bytes));
     }
+
+    /// Add `name`, an F32 vector of exactly `values`.
+    fn add_f32(&mut self, name: &str, values: &[f32]) {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.tensors
+            .insert(name.to_string(), (GgmlType::F32, vec![values.len() as u64], bytes));
+    }
 }
 
 impl TensorSource for MemWeights {
@@ -546,6 +553,8 @@ fn rope_meta(style: RopeStyle, n_head: usize, head_dim: usize, n_rot: usize) -> 
         head_dim,
         n_rot,
         freq_base: 10000.0,
+        freq_scale: 1.0,
+        freq_factors: None,
     }
 }
 
@@ -566,6 +575,30 @@ fn rope_cases(rng: &mut Rng) -> Vec<Case> {
             let name = format!("RoPE {style:?} n_head={n_head} head_dim={head_dim} n_rot={n_rot}");
             cases.push(case(name, b.build(), MemWeights::default(), inputs));
         }
+        // Llama 3.1's scaling: per-pair frequency factors from 1 to 8, and a linear scale.
+        let (n_head, head_dim, n_rot, nt) = (2, 32, 32, 3);
+        let mut weights = MemWeights::default();
+        let factors: Vec<f32> = (0..n_rot / 2)
+            .map(|i| 1.0 + 7.0 * i as f32 / (n_rot / 2) as f32)
+            .collect();
+        weights.add_f32("rope_freqs.weight", &factors);
+        let meta = RopeMeta {
+            freq_base: 500_000.0,
+            freq_scale: 0.5,
+            freq_factors: Some("rope_freqs.weight".into()),
+            ..rope_meta(style, n_head, head_dim, n_rot)
+        };
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", [n_head * head_dim, nt, 1, 1], DType::F32);
+        let pos = b.input("positions", [nt, 1, 1, 1], DType::I32);
+        let out = b.rope("out", x, pos, meta);
+        b.output(out);
+        let inputs = vec![
+            ("x", Data::F32(rng.vec(n_head * head_dim * nt, 1.0))),
+            ("positions", positions(&[0, 9, 2047])),
+        ];
+        let name = format!("RoPE {style:?} with frequency factors and freq_scale 0.5");
+        cases.push(case(name, b.build(), weights, inputs));
     }
     cases
 }

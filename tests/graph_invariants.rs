@@ -509,6 +509,8 @@ fn rope_meta() -> RopeMeta {
         head_dim: 4,
         n_rot: 4,
         freq_base: 10000.0,
+        freq_scale: 1.0,
+        freq_factors: None,
     }
 }
 

@@ -1,5 +1,5 @@
-//! The `llama` architecture's loader: a llama file runs; what it would not compute is refused by
-//! name — RoPE scaling, experts, an unknown `llama.*` key, a tensor the graph does not read —
+//! The `llama` architecture's loader: a llama file runs, with linear RoPE scaling and Llama 3.1's
+//! frequency factors; what it would not compute is refused by name — YaRN, experts, an unknown `llama.*` key, a tensor the graph does not read —
 //! and a newer family llama.cpp knows is refused by name too. The files are the tiny qwen2
 //! fixture relabelled as llama (its keys renamed, its Q/K/V biases kept: llama takes optional
 //! biases), written with minfer's GGUF writer.
@@ -56,12 +56,47 @@ fn a_llama_file_loads_as_llama_with_adjacent_pair_rope() {
 }
 
 #[test]
-fn rope_scaling_is_refused_naming_the_key_and_its_value() {
-    let err = refusal(&[("llama.rope.scaling.type", Value::String("linear".into()))], &[]);
-    assert!(err.to_string().contains("llama.rope.scaling.type = 'linear'"), "{err}");
-    // `none` is no scaling at all.
-    let (_dir, file) = llama_file(&[("llama.rope.scaling.type", Value::String("none".into()))], &[]);
-    load_model(&file).unwrap();
+fn linear_rope_scaling_loads_as_its_inverse_factor_and_yarn_is_refused_by_name() {
+    let err = refusal(&[("llama.rope.scaling.type", Value::String("yarn".into()))], &[]);
+    assert!(err.to_string().contains("llama.rope.scaling.type = 'yarn'"), "{err}");
+    let err = refusal(&[("llama.rope.scaling.type", Value::String("longrope".into()))], &[]);
+    assert!(err.to_string().contains("'longrope'"), "{err}");
+    // YaRN's own keys are unknown to a llama model.
+    let err = refusal(&[("llama.rope.scaling.yarn_beta_fast", Value::F32(32.0))], &[]);
+    assert!(err.to_string().contains("llama.rope.scaling.yarn_beta_fast"), "{err}");
+    let scale = |extra: &[(&str, Value)]| {
+        let (_dir, file) = llama_file(extra, &[]);
+        load_model(&file).unwrap().hparams().rope_freq_scale
+    };
+    assert_eq!(scale(&[]), 1.0);
+    assert_eq!(scale(&[("llama.rope.scaling.type", Value::String("none".into()))]), 1.0);
+    let linear = [
+        ("llama.rope.scaling.type", Value::String("linear".into())),
+        ("llama.rope.scaling.factor", Value::F32(4.0)),
+        ("llama.rope.scaling.original_context_length", Value::U32(4096)),
+    ];
+    assert_eq!(scale(&linear), 0.25);
+    // The older key, and a factor of 0 meaning none, as llama.cpp reads them.
+    assert_eq!(scale(&[("llama.rope.scale_linear", Value::F32(2.0))]), 0.5);
+    assert_eq!(scale(&[("llama.rope.scaling.factor", Value::F32(0.0))]), 1.0);
+    let err = refusal(&[("llama.rope.scaling.factor", Value::F32(-2.0))], &[]);
+    assert!(err.to_string().contains("rope_scaling_factor"), "{err}");
+}
+
+#[test]
+fn llama3_frequency_factors_load_and_bad_ones_are_refused_naming_the_tensor() {
+    // The tiny model's heads are 64 wide: 32 factors, one per rotated pair.
+    let (_dir, file) = llama_file(&[], &[("rope_freqs.weight", vec![32])]);
+    let err = load_model(&file).err().unwrap();
+    assert!(err.to_string().contains("rope_freqs.weight"), "zero factors: {err}");
+    let err = refusal(&[], &[("rope_freqs.weight", vec![8])]);
+    assert!(
+        matches!(err, ModelError::BadShape { ref name, .. } if name == "rope_freqs.weight"),
+        "{err}"
+    );
+    let model = load_model(&GgufFile::open(common::tiny_model("llama3", "Q4_0")).unwrap()).unwrap();
+    assert_eq!(model.hparams().rope_freq_factors.as_deref(), Some("rope_freqs.weight"));
+    assert_eq!(model.hparams().rope_freq_scale, 0.5);
 }
 
 #[test]
@@ -89,9 +124,9 @@ fn an_unknown_llama_key_is_refused_by_name_and_descriptive_keys_are_not() {
 
 #[test]
 fn a_tensor_the_graph_does_not_read_is_refused_by_name() {
-    // Llama 3's RoPE frequency factors, which minfer does not apply yet.
-    let err = refusal(&[], &[("rope_freqs.weight", vec![8])]);
-    assert!(err.to_string().contains("'rope_freqs.weight'"), "{err}");
+    // Phi-3's LongRoPE factors mean nothing to a llama model.
+    let err = refusal(&[], &[("rope_factors_long.weight", vec![32])]);
+    assert!(err.to_string().contains("'rope_factors_long.weight'"), "{err}");
     let err = refusal(&[], &[("blk.0.attn_output.bias", vec![64])]);
     assert!(err.to_string().contains("'blk.0.attn_output.bias'"), "{err}");
 }

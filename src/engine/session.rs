@@ -14,7 +14,7 @@ use super::{Batch, EngineError, KvCells, Model, SeqId};
 use crate::graph::scheduler::Timed;
 use crate::graph::{
     Backend, CParams, ComputeBackend, ComputeGraph, DType, GraphAllocator, GraphCache, GraphError, GraphParams,
-    InputKind, KShift, NodeMeta, RopeMeta,
+    InputKind, KShift, NodeMeta,
 };
 use crate::models::ModelDef;
 use std::sync::Arc;
@@ -341,13 +341,7 @@ impl Session {
             first_row: n_keep,
             n_rows: from.len() - n_keep,
             delta: -(n_discard as i32),
-            rope: RopeMeta {
-                style: hp.rope_style,
-                n_head: hp.n_head_kv,
-                head_dim: hp.head_dim,
-                n_rot: hp.n_rot,
-                freq_base: hp.rope_freq_base,
-            },
+            rope: crate::models::blocks::rope_meta(hp, hp.n_head_kv),
         };
         let alloc = self.cache.alloc_mut();
         for layer in alloc.kv_layers() {

@@ -252,7 +252,7 @@ impl GraphBuilder {
             &[x, positions, kv_cells],
             out,
             DType::F32,
-            NodeMeta::FusedQkv(meta),
+            NodeMeta::FusedQkv(Box::new(meta)),
         )
     }
 

@@ -42,6 +42,7 @@ fn meta_json(meta: &NodeMeta) -> Value {
         NodeMeta::Norm(m) => json!({ "weight": m.weight_name }),
         NodeMeta::Rope(m) => json!({
             "n_head": m.n_head, "head_dim": m.head_dim, "n_rot": m.n_rot, "freq_base": m.freq_base,
+            "freq_scale": m.freq_scale, "freq_factors": m.freq_factors,
         }),
         NodeMeta::Attn(m) => json!({
             "layer": m.layer, "n_head": m.n_head, "n_head_kv": m.n_head_kv, "head_dim": m.head_dim,

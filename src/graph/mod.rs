@@ -155,11 +155,11 @@ impl CNode {
                         .iter()
                         .flat_map(|(q_norm, k_norm, _)| [(q_norm, false), (k_norm, false)]),
                 )
+                .chain(m.rope.freq_factors.iter().map(|n| (n, false)))
                 .collect(),
             NodeMeta::FusedFfn(m) => matmul(&m.gate).chain(matmul(&m.up)).collect(),
-            NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Rope(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => {
-                Vec::new()
-            }
+            NodeMeta::Rope(m) => m.freq_factors.iter().map(|n| (n, false)).collect(),
+            NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => Vec::new(),
         }
     }
 

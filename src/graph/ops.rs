@@ -277,6 +277,28 @@ pub struct RopeMeta {
     pub n_rot: usize,
     /// Base of the rotation frequencies, `theta_i = pos * freq_base^(-2i / n_rot)` (`rope.freq_base`).
     pub freq_base: f32,
+    /// Linear position scaling (`rope.scaling.type = linear`): every angle is multiplied by it
+    /// (1 / `rope.scaling.factor`); 1 when the model does not scale.
+    pub freq_scale: f32,
+    /// An F32 weight of n_rot / 2 values that divide pair i's angle (llama.cpp's `freq_factors`:
+    /// Llama 3.1's `rope_freqs.weight`), named as every weight is; `None` divides by 1.
+    pub freq_factors: Option<String>,
+}
+
+impl RopeMeta {
+    /// `freq_base^(-2 / n_rot)` in f32: the ratio of consecutive pairs' unscaled angles, built up
+    /// by repeated multiplication as ggml's rope cache does (every backend uses this one value).
+    pub fn theta_scale(&self) -> f32 {
+        self.freq_base.powf(-2.0 / self.n_rot as f32)
+    }
+
+    /// Pair `i`'s angle from its unscaled one `theta` (`p * theta_scale^i`), as ggml's
+    /// `rope_yarn` computes it without YaRN extension: `freq_scale * (theta / factor_i)`.
+    /// Multiplying and dividing by 1 is exact, so an unscaled model's angles are `theta` itself.
+    #[inline]
+    pub fn angle(&self, theta: f32, factor: f32) -> f32 {
+        self.freq_scale * (theta / factor)
+    }
 }
 
 /// Payload of an Attn node: which cache, and the head geometry.
@@ -367,7 +389,7 @@ pub enum NodeMeta {
     /// The table of an embedding GetRows.
     Embed(EmbedMeta),
     /// Everything a FusedQKV or FusedQkvNorm computes.
-    FusedQkv(FusedQkvMeta),
+    FusedQkv(Box<FusedQkvMeta>),
     /// The projections of a FusedFFN.
     FusedFfn(FusedFfnMeta),
 }

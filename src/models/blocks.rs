@@ -156,6 +156,8 @@ pub fn rope_meta(hp: &HParams, n_head: usize) -> RopeMeta {
         head_dim: hp.head_dim,
         n_rot: hp.n_rot,
         freq_base: hp.rope_freq_base,
+        freq_scale: hp.rope_freq_scale,
+        freq_factors: hp.rope_freq_factors.clone(),
     }
 }
 

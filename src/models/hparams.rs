@@ -33,6 +33,12 @@ pub struct HParams {
     /// How RoPE pairs a head's dimensions: fixed by the architecture (llama.cpp's
     /// `llama_model_rope_type`), not stored in the file.
     pub rope_style: RopeStyle,
+    /// Linear RoPE scaling: 1 / `rope.scaling.factor` for `rope.scaling.type = linear`, else 1.
+    /// Set by the architectures that read the scaling keys.
+    pub rope_freq_scale: f32,
+    /// The F32 weight of per-pair RoPE frequency divisors (Llama 3.1's `rope_freqs.weight`), if
+    /// the model has one. Set by the architectures that read it.
+    pub rope_freq_factors: Option<String>,
 }
 
 impl HParams {
@@ -96,12 +102,14 @@ impl HParams {
                 opt_float(m, arch, "rope.freq_base")?.unwrap_or(10000.0),
             )?,
             rope_style,
+            rope_freq_scale: 1.0,
+            rope_freq_factors: None,
         })
     }
 }
 
 /// `value` if it is finite and above 0 (NaN fails the test too).
-fn positive_float(name: &'static str, value: f32) -> Result<f32, ModelError> {
+pub(crate) fn positive_float(name: &'static str, value: f32) -> Result<f32, ModelError> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {

@@ -190,6 +190,58 @@ pub(crate) fn layer_f32(file: &GgufFile, il: usize, suffix: &str, len: u64) -> R
     Ok(name)
 }
 
+/// The linear RoPE scaling of an `arch` file, as llama.cpp reads it: `{arch}.rope.scaling.factor`
+/// (or the older `rope.scale_linear`) turns into `freq_scale = 1 / factor`, 1 when absent or 0;
+/// `rope.scaling.type` may be `none` or `linear`, and YaRN or LongRoPE are refused by name.
+pub(crate) fn rope_scaling(file: &GgufFile, arch: &str) -> Result<f32, ModelError> {
+    let m = file.metadata();
+    let type_key = format!("{arch}.rope.scaling.type");
+    if m.contains(&type_key) {
+        let kind = m.get_str(&type_key)?;
+        if kind != "none" && kind != "linear" {
+            return Err(ModelError::Unsupported {
+                what: format!("{type_key} = '{kind}'"),
+                reason: format!("RoPE scaling '{kind}' is not supported for {arch} models (none and linear are)"),
+            });
+        }
+    }
+    for suffix in ["rope.scaling.factor", "rope.scale_linear"] {
+        let key = format!("{arch}.{suffix}");
+        if m.contains(&key) {
+            let factor = m.get_float(&key)?;
+            if factor == 0.0 {
+                return Ok(1.0);
+            }
+            return hparams::positive_float("rope_scaling_factor", factor).map(|f| 1.0 / f);
+        }
+    }
+    Ok(1.0)
+}
+
+/// `rope_freqs.weight`, the per-pair divisors of RoPE's angles (Llama 3.1's long-context
+/// scaling, baked in by the converter), if the file has it: F32 `[n_rot / 2]`, every value finite
+/// and above 0.
+pub(crate) fn rope_freq_factors(file: &GgufFile, hp: &HParams) -> Result<Option<String>, ModelError> {
+    const NAME: &str = "rope_freqs.weight";
+    let Ok(info) = file.tensor(NAME) else {
+        return Ok(None);
+    };
+    f32_vector(file, NAME, (hp.n_rot / 2) as u64)?;
+    let bytes = file.tensor_data(info);
+    let bad = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .find(|v| *v <= 0.0);
+    if let Some(value) = bad {
+        return Err(ModelError::BadFloatHParam {
+            name: "rope_freqs.weight",
+            value,
+            reason: "every factor must be above 0",
+        });
+    }
+    Ok(Some(NAME.to_string()))
+}
+
 /// Layer `il`'s F32 vector `blk.{il}.{suffix}` if the file has it (an optional bias).
 pub(crate) fn optional_layer_f32(
     file: &GgufFile,

@@ -84,19 +84,9 @@ impl CpuBackend {
                     .map_err(|e| self.err(node, e))?;
             }
             let r = &m.rope;
-            kernels::rope(out, positions, nt, r.n_head, r.head_dim, r.n_rot, r.freq_base, r.style)
-                .map_err(|e| self.err(node, e))?;
-            kernels::rope(
-                &mut k,
-                positions,
-                nt,
-                m.n_head_kv,
-                r.head_dim,
-                r.n_rot,
-                r.freq_base,
-                r.style,
-            )
-            .map_err(|e| self.err(node, e))?;
+            let factors = self.rope_factors(node, r)?;
+            kernels::rope(out, positions, nt, r.n_head, r, factors).map_err(|e| self.err(node, e))?;
+            kernels::rope(&mut k, positions, nt, m.n_head_kv, r, factors).map_err(|e| self.err(node, e))?;
             let (k_id, v_id) = kv_pair.ok_or_else(|| self.err(node, "no KV regions for this layer"))?;
             let mut k_region = std::mem::take(&mut self.buffers[k_id]);
             let mut v_region = std::mem::take(&mut self.buffers[v_id]);

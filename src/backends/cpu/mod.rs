@@ -399,6 +399,14 @@ impl CpuBackend {
         bytemuck::try_cast_slice(w.data).map_err(|e| self.err(node, format!("weight '{name}': {e}")))
     }
 
+    /// The values of the frequency-factor weight a RoPE names, if it names one.
+    fn rope_factors(&self, node: &CNode, r: &crate::graph::RopeMeta) -> Result<Option<&[f32]>, BackendError> {
+        r.freq_factors
+            .as_deref()
+            .map(|name| self.f32_weight(node, name))
+            .transpose()
+    }
+
     fn buffer(&self, node: &CNode, buf: BufRef) -> Result<&[f32], BackendError> {
         self.buffers
             .get(buf.id)
@@ -652,11 +660,31 @@ impl ComputeBackend for CpuBackend {
     fn rope_shift(&mut self, id: usize, shift: &crate::graph::KShift) -> Result<(), BackendError> {
         self.byte_range(id, 0, 0)?;
         let (bytes, dtype) = self.info[id];
-        kernels::rope_shift(&mut self.buffers[id], bytes, dtype, shift).map_err(|e| BackendError::Buffer {
+        let problem = |problem: String| BackendError::Buffer {
             backend: "cpu".into(),
             id,
-            problem: format!("context shift: {e}"),
-        })
+            problem: format!("context shift: {problem}"),
+        };
+        let factors = match shift.rope.freq_factors.as_deref() {
+            None => None,
+            Some(name) => {
+                let w = self
+                    .weights
+                    .weight(name)
+                    .ok_or_else(|| problem(format!("no weight '{name}' for the RoPE frequency factors")))?;
+                if w.ggml_type != crate::quant::GgmlType::F32 {
+                    return Err(problem(format!(
+                        "weight '{name}' is {}, an F32 vector is needed",
+                        w.ggml_type
+                    )));
+                }
+                Some(
+                    bytemuck::try_cast_slice::<u8, f32>(w.data)
+                        .map_err(|e| problem(format!("weight '{name}': {e}")))?,
+                )
+            }
+        };
+        kernels::rope_shift(&mut self.buffers[id], bytes, dtype, shift, factors).map_err(|e| problem(e.to_string()))
     }
 
     fn synchronize(&mut self) -> Result<(), BackendError> {
@@ -729,7 +757,7 @@ impl CpuBackend {
                     out.copy_from_slice(self.buffer(node, in_bufs[0])?);
                 }
                 let positions = ids_of(self.buffer(node, in_bufs[1])?);
-                kernels::rope(out, positions, nt, m.n_head, m.head_dim, m.n_rot, m.freq_base, m.style).map_err(kerr)
+                kernels::rope(out, positions, nt, m.n_head, m, self.rope_factors(node, m)?).map_err(kerr)
             }
             (Op::Silu, _) => {
                 if aliased(0) {

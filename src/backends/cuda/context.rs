@@ -329,7 +329,11 @@ impl CudaBackend {
             ));
         }
         // The same f32 power as the CPU's rope cache.
-        let theta_scale = m.freq_base.powf(-2.0 / m.n_rot as f32);
+        let theta_scale = m.theta_scale();
+        let factors = match &m.freq_factors {
+            Some(name) => self.f32_weight(node, name, m.n_rot / 2)?,
+            None => 0,
+        };
         let cfg = launch_config((grid(nt * n_head)?, 1), 64);
         let args = [
             Arg::Ptr(x),
@@ -339,6 +343,8 @@ impl CudaBackend {
             Arg::I32(int(m.n_rot)?),
             Arg::F32(theta_scale),
             Arg::I32(i32::from(m.style == RopeStyle::Neox)),
+            Arg::Ptr(factors),
+            Arg::F32(m.freq_scale),
         ];
         self.launch(node, "rope", cfg, &args)
     }
@@ -911,7 +917,23 @@ impl ComputeBackend for CudaBackend {
             .ok_or_else(|| Self::buffer_error(id, "does not exist"))?;
         let mut words = vec![0f32; bytes.div_ceil(4)];
         self.read_buffer(id, 0, &mut bytemuck::cast_slice_mut(&mut words)[..bytes])?;
-        crate::backends::cpu::kernels::rope_shift(&mut words, bytes, dtype, shift)
+        let factors = match &shift.rope.freq_factors {
+            None => None,
+            Some(name) => {
+                let w = self
+                    .weights
+                    .get(name)
+                    .ok_or_else(|| Self::buffer_error(id, format!("context shift: no weight '{name}'")))?;
+                let mut values = vec![0f32; w.data.len() / 4];
+                let stream = Arc::clone(self.stream()?);
+                stream
+                    .memcpy_dtoh(&w.data.slice(..values.len() * 4), bytemuck::cast_slice_mut(&mut values))
+                    .and_then(|()| stream.synchronize())
+                    .map_err(|e| Self::buffer_error(id, format!("copying '{name}' to the host: {e}")))?;
+                Some(values)
+            }
+        };
+        crate::backends::cpu::kernels::rope_shift(&mut words, bytes, dtype, shift, factors.as_deref())
             .map_err(|e| Self::buffer_error(id, format!("context shift: {e}")))?;
         self.write_buffer(id, 0, &bytemuck::cast_slice(&words)[..bytes])
     }

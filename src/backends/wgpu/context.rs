@@ -503,7 +503,7 @@ impl WgpuBackend {
         }
         let nt = node.out_shape[1];
         // The same f32 power as the CPU's kernel.
-        let theta_scale = m.freq_base.powf(-2.0 / m.n_rot as f32);
+        let theta_scale = m.theta_scale();
         let neox = u32::from(m.style == crate::graph::RopeStyle::Neox);
         let words = [
             m.n_head as u32,
@@ -512,8 +512,8 @@ impl WgpuBackend {
             theta_scale.to_bits(),
             neox,
             nt as u32,
-            0,
-            0,
+            m.freq_scale.to_bits(),
+            u32::from(m.freq_factors.is_some()),
         ];
         let params = &words;
         let gx = Self::rows_grid(node, nt)?;
@@ -522,11 +522,16 @@ impl WgpuBackend {
             self.buffer(node, positions)?,
             self.buffer(node, out)?,
         );
+        // Without factors the shader reads none: the positions stand in for the binding.
+        let factors = match &m.freq_factors {
+            Some(name) => self.whole(node, name)?,
+            None => Arc::clone(&positions),
+        };
         let shared = Arc::clone(&self.shared);
         self.dispatch(
             node,
             &shared.pipelines.rope,
-            &[&x, &positions],
+            &[&x, &positions, &factors],
             &[&out],
             params,
             (gx, 1, 1),

@@ -1,4 +1,5 @@
-//! Llama's hyper-parameters and tensors, checked against each other at load, and the refusals:
+//! Llama's hyper-parameters and tensors, checked against each other at load (linear RoPE scaling
+//! and Llama 3.1's frequency factors included), and the refusals:
 //! every tensor the graph does not read and every `llama.*` key that would change the computation
 //! beyond what it builds is refused by name (descriptive keys are ignored).
 
@@ -7,7 +8,7 @@ use crate::graph::{ComputeGraph, GraphParams, RopeStyle};
 use crate::models::blocks::WeightRef;
 use crate::models::{
     check_arch_keys, check_tensor, check_used_tensors, f32_vector, layer_f32, layer_weight, optional_layer_f32,
-    output_weight, ArchKey, HParams, ModelDef, ModelError,
+    output_weight, rope_freq_factors, rope_scaling, ArchKey, HParams, ModelDef, ModelError,
 };
 use crate::quant::GgmlType;
 
@@ -52,6 +53,11 @@ const KEYS: &[ArchKey] = &[
     ArchKey::Read("rope.freq_base"),
     ArchKey::Read("rope.dimension_count"),
     ArchKey::Read("rope.scaling.type"),
+    ArchKey::Read("rope.scaling.factor"),
+    ArchKey::Read("rope.scale_linear"),
+    // Only YaRN reads these (refused below); for linear scaling they describe the training.
+    ArchKey::Descriptive("rope.scaling.original_context_length"),
+    ArchKey::Descriptive("rope.scaling.finetuned"),
     // Descriptive: the vocabulary's size is the embedding's, and the layout note of Meta's
     // original checkpoints changes nothing once converted.
     ArchKey::Descriptive("vocab_size"),
@@ -78,18 +84,11 @@ impl Llama {
                 }
             }
         }
-        if m.contains("llama.rope.scaling.type") {
-            let kind = m.get_str("llama.rope.scaling.type")?;
-            if kind != "none" {
-                return Err(ModelError::Unsupported {
-                    what: format!("llama.rope.scaling.type = '{kind}'"),
-                    reason: "RoPE scaling is not supported yet for llama models".into(),
-                });
-            }
-        }
         // Llama pairs adjacent dimensions, as llama.cpp's LLAMA_ROPE_TYPE_NORM (the converter
         // permutes Q and K for it).
-        let hp = HParams::load(file, ARCH, RopeStyle::Normal)?;
+        let mut hp = HParams::load(file, ARCH, RopeStyle::Normal)?;
+        hp.rope_freq_scale = rope_scaling(file, ARCH)?;
+        hp.rope_freq_factors = rope_freq_factors(file, &hp)?;
         if let Ok(value_length) = m.get_uint("llama.attention.value_length") {
             if value_length as usize != hp.head_dim {
                 return Err(ModelError::BadHParam {
@@ -130,6 +129,7 @@ impl Llama {
             "output_norm.weight".to_string(),
             output.0.clone(),
         ];
+        used.extend(hp.rope_freq_factors.iter().cloned());
         for w in &layers {
             used.extend(
                 [

@@ -285,12 +285,13 @@ impl<'a> KvRegionMut<'a> {
 /// Turn K rows of a region held in `words` (`bytes` bytes of `dtype`) by a context shift:
 /// each row is read as f32, rotated with [`rope`](super::rope) by `shift.delta` positions and
 /// written back in the stored type (llama.cpp's K-shift, which converts f16 and Q8_0 the same
-/// way).
+/// way). `factors` are the values of `shift.rope.freq_factors`, resolved by the caller.
 pub fn rope_shift(
     words: &mut [f32],
     bytes: usize,
     dtype: DType,
     shift: &crate::graph::KShift,
+    factors: Option<&[f32]>,
 ) -> Result<(), KernelError> {
     const K: &str = "rope_shift";
     let r = &shift.rope;
@@ -311,16 +312,7 @@ pub fn rope_shift(
         .ok_or_else(layout)?
         .read(start, &mut rows)?;
     let positions = vec![shift.delta; shift.n_rows];
-    super::rope(
-        &mut rows,
-        &positions,
-        shift.n_rows,
-        r.n_head,
-        r.head_dim,
-        r.n_rot,
-        r.freq_base,
-        r.style,
-    )?;
+    super::rope(&mut rows, &positions, shift.n_rows, r.n_head, r, factors)?;
     KvRegionMut::of(words, dtype, n_values)
         .ok_or_else(layout)?
         .write(start, &rows)

@@ -1,29 +1,31 @@
-//! Rotary position embedding, in place, as ggml's `rope` with no frequency scaling or YaRN
-//! extension (`freq_scale = 1`, `ext_factor = 0`, `attn_factor = 1`). Owns the rotation angles
-//! and the pairing of dimensions; must not know which model wants which style.
+//! Rotary position embedding, in place, as ggml's `rope_ext` without YaRN extension
+//! (`ext_factor = 0`, `attn_factor = 1`): linear position scaling (`freq_scale`) and per-pair
+//! frequency factors (Llama 3.1's `rope_freqs`) included. Owns the rotation angles and the pairing
+//! of dimensions; must not know which model wants which style.
 
 use super::{check_len, size, KernelError};
+use crate::graph::RopeMeta;
 pub use crate::graph::RopeStyle;
 
-/// Rotate the first `n_rot` dimensions of every head of `x` (`[head_dim * n_head, n_tokens]`)
-/// by the angles of token `t`'s position `positions[t]`; dimensions from `n_rot` on are left
-/// unchanged.
+/// Rotate the first `r.n_rot` dimensions of every one of the `n_head` heads of `x`
+/// (`[head_dim * n_head, n_tokens]`) by the angles of token `t`'s position `positions[t]`;
+/// dimensions from `n_rot` on are left unchanged. `factors` holds the values of the weight
+/// `r.freq_factors` names (n_rot / 2 of them), resolved by the caller.
 ///
-/// Pair `i` turns by `theta_i = p * freq_base^(-2i / n_rot)`, computed as ggml's rope cache does:
-/// `theta_scale = powf(freq_base, -2 / n_rot)`, `theta_0 = p` and `theta_{i+1} = theta_i *
-/// theta_scale`, all in f32, so the angles carry ggml's rounding rather than the exact powers.
-#[allow(clippy::too_many_arguments)]
+/// Pair `i` turns by `freq_scale * (theta_i / factor_i)` with `theta_i = p * freq_base^(-2i /
+/// n_rot)`, computed as ggml's rope cache does: `theta_scale = powf(freq_base, -2 / n_rot)`,
+/// `theta_0 = p` and `theta_{i+1} = theta_i * theta_scale`, all in f32, so the angles carry
+/// ggml's rounding rather than the exact powers.
 pub fn rope(
     x: &mut [f32],
     positions: &[i32],
     n_tokens: usize,
     n_head: usize,
-    head_dim: usize,
-    n_rot: usize,
-    freq_base: f32,
-    style: RopeStyle,
+    r: &RopeMeta,
+    factors: Option<&[f32]>,
 ) -> Result<(), KernelError> {
     const K: &str = "rope";
+    let (head_dim, n_rot) = (r.head_dim, r.n_rot);
     if !n_rot.is_multiple_of(2) || n_rot > head_dim {
         return Err(KernelError::RotaryDims {
             kernel: K,
@@ -34,11 +36,14 @@ pub fn rope(
     let row = size(K, "x", head_dim, n_head)?;
     check_len(K, "x", x.len(), size(K, "x", row, n_tokens)?)?;
     check_len(K, "positions", positions.len(), n_tokens)?;
+    if let Some(f) = factors {
+        check_len(K, "freq_factors", f.len(), n_rot / 2)?;
+    }
     if row == 0 || n_rot == 0 {
         return Ok(());
     }
-    let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
-    let (stride, offset) = match style {
+    let theta_scale = r.theta_scale();
+    let (stride, offset) = match r.style {
         RopeStyle::Normal => (2, 1),
         RopeStyle::Neox => (1, n_rot / 2),
     };
@@ -47,7 +52,8 @@ pub fn rope(
         // per-token cache is, without a buffer to hold them.
         let mut theta = p as f32;
         for i in 0..n_rot / 2 {
-            let (sin_theta, cos_theta) = (theta.sin(), theta.cos());
+            let angle = r.angle(theta, factors.map_or(1.0, |f| f[i]));
+            let (sin_theta, cos_theta) = (angle.sin(), angle.cos());
             let i0 = i * stride;
             for head in xt.chunks_exact_mut(head_dim) {
                 let x0 = head[i0];
@@ -65,6 +71,40 @@ pub fn rope(
 mod tests {
     use super::*;
     use crate::test_util::XorShift;
+
+    fn meta(head_dim: usize, n_rot: usize, freq_base: f32, style: RopeStyle) -> RopeMeta {
+        RopeMeta {
+            style,
+            n_head: 0,
+            head_dim,
+            n_rot,
+            freq_base,
+            freq_scale: 1.0,
+            freq_factors: None,
+        }
+    }
+
+    /// RoPE without scaling, its geometry spelled out.
+    #[allow(clippy::too_many_arguments)]
+    fn plain(
+        x: &mut [f32],
+        positions: &[i32],
+        n_tokens: usize,
+        n_head: usize,
+        head_dim: usize,
+        n_rot: usize,
+        base: f32,
+        style: RopeStyle,
+    ) -> Result<(), KernelError> {
+        rope(
+            x,
+            positions,
+            n_tokens,
+            n_head,
+            &meta(head_dim, n_rot, base, style),
+            None,
+        )
+    }
 
     /// The pairs of dimensions `style` rotates together, pair `i` first.
     fn pairs(style: RopeStyle, n_rot: usize) -> Vec<(usize, usize)> {
@@ -85,7 +125,7 @@ mod tests {
         for style in [RopeStyle::Normal, RopeStyle::Neox] {
             let x = r.vec(n_head * head_dim * n_tokens, 1.0);
             let mut y = x.clone();
-            rope(&mut y, &positions, n_tokens, n_head, head_dim, n_rot, base, style).unwrap();
+            plain(&mut y, &positions, n_tokens, n_head, head_dim, n_rot, base, style).unwrap();
             for (t, &p) in positions.iter().enumerate() {
                 for h in 0..n_head {
                     let at = |i: usize| t * n_head * head_dim + h * head_dim + i;
@@ -117,7 +157,7 @@ mod tests {
         for (a, _) in pairs(RopeStyle::Neox, n_rot) {
             x[a] = 1.0;
         }
-        rope(&mut x, &[p], 1, 1, head_dim, n_rot, base, RopeStyle::Neox).unwrap();
+        plain(&mut x, &[p], 1, 1, head_dim, n_rot, base, RopeStyle::Neox).unwrap();
         let theta_scale = base.powf(-2.0 / n_rot as f32);
         let mut theta = p as f32;
         for (a, b) in pairs(RopeStyle::Neox, n_rot) {
@@ -128,12 +168,55 @@ mod tests {
     }
 
     #[test]
+    fn frequency_factors_and_linear_scaling_divide_and_scale_each_pairs_angle() {
+        // Llama 3.1's factors: 1 for the fast pairs, 8 for the slow ones, smooth in between.
+        let (head_dim, n_rot, base) = (16, 16, 500_000.0f32);
+        let factors: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + i as f32).collect();
+        for (freq_scale, p) in [(1.0f32, 123), (0.25, 4097)] {
+            let r = RopeMeta {
+                freq_scale,
+                freq_factors: Some("rope_freqs.weight".into()),
+                ..meta(head_dim, n_rot, base, RopeStyle::Normal)
+            };
+            let mut x = vec![0.0f32; head_dim];
+            for i in 0..n_rot / 2 {
+                x[2 * i] = 1.0;
+            }
+            rope(&mut x, &[p], 1, 1, &r, Some(&factors)).unwrap();
+            for (i, f) in factors.iter().enumerate() {
+                let theta =
+                    freq_scale as f64 * p as f64 * (base as f64).powf(-2.0 * i as f64 / n_rot as f64) / *f as f64;
+                let tol = 1e-5 + theta * (2 * i + 4) as f64 * f32::EPSILON as f64;
+                assert!(
+                    (x[2 * i] as f64 - theta.cos()).abs() <= tol,
+                    "scale {freq_scale} pair {i}"
+                );
+                assert!(
+                    (x[2 * i + 1] as f64 - theta.sin()).abs() <= tol,
+                    "scale {freq_scale} pair {i}"
+                );
+            }
+        }
+        let mut x = vec![0.0; head_dim];
+        let err = rope(
+            &mut x,
+            &[1],
+            1,
+            1,
+            &meta(head_dim, n_rot, base, RopeStyle::Normal),
+            Some(&[1.0; 3]),
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "rope: freq_factors has length 3, expected 8");
+    }
+
+    #[test]
     fn position_zero_is_the_identity() {
         let mut r = XorShift(32);
         for style in [RopeStyle::Normal, RopeStyle::Neox] {
             let x = r.vec(2 * 32, 5.0);
             let mut y = x.clone();
-            rope(&mut y, &[0], 1, 2, 32, 32, 10_000.0, style).unwrap();
+            plain(&mut y, &[0], 1, 2, 32, 32, 10_000.0, style).unwrap();
             assert_eq!(x, y, "{style:?}");
         }
     }
@@ -141,16 +224,16 @@ mod tests {
     #[test]
     fn bad_sizes_are_refused_naming_the_kernel_and_the_sizes() {
         let mut x = vec![0.0; 64];
-        let err = rope(&mut x, &[0], 1, 2, 32, 33, 1e4, RopeStyle::Neox).unwrap_err();
+        let err = plain(&mut x, &[0], 1, 2, 32, 33, 1e4, RopeStyle::Neox).unwrap_err();
         assert_eq!(
             err.to_string(),
             "rope: n_rot = 33 must be even and at most head_dim = 32"
         );
-        let err = rope(&mut x, &[0], 1, 2, 32, 34, 1e4, RopeStyle::Neox).unwrap_err();
+        let err = plain(&mut x, &[0], 1, 2, 32, 34, 1e4, RopeStyle::Neox).unwrap_err();
         assert!(matches!(err, KernelError::RotaryDims { n_rot: 34, .. }));
-        let err = rope(&mut x, &[0, 1], 2, 2, 32, 32, 1e4, RopeStyle::Normal).unwrap_err();
+        let err = plain(&mut x, &[0, 1], 2, 2, 32, 32, 1e4, RopeStyle::Normal).unwrap_err();
         assert_eq!(err.to_string(), "rope: x has length 64, expected 128");
-        let err = rope(&mut x, &[0, 1], 1, 2, 32, 32, 1e4, RopeStyle::Normal).unwrap_err();
+        let err = plain(&mut x, &[0, 1], 1, 2, 32, 32, 1e4, RopeStyle::Normal).unwrap_err();
         assert_eq!(err.to_string(), "rope: positions has length 2, expected 1");
     }
 }

@@ -1,7 +1,9 @@
-// RoPE as the CPU's kernel computes it: pair i of each head turns by theta_i = p * s^i, with
-// s = freq_base^(-2 / n_rot) computed on the host (its f32 bits passed in) and the powers taken
-// by repeated f32 multiplication, as ggml's rope cache does. Dimensions from n_rot on are
-// copied. One workgroup a token; `neox` pairs (i, i + n_rot / 2), else (2i, 2i + 1).
+// RoPE as the CPU's kernel computes it: pair i of each head turns by freq_scale * (theta_i /
+// ff[i]) with theta_i = p * s^i, s = freq_base^(-2 / n_rot) computed on the host (its f32 bits
+// passed in) and the powers taken by repeated f32 multiplication, as ggml's rope cache does.
+// `ff` holds Llama 3.1's frequency factors when `has_ff` is 1 (else it is any buffer, unread,
+// and the divisor is 1). Dimensions from n_rot on are copied. One workgroup a token; `neox`
+// pairs (i, i + n_rot / 2), else (2i, 2i + 1).
 struct Params {
     n_head: u32,
     head_dim: u32,
@@ -9,14 +11,15 @@ struct Params {
     theta_scale: u32,
     neox: u32,
     n_tokens: u32,
-    pad0: u32,
-    pad1: u32,
+    freq_scale: u32,
+    has_ff: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> positions: array<i32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
+@group(0) @binding(2) var<storage, read> ff: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -32,10 +35,15 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     for (var item = lid.x; item < p.n_head * half; item += 64u) {
         let head = item / half;
         let i = item % half;
-        var theta = pos;
+        var theta_base = pos;
         for (var k = 0u; k < i; k++) {
-            theta = theta * scale;
+            theta_base = theta_base * scale;
         }
+        var factor = 1.0;
+        if (p.has_ff == 1u) {
+            factor = ff[i];
+        }
+        let theta = bitcast<f32>(p.freq_scale) * (theta_base / factor);
         var i0 = 2u * i;
         var off = 1u;
         if (p.neox == 1u) {
