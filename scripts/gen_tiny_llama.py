@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Write the tiny `llama` fixtures from the tiny qwen2 ones (their `qwen2.*` keys renamed
-`llama.*`; tokenizer, tensors and their bytes, the Q/K/V biases llama takes as optional,
-unchanged). llama.cpp then runs them with adjacent-pair RoPE, which is what they test.
+"""Write the tiny `llama` and `granite` fixtures from the tiny qwen2 ones (their `qwen2.*` keys
+renamed `llama.*` or `granite.*`; tokenizer, tensors and their bytes, the Q/K/V biases both take
+as optional, unchanged). llama.cpp then runs them with adjacent-pair RoPE, which is what they
+test.
 
 - `tiny-llama-Q8_0.gguf`: from `tiny-qwen2-Q8_0.gguf`, nothing else changed.
 - `tiny-llama3-Q4_0.gguf`: from `tiny-qwen2-Q4_0.gguf`, with Llama 3.1's RoPE scaling baked in
@@ -9,6 +10,9 @@ unchanged). llama.cpp then runs them with adjacent-pair RoPE, which is what they
   formula (factor 8, low/high frequency factors 1 and 4, original context 4096) — at
   `rope.freq_base` 500000, and on top of it linear scaling (`rope.scaling.type = linear`,
   factor 2), so that one file exercises both of llama.cpp's ways of scaling a llama's RoPE.
+- `tiny-granite-Q4_0.gguf`: from `tiny-qwen2-Q4_0.gguf` as Granite, with its four scales
+  (embedding 12, residual 0.22, attention 1/64 where 1/sqrt(head_dim) would be 1/8, logits
+  divided by 1.25).
 
     .venv/bin/python scripts/gen_tiny_llama.py
 """
@@ -37,14 +41,14 @@ def llama3_factors(n_rot, base, factor=8.0, low=1.0, high=4.0, original=4096):
     return np.array(out, dtype=np.float32)
 
 
-def relabel(src, dst, name, llama3):
+def relabel(src, dst, name, llama3, arch="llama", extra=()):
     r = GGUFReader(root / src)
-    w = GGUFWriter(root / dst, "llama")
+    w = GGUFWriter(root / dst, arch)
     n_embd = n_head = None
     for key, field in r.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
             continue
-        new = "llama." + key[len("qwen2."):] if key.startswith("qwen2.") else key
+        new = arch + "." + key[len("qwen2."):] if key.startswith("qwen2.") else key
         vtype = field.types[0]
         value = field.contents()
         if key == "qwen2.embedding_length":
@@ -59,6 +63,8 @@ def relabel(src, dst, name, llama3):
             w.add_key_value(new, value, vtype, sub_type=field.types[1])
         else:
             w.add_key_value(new, value, vtype)
+    for key, value in extra:
+        w.add_key_value(key, value, VT.FLOAT32)
     if llama3:
         w.add_key_value("llama.rope.scaling.type", "linear", VT.STRING)
         w.add_key_value("llama.rope.scaling.factor", 2.0, VT.FLOAT32)
@@ -74,3 +80,6 @@ def relabel(src, dst, name, llama3):
 
 relabel("tiny-qwen2-Q8_0.gguf", "tiny-llama-Q8_0.gguf", "tiny-llama", llama3=False)
 relabel("tiny-qwen2-Q4_0.gguf", "tiny-llama3-Q4_0.gguf", "tiny-llama3", llama3=True)
+relabel("tiny-qwen2-Q4_0.gguf", "tiny-granite-Q4_0.gguf", "tiny-granite", llama3=False, arch="granite",
+        extra=[("granite.embedding_scale", 12.0), ("granite.residual_scale", 0.22),
+               ("granite.attention.scale", 0.015625), ("granite.logit_scale", 1.25)])

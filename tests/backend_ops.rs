@@ -415,10 +415,11 @@ fn elementwise_cases(rng: &mut Rng) -> Vec<Case> {
     let nt = 3;
     let mut cases = Vec::new();
     type Build = fn(&mut GraphBuilder, usize, usize) -> usize;
-    let ops: [(&str, Build); 5] = [
+    let ops: [(&str, Build); 6] = [
         ("Add", |b, x, y| b.add("out", x, y)),
         ("Mul", |b, x, y| b.mul("out", x, y)),
         ("Silu", |b, x, _| b.silu("out", x)),
+        ("Scale 0.22", |b, x, _| b.scale("out", x, 0.22)),
         ("SwiGLU", |b, x, y| b.swiglu("out", x, y)),
         // Built unfused; the fusion pass folds it into SwiGLU where the backend claims it.
         ("Mul(Silu) fused", |b, x, y| {
@@ -628,6 +629,7 @@ fn attn_meta() -> AttnMeta {
         n_head: N_HEAD,
         n_head_kv: N_HEAD_KV,
         head_dim: HEAD_DIM,
+        kq_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
     }
 }
 
@@ -662,7 +664,19 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
         });
         let store = b.kvcache_store("kv_store", 0, k, v, cells, kv_meta_of(type_k, type_v));
         let kv = b.kvcache_load("kv_load", 0, kv_meta_of(type_k, type_v));
-        let out = b.attn("out", q, kv, pos, span, attn_meta());
+        // Decoding also with a model's own score scale (Granite's), not 1 / sqrt(head_dim).
+        let kq_scale = if nt == 1 { 0.0625 } else { attn_meta().kq_scale };
+        let out = b.attn(
+            "out",
+            q,
+            kv,
+            pos,
+            span,
+            AttnMeta {
+                kq_scale,
+                ..attn_meta()
+            },
+        );
         b.output(out);
         // The store's output is the K region itself: compared as f32 values when it holds them
         // (the store runs either way, a node with a side effect).
@@ -703,7 +717,7 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
         };
         cases.push(Case {
             name: format!(
-                "KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}, KV {}/{}), {nt} token(s) x 3 steps",
+                "KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}, KV {}/{}, kq_scale {kq_scale}), {nt} token(s) x 3 steps",
                 type_k.name(),
                 type_v.name()
             ),

@@ -148,3 +148,50 @@ fn newer_families_are_refused_by_name() {
         );
     }
 }
+
+/// The tiny Granite fixture without the keys `skip`, with `extra` set.
+fn granite_file(skip: &[&str], extra: &[(&str, Value)]) -> (tempfile::TempDir, GgufFile) {
+    let src = GgufFile::open(common::tiny_model("granite", "Q4_0")).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in src.metadata().iter().filter(|(k, _)| !skip.contains(k)) {
+        w.set(key, value.clone());
+    }
+    for (key, value) in extra {
+        w.set(*key, value.clone());
+    }
+    for t in src.tensors() {
+        w.add_tensor(&t.name, t.ggml_type, &t.shape, src.tensor_data(t).to_vec())
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("granite.gguf");
+    w.write_file(&path).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    (dir, file)
+}
+
+#[test]
+fn granite_reads_its_four_scales_and_refuses_a_file_without_its_logit_scale_or_rope() {
+    let (_dir, file) = granite_file(&[], &[]);
+    let model = load_model(&file).unwrap();
+    assert_eq!(model.arch(), "granite");
+    let hp = model.hparams();
+    assert_eq!(hp.embedding_scale, Some(12.0));
+    assert_eq!(hp.residual_scale, Some(0.22));
+    assert_eq!(hp.kq_scale, 0.015625);
+    assert_eq!(hp.logit_scale, Some(1.0 / 1.25));
+
+    let refused = |skip: &[&str], extra: &[(&str, Value)]| {
+        let (_dir, file) = granite_file(skip, extra);
+        load_model(&file).err().unwrap().to_string()
+    };
+    let err = refused(&["granite.logit_scale"], &[]);
+    assert!(err.contains("granite.logit_scale"), "{err}");
+    let err = refused(&[], &[("granite.rope.scaling.finetuned", Value::Bool(false))]);
+    assert!(err.contains("granite.rope.scaling.finetuned = false"), "{err}");
+    let err = refused(&[], &[("granite.residual_scale", Value::F32(f32::NAN))]);
+    assert!(err.contains("residual_scale"), "{err}");
+    // A key of Granite's vision form is not one minfer reads.
+    let err = refused(&[], &[("granite.deepstack_mapping", Value::U32(1))]);
+    assert!(err.contains("granite.deepstack_mapping"), "{err}");
+}

@@ -83,6 +83,12 @@ pub enum Op {
     Silu,
     /// `silu(src[0]) * src[1]`, produced by the fusion pass.
     SwiGLU,
+    /// `src[0] * scale`, element-wise (ggml's `scale`: Granite's embedding, residual and logit
+    /// scales).
+    Scale {
+        /// The constant factor.
+        scale: f32,
+    },
     /// RMS normalization of each ne0 row of `src[0]`, times the optional weight in the
     /// [`NormMeta`] (ggml's `rms_norm` followed by `mul`).
     RmsNorm {
@@ -157,6 +163,7 @@ impl Op {
             Op::Mul,
             Op::Silu,
             Op::SwiGLU,
+            Op::Scale { scale: 1.0 },
             Op::RmsNorm { eps: 0.0 },
             Op::QkNorm {
                 head_dim: 0,
@@ -183,6 +190,7 @@ impl Op {
                 | Op::Mul
                 | Op::Silu
                 | Op::SwiGLU
+                | Op::Scale { .. }
                 | Op::RmsNorm { .. }
                 | Op::QkNorm { .. }
                 | Op::MatMul
@@ -207,6 +215,7 @@ impl Op {
             Op::Mul => "Mul",
             Op::Silu => "Silu",
             Op::SwiGLU => "SwiGLU",
+            Op::Scale { .. } => "Scale",
             Op::RmsNorm { .. } => "RmsNorm",
             Op::QkNorm { .. } => "QkNorm",
             Op::MatMul => "MatMul",
@@ -312,6 +321,9 @@ pub struct AttnMeta {
     pub n_head_kv: usize,
     /// Width of one head of Q, K and V.
     pub head_dim: usize,
+    /// The factor of the scores `q · k` before the softmax: `1 / sqrt(head_dim)` for most
+    /// models, a file's own value for others (Granite's `attention.scale`).
+    pub kq_scale: f32,
 }
 
 /// Geometry of a layer's persistent K and V regions: `n_ctx` cells of `n_kv_embd` values each.

@@ -49,7 +49,8 @@ pub fn inputs(b: &mut GraphBuilder, params: &GraphParams) -> Inputs {
     }
 }
 
-/// `F32 [n_embd, n_tokens]` rows of the token embedding.
+/// `F32 [n_embd, n_tokens]` rows of the token embedding, times the model's embedding scale
+/// where it has one.
 pub fn embedding(b: &mut GraphBuilder, hp: &HParams, ids: NodeId, table_type: GgmlType) -> NodeId {
     let meta = EmbedMeta {
         weight_name: "token_embd.weight".into(),
@@ -57,7 +58,21 @@ pub fn embedding(b: &mut GraphBuilder, hp: &HParams, ids: NodeId, table_type: Gg
         n_embd: hp.n_embd,
         n_rows: hp.n_vocab,
     };
-    b.embedding("token_embd", ids, meta)
+    let x = b.embedding("token_embd", ids, meta);
+    match hp.embedding_scale {
+        Some(s) => b.scale("token_embd_scaled", x, s),
+        None => x,
+    }
+}
+
+/// `residual + branch` (`{kind}_residual-{il}`), the branch first multiplied by the model's
+/// residual scale where it has one (Granite).
+fn residual_add(b: &mut GraphBuilder, hp: &HParams, kind: &str, il: usize, residual: NodeId, branch: NodeId) -> NodeId {
+    let branch = match hp.residual_scale {
+        Some(s) => b.scale(&format!("{kind}_scaled-{il}"), branch, s),
+        None => branch,
+    };
+    b.add(&format!("{kind}_residual-{il}"), residual, branch)
 }
 
 /// The [`MatMulMeta`] of weight `(name, type)` with GGUF shape `[in_dim, out_dim]` and an
@@ -139,6 +154,7 @@ pub fn attend(
         n_head: hp.n_head,
         n_head_kv: hp.n_head_kv,
         head_dim: hp.head_dim,
+        kq_scale: hp.kq_scale,
     };
     let attn = b.attn(&format!("attn-{il}"), q, kv, inp.positions, inp.span, meta);
     b.matmul(
@@ -214,6 +230,7 @@ fn fused_attention(
 /// n_out rows.
 pub fn attention_residual(
     b: &mut GraphBuilder,
+    hp: &HParams,
     il: usize,
     last: bool,
     out_ids: Option<NodeId>,
@@ -225,7 +242,7 @@ pub fn attention_residual(
         wo = b.get_rows("attn_out_tail", wo, rows);
         residual = b.get_rows("residual_tail", residual, rows);
     }
-    b.add(&format!("attn_residual-{il}"), residual, wo)
+    residual_add(b, hp, "attn", il, residual, wo)
 }
 
 /// `h + down(silu(gate(norm(h))) * up(norm(h)))`. Unfused, the fusion pass folds silu·mul into
@@ -258,13 +275,18 @@ pub fn ffn_swiglu(
         act,
         matmul_meta(down, None, hp.n_ff, hp.n_embd),
     );
-    b.add(&format!("ffn_residual-{il}"), h, d)
+    residual_add(b, hp, "ffn", il, h, d)
 }
 
-/// Final norm and the output head: `F32 [n_vocab, n_out]`, marked as the graph's output.
+/// Final norm and the output head: `F32 [n_vocab, n_out]` (times the model's logit scale where
+/// it has one), marked as the graph's output.
 pub fn output_head(b: &mut GraphBuilder, hp: &HParams, h: NodeId, output: &WeightRef) -> NodeId {
     let normed = b.rms_norm("output_norm", h, Some("output_norm.weight"), hp.rms_eps);
     let logits = b.matmul("output", normed, matmul_meta(output, None, hp.n_embd, hp.n_vocab));
+    let logits = match hp.logit_scale {
+        Some(s) => b.scale("output_scaled", logits, s),
+        None => logits,
+    };
     b.output(logits);
     logits
 }

@@ -39,6 +39,16 @@ pub struct HParams {
     /// The F32 weight of per-pair RoPE frequency divisors (Llama 3.1's `rope_freqs.weight`), if
     /// the model has one. Set by the architectures that read it.
     pub rope_freq_factors: Option<String>,
+    /// The attention scores' factor: `1 / sqrt(head_dim)`, unless the architecture reads its
+    /// own (Granite's `attention.scale`).
+    pub kq_scale: f32,
+    /// Factor of the token embeddings before the first layer (Granite's `embedding_scale`).
+    pub embedding_scale: Option<f32>,
+    /// Factor of each attention and FFN output before its residual add (Granite's
+    /// `residual_scale`).
+    pub residual_scale: Option<f32>,
+    /// Factor of the logits (1 / Granite's `logit_scale`).
+    pub logit_scale: Option<f32>,
 }
 
 impl HParams {
@@ -104,6 +114,10 @@ impl HParams {
             rope_style,
             rope_freq_scale: 1.0,
             rope_freq_factors: None,
+            kq_scale: 1.0 / (head_dim as f32).sqrt(),
+            embedding_scale: None,
+            residual_scale: None,
+            logit_scale: None,
         })
     }
 }

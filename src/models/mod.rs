@@ -3,6 +3,7 @@
 //! generation loop. Adding an architecture costs one folder and one match arm in [`load_model`].
 
 pub mod blocks;
+pub mod granite;
 pub mod hparams;
 pub mod llama;
 pub mod qwen2;
@@ -128,6 +129,7 @@ pub type LoadFn = fn(&GgufFile) -> Result<Box<dyn ModelDef>, ModelError>;
 /// The architectures minfer runs: each `general.architecture` value and its loader, one row an
 /// architecture (its folder under `src/models/` is the rest).
 pub const ARCHITECTURES: &[(&str, LoadFn)] = &[
+    ("granite", |file| Ok(Box::new(granite::Granite::load(file)?))),
     ("llama", |file| Ok(Box::new(llama::Llama::load(file)?))),
     ("qwen2", |file| Ok(Box::new(qwen2::Qwen2::load(file)?))),
     ("qwen3", |file| Ok(Box::new(qwen3::Qwen3::load(file)?))),

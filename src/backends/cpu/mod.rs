@@ -544,6 +544,7 @@ impl ComputeBackend for CpuBackend {
             Op::Add
             | Op::Mul
             | Op::Silu
+            | Op::Scale { .. }
             | Op::SwiGLU
             | Op::RmsNorm { .. }
             | Op::QkNorm { .. }
@@ -767,6 +768,14 @@ impl CpuBackend {
                     kernels::silu(self.buffer(node, in_bufs[0])?, out).map_err(kerr)
                 }
             }
+            (Op::Scale { scale }, _) => {
+                if aliased(0) {
+                    kernels::scale_inplace(out, *scale);
+                    Ok(())
+                } else {
+                    kernels::scale(self.buffer(node, in_bufs[0])?, *scale, out).map_err(kerr)
+                }
+            }
             (Op::Add | Op::Mul | Op::SwiGLU, _) => {
                 let a = self.buffer(node, in_bufs[0])?;
                 let b = self.buffer(node, in_bufs[1])?;
@@ -833,8 +842,21 @@ impl CpuBackend {
                 let n_threads = self.device.n_threads;
                 if n_threads == 1 || n_rows <= 1 || hd == 0 || out.len() != n_rows * hd {
                     // One thread, nothing to split, or sizes the kernel will refuse.
-                    return kernels::attention(q, k, v, visible, nt, m.n_head, m.n_head_kv, hd, stride, n_kv, out)
-                        .map_err(kerr);
+                    return kernels::attention(
+                        q,
+                        k,
+                        v,
+                        visible,
+                        nt,
+                        m.n_head,
+                        m.n_head_kv,
+                        hd,
+                        stride,
+                        n_kv,
+                        m.kq_scale,
+                        out,
+                    )
+                    .map_err(kerr);
                 }
                 // Later tokens attend to more cells: hand out the chunks last first, so the
                 // heaviest are not the ones left over at the end.
@@ -855,6 +877,7 @@ impl CpuBackend {
                             hd,
                             stride,
                             n_kv,
+                            m.kq_scale,
                             rows,
                             o,
                         ));

@@ -351,6 +351,21 @@ impl CudaBackend {
 
     /// op 0 add, 1 mul, 2 swiglu, 3 silu over `n` values.
     fn elementwise(&self, node: &CNode, a: u64, b: u64, out: u64, n: usize, op: i32) -> Result<(), BackendError> {
+        self.elementwise_scaled(node, a, b, out, n, op, 0.0)
+    }
+
+    /// [`Self::elementwise`] with the factor of op 4 (a * s).
+    #[allow(clippy::too_many_arguments)]
+    fn elementwise_scaled(
+        &self,
+        node: &CNode,
+        a: u64,
+        b: u64,
+        out: u64,
+        n: usize,
+        op: i32,
+        s: f32,
+    ) -> Result<(), BackendError> {
         let cfg = launch_config((grid(n.div_ceil(256).clamp(1, 65_535))?, 1), 256);
         let args = [
             Arg::Ptr(a),
@@ -358,6 +373,7 @@ impl CudaBackend {
             Arg::Ptr(out),
             Arg::I64(n as i64),
             Arg::I32(op),
+            Arg::F32(s),
         ];
         self.launch(node, "elementwise", cfg, &args)
     }
@@ -536,6 +552,10 @@ impl CudaBackend {
                 let x = self.input(node, in_bufs[0], f32s(n))?;
                 self.elementwise(node, x, x, out, n, 3)
             }
+            (Op::Scale { scale }, _) => {
+                let x = self.input(node, in_bufs[0], f32s(n))?;
+                self.elementwise_scaled(node, x, x, out, n, 4, *scale)
+            }
             (Op::Add | Op::Mul | Op::SwiGLU, _) => {
                 let a = self.input(node, in_bufs[0], f32s(n))?;
                 let b = self.input(node, in_bufs[1], f32s(n))?;
@@ -614,6 +634,7 @@ impl CudaBackend {
                     Arg::I32(int(r.n_ctx)?),
                     Arg::Ptr(out),
                     Arg::Ptr(self.flags_ptr()?),
+                    Arg::F32(m.kq_scale),
                 ];
                 self.launch(node, "attention", cfg, &args)
             }
@@ -782,6 +803,7 @@ impl ComputeBackend for CudaBackend {
             Op::Add
             | Op::Mul
             | Op::Silu
+            | Op::Scale { .. }
             | Op::SwiGLU
             | Op::RmsNorm { .. }
             | Op::QkNorm { .. }

@@ -663,7 +663,7 @@ impl WgpuBackend {
             u32::from(explicit_span),
             n_index as u32,
             m.n_head_kv as u32,
-            0,
+            m.kq_scale.to_bits(),
             0,
         ];
         let params = &words;
@@ -729,6 +729,7 @@ impl ComputeBackend for WgpuBackend {
             Op::Add
             | Op::Mul
             | Op::Silu
+            | Op::Scale { .. }
             | Op::SwiGLU
             | Op::RmsNorm { .. }
             | Op::QkNorm { .. }
@@ -804,22 +805,23 @@ impl ComputeBackend for WgpuBackend {
         };
         match (&node.op, &node.meta) {
             (Op::Input | Op::KvcacheLoad { .. }, _) => Ok(()),
-            (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU, _) => {
+            (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. }, _) => {
                 let n: usize = node.out_shape.iter().product();
-                let code = match node.op {
-                    Op::Add => 0,
-                    Op::Mul => 1,
-                    Op::Silu => 2,
-                    _ => 3,
+                let (code, scale) = match node.op {
+                    Op::Add => (0, 0.0),
+                    Op::Mul => (1, 0.0),
+                    Op::Silu => (2, 0.0),
+                    Op::Scale { scale } => (4, scale),
+                    _ => (3, 0.0),
                 };
                 let a = self.buffer(node, input(0)?)?;
-                let b = if code == 2 {
+                let b = if code == 2 || code == 4 {
                     Arc::clone(&a)
                 } else {
                     self.buffer(node, input(1)?)?
                 };
                 let (gx, gy) = Self::grid(node, n, WORKGROUP)?;
-                let params = &[n as u32, code, gx * WORKGROUP, 0];
+                let params = &[n as u32, code, gx * WORKGROUP, f32::to_bits(scale)];
                 let out = self.buffer(node, out_buf)?;
                 let shared = Arc::clone(&self.shared);
                 self.dispatch(

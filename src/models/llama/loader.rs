@@ -40,7 +40,7 @@ pub struct Llama {
 }
 
 /// The `llama.*` keys minfer reads or knows to be harmless; any other is refused by name.
-const KEYS: &[ArchKey] = &[
+pub(crate) const KEYS: &[ArchKey] = &[
     ArchKey::Read("block_count"),
     ArchKey::Read("context_length"),
     ArchKey::Read("embedding_length"),
@@ -71,11 +71,16 @@ impl Llama {
     /// Read the hyper-parameters and check every tensor's presence, GGUF shape and type against
     /// them; refuse what the graph would not compute.
     pub fn load(file: &GgufFile) -> Result<Self, ModelError> {
-        const ARCH: &str = "llama";
-        check_arch_keys(file, ARCH, KEYS)?;
+        check_arch_keys(file, "llama", KEYS)?;
+        Self::load_family(file, "llama")
+    }
+
+    /// [`Llama::load`] for a file of `arch`, a model of llama's layout whose own `{arch}.*` keys
+    /// the caller has checked (Granite), its hyper-parameters read from `{arch}.*`.
+    pub(crate) fn load_family(file: &GgufFile, arch: &'static str) -> Result<Self, ModelError> {
         let m = file.metadata();
-        for key in ["llama.expert_count", "llama.expert_used_count"] {
-            if let Ok(n) = m.get_uint(key) {
+        for key in [format!("{arch}.expert_count"), format!("{arch}.expert_used_count")] {
+            if let Ok(n) = m.get_uint(&key) {
                 if n > 0 {
                     return Err(ModelError::Unsupported {
                         what: format!("{key} = {n}"),
@@ -86,13 +91,13 @@ impl Llama {
         }
         // Llama pairs adjacent dimensions, as llama.cpp's LLAMA_ROPE_TYPE_NORM (the converter
         // permutes Q and K for it).
-        let mut hp = HParams::load(file, ARCH, RopeStyle::Normal)?;
-        hp.rope_freq_scale = rope_scaling(file, ARCH)?;
+        let mut hp = HParams::load(file, arch, RopeStyle::Normal)?;
+        hp.rope_freq_scale = rope_scaling(file, arch)?;
         hp.rope_freq_factors = rope_freq_factors(file, &hp)?;
-        if let Ok(value_length) = m.get_uint("llama.attention.value_length") {
+        if let Ok(value_length) = m.get_uint(&format!("{arch}.attention.value_length")) {
             if value_length as usize != hp.head_dim {
                 return Err(ModelError::BadHParam {
-                    name: "llama.attention.value_length",
+                    name: "attention.value_length",
                     value: value_length,
                     reason: format!("differs from key_length = {}", hp.head_dim),
                 });
@@ -147,7 +152,7 @@ impl Llama {
             );
             used.extend([&w.q_bias, &w.k_bias, &w.v_bias].into_iter().flatten().cloned());
         }
-        check_used_tensors(file, ARCH, &used)?;
+        check_used_tensors(file, arch, &used)?;
         Ok(Llama {
             hparams: hp,
             token_embd,

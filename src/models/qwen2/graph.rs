@@ -21,7 +21,7 @@ impl Qwen2 {
             let v = matmul_meta(&w.v, Some(&w.v_bias), hp.n_embd, kv_out);
             let wo = blocks::self_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), None, &w.wo);
             let last = il + 1 == self.layers.len();
-            h = blocks::attention_residual(&mut b, il, last, inp.out_ids, h, wo);
+            h = blocks::attention_residual(&mut b, hp, il, last, inp.out_ids, h, wo);
             h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);
         }
         blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]

@@ -36,8 +36,9 @@ pub enum Visible<'a> {
     },
 }
 
-/// `out[t, h] = softmax_c(q[t, h] · k[c, h / g] / sqrt(head_dim)) · v[c, h / g]` over the cells
-/// `c` token `t` sees ([`Visible`]), with `g = n_head / n_head_kv`.
+/// `out[t, h] = softmax_c(q[t, h] · k[c, h / g] * kq_scale) · v[c, h / g]` over the cells `c`
+/// token `t` sees ([`Visible`]), with `g = n_head / n_head_kv`; `kq_scale` is `1 / sqrt(head_dim)`
+/// for most models.
 ///
 /// `q` and `out` are `[head_dim * n_head, n_tokens]`. `k` and `v` are KV cache regions of `n_kv`
 /// cells; cell `c` starts at `c * kv_stride` and holds its `n_head_kv` heads of `head_dim` values
@@ -54,6 +55,7 @@ pub fn attention(
     head_dim: usize,
     kv_stride: usize,
     n_kv: usize,
+    kq_scale: f32,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     const K: &str = "attention";
@@ -70,6 +72,7 @@ pub fn attention(
         n_head_kv,
         head_dim,
         kv_stride,
+        kq_scale,
         0..n_tokens * n_head,
         out,
     );
@@ -93,6 +96,7 @@ pub fn attention_heads(
     head_dim: usize,
     kv_stride: usize,
     n_kv: usize,
+    kq_scale: f32,
     heads: Range<usize>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
@@ -110,7 +114,9 @@ pub fn attention_heads(
         });
     }
     check_len(K, "out", out.len(), heads.len() * head_dim)?;
-    attend(q, k, v, visible, n_head, n_head_kv, head_dim, kv_stride, heads, out);
+    attend(
+        q, k, v, visible, n_head, n_head_kv, head_dim, kv_stride, kq_scale, heads, out,
+    );
     Ok(())
 }
 
@@ -234,6 +240,7 @@ struct Operands<'a, KR, VR> {
     n_head_kv: usize,
     head_dim: usize,
     kv_stride: usize,
+    kq_scale: f32,
 }
 
 /// Head rows `heads` (token-major (token, head) pairs) into `out`, for the stored types of `k`
@@ -248,6 +255,7 @@ fn attend(
     n_head_kv: usize,
     head_dim: usize,
     kv_stride: usize,
+    kq_scale: f32,
     heads: Range<usize>,
     out: &mut [f32],
 ) {
@@ -263,6 +271,7 @@ fn attend(
                     n_head_kv,
                     head_dim,
                     kv_stride,
+                    kq_scale,
                 },
                 heads,
                 out,
@@ -385,12 +394,12 @@ fn attend_cells<const WIDE: bool, KR: KvRows, VR: KvRows>(
         n_head,
         n_head_kv,
         kv_stride,
+        kq_scale: scale,
         ..
     } = ops;
     // The accumulator's length, a constant where the caller's array has one.
     let head_dim = acc.len();
     let group = n_head / n_head_kv;
-    let scale = 1.0 / (head_dim as f32).sqrt();
     let h = row % n_head;
     let qh = &q[row * head_dim..][..head_dim];
     let kv_off = (h / group) * head_dim;
@@ -556,6 +565,7 @@ mod tests {
             c.head_dim,
             c.kv_stride,
             c.n_kv,
+            1.0 / (c.head_dim as f32).sqrt(),
             &mut out,
         )
         .unwrap();
@@ -567,6 +577,47 @@ mod tests {
         let k = r.vec(c.n_kv * c.kv_stride, 2.0);
         let v = r.vec(c.n_kv * c.kv_stride, 1.0);
         (q, k, v)
+    }
+
+    #[test]
+    fn a_models_own_score_scale_replaces_one_over_the_square_root_of_head_dim() {
+        // Granite's attention.scale (1/128 for a 64-wide head, not 1/8), and a larger one.
+        let mut r = XorShift(68);
+        let c = Case {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            kv_stride: 128,
+            n_kv: 20,
+            positions: vec![3, 19],
+        };
+        let (q, k, v) = inputs(&mut r, &c);
+        let lists: Vec<Vec<usize>> = c.positions.iter().map(|&p| (0..=p as usize).collect()).collect();
+        for scale in [0.0078125f32, 0.5] {
+            let mut out = vec![f32::NAN; q.len()];
+            attention(
+                &q,
+                KvRegion::F32(&k),
+                KvRegion::F32(&v),
+                pre(&c.positions),
+                2,
+                4,
+                2,
+                64,
+                128,
+                20,
+                scale,
+                &mut out,
+            )
+            .unwrap();
+            let expected = naive_lists_scaled(&c, &lists, &q, &k, &v, scale as f64);
+            for (i, (&got, &want)) in out.iter().zip(&expected).enumerate() {
+                assert!(
+                    (got as f64 - want).abs() < 1e-5,
+                    "scale {scale}, value {i}: {got} vs {want}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -649,6 +700,7 @@ mod tests {
             n_head_kv: 2,
             head_dim: 64,
             kv_stride: 128,
+            kq_scale: 0.125,
         };
         attend_rows::<false, &[f32], &[f32]>(ops, rows, &mut portable);
         let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
@@ -682,7 +734,21 @@ mod tests {
             kr.read(0, &mut k32).unwrap();
             vr.read(0, &mut v32).unwrap();
             let mut typed = vec![f32::NAN; q.len()];
-            attention(&q, kr, vr, pre(&c.positions), 3, 4, 2, 64, 128, 40, &mut typed).unwrap();
+            attention(
+                &q,
+                kr,
+                vr,
+                pre(&c.positions),
+                3,
+                4,
+                2,
+                64,
+                128,
+                40,
+                1.0 / 64f32.sqrt(),
+                &mut typed,
+            )
+            .unwrap();
             let plain = run(&c, &q, &k32, &v32);
             let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&typed), bits(&plain), "{dtype:?}");
@@ -738,6 +804,7 @@ mod tests {
             4,
             4,
             3,
+            1.0 / 4f32.sqrt(),
             &mut out,
         )
         .unwrap_err();
@@ -756,6 +823,7 @@ mod tests {
             4,
             4,
             3,
+            1.0 / 4f32.sqrt(),
             &mut out,
         )
         .unwrap_err();
@@ -806,6 +874,7 @@ mod tests {
                     c.head_dim,
                     c.kv_stride,
                     c.n_kv,
+                    1.0 / (c.head_dim as f32).sqrt(),
                     rows,
                     o,
                 )
@@ -836,6 +905,7 @@ mod tests {
             4,
             4,
             3,
+            1.0 / 4f32.sqrt(),
             3..5,
             &mut out,
         )
@@ -855,6 +925,7 @@ mod tests {
             4,
             4,
             3,
+            1.0 / 4f32.sqrt(),
             1..4,
             &mut out,
         )
@@ -871,6 +942,7 @@ mod tests {
             4,
             4,
             3,
+            1.0 / 4f32.sqrt(),
             2..4,
             &mut out,
         )
@@ -892,6 +964,7 @@ mod tests {
             4,
             20,
             1,
+            1.0 / 4f32.sqrt(),
             &mut out,
         )
         .unwrap_err();
@@ -910,6 +983,7 @@ mod tests {
             4,
             8,
             2,
+            1.0 / 4f32.sqrt(),
             &mut out,
         )
         .unwrap_err();
@@ -925,6 +999,7 @@ mod tests {
             4,
             6,
             1,
+            1.0 / 4f32.sqrt(),
             &mut out,
         )
         .unwrap_err();
@@ -940,6 +1015,7 @@ mod tests {
             4,
             8,
             1,
+            1.0 / 4f32.sqrt(),
             &mut out[..47],
         )
         .unwrap_err();
@@ -955,6 +1031,7 @@ mod tests {
             4,
             8,
             1,
+            1.0 / 4f32.sqrt(),
             &mut out,
         )
         .unwrap_err();
@@ -963,6 +1040,11 @@ mod tests {
 
     /// Scores materialised, softmax and weighted sum, all in f64, over each token's listed cells.
     fn naive_lists(c: &Case, lists: &[Vec<usize>], q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
+        naive_lists_scaled(c, lists, q, k, v, 1.0 / (c.head_dim as f64).sqrt())
+    }
+
+    /// [`naive_lists`] with the scores multiplied by `scale`.
+    fn naive_lists_scaled(c: &Case, lists: &[Vec<usize>], q: &[f32], k: &[f32], v: &[f32], scale: f64) -> Vec<f64> {
         let (hd, nh) = (c.head_dim, c.n_head);
         let group = c.n_head / c.n_head_kv;
         let mut out = vec![0.0f64; q.len()];
@@ -974,7 +1056,7 @@ mod tests {
                     .iter()
                     .map(|&cell| {
                         let kc = &k[cell * c.kv_stride + kv..][..hd];
-                        qh.iter().zip(kc).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() / (hd as f64).sqrt()
+                        qh.iter().zip(kc).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale
                     })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -1072,6 +1154,7 @@ mod tests {
             4,
             4,
             3,
+            1.0 / 4f32.sqrt(),
             &mut out,
         )
         .unwrap_err();
@@ -1094,6 +1177,7 @@ mod tests {
             4,
             4,
             3,
+            1.0 / 4f32.sqrt(),
             &mut out,
         )
         .unwrap_err();

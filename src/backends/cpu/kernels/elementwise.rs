@@ -66,6 +66,27 @@ pub fn silu_inplace(x: &mut [f32]) {
     })
 }
 
+/// `out = x * s`, element by element (`ggml_vec_scale_f32`: one f32 product each, whatever the
+/// vector width).
+pub fn scale(x: &[f32], s: f32, out: &mut [f32]) -> Result<(), KernelError> {
+    check_len("scale", "out", out.len(), x.len())?;
+    wide(|| {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = v * s;
+        }
+    });
+    Ok(())
+}
+
+/// [`scale`] in place.
+pub fn scale_inplace(x: &mut [f32], s: f32) {
+    wide(|| {
+        for v in x {
+            *v *= s;
+        }
+    })
+}
+
 /// `out = silu(gate) * up`, element by element (`ggml_vec_swiglu_f32`).
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     zip_with("swiglu", gate, up, out, |g, u| silu_f32(g) * u)

@@ -47,8 +47,9 @@ extern "C" __global__ void rope(float* x, const int* positions, int n_head, int 
     }
 }
 
-// op 0: a + b; 1: a * b; 2: silu(a) * b; 3: silu(a) (b unused). silu(x) = x / (1 + exp(-x)).
-extern "C" __global__ void elementwise(const float* a, const float* b, float* out, i64 n, int op) {
+// op 0: a + b; 1: a * b; 2: silu(a) * b; 3: silu(a) (b unused); 4: a * s (b unused).
+// silu(x) = x / (1 + exp(-x)).
+extern "C" __global__ void elementwise(const float* a, const float* b, float* out, i64 n, int op, float s) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         const float x = a[i];
         float r;
@@ -56,6 +57,7 @@ extern "C" __global__ void elementwise(const float* a, const float* b, float* ou
         case 0: r = x + b[i]; break;
         case 1: r = x * b[i]; break;
         case 2: r = (x / (1.0f + expf(-x))) * b[i]; break;
+        case 4: r = x * s; break;
         default: r = x / (1.0f + expf(-x)); break;
         }
         out[i] = r;
@@ -143,7 +145,7 @@ __device__ __forceinline__ float kv_value(const void* region, int kv_type, i64 a
 // The widest head `attention` takes: two dimensions a thread.
 #define ATTN_MAX_HEAD_DIM 256
 
-// out[t, h, :] = softmax_c(q[t, h, :] . k[c, h / g, :] / sqrt(head_dim)) . v[c, h / g, :] over
+// out[t, h, :] = softmax_c(q[t, h, :] . k[c, h / g, :] * scale) . v[c, h / g, :] over
 // the cells token t sees: 0..=positions[t], or (`kv_index` non-null) the kv_span[2t + 1] cells
 // listed in kv_index (n_index entries) from kv_span[2t]. One block of ATTN_TILE threads per (head, token); the
 // softmax is online over tiles of cells (rescaling when a tile raises the maximum), as the
@@ -151,7 +153,8 @@ __device__ __forceinline__ float kv_value(const void* region, int kv_type, i64 a
 extern "C" __global__ void attention(const float* q, const void* k_region, const void* v_region, int k_type,
                                      int v_type,
                                      const int* positions, const int* kv_index, int n_index, const int* kv_span,
-                                     int n_head, int n_head_kv, int head_dim, int n_ctx, float* out, u32* error) {
+                                     int n_head, int n_head_kv, int head_dim, int n_ctx, float* out, u32* error,
+                                     float scale) {
     __shared__ float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float p_s[ATTN_TILE];
     __shared__ int cell_s[ATTN_TILE];
@@ -160,7 +163,6 @@ extern "C" __global__ void attention(const float* q, const void* k_region, const
     const int t = blockIdx.y;
     const int kv_head = head / (n_head / n_head_kv);
     const int stride = n_head_kv * head_dim;
-    const float scale = 1.0f / sqrtf((float)head_dim);
     const float* qh = q + ((i64)t * n_head + head) * head_dim;
     for (int j = threadIdx.x; j < head_dim; j += blockDim.x) q_s[j] = qh[j];
 

@@ -1,4 +1,4 @@
-// out[t, h] = softmax_c(q[t, h] . k[c, h / g] / sqrt(head_dim)) . v[c, h / g] over the cells
+// out[t, h] = softmax_c(q[t, h] . k[c, h / g] * kq_scale) . v[c, h / g] over the cells
 // token t sees: 0..=positions[t], or kv_index[spans[2t] .. spans[2t] + spans[2t + 1]]. One
 // workgroup per (head, token); cells in tiles of 64, one score an invocation, the softmax kept
 // online (the accumulator rescaled when a tile raises the maximum), each invocation holding up
@@ -14,7 +14,8 @@ struct Params {
     explicit_span: u32,
     n_index: u32,
     n_head_kv: u32,
-    pad1: u32,
+    // The scores' factor (f32 bits): 1 / sqrt(head_dim) for most models.
+    kq_scale: u32,
     pad2: u32,
 }
 
@@ -73,7 +74,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let t = wid.y;
     let hd = p.head_dim;
     let kv_head = head / (p.n_head / p.n_head_kv);
-    let scale = 1.0 / sqrt(f32(hd));
+    let scale = bitcast<f32>(p.kq_scale);
     for (var j = lid.x; j < hd; j += TILE) {
         q_s[j] = q[(t * p.n_head + head) * hd + j];
     }

@@ -133,6 +133,28 @@ pub fn render(file: &GgufFile, tensors: bool) -> String {
     for (name, value) in rows {
         let _ = writeln!(w, "  {name:<15}= {value}");
     }
+    // What changes the computation only where a file has it: RoPE scaling, Granite's scales.
+    let optional = [
+        ("rope_scaling", "rope.scaling.type"),
+        ("rope_scale", "rope.scaling.factor"),
+        ("f_embd_scale", "embedding_scale"),
+        ("f_resid_scale", "residual_scale"),
+        ("f_attn_scale", "attention.scale"),
+        ("f_logit_scale", "logit_scale"),
+    ];
+    for (name, suffix) in optional {
+        if m.contains(&key(suffix)) {
+            let _ = writeln!(w, "  {name:<15}= {}", hp(suffix));
+        }
+    }
+    if let Ok(t) = file.tensor("rope_freqs.weight") {
+        let _ = writeln!(
+            w,
+            "  {:<15}= {} frequency factors (rope_freqs.weight)",
+            "rope_freqs",
+            t.n_elements()
+        );
+    }
     // K and V of every layer, per token, in each cache type (`--cache-type-k/v`).
     if let (Some(n_layer), Some(kv), Some(dk), Some(dv)) = (
         m.get_uint(&key("block_count")).ok(),
