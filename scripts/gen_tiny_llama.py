@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
-"""Write the tiny `llama` and `granite` fixtures from the tiny qwen2 ones (their `qwen2.*` keys
-renamed `llama.*` or `granite.*`; tokenizer, tensors and their bytes, the Q/K/V biases both take
-as optional, unchanged). llama.cpp then runs them with adjacent-pair RoPE, which is what they
-test.
+"""Write the tiny `llama`, `granite` and `phi3` fixtures from the tiny qwen2 ones (their `qwen2.*`
+keys renamed for the architecture; tokenizer, tensors and their bytes unchanged, but for phi3's
+fused tensors). llama.cpp then runs them with its own graph for each, which is what they test.
 
 - `tiny-llama-Q8_0.gguf`: from `tiny-qwen2-Q8_0.gguf`, nothing else changed.
 - `tiny-llama3-Q4_0.gguf`: from `tiny-qwen2-Q4_0.gguf`, with Llama 3.1's RoPE scaling baked in
@@ -13,6 +12,12 @@ test.
 - `tiny-granite-Q4_0.gguf`: from `tiny-qwen2-Q4_0.gguf` as Granite, with its four scales
   (embedding 12, residual 0.22, attention 1/64 where 1/sqrt(head_dim) would be 1/8, logits
   divided by 1.25).
+- `tiny-phi3-Q4_0.gguf`: from `tiny-qwen2-Q4_0.gguf` as Phi-3: Q, K and V fused into
+  `attn_qkv.weight` and gate and up into `ffn_up.weight` (their rows concatenated, which for a
+  row-quantized type is concatenating their bytes), the biases dropped (Phi-3 has none), NeoX
+  RoPE over 32 of the 64 dimensions of each head, LongRoPE factors (`rope_factors_long` and
+  `_short`) with `original_context_length` 256 — below the reference's n_ctx 512, so the long
+  ones apply — and `rope.scaling.attn_factor` 1.19, and Phi-3-mini's sliding window key.
 
     .venv/bin/python scripts/gen_tiny_llama.py
 """
@@ -80,6 +85,57 @@ def relabel(src, dst, name, llama3, arch="llama", extra=()):
 
 relabel("tiny-qwen2-Q8_0.gguf", "tiny-llama-Q8_0.gguf", "tiny-llama", llama3=False)
 relabel("tiny-qwen2-Q4_0.gguf", "tiny-llama3-Q4_0.gguf", "tiny-llama3", llama3=True)
+def phi3(src, dst):
+    r = GGUFReader(root / src)
+    w = GGUFWriter(root / dst, "phi3")
+    for key, field in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        new = "phi3." + key[len("qwen2."):] if key.startswith("qwen2.") else key
+        vtype = field.types[0]
+        value = field.contents()
+        if key == "general.name":
+            # Not "phi3": llama.cpp gives the special tokens of a model so named Phi-3's
+            # whitespace stripping, which needs tokens this vocabulary lacks.
+            value = "tiny-p3"
+        if key == "qwen2.context_length":
+            value = 4096
+        if vtype == VT.ARRAY:
+            w.add_key_value(new, value, vtype, sub_type=field.types[1])
+        else:
+            w.add_key_value(new, value, vtype)
+    w.add_key_value("phi3.rope.dimension_count", 32, VT.UINT32)
+    w.add_key_value("phi3.rope.scaling.original_context_length", 256, VT.UINT32)
+    w.add_key_value("phi3.rope.scaling.attn_factor", 1.19, VT.FLOAT32)
+    w.add_key_value("phi3.attention.sliding_window", 2047, VT.UINT32)
+    pairs = np.arange(16, dtype=np.float32)
+    w.add_tensor("rope_factors_long.weight", (1.0 + pairs * 0.5).astype(np.float32))
+    w.add_tensor("rope_factors_short.weight", (1.0 + pairs * 0.05).astype(np.float32))
+    tensors = {t.name: t for t in r.tensors}
+    for t in r.tensors:
+        name = t.name
+        if name.endswith(".bias") or name.endswith("attn_k.weight") or name.endswith("attn_v.weight") \
+                or name.endswith("ffn_gate.weight"):
+            continue
+        data = np.asarray(t.data)
+        if name.endswith("attn_q.weight"):
+            blk = name[: -len("attn_q.weight")]
+            name = blk + "attn_qkv.weight"
+            data = np.concatenate([np.asarray(tensors[blk + s].data) for s in
+                                   ("attn_q.weight", "attn_k.weight", "attn_v.weight")], axis=0)
+        elif name.endswith("ffn_up.weight"):
+            blk = name[: -len("ffn_up.weight")]
+            data = np.concatenate([np.asarray(tensors[blk + s].data) for s in
+                                   ("ffn_gate.weight", "ffn_up.weight")], axis=0)
+        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(root / dst)
+
+
+phi3("tiny-qwen2-Q4_0.gguf", "tiny-phi3-Q4_0.gguf")
 relabel("tiny-qwen2-Q4_0.gguf", "tiny-granite-Q4_0.gguf", "tiny-granite", llama3=False, arch="granite",
         extra=[("granite.embedding_scale", 12.0), ("granite.residual_scale", 0.22),
                ("granite.attention.scale", 0.015625), ("granite.logit_scale", 1.25)])

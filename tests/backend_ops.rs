@@ -556,6 +556,7 @@ fn rope_meta(style: RopeStyle, n_head: usize, head_dim: usize, n_rot: usize) -> 
         freq_base: 10000.0,
         freq_scale: 1.0,
         freq_factors: None,
+        attn_factor: 1.0,
     }
 }
 
@@ -587,6 +588,7 @@ fn rope_cases(rng: &mut Rng) -> Vec<Case> {
             freq_base: 500_000.0,
             freq_scale: 0.5,
             freq_factors: Some("rope_freqs.weight".into()),
+            attn_factor: 1.19,
             ..rope_meta(style, n_head, head_dim, n_rot)
         };
         let mut b = GraphBuilder::new();
@@ -598,7 +600,7 @@ fn rope_cases(rng: &mut Rng) -> Vec<Case> {
             ("x", Data::F32(rng.vec(n_head * head_dim * nt, 1.0))),
             ("positions", positions(&[0, 9, 2047])),
         ];
-        let name = format!("RoPE {style:?} with frequency factors and freq_scale 0.5");
+        let name = format!("RoPE {style:?} with frequency factors, freq_scale 0.5 and attn_factor 1.19");
         cases.push(case(name, b.build(), weights, inputs));
     }
     cases
@@ -1193,7 +1195,7 @@ fn a_partial_offload_runs_the_last_layers_on_the_device_and_gives_the_cpus_logit
 
     let file = Arc::new(GgufFile::open(common::tiny_model("qwen2", "Q8_0")).unwrap());
     let def: Arc<dyn minfer::models::ModelDef> = Arc::from(load_model(&file).unwrap());
-    let weights: Arc<dyn TensorSource> = Arc::new(GgufWeights(Arc::clone(&file)));
+    let weights: Arc<dyn TensorSource> = Arc::new(GgufWeights::new(Arc::clone(&file)));
     let tokens: Vec<u32> = (1..24).collect();
     let cpu = CpuDevice::new(Arc::clone(&weights), 2);
     let mut alone = Session::with_backends(Arc::clone(&def), vec![Box::new(cpu.context())], 64);

@@ -512,6 +512,7 @@ fn rope_meta() -> RopeMeta {
         freq_base: 10000.0,
         freq_scale: 1.0,
         freq_factors: None,
+        attn_factor: 1.0,
     }
 }
 
@@ -860,7 +861,7 @@ fn fusion_rewrites_exactly_the_swiglu_pattern() {
 fn tiny_qwen2() -> (Box<dyn minfer::models::ModelDef>, Arc<dyn TensorSource>) {
     let file = Arc::new(GgufFile::open(common::tiny_model("qwen2", "F32")).unwrap());
     let model = load_model(&file).unwrap();
-    (model, Arc::new(GgufWeights(file)))
+    (model, Arc::new(GgufWeights::new(file)))
 }
 
 const N_CTX: usize = 64;

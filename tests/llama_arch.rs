@@ -195,3 +195,67 @@ fn granite_reads_its_four_scales_and_refuses_a_file_without_its_logit_scale_or_r
     let err = refused(&[], &[("granite.deepstack_mapping", Value::U32(1))]);
     assert!(err.contains("granite.deepstack_mapping"), "{err}");
 }
+
+/// The LongRoPE factor weight the graph's first RoPE names at context `n_ctx`.
+fn rope_factors_at(model: &dyn minfer::models::ModelDef, n_ctx: usize) -> Option<String> {
+    use minfer::graph::{Backend, CParams, GraphParams, NodeMeta};
+    let graph = model.build_graph(&GraphParams::new(2, 1, CParams::new(n_ctx, vec![Backend::CPU.0])));
+    graph.nodes.iter().find_map(|n| match &n.meta {
+        NodeMeta::Rope(m) => Some(m.freq_factors.clone()),
+        _ => None,
+    })?
+}
+
+#[test]
+fn phi3_takes_longropes_short_factors_up_to_the_original_context_and_the_long_ones_beyond() {
+    let file = GgufFile::open(common::tiny_model("phi3", "Q4_0")).unwrap();
+    let model = load_model(&file).unwrap();
+    assert_eq!(model.arch(), "phi3");
+    let hp = model.hparams();
+    assert_eq!((hp.n_rot, hp.head_dim), (32, 64), "partial rotary");
+    assert_eq!(hp.rope_attn_factor, 1.19);
+    // The tiny model's original context is 256 cells.
+    assert_eq!(
+        rope_factors_at(&*model, 256).as_deref(),
+        Some("rope_factors_short.weight")
+    );
+    assert_eq!(
+        rope_factors_at(&*model, 257).as_deref(),
+        Some("rope_factors_long.weight")
+    );
+    // Q, K and V are views of the fused tensor's rows, gate and up of ffn_up's.
+    let views = model.weight_views();
+    let q = views.iter().find(|v| v.name == "blk.0.attn_qkv.weight:q").unwrap();
+    assert_eq!((q.first_row, q.n_rows), (0, 256));
+    let v = views.iter().find(|v| v.name == "blk.1.attn_qkv.weight:v").unwrap();
+    assert_eq!((v.first_row, v.n_rows), (384, 128));
+    let up = views.iter().find(|v| v.name == "blk.0.ffn_up.weight:up").unwrap();
+    assert_eq!((up.first_row, up.n_rows), (512, 512));
+}
+
+#[test]
+fn phi3_refuses_one_longrope_factor_set_without_the_other_and_a_bias_by_name() {
+    let src = GgufFile::open(common::tiny_model("phi3", "Q4_0")).unwrap();
+    let rewrite = |skip: &str, extra: Option<(&str, Vec<u64>)>| {
+        let mut w = GgufWriter::new();
+        w.set_all(src.metadata());
+        for t in src.tensors().iter().filter(|t| t.name != skip) {
+            w.add_tensor(&t.name, t.ggml_type, &t.shape, src.tensor_data(t).to_vec())
+                .unwrap();
+        }
+        if let Some((name, shape)) = extra {
+            let n: u64 = shape.iter().product();
+            w.add_tensor(name, minfer::quant::GgmlType::F32, &shape, vec![0; 4 * n as usize])
+                .unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("phi3.gguf");
+        w.write_file(&path).unwrap();
+        let err = load_model(&GgufFile::open(&path).unwrap()).err().unwrap();
+        err.to_string()
+    };
+    let err = rewrite("rope_factors_short.weight", None);
+    assert!(err.contains("rope_factors_short.weight"), "{err}");
+    let err = rewrite("", Some(("blk.0.attn_qkv.bias", vec![512])));
+    assert!(err.contains("'blk.0.attn_qkv.bias'"), "{err}");
+}

@@ -175,14 +175,20 @@ impl Model {
             Some(source) => ChatTemplate::with_source(source, file.metadata())?,
             None => ChatTemplate::from_metadata(file.metadata())?,
         };
-        let weights = Arc::new(GgufWeights(Arc::clone(&file)));
+        let weights = Arc::new(GgufWeights::with_views(Arc::clone(&file), &def.weight_views()));
         // Every weight the model's forward pass names, for the backends to prepare once: a
-        // prompt-shaped graph names them all (the decode fusions reuse the same weights).
-        let mut probe = def.build_graph(&GraphParams::new(
-            2,
-            1,
-            CParams::new(1, fence.iter().map(|b| b.0).collect()),
-        ));
+        // prompt-shaped graph names them all (the decode fusions reuse the same weights), but
+        // for those chosen by the context's size (LongRoPE's long or short factors), which a
+        // second probe at the training context names.
+        let probe_at = |n_ctx: usize| {
+            def.build_graph(&GraphParams::new(
+                2,
+                1,
+                CParams::new(n_ctx, fence.iter().map(|b| b.0).collect()),
+            ))
+        };
+        let mut probe = probe_at(1);
+        let mut probe_long = probe_at(def.hparams().n_ctx_train.max(2));
         // A partial offload needs a device ahead of the CPU; with the CPU alone there is
         // nothing to offload. Refused before any device is made: layers for a device the fence
         // puts behind the CPU (they would silently run on the CPU), or layers left to a CPU the
@@ -221,9 +227,19 @@ impl Model {
         };
         if let Some(n) = offload {
             crate::graph::offload::pin_to_cpu(&mut probe, n);
+            crate::graph::offload::pin_to_cpu(&mut probe_long, n);
         }
         // Each device prepares the weights of the nodes it will run.
-        let uses_of = |b: Backend| probe.weight_uses_of(|node| node.backend.unwrap_or(first) == b);
+        let uses_of = |b: Backend| {
+            let mut uses = probe.weight_uses_of(|node| node.backend.unwrap_or(first) == b);
+            for more in probe_long.weight_uses_of(|node| node.backend.unwrap_or(first) == b) {
+                match uses.iter_mut().find(|u| u.name == more.name) {
+                    Some(u) => u.multiplied |= more.multiplied,
+                    None => uses.push(more),
+                }
+            }
+            uses
+        };
         let backends = unprepared.prepare(&uses_of, offload)?;
         Ok(Model {
             path: path.to_path_buf(),

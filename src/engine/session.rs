@@ -341,7 +341,16 @@ impl Session {
             first_row: n_keep,
             n_rows: from.len() - n_keep,
             delta: -(n_discard as i32),
-            rope: crate::models::blocks::rope_meta(hp, hp.n_head_kv),
+            // The rotation by the shift only: the stored K already carries LongRoPE's magnitude
+            // factor once (llama.cpp's K-shift applies it a second time).
+            rope: crate::graph::RopeMeta {
+                attn_factor: 1.0,
+                ..crate::models::blocks::rope_meta(
+                    hp,
+                    hp.n_head_kv,
+                    self.params.cparams.n_ctx_seq.min(self.params.cparams.n_ctx),
+                )
+            },
         };
         let alloc = self.cache.alloc_mut();
         for layer in alloc.kv_layers() {

@@ -325,6 +325,12 @@ impl GgufFile {
     /// from the file if touched, so the bytes stay valid. Locked pages and files read into
     /// memory keep theirs.
     pub fn release_tensor(&self, info: &TensorInfo) {
+        self.release_tensor_bytes(info, 0..info.size as usize);
+    }
+
+    /// [`GgufFile::release_tensor`] for bytes `range` of the tensor only (a view of some of its
+    /// rows); a range outside the tensor releases nothing.
+    pub fn release_tensor_bytes(&self, info: &TensorInfo, range: std::ops::Range<usize>) {
         let part = &self.parts[info.part];
         if !matches!(part.bytes, Bytes::Map(_)) {
             return;
@@ -335,7 +341,9 @@ impl GgufFile {
             let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
                 .unwrap_or(4096)
                 .max(1);
-            let data = self.tensor_data(info);
+            let Some(data) = self.tensor_data(info).get(range) else {
+                return;
+            };
             let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
             let (first, last) = (start.next_multiple_of(page), end - end % page);
             if first < last {

@@ -292,6 +292,9 @@ pub struct RopeMeta {
     /// An F32 weight of n_rot / 2 values that divide pair i's angle (llama.cpp's `freq_factors`:
     /// Llama 3.1's `rope_freqs.weight`), named as every weight is; `None` divides by 1.
     pub freq_factors: Option<String>,
+    /// Multiplies every cos and sin (ggml's `attn_factor`, YaRN's and LongRoPE's magnitude
+    /// scaling: Phi-3's `rope.scaling.attn_factor`); 1 for most models.
+    pub attn_factor: f32,
 }
 
 impl RopeMeta {

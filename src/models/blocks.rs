@@ -100,8 +100,19 @@ pub fn attention(
     wo: &WeightRef,
 ) -> NodeId {
     let kv_meta = kv_meta(hp, params);
-    let q = b.rope(&format!("q_rope-{il}"), q, inp.positions, rope_meta(hp, hp.n_head));
-    let k = b.rope(&format!("k_rope-{il}"), k, inp.positions, rope_meta(hp, hp.n_head_kv));
+    let n_ctx_seq = n_ctx_seq(params);
+    let q = b.rope(
+        &format!("q_rope-{il}"),
+        q,
+        inp.positions,
+        rope_meta(hp, hp.n_head, n_ctx_seq),
+    );
+    let k = b.rope(
+        &format!("k_rope-{il}"),
+        k,
+        inp.positions,
+        rope_meta(hp, hp.n_head_kv, n_ctx_seq),
+    );
     b.kvcache_store(&format!("kv_store-{il}"), il, k, v, inp.kv_cells, kv_meta);
     attend(b, hp, params, il, inp, q, wo)
 }
@@ -164,8 +175,16 @@ pub fn attend(
     )
 }
 
-/// The [`RopeMeta`] of the model's RoPE over `n_head` heads (n_head for Q, n_head_kv for K).
-pub fn rope_meta(hp: &HParams, n_head: usize) -> RopeMeta {
+/// The [`RopeMeta`] of the model's RoPE over `n_head` heads (n_head for Q, n_head_kv for K) in a
+/// context of `n_ctx_seq` cells per sequence, which picks LongRoPE's factors as llama.cpp's
+/// `get_rope_factors` does: the long ones above the original context, else the short ones.
+pub fn rope_meta(hp: &HParams, n_head: usize, n_ctx_seq: usize) -> RopeMeta {
+    let freq_factors = hp.rope_freq_factors.clone().or_else(|| {
+        hp.rope_long_short.as_ref().map(|l| match n_ctx_seq > l.n_ctx_orig {
+            true => l.long.clone(),
+            false => l.short.clone(),
+        })
+    });
     RopeMeta {
         style: hp.rope_style,
         n_head,
@@ -173,8 +192,14 @@ pub fn rope_meta(hp: &HParams, n_head: usize) -> RopeMeta {
         n_rot: hp.n_rot,
         freq_base: hp.rope_freq_base,
         freq_scale: hp.rope_freq_scale,
-        freq_factors: hp.rope_freq_factors.clone(),
+        freq_factors,
+        attn_factor: hp.rope_attn_factor,
     }
+}
+
+/// The cells one sequence may hold (llama.cpp's `n_ctx_seq`).
+pub fn n_ctx_seq(params: &GraphParams) -> usize {
+    params.cparams.n_ctx_seq.min(params.cparams.n_ctx)
 }
 
 /// The geometry of a layer's KV regions: n_kv_embd values per cell, n_ctx cells.
@@ -217,7 +242,7 @@ fn fused_attention(
         k,
         v,
         qk_norm,
-        rope: rope_meta(hp, hp.n_head),
+        rope: rope_meta(hp, hp.n_head, n_ctx_seq(params)),
         n_head_kv: hp.n_head_kv,
         kv: kv_meta(hp, params),
     };
@@ -341,7 +366,7 @@ mod tests {
     /// Logits of a 6-token prefill and two decode steps, with the decode fusions on or off.
     fn logits(style: RopeStyle, fuse: bool) -> Vec<f32> {
         let (model, file) = tiny(style);
-        let device = CpuDevice::new(Arc::new(GgufWeights(file)), 1);
+        let device = CpuDevice::new(Arc::new(GgufWeights::new(file)), 1);
         let mut session = Session::with_backends(Box::new(model) as Box<dyn ModelDef>, vec![device.new_context()], 64);
         session.set_fusion(fuse, fuse);
         let mut all = session.eval(&[3, 14, 15, 92, 65, 35], 1).unwrap().to_vec();

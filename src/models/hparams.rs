@@ -39,6 +39,13 @@ pub struct HParams {
     /// The F32 weight of per-pair RoPE frequency divisors (Llama 3.1's `rope_freqs.weight`), if
     /// the model has one. Set by the architectures that read it.
     pub rope_freq_factors: Option<String>,
+    /// LongRoPE (Phi-3): the long and short factor weights and the context length the model was
+    /// trained at before its extension; a context above it rotates with the long ones. Set by
+    /// the architectures that read it; `rope_freq_factors` wins where both are set.
+    pub rope_long_short: Option<LongRope>,
+    /// Multiplies RoPE's cos and sin (`rope.scaling.attn_factor`, LongRoPE's magnitude factor);
+    /// 1 for most models.
+    pub rope_attn_factor: f32,
     /// The attention scores' factor: `1 / sqrt(head_dim)`, unless the architecture reads its
     /// own (Granite's `attention.scale`).
     pub kq_scale: f32,
@@ -49,6 +56,17 @@ pub struct HParams {
     pub residual_scale: Option<f32>,
     /// Factor of the logits (1 / Granite's `logit_scale`).
     pub logit_scale: Option<f32>,
+}
+
+/// LongRoPE's two sets of per-pair frequency factors (llama.cpp's `get_rope_factors`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongRope {
+    /// `rope_factors_long.weight`, for contexts above `n_ctx_orig`.
+    pub long: String,
+    /// `rope_factors_short.weight`, for contexts up to `n_ctx_orig`.
+    pub short: String,
+    /// `rope.scaling.original_context_length`, else the training context.
+    pub n_ctx_orig: usize,
 }
 
 impl HParams {
@@ -114,6 +132,8 @@ impl HParams {
             rope_style,
             rope_freq_scale: 1.0,
             rope_freq_factors: None,
+            rope_long_short: None,
+            rope_attn_factor: 1.0,
             kq_scale: 1.0 / (head_dim as f32).sqrt(),
             embedding_scale: None,
             residual_scale: None,

@@ -6,6 +6,7 @@ pub mod blocks;
 pub mod granite;
 pub mod hparams;
 pub mod llama;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod weights;
@@ -14,7 +15,7 @@ use crate::gguf::{GgufError, GgufFile};
 use crate::graph::{ComputeGraph, GraphParams};
 use crate::quant::GgmlType;
 pub use hparams::HParams;
-pub use weights::GgufWeights;
+pub use weights::{GgufWeights, WeightView};
 
 /// Why a model could not be loaded from a GGUF file.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +122,11 @@ pub trait ModelDef: Send + Sync {
     fn hparams(&self) -> &HParams;
     /// The forward pass for `params`: a pure function of them (the reuse invariant).
     fn build_graph(&self, params: &GraphParams) -> ComputeGraph;
+    /// Weights the graph names that are bands of rows of a file tensor (Phi-3's fused Q/K/V and
+    /// gate/up matrices), for the [`GgufWeights`] the backends read; none by default.
+    fn weight_views(&self) -> Vec<WeightView> {
+        Vec::new()
+    }
 }
 
 /// Loads a model of one architecture from a file, its tensors checked.
@@ -131,6 +137,7 @@ pub type LoadFn = fn(&GgufFile) -> Result<Box<dyn ModelDef>, ModelError>;
 pub const ARCHITECTURES: &[(&str, LoadFn)] = &[
     ("granite", |file| Ok(Box::new(granite::Granite::load(file)?))),
     ("llama", |file| Ok(Box::new(llama::Llama::load(file)?))),
+    ("phi3", |file| Ok(Box::new(phi3::Phi3::load(file)?))),
     ("qwen2", |file| Ok(Box::new(qwen2::Qwen2::load(file)?))),
     ("qwen3", |file| Ok(Box::new(qwen3::Qwen3::load(file)?))),
 ];
@@ -224,11 +231,20 @@ pub(crate) fn rope_scaling(file: &GgufFile, arch: &str) -> Result<f32, ModelErro
 /// scaling, baked in by the converter), if the file has it: F32 `[n_rot / 2]`, every value finite
 /// and above 0.
 pub(crate) fn rope_freq_factors(file: &GgufFile, hp: &HParams) -> Result<Option<String>, ModelError> {
-    const NAME: &str = "rope_freqs.weight";
-    let Ok(info) = file.tensor(NAME) else {
+    rope_factor_tensor(file, "rope_freqs.weight", hp)
+}
+
+/// The RoPE factor tensor `name` (`rope_freqs`, `rope_factors_long`, `rope_factors_short`) if the
+/// file has it, checked: F32 `[n_rot / 2]`, every value finite and above 0 (a divisor).
+pub(crate) fn rope_factor_tensor(
+    file: &GgufFile,
+    name: &'static str,
+    hp: &HParams,
+) -> Result<Option<String>, ModelError> {
+    let Ok(info) = file.tensor(name) else {
         return Ok(None);
     };
-    f32_vector(file, NAME, (hp.n_rot / 2) as u64)?;
+    f32_vector(file, name, (hp.n_rot / 2) as u64)?;
     let bytes = file.tensor_data(info);
     let bad = bytes
         .chunks_exact(4)
@@ -236,12 +252,12 @@ pub(crate) fn rope_freq_factors(file: &GgufFile, hp: &HParams) -> Result<Option<
         .find(|v| *v <= 0.0);
     if let Some(value) = bad {
         return Err(ModelError::BadFloatHParam {
-            name: "rope_freqs.weight",
+            name,
             value,
             reason: "every factor must be above 0",
         });
     }
-    Ok(Some(NAME.to_string()))
+    Ok(Some(name.to_string()))
 }
 
 /// Layer `il`'s F32 vector `blk.{il}.{suffix}` if the file has it (an optional bias).

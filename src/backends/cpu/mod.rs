@@ -933,7 +933,7 @@ mod tests {
             ..Default::default()
         };
         let model = Model::load(&path, &options).unwrap();
-        let device = CpuDevice::new(Arc::new(GgufWeights(Arc::clone(model.file()))), n_threads);
+        let device = CpuDevice::new(Arc::new(GgufWeights::new(Arc::clone(model.file()))), n_threads);
         (model, device)
     }
 

@@ -345,6 +345,7 @@ impl CudaBackend {
             Arg::I32(i32::from(m.style == RopeStyle::Neox)),
             Arg::Ptr(factors),
             Arg::F32(m.freq_scale),
+            Arg::F32(m.attn_factor),
         ];
         self.launch(node, "rope", cfg, &args)
     }

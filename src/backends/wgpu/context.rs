@@ -514,6 +514,10 @@ impl WgpuBackend {
             nt as u32,
             m.freq_scale.to_bits(),
             u32::from(m.freq_factors.is_some()),
+            m.attn_factor.to_bits(),
+            0,
+            0,
+            0,
         ];
         let params = &words;
         let gx = Self::rows_grid(node, nt)?;

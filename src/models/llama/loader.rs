@@ -33,10 +33,10 @@ pub struct LayerWeights {
 /// A Llama model: its hyper-parameters and the names and types of all its weights, checked at load.
 pub struct Llama {
     pub(crate) hparams: HParams,
-    pub(super) token_embd: GgmlType,
+    pub(crate) token_embd: GgmlType,
     /// `output.weight`, or `token_embd.weight` when the file ties the head to the embedding.
-    pub(super) output: WeightRef,
-    pub(super) layers: Vec<LayerWeights>,
+    pub(crate) output: WeightRef,
+    pub(crate) layers: Vec<LayerWeights>,
 }
 
 /// The `llama.*` keys minfer reads or knows to be harmless; any other is refused by name.

@@ -10,4 +10,4 @@ mod graph;
 mod loader;
 
 pub use loader::Llama;
-pub(crate) use loader::KEYS;
+pub(crate) use loader::{LayerWeights, KEYS};

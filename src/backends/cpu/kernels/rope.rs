@@ -1,6 +1,6 @@
 //! Rotary position embedding, in place, as ggml's `rope_ext` without YaRN extension
-//! (`ext_factor = 0`, `attn_factor = 1`): linear position scaling (`freq_scale`) and per-pair
-//! frequency factors (Llama 3.1's `rope_freqs`) included. Owns the rotation angles and the pairing
+//! (`ext_factor = 0`): linear position scaling (`freq_scale`), per-pair frequency factors (Llama
+//! 3.1's `rope_freqs`, Phi-3's LongRoPE factors) and the magnitude factor `attn_factor` included. Owns the rotation angles and the pairing
 //! of dimensions; must not know which model wants which style.
 
 use super::{check_len, size, KernelError};
@@ -53,7 +53,8 @@ pub fn rope(
         let mut theta = p as f32;
         for i in 0..n_rot / 2 {
             let angle = r.angle(theta, factors.map_or(1.0, |f| f[i]));
-            let (sin_theta, cos_theta) = (angle.sin(), angle.cos());
+            // ggml scales cos and sin themselves (by 1: unchanged).
+            let (sin_theta, cos_theta) = (angle.sin() * r.attn_factor, angle.cos() * r.attn_factor);
             let i0 = i * stride;
             for head in xt.chunks_exact_mut(head_dim) {
                 let x0 = head[i0];
@@ -81,6 +82,7 @@ mod tests {
             freq_base,
             freq_scale: 1.0,
             freq_factors: None,
+            attn_factor: 1.0,
         }
     }
 
@@ -168,14 +170,15 @@ mod tests {
     }
 
     #[test]
-    fn frequency_factors_and_linear_scaling_divide_and_scale_each_pairs_angle() {
+    fn frequency_factors_linear_scaling_and_attn_factor_turn_and_scale_each_pair_as_ggml() {
         // Llama 3.1's factors: 1 for the fast pairs, 8 for the slow ones, smooth in between.
         let (head_dim, n_rot, base) = (16, 16, 500_000.0f32);
         let factors: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + i as f32).collect();
-        for (freq_scale, p) in [(1.0f32, 123), (0.25, 4097)] {
+        for (freq_scale, p, attn_factor) in [(1.0f32, 123, 1.0f32), (0.25, 4097, 1.19)] {
             let r = RopeMeta {
                 freq_scale,
                 freq_factors: Some("rope_freqs.weight".into()),
+                attn_factor,
                 ..meta(head_dim, n_rot, base, RopeStyle::Normal)
             };
             let mut x = vec![0.0f32; head_dim];
@@ -188,11 +191,11 @@ mod tests {
                     freq_scale as f64 * p as f64 * (base as f64).powf(-2.0 * i as f64 / n_rot as f64) / *f as f64;
                 let tol = 1e-5 + theta * (2 * i + 4) as f64 * f32::EPSILON as f64;
                 assert!(
-                    (x[2 * i] as f64 - theta.cos()).abs() <= tol,
+                    (x[2 * i] as f64 - attn_factor as f64 * theta.cos()).abs() <= tol,
                     "scale {freq_scale} pair {i}"
                 );
                 assert!(
-                    (x[2 * i + 1] as f64 - theta.sin()).abs() <= tol,
+                    (x[2 * i + 1] as f64 - attn_factor as f64 * theta.sin()).abs() <= tol,
                     "scale {freq_scale} pair {i}"
                 );
             }

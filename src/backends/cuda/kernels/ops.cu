@@ -24,10 +24,12 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, int d, float
 // In-place rotation of `n_head` heads of `head_dim` per token; the first `n_rot` dimensions
 // of a head turn, the rest stay. Pair i turns by freq_scale * (theta_i / ff[i]) with theta_i =
 // p * theta_scale^i, the power built by repeated multiplication as ggml's rope cache does; `ff`
-// (Llama 3.1's frequency factors) may be null, which divides by 1. `neox`: dimension i pairs
+// (Llama 3.1's frequency factors) may be null, which divides by 1; cos and sin are multiplied by
+// attn_factor (LongRoPE's magnitude factor, 1 for most models). `neox`: dimension i pairs
 // with i + n_rot/2; otherwise 2i pairs with 2i + 1. One thread a pair; grid.x over tokens * heads.
 extern "C" __global__ void rope(float* x, const int* positions, int n_head, int head_dim, int n_rot,
-                                float theta_scale, int neox, const float* ff, float freq_scale) {
+                                float theta_scale, int neox, const float* ff, float freq_scale,
+                                float attn_factor) {
     const int token = blockIdx.x / n_head;
     const int head = blockIdx.x % n_head;
     float* h = x + ((i64)token * n_head + head) * head_dim;
@@ -36,8 +38,8 @@ extern "C" __global__ void rope(float* x, const int* positions, int n_head, int 
         float theta_base = p;
         for (int k = 0; k < i; k++) theta_base *= theta_scale;
         const float theta = freq_scale * (theta_base / (ff ? ff[i] : 1.0f));
-        const float s = sinf(theta);
-        const float c = cosf(theta);
+        const float s = sinf(theta) * attn_factor;
+        const float c = cosf(theta) * attn_factor;
         const int i0 = neox ? i : 2 * i;
         const int i1 = neox ? i + n_rot / 2 : 2 * i + 1;
         const float x0 = h[i0];

@@ -13,6 +13,11 @@ struct Params {
     n_tokens: u32,
     freq_scale: u32,
     has_ff: u32,
+    // Multiplies cos and sin (f32 bits).
+    attn_factor: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -53,8 +58,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         let base = row + head * p.head_dim;
         let x0 = x[base + i0];
         let x1 = x[base + i0 + off];
-        let c = cos(theta);
-        let s = sin(theta);
+        let c = cos(theta) * bitcast<f32>(p.attn_factor);
+        let s = sin(theta) * bitcast<f32>(p.attn_factor);
         out[base + i0] = x0 * c - x1 * s;
         out[base + i0 + off] = x0 * s + x1 * c;
     }
