@@ -101,3 +101,20 @@ fn every_vocabulary_minfer_takes_tokenizes_llama_cpps_inputs_to_its_ids() {
         );
     }
 }
+
+#[test]
+fn phi3s_special_tokens_swallow_the_whitespace_after_them_as_llama_cpp_strips_it() {
+    // llama.cpp marks Phi-3's special tokens RSTRIP by the model's name (the file has no token
+    // attributes): the newline after `<|user|>` is not a token, nor the blanks after `</s>`;
+    // after `<s>` they stay. The ids are `llama-tokenize -m ggml-vocab-phi-3.gguf -f FILE --ids`
+    // of llama.cpp 0c1e570 (BOS added, specials parsed).
+    let file = GgufFile::open(vocab_dir().join("ggml-vocab-phi-3.gguf")).unwrap();
+    let tokenizer = Tokenizer::from_metadata(file.metadata()).unwrap();
+    let text = "<|user|>\nHello  there<|end|>\n<|assistant|>\n  Hi<|end|> \t\nx</s>  y<s> z";
+    assert_eq!(
+        tokenizer.encode(text, true, true),
+        [1, 32010, 15043, 29871, 727, 32007, 32001, 6324, 32007, 921, 2, 343, 1, 29871, 503]
+    );
+    // Without parsing specials the text is text.
+    assert!(!tokenizer.encode(text, true, false).contains(&32010));
+}

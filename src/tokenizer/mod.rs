@@ -144,6 +144,9 @@ pub struct Tokenizer {
     /// Control and unknown tokens (matched only when parsing specials) and user-defined tokens
     /// (always matched), longest text first.
     specials: Vec<u32>,
+    /// Special tokens that swallow the whitespace after them when matched (llama.cpp's
+    /// `LLAMA_TOKEN_ATTR_RSTRIP`, which it sets by model name: Phi-3's).
+    rstrip: std::collections::HashSet<u32>,
     bos: Option<u32>,
     eos: Option<u32>,
     eot: Option<u32>,
@@ -248,6 +251,7 @@ impl Tokenizer {
             })
             .collect();
         specials.sort_by_key(|&id| std::cmp::Reverse(texts[id as usize].len()));
+        let rstrip = rstrip_tokens(m, &specials, &text_to_id);
 
         let token_id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
             match m.get(key) {
@@ -277,6 +281,7 @@ impl Tokenizer {
             text_to_id,
             kind,
             specials,
+            rstrip,
             add_bos,
         })
     }
@@ -566,7 +571,13 @@ impl Tokenizer {
                     }
                     next.push(Fragment::Token(id));
                     start = end;
-                    search = end;
+                    if self.rstrip.contains(&id) {
+                        // C's isspace, as llama.cpp strips.
+                        while start < range.end && matches!(text[start], b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
+                            start += 1;
+                        }
+                    }
+                    search = start;
                 }
                 if start < range.end {
                     next.push(Fragment::Text(start..range.end));
@@ -598,6 +609,25 @@ impl Tokenizer {
     pub fn stream_decoder(&self, special: bool) -> StreamDecoder<'_> {
         StreamDecoder::new(self, special)
     }
+}
+
+/// The special tokens llama.cpp gives `LLAMA_TOKEN_ATTR_RSTRIP` (the GGUF file does not carry
+/// token attributes, so llama.cpp's `llama_vocab::load` sets them by `general.name`): for a model
+/// whose name holds "phi-3" or "phi3", every special token and `</s>`, but not `<unk>`, `<s>` and
+/// `<|endoftext|>` (HF's `rstrip` on Phi-3's added tokens).
+fn rstrip_tokens(m: &Metadata, specials: &[u32], text_to_id: &HashMap<String, u32>) -> std::collections::HashSet<u32> {
+    let name = m.get_str("general.name").unwrap_or_default().to_lowercase();
+    if !(name.contains("phi-3") || name.contains("phi3")) {
+        return Default::default();
+    }
+    let mut set: std::collections::HashSet<u32> = specials.iter().copied().collect();
+    set.extend(text_to_id.get("</s>"));
+    for text in ["<unk>", "<s>", "<|endoftext|>"] {
+        if let Some(id) = text_to_id.get(text) {
+            set.remove(id);
+        }
+    }
+    set
 }
 
 enum Fragment {
