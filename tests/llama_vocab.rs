@@ -94,6 +94,9 @@ fn every_vocabulary_minfer_takes_tokenizes_llama_cpps_inputs_to_its_ids() {
         "llama-spm",
         "phi-3",
         "deepseek-llm",
+        "deepseek-coder",
+        "falcon",
+        "qwen35",
     ] {
         assert!(
             passed.iter().any(|p| p == must),

@@ -22,6 +22,8 @@ use super::unicode::{classify, CharClass};
 pub enum PreTokenizer {
     /// `qwen2`: the Qwen2 regex given in the module docs.
     Qwen2,
+    /// `qwen35`: Qwen2's regex with combining marks counted as letters (`[\p{L}\p{M}]+`).
+    Qwen35,
     /// `llama-bpe` (Llama 3) and its aliases: Qwen2's regex with digits in runs of up to three
     /// (`\p{N}{1,3}`); whole words found in the vocabulary skip the merges (llama.cpp's
     /// `ignore_merges`).
@@ -32,12 +34,17 @@ pub enum PreTokenizer {
     DigitsThenGpt2,
     /// `deepseek-llm`: llama.cpp's six regexes for it, applied in turn (see [`DEEPSEEK_LLM`]).
     DeepseekLlm,
+    /// `deepseek-coder`: llama.cpp's five regexes for it, applied in turn (see [`DEEPSEEK_CODER`]).
+    DeepseekCoder,
+    /// `falcon`: punctuation runs, GPT-2's regex, then runs of three digits (see [`FALCON`]).
+    Falcon,
 }
 
 /// The `tokenizer.ggml.pre` names of each pre-tokenizer, as llama.cpp's `llama_vocab` maps them
 /// (names llama.cpp gives other rules, or extra behaviour minfer lacks, are not here).
 const NAMES: &[(&str, PreTokenizer)] = &[
     ("qwen2", PreTokenizer::Qwen2),
+    ("qwen35", PreTokenizer::Qwen35),
     ("llama3", PreTokenizer::Llama3),
     ("llama-v3", PreTokenizer::Llama3),
     ("llama-bpe", PreTokenizer::Llama3),
@@ -63,6 +70,8 @@ const NAMES: &[(&str, PreTokenizer)] = &[
     ("trillion", PreTokenizer::Gpt2),
     ("granite-docling", PreTokenizer::Gpt2),
     ("deepseek-llm", PreTokenizer::DeepseekLlm),
+    ("deepseek-coder", PreTokenizer::DeepseekCoder),
+    ("falcon", PreTokenizer::Falcon),
     ("smollm", PreTokenizer::DigitsThenGpt2),
     ("starcoder", PreTokenizer::DigitsThenGpt2),
     ("refact", PreTokenizer::DigitsThenGpt2),
@@ -92,13 +101,16 @@ impl PreTokenizer {
     /// Append the byte ranges of the words of `text` to `out`.
     pub fn split(self, text: &[u8], out: &mut Vec<std::ops::Range<usize>>) {
         match self {
-            PreTokenizer::Qwen2 => split_qwen2(text, 1, out),
-            PreTokenizer::Llama3 => split_qwen2(text, 3, out),
+            PreTokenizer::Qwen2 => split_qwen2(text, 1, false, out),
+            PreTokenizer::Qwen35 => split_qwen2(text, 1, true, out),
+            PreTokenizer::Llama3 => split_qwen2(text, 3, false, out),
             PreTokenizer::Gpt2 => {
                 let u = units(text);
                 split_gpt2(text, &u, 0..u.len(), out)
             }
             PreTokenizer::DeepseekLlm => split_steps(text, DEEPSEEK_LLM, out),
+            PreTokenizer::DeepseekCoder => split_steps(text, DEEPSEEK_CODER, out),
+            PreTokenizer::Falcon => split_steps(text, FALCON, out),
             PreTokenizer::DigitsThenGpt2 => {
                 let u = units(text);
                 let mut run_start = 0;
@@ -168,11 +180,21 @@ fn contraction_end(ch: &dyn Fn(usize) -> Option<char>, pos: usize, any_case: boo
 }
 
 /// Qwen2's rule, with digits in runs of at most `max_digits` (1 for Qwen2, 3 for Llama 3).
-fn split_qwen2(text: &[u8], max_digits: usize, out: &mut Vec<std::ops::Range<usize>>) {
+fn split_qwen2(text: &[u8], max_digits: usize, marks_are_letters: bool, out: &mut Vec<std::ops::Range<usize>>) {
     let u = units(text);
     let n = u.len();
     let byte_at = |i: usize| if i < n { u[i].start } else { text.len() };
-    let class = |i: usize| u.get(i).map(|x| x.class);
+    // Qwen3.5's regex takes combining marks with the letters (`[\p{L}\p{M}]+`).
+    let classes: Vec<CharClass> = u
+        .iter()
+        .map(|x| match x.ch {
+            Some(c) if marks_are_letters && x.class == CharClass::Other && super::unicode::is_mark(c) => {
+                CharClass::Letter
+            }
+            _ => x.class,
+        })
+        .collect();
+    let class = |i: usize| classes.get(i).copied();
     let ch = |i: usize| u.get(i).and_then(|x| x.ch);
     let is_crlf = |i: usize| matches!(ch(i), Some('\r' | '\n'));
 
@@ -180,7 +202,7 @@ fn split_qwen2(text: &[u8], max_digits: usize, out: &mut Vec<std::ops::Range<usi
     while pos < n {
         let start = pos;
         let c = ch(pos);
-        let cls = u[pos].class;
+        let cls = classes[pos];
 
         // (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])
         if c == Some('\'') {
@@ -262,6 +284,10 @@ enum Step {
     Run { space: bool, class: fn(char) -> bool },
     /// `\s+$`: the whitespace that ends the piece.
     TrailingSpace,
+    /// `[C][C][C]`: three characters of the class together.
+    Triple(fn(char) -> bool),
+    /// GPT-2's regex, which llama.cpp runs through its own scanner ([`split_gpt2`]).
+    Gpt2,
 }
 
 /// Whether `c` is whitespace as llama.cpp's regexes see it.
@@ -400,6 +426,51 @@ const DEEPSEEK_LLM: &[Step] = &[
     },
 ];
 
+/// `deepseek-coder`'s regexes, in llama.cpp's order: `[\r\n]`, `\s?\p{L}+`, `\s?\p{P}+`,
+/// `[CJK]+` and `\p{N}` (each digit alone).
+const DEEPSEEK_CODER: &[Step] = &[
+    Step::Each(is_newline),
+    Step::Run {
+        space: true,
+        class: is_collapsed_letter,
+    },
+    Step::Run {
+        space: true,
+        class: is_collapsed_punctuation,
+    },
+    Step::Run {
+        space: false,
+        class: is_deepseek_cjk,
+    },
+    Step::Each(is_number),
+];
+
+/// `falcon`'s regexes, in llama.cpp's order: ``[\p{P}\$\+<=>\^~\|`]+``, GPT-2's, and
+/// `[0-9][0-9][0-9]`.
+const FALCON: &[Step] = &[
+    Step::Run {
+        space: false,
+        class: is_falcon_punctuation,
+    },
+    Step::Gpt2,
+    Step::Triple(|c| c.is_ascii_digit()),
+];
+
+/// `\p{L}` as llama.cpp's collapsed regexes see it (non-ASCII whitespace is no letter).
+fn is_collapsed_letter(c: char) -> bool {
+    !is_space(c) && classify(c) == CharClass::Letter
+}
+
+/// `\p{P}` as llama.cpp's collapsed regexes see it.
+fn is_collapsed_punctuation(c: char) -> bool {
+    !(c as u32 > 0x7f && is_space(c)) && super::unicode::is_punctuation(c)
+}
+
+/// Falcon's punctuation class: `\p{P}` and the ASCII symbols `$+<=>^~|``.
+fn is_falcon_punctuation(c: char) -> bool {
+    is_collapsed_punctuation(c) || "$+<=>^~|`".contains(c)
+}
+
 fn is_newline(c: char) -> bool {
     c == '\r' || c == '\n'
 }
@@ -441,6 +512,14 @@ fn split_steps(text: &[u8], steps: &[Step], out: &mut Vec<std::ops::Range<usize>
             };
             let member = |i: usize, class: fn(char) -> bool| i < hi && ch(i).is_some_and(class);
             let space = |i: usize| i < hi && ch(i).is_some_and(is_space);
+            if let Step::Gpt2 = step {
+                // GPT-2's words, in bytes, back to units (every word starts on a unit).
+                let mut words = Vec::new();
+                split_gpt2(text, &u, lo..hi, &mut words);
+                let unit_at = |b: usize| u.partition_point(|x| x.start < b);
+                next.extend(words.into_iter().map(|w| unit_at(w.start)..unit_at(w.end)));
+                continue;
+            }
             if let Step::TrailingSpace = step {
                 let mut t = hi;
                 while t > lo && space(t - 1) {
@@ -473,7 +552,10 @@ fn split_steps(text: &[u8], steps: &[Step], out: &mut Vec<std::ops::Range<usize>
                             i..end
                         })
                     }
-                    Step::TrailingSpace => unreachable!("handled above"),
+                    Step::Triple(class) => {
+                        (member(i, class) && member(i + 1, class) && member(i + 2, class)).then(|| i..i + 3)
+                    }
+                    Step::TrailingSpace | Step::Gpt2 => unreachable!("handled above"),
                 };
                 match found {
                     Some(m) => {

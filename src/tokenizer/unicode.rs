@@ -1,4 +1,4 @@
-//! Unicode character classes the pre-tokenizer regexes use: `\p{L}`, `\p{N}` and `\s`.
+//! Unicode character classes the pre-tokenizer regexes use: `\p{L}`, `\p{N}`, `\p{P}` and `\s`.
 //!
 //! `\p{N}` and `\s` are exactly what `char::is_numeric` (general categories Nd, Nl, No) and
 //! `char::is_whitespace` (the White_Space property) test. `\p{L}` has no std equivalent
@@ -16,22 +16,38 @@ pub enum CharClass {
     Other,
 }
 
+/// The ranges of a Unicode class, from `regex-syntax`'s tables.
+fn class_ranges(class: &str) -> Vec<(u32, u32)> {
+    use regex_syntax::hir::{Class, HirKind};
+    let hir = regex_syntax::Parser::new().parse(class).expect("a valid Unicode class");
+    match hir.kind() {
+        HirKind::Class(Class::Unicode(class)) => class
+            .ranges()
+            .iter()
+            .map(|r| (r.start() as u32, r.end() as u32))
+            .collect(),
+        other => unreachable!("{class} parsed as {other:?}"),
+    }
+}
+
 fn letter_ranges() -> &'static [(u32, u32)] {
     static RANGES: OnceLock<Vec<(u32, u32)>> = OnceLock::new();
-    RANGES.get_or_init(|| {
-        use regex_syntax::hir::{Class, HirKind};
-        let hir = regex_syntax::Parser::new()
-            .parse(r"\p{L}")
-            .expect("\\p{L} is a valid class");
-        match hir.kind() {
-            HirKind::Class(Class::Unicode(class)) => class
-                .ranges()
-                .iter()
-                .map(|r| (r.start() as u32, r.end() as u32))
-                .collect(),
-            other => unreachable!("\\p{{L}} parsed as {other:?}"),
-        }
-    })
+    RANGES.get_or_init(|| class_ranges(r"\p{L}"))
+}
+
+fn mark_ranges() -> &'static [(u32, u32)] {
+    static RANGES: OnceLock<Vec<(u32, u32)>> = OnceLock::new();
+    RANGES.get_or_init(|| class_ranges(r"\p{M}"))
+}
+
+/// Whether `c` has general category M (Mn, Mc, Me): a combining mark.
+pub fn is_mark(c: char) -> bool {
+    in_ranges(mark_ranges(), c)
+}
+
+fn punctuation_ranges() -> &'static [(u32, u32)] {
+    static RANGES: OnceLock<Vec<(u32, u32)>> = OnceLock::new();
+    RANGES.get_or_init(|| class_ranges(r"\p{P}"))
 }
 
 /// Whether `c` has general category L (Lu, Ll, Lt, Lm, Lo).
@@ -39,8 +55,18 @@ pub fn is_letter(c: char) -> bool {
     if c.is_ascii() {
         return c.is_ascii_alphabetic();
     }
+    in_ranges(letter_ranges(), c)
+}
+
+/// Whether `c` has general category P (Pc, Pd, Ps, Pe, Pi, Pf, Po): in ASCII, the punctuation
+/// but `$+<=>^`|~`, which are symbols (S).
+pub fn is_punctuation(c: char) -> bool {
+    in_ranges(punctuation_ranges(), c)
+}
+
+fn in_ranges(ranges: &[(u32, u32)], c: char) -> bool {
     let c = c as u32;
-    letter_ranges()
+    ranges
         .binary_search_by(|&(start, end)| {
             if end < c {
                 std::cmp::Ordering::Less
@@ -79,6 +105,12 @@ mod tests {
         assert_eq!(classify('٣'), CharClass::Number);
         assert_eq!(classify('\u{3000}'), CharClass::Whitespace);
         assert_eq!(classify('\u{a0}'), CharClass::Whitespace);
+        for c in "!\"#%&'()*,-./:;?@[\\]_{}、。「」—…¿".chars() {
+            assert!(is_punctuation(c), "{c:?} is punctuation");
+        }
+        for c in "$+<=>^`|~a1 €".chars() {
+            assert!(!is_punctuation(c), "{c:?} is not punctuation");
+        }
         assert_eq!(classify('🚀'), CharClass::Other);
         assert_eq!(classify('_'), CharClass::Other);
     }
