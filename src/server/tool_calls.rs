@@ -2,8 +2,11 @@
 //! blocks that Qwen-family (Hermes-style) templates teach the model to write, turned into
 //! OpenAI `tool_calls`, both for a whole reply and incrementally for a stream. Llama 3.x's JSON
 //! calls (`{"name", "parameters"}` after the control token `<|python_tag|>`) and Mistral's
-//! (`[TOOL_CALLS]` and a JSON array of `{"name", "arguments"}`) reach this file without their
-//! control tokens, which the reply's text leaves out, and are read as the bare calls below.
+//! (`[TOOL_CALLS]` and a JSON array of `{"name", "arguments"}`, or in the newer templates —
+//! Mistral Small 3.2, Devstral, Ministral 3 — `[TOOL_CALLS]name[ARGS]{...}` once per call) reach
+//! this file without their control tokens, which the reply's text leaves out, and are read as the
+//! bare calls below: a JSON call, an array of them, or an offered tool's name followed by its
+//! arguments object, repeated.
 //!
 //! Small models often skip the tags and answer with the call alone: a bare JSON object
 //! `{"name": ..., "arguments": ...}` (or an array of them), possibly in a ```` ```json ````
@@ -96,9 +99,50 @@ fn parse_call(body: &str) -> Option<ToolCall> {
     Some(ToolCall { name, arguments })
 }
 
+/// Mistral's `[TOOL_CALLS]name[ARGS]{...}` calls with their control tokens left out: one or more
+/// of an offered tool's name (the longest that fits) directly followed by a JSON object.
+fn parse_named(text: &str, names: &[String]) -> Option<Vec<ToolCall>> {
+    let mut rest = text.trim();
+    let mut calls = Vec::new();
+    while !rest.is_empty() {
+        let name = names
+            .iter()
+            .filter(|n| !n.is_empty() && rest.starts_with(n.as_str()))
+            .max_by_key(|n| n.len())?;
+        let args = &rest[name.len()..];
+        if !args.starts_with('{') {
+            return None;
+        }
+        let mut values = serde_json::Deserializer::from_str(args).into_iter::<Json>();
+        let Some(Ok(value @ Json::Object(_))) = values.next() else {
+            return None;
+        };
+        calls.push(ToolCall {
+            name: name.clone(),
+            arguments: value.to_string(),
+        });
+        rest = args[values.byte_offset()..].trim_start();
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
+/// Whether `text` (the reply so far, leading whitespace trimmed) may still become a call in
+/// Mistral's named form: it is a prefix of an offered name, or a name and then `{`.
+fn may_be_named(text: &str, names: &[String]) -> bool {
+    names.iter().filter(|n| !n.is_empty()).any(|n| {
+        n.starts_with(text)
+            || text
+                .strip_prefix(n.as_str())
+                .is_some_and(|r| r.is_empty() || r.starts_with('{'))
+    })
+}
+
 /// The calls a whole reply makes without tags: a JSON object naming one of `names`, or an
-/// array of such objects, optionally fenced as a code block.
+/// array of such objects, optionally fenced as a code block; or Mistral's named calls.
 fn parse_bare(text: &str, names: &[String]) -> Option<Vec<ToolCall>> {
+    if !text.trim_start().starts_with(['{', '[', '`']) {
+        return parse_named(text, names);
+    }
     let mut body = text.trim();
     if let Some(fenced) = body.strip_prefix("```") {
         let fenced = fenced.strip_suffix("```")?;
@@ -158,9 +202,18 @@ impl ToolCallStream {
         self.buf.push_str(text);
         let mut out = Vec::new();
         if self.mode == Mode::Undecided {
-            match self.buf.trim_start().chars().next() {
+            let start = self.buf.trim_start();
+            match start.chars().next() {
                 None => return out,
                 Some('{' | '[' | '`') => self.mode = Mode::Bare,
+                // An offered tool's name (or the start of one): a call in Mistral's named form
+                // once its `{` comes, until then undecided.
+                Some(_) if may_be_named(start, &self.names) => {
+                    if !start.contains('{') {
+                        return out;
+                    }
+                    self.mode = Mode::Bare
+                }
                 Some(_) => self.mode = Mode::Tagged,
             }
         }
@@ -374,6 +427,41 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn mistrals_named_calls_without_their_control_tokens_are_calls_whole_and_streamed() {
+        // Mistral Small 3.2's `[TOOL_CALLS]get_weather[ARGS]{...}[TOOL_CALLS]a[ARGS]{...}`, as the
+        // reply's text has it once the control tokens are left out.
+        let text = r#"get_weather{"city": "Paris", "days": [1, 2]}a{"x": {"y": "}"}}"#;
+        let expected = vec![
+            call("get_weather", r#"{"city":"Paris","days":[1,2]}"#),
+            call("a", r#"{"x":{"y":"}"}}"#),
+        ];
+        assert_eq!(parse(text), (None, expected.clone()));
+        for size in [1, 3, 7] {
+            let mut stream = ToolCallStream::new(vec!["get_weather".into(), "a".into()]);
+            let mut pieces = Vec::new();
+            let chars: Vec<char> = text.chars().collect();
+            for chunk in chars.chunks(size) {
+                pieces.extend(stream.push(&chunk.iter().collect::<String>()));
+            }
+            pieces.extend(stream.finish());
+            assert_eq!(
+                pieces,
+                expected.iter().cloned().map(Piece::Call).collect::<Vec<_>>(),
+                "chunks of {size}"
+            );
+        }
+        // A reply that only starts like a tool's name is text, streamed as soon as it differs.
+        let mut stream = ToolCallStream::new(vec!["get_weather".into()]);
+        assert_eq!(stream.push("get"), vec![]);
+        assert_eq!(stream.push("ting there"), vec![Piece::Content("getting there".into())]);
+        assert_eq!(
+            parse("get_weather is sunny"),
+            (Some("get_weather is sunny".into()), vec![])
+        );
+        assert_eq!(parse("rm_rf{}"), (Some("rm_rf{}".into()), vec![]));
     }
 
     #[test]
