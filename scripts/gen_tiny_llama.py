@@ -18,6 +18,11 @@ fused tensors). llama.cpp then runs them with its own graph for each, which is w
   RoPE over 32 of the 64 dimensions of each head, LongRoPE factors (`rope_factors_long` and
   `_short`) with `original_context_length` 256 — below the reference's n_ctx 512, so the long
   ones apply — and `rope.scaling.attn_factor` 1.19, and Phi-3-mini's sliding window key.
+- `tiny-llama-spm-Q4_0.gguf`: the tiny qwen2 Q4_0 model's layers as `llama` with a SentencePiece
+  vocabulary: llama.cpp's `ggml-vocab-llama-spm.gguf` (32000 tokens, fetched by
+  `scripts/fetch-llama-vocab.sh`; its `tokenizer.*` keys copied) and a new random token
+  embedding of 32000 rows (Q4_0, seed 42, the scale of the qwen2 model's), which the head
+  shares (no `output.weight`).
 
     .venv/bin/python scripts/gen_tiny_llama.py
 """
@@ -135,7 +140,47 @@ def phi3(src, dst):
     print(root / dst)
 
 
+def llama_spm(src, dst):
+    from gguf import GGMLQuantizationType as QT, quants
+    vocab = Path.home() / ".cache/minfer/llama-vocab-0c1e570/ggml-vocab-llama-spm.gguf"
+    v = GGUFReader(vocab)
+    r = GGUFReader(root / src)
+    w = GGUFWriter(root / dst, "llama")
+    for key, field in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture" or key.startswith("tokenizer."):
+            continue
+        new = "llama." + key[len("qwen2."):] if key.startswith("qwen2.") else key
+        value = "tiny-llama-spm" if key == "general.name" else field.contents()
+        if field.types[0] == VT.ARRAY:
+            w.add_key_value(new, value, field.types[0], sub_type=field.types[1])
+        else:
+            w.add_key_value(new, value, field.types[0])
+    for key, field in v.fields.items():
+        if key.startswith("tokenizer."):
+            if field.types[0] == VT.ARRAY:
+                w.add_key_value(key, field.contents(), field.types[0], sub_type=field.types[1])
+            else:
+                w.add_key_value(key, field.contents(), field.types[0])
+    n_vocab = len(v.fields["tokenizer.ggml.tokens"].contents())
+    old = next(t for t in r.tensors if t.name == "token_embd.weight")
+    scale = float(np.std(quants.dequantize(np.asarray(old.data), old.tensor_type)))
+    rng = np.random.default_rng(42)
+    embd = (rng.standard_normal((n_vocab, 256)) * scale).astype(np.float32)
+    q = quants.quantize(embd, QT.Q4_0)
+    w.add_tensor("token_embd.weight", q, raw_shape=q.shape, raw_dtype=QT.Q4_0)
+    for t in r.tensors:
+        if t.name in ("token_embd.weight", "output.weight"):
+            continue
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(root / dst)
+
+
 phi3("tiny-qwen2-Q4_0.gguf", "tiny-phi3-Q4_0.gguf")
+llama_spm("tiny-qwen2-Q4_0.gguf", "tiny-llama-spm-Q4_0.gguf")
 relabel("tiny-qwen2-Q4_0.gguf", "tiny-granite-Q4_0.gguf", "tiny-granite", llama3=False, arch="granite",
         extra=[("granite.embedding_scale", 12.0), ("granite.residual_scale", 0.22),
                ("granite.attention.scale", 0.015625), ("granite.logit_scale", 1.25)])
