@@ -8,7 +8,8 @@ fused tensors). llama.cpp then runs them with its own graph for each, which is w
   as its converter does — `rope_freqs.weight`, the per-pair frequency divisors from Meta's
   formula (factor 8, low/high frequency factors 1 and 4, original context 4096) — at
   `rope.freq_base` 500000, and on top of it linear scaling (`rope.scaling.type = linear`,
-  factor 2), so that one file exercises both of llama.cpp's ways of scaling a llama's RoPE.
+  factor 2), so that one file exercises both of llama.cpp's ways of scaling a llama's RoPE; and
+  the optional biases of the attention output and the FFN's three projections (random, seed 7).
 - `tiny-granite-Q4_0.gguf`: from `tiny-qwen2-Q4_0.gguf` as Granite, with its four scales
   (embedding 12, residual 0.22, attention 1/64 where 1/sqrt(head_dim) would be 1/8, logits
   divided by 1.25).
@@ -79,6 +80,12 @@ def relabel(src, dst, name, llama3, arch="llama", extra=()):
         w.add_key_value("llama.rope.scaling.type", "linear", VT.STRING)
         w.add_key_value("llama.rope.scaling.factor", 2.0, VT.FLOAT32)
         w.add_tensor("rope_freqs.weight", llama3_factors(n_embd // n_head, 500000.0))
+        rng = np.random.default_rng(7)
+        n_ff = next(f.contents() for k, f in r.fields.items() if k == "qwen2.feed_forward_length")
+        n_layer = next(f.contents() for k, f in r.fields.items() if k == "qwen2.block_count")
+        for il in range(n_layer):
+            for name, n in (("attn_output", n_embd), ("ffn_gate", n_ff), ("ffn_up", n_ff), ("ffn_down", n_embd)):
+                w.add_tensor(f"blk.{il}.{name}.bias", (rng.standard_normal(n) * 0.1).astype(np.float32))
     for t in r.tensors:
         w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
     w.write_header_to_file()

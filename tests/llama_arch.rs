@@ -127,8 +127,17 @@ fn a_tensor_the_graph_does_not_read_is_refused_by_name() {
     // Phi-3's LongRoPE factors mean nothing to a llama model.
     let err = refusal(&[], &[("rope_factors_long.weight", vec![32])]);
     assert!(err.to_string().contains("'rope_factors_long.weight'"), "{err}");
-    let err = refusal(&[], &[("blk.0.attn_output.bias", vec![64])]);
-    assert!(err.to_string().contains("'blk.0.attn_output.bias'"), "{err}");
+    let err = refusal(&[], &[("blk.0.attn_sinks.weight", vec![4])]);
+    assert!(err.to_string().contains("'blk.0.attn_sinks.weight'"), "{err}");
+    // Optional biases load (the tiny llama3 fixture computes with them against llama.cpp), and
+    // one of the wrong width is refused naming it.
+    let (_dir, file) = llama_file(
+        &[],
+        &[("blk.0.attn_output.bias", vec![256]), ("blk.1.ffn_up.bias", vec![512])],
+    );
+    load_model(&file).unwrap();
+    let err = refusal(&[], &[("blk.0.ffn_down.bias", vec![64])]);
+    assert!(err.to_string().contains("'blk.0.ffn_down.bias'"), "{err}");
 }
 
 #[test]

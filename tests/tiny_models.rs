@@ -169,7 +169,7 @@ macro_rules! tiny_model_tests {
 tiny_model_tests! {
     tiny_llama_q8_0_matches_llama_cpp: "llama", "Q8_0";
     tiny_llama_with_a_sentencepiece_vocabulary_matches_llama_cpp: "llama-spm", "Q4_0";
-    tiny_llama3_with_frequency_factors_and_linear_rope_scaling_matches_llama_cpp: "llama3", "Q4_0";
+    tiny_llama3_with_frequency_factors_linear_rope_scaling_and_biases_matches_llama_cpp: "llama3", "Q4_0";
     tiny_granite_with_its_four_scales_matches_llama_cpp: "granite", "Q4_0";
     tiny_phi3_with_fused_weights_partial_rotary_and_longrope_matches_llama_cpp: "phi3", "Q4_0";
     tiny_qwen2_f32_matches_llama_cpp: "qwen2", "F32";

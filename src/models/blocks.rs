@@ -97,7 +97,7 @@ pub fn attention(
     il: usize,
     inp: &Inputs,
     (q, k, v): (NodeId, NodeId, NodeId),
-    wo: &WeightRef,
+    wo: MatMulMeta,
 ) -> NodeId {
     let kv_meta = kv_meta(hp, params);
     let n_ctx_seq = n_ctx_seq(params);
@@ -132,7 +132,7 @@ pub fn self_attention(
     normed: NodeId,
     (q, k, v): (MatMulMeta, MatMulMeta, MatMulMeta),
     qk_norm: Option<(String, String, f32)>,
-    wo: &WeightRef,
+    wo: MatMulMeta,
 ) -> NodeId {
     if fuse_qkv(params) {
         return fused_attention(b, hp, params, il, inp, normed, (q, k, v), qk_norm, wo);
@@ -156,7 +156,7 @@ pub fn attend(
     il: usize,
     inp: &Inputs,
     q: NodeId,
-    wo: &WeightRef,
+    wo: MatMulMeta,
 ) -> NodeId {
     // Built after the store, so build order runs the store first.
     let kv = b.kvcache_load(&format!("kv_load-{il}"), il, kv_meta(hp, params));
@@ -168,11 +168,7 @@ pub fn attend(
         kq_scale: hp.kq_scale,
     };
     let attn = b.attn(&format!("attn-{il}"), q, kv, inp.positions, inp.span, meta);
-    b.matmul(
-        &format!("attn_out-{il}"),
-        attn,
-        matmul_meta(wo, None, hp.n_head * hp.head_dim, hp.n_embd),
-    )
+    b.matmul(&format!("attn_out-{il}"), attn, wo)
 }
 
 /// The [`RopeMeta`] of the model's RoPE over `n_head` heads (n_head for Q, n_head_kv for K) in a
@@ -195,6 +191,26 @@ pub fn rope_meta(hp: &HParams, n_head: usize, n_ctx_seq: usize) -> RopeMeta {
         freq_factors,
         attn_factor: hp.rope_attn_factor,
     }
+}
+
+/// The metas of a SwiGLU FFN's gate, up and down weights (GGUF shapes `[n_embd, n_ff]` twice
+/// and `[n_ff, n_embd]`), each with its optional bias.
+pub fn ffn_metas(
+    hp: &HParams,
+    (gate, up, down): (&WeightRef, &WeightRef, &WeightRef),
+    (gate_b, up_b, down_b): (Option<&String>, Option<&String>, Option<&String>),
+) -> (MatMulMeta, MatMulMeta, MatMulMeta) {
+    (
+        matmul_meta(gate, gate_b, hp.n_embd, hp.n_ff),
+        matmul_meta(up, up_b, hp.n_embd, hp.n_ff),
+        matmul_meta(down, down_b, hp.n_ff, hp.n_embd),
+    )
+}
+
+/// The meta of the attention output projection `wo` (GGUF shape `[n_head * head_dim, n_embd]`)
+/// with its optional bias.
+pub fn wo_meta(hp: &HParams, wo: &WeightRef, bias: Option<&String>) -> MatMulMeta {
+    matmul_meta(wo, bias, hp.n_head * hp.head_dim, hp.n_embd)
 }
 
 /// The cells one sequence may hold (llama.cpp's `n_ctx_seq`).
@@ -235,7 +251,7 @@ fn fused_attention(
     normed: NodeId,
     (q, k, v): (MatMulMeta, MatMulMeta, MatMulMeta),
     qk_norm: Option<(String, String, f32)>,
-    wo: &WeightRef,
+    wo: MatMulMeta,
 ) -> NodeId {
     let meta = FusedQkvMeta {
         q,
@@ -270,7 +286,8 @@ pub fn attention_residual(
     residual_add(b, hp, "attn", il, residual, wo)
 }
 
-/// `h + down(silu(gate(norm(h))) * up(norm(h)))`. Unfused, the fusion pass folds silu·mul into
+/// `h + down(silu(gate(norm(h))) * up(norm(h)))`, the projections' metas (with their biases,
+/// where the model has them) from [`ffn_metas`]. Unfused, the fusion pass folds silu·mul into
 /// SwiGLU; with the decode FFN fusion, gate, up and SwiGLU are one node.
 #[allow(clippy::too_many_arguments)]
 pub fn ffn_swiglu(
@@ -280,13 +297,9 @@ pub fn ffn_swiglu(
     il: usize,
     h: NodeId,
     ffn_norm: &str,
-    gate: &WeightRef,
-    up: &WeightRef,
-    down: &WeightRef,
+    (gate, up, down): (MatMulMeta, MatMulMeta, MatMulMeta),
 ) -> NodeId {
     let normed = b.rms_norm(&format!("ffn_norm-{il}"), h, Some(ffn_norm), hp.rms_eps);
-    let gate = matmul_meta(gate, None, hp.n_embd, hp.n_ff);
-    let up = matmul_meta(up, None, hp.n_embd, hp.n_ff);
     let act = if fuse_ffn(params) {
         b.fused_ffn(&format!("ffn_gate_up-{il}"), normed, FusedFfnMeta { gate, up })
     } else {
@@ -295,11 +308,7 @@ pub fn ffn_swiglu(
         let act = b.silu(&format!("ffn_silu-{il}"), g);
         b.mul(&format!("ffn_swiglu-{il}"), act, u)
     };
-    let d = b.matmul(
-        &format!("ffn_down-{il}"),
-        act,
-        matmul_meta(down, None, hp.n_ff, hp.n_embd),
-    );
+    let d = b.matmul(&format!("ffn_down-{il}"), act, down);
     residual_add(b, hp, "ffn", il, h, d)
 }
 

@@ -18,10 +18,25 @@ impl Llama {
             let q = matmul_meta(&w.q, w.q_bias.as_ref(), hp.n_embd, q_out);
             let k = matmul_meta(&w.k, w.k_bias.as_ref(), hp.n_embd, kv_out);
             let v = matmul_meta(&w.v, w.v_bias.as_ref(), hp.n_embd, kv_out);
-            let wo = blocks::self_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), None, &w.wo);
+            let wo = blocks::self_attention(
+                &mut b,
+                hp,
+                params,
+                il,
+                &inp,
+                normed,
+                (q, k, v),
+                None,
+                blocks::wo_meta(hp, &w.wo, w.wo_bias.as_ref()),
+            );
             let last = il + 1 == self.layers.len();
             h = blocks::attention_residual(&mut b, hp, il, last, inp.out_ids, h, wo);
-            h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);
+            let ffn = blocks::ffn_metas(
+                hp,
+                (&w.gate, &w.up, &w.down),
+                (w.gate_bias.as_ref(), w.up_bias.as_ref(), w.down_bias.as_ref()),
+            );
+            h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, ffn);
         }
         blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]
         b.build()

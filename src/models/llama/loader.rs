@@ -24,6 +24,11 @@ pub struct LayerWeights {
     pub k_bias: Option<String>,
     pub v_bias: Option<String>,
     pub wo: WeightRef,
+    /// Output projection and FFN biases, where the file has them.
+    pub wo_bias: Option<String>,
+    pub gate_bias: Option<String>,
+    pub up_bias: Option<String>,
+    pub down_bias: Option<String>,
     pub ffn_norm: String,
     pub gate: WeightRef,
     pub up: WeightRef,
@@ -122,10 +127,14 @@ impl Llama {
                     k_bias: optional_layer_f32(file, il, "attn_k.bias", kv_out)?,
                     v_bias: optional_layer_f32(file, il, "attn_v.bias", kv_out)?,
                     wo: layer_weight(file, il, "attn_output.weight", &[q_out, e])?,
+                    wo_bias: optional_layer_f32(file, il, "attn_output.bias", e)?,
                     ffn_norm: layer_f32(file, il, "ffn_norm.weight", e)?,
                     gate: layer_weight(file, il, "ffn_gate.weight", &[e, ff])?,
                     up: layer_weight(file, il, "ffn_up.weight", &[e, ff])?,
                     down: layer_weight(file, il, "ffn_down.weight", &[ff, e])?,
+                    gate_bias: optional_layer_f32(file, il, "ffn_gate.bias", ff)?,
+                    up_bias: optional_layer_f32(file, il, "ffn_up.bias", ff)?,
+                    down_bias: optional_layer_f32(file, il, "ffn_down.bias", e)?,
                 })
             })
             .collect::<Result<_, ModelError>>()?;
@@ -150,7 +159,20 @@ impl Llama {
                 ]
                 .map(String::clone),
             );
-            used.extend([&w.q_bias, &w.k_bias, &w.v_bias].into_iter().flatten().cloned());
+            used.extend(
+                [
+                    &w.q_bias,
+                    &w.k_bias,
+                    &w.v_bias,
+                    &w.wo_bias,
+                    &w.gate_bias,
+                    &w.up_bias,
+                    &w.down_bias,
+                ]
+                .into_iter()
+                .flatten()
+                .cloned(),
+            );
         }
         check_used_tensors(file, arch, &used)?;
         Ok(Llama {

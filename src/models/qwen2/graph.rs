@@ -19,10 +19,28 @@ impl Qwen2 {
             let q = matmul_meta(&w.q, Some(&w.q_bias), hp.n_embd, q_out);
             let k = matmul_meta(&w.k, Some(&w.k_bias), hp.n_embd, kv_out);
             let v = matmul_meta(&w.v, Some(&w.v_bias), hp.n_embd, kv_out);
-            let wo = blocks::self_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), None, &w.wo);
+            let wo = blocks::self_attention(
+                &mut b,
+                hp,
+                params,
+                il,
+                &inp,
+                normed,
+                (q, k, v),
+                None,
+                blocks::wo_meta(hp, &w.wo, None),
+            );
             let last = il + 1 == self.layers.len();
             h = blocks::attention_residual(&mut b, hp, il, last, inp.out_ids, h, wo);
-            h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);
+            h = blocks::ffn_swiglu(
+                &mut b,
+                hp,
+                params,
+                il,
+                h,
+                &w.ffn_norm,
+                blocks::ffn_metas(hp, (&w.gate, &w.up, &w.down), (None, None, None)),
+            );
         }
         blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]
         b.build()

@@ -19,10 +19,28 @@ impl Qwen3 {
             let k = matmul_meta(&w.k, None, hp.n_embd, kv_out);
             let v = matmul_meta(&w.v, None, hp.n_embd, kv_out);
             let norms = Some((w.q_norm.clone(), w.k_norm.clone(), hp.rms_eps));
-            let wo = blocks::self_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), norms, &w.wo);
+            let wo = blocks::self_attention(
+                &mut b,
+                hp,
+                params,
+                il,
+                &inp,
+                normed,
+                (q, k, v),
+                norms,
+                blocks::wo_meta(hp, &w.wo, None),
+            );
             let last = il + 1 == self.layers.len();
             h = blocks::attention_residual(&mut b, hp, il, last, inp.out_ids, h, wo);
-            h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, &w.gate, &w.up, &w.down);
+            h = blocks::ffn_swiglu(
+                &mut b,
+                hp,
+                params,
+                il,
+                h,
+                &w.ffn_norm,
+                blocks::ffn_metas(hp, (&w.gate, &w.up, &w.down), (None, None, None)),
+            );
         }
         blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]
         b.build()
