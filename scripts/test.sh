@@ -3,7 +3,8 @@
 #
 # 1. formatting and lints; 2. what the tests need that is not in the repository: the gguf-py
 # virtualenv (scripts/python-env.sh), the default model, the 1.5B speculative-decoding target and
-# SmolLM2-135M, the llama-architecture model (scripts/fetch-model.sh, … 1.5b, … smollm2), and
+# SmolLM2-135M, the llama-architecture model, and Gemma 3 270M (scripts/fetch-model.sh, … 1.5b,
+# … smollm2, … gemma3), and
 # llama.cpp's tokenizer test vocabularies (scripts/fetch-llama-vocab.sh), all cached,
 # Chromium for the chat page's browser test (scripts/install-chromium.sh) and NGINX for the
 # replicas test (scripts/install-nginx.sh), Mesa's lavapipe for the wgpu backend's tests
@@ -36,6 +37,7 @@ export MINFER_REQUIRE_NVRTC=1
 scripts/fetch-model.sh >/dev/null
 scripts/fetch-model.sh 1.5b >/dev/null
 scripts/fetch-model.sh smollm2 >/dev/null
+scripts/fetch-model.sh gemma3 >/dev/null
 scripts/fetch-llama-vocab.sh >/dev/null
 scripts/install-chromium.sh >/dev/null
 scripts/install-nginx.sh >/dev/null

@@ -415,11 +415,12 @@ fn elementwise_cases(rng: &mut Rng) -> Vec<Case> {
     let nt = 3;
     let mut cases = Vec::new();
     type Build = fn(&mut GraphBuilder, usize, usize) -> usize;
-    let ops: [(&str, Build); 6] = [
+    let ops: [(&str, Build); 7] = [
         ("Add", |b, x, y| b.add("out", x, y)),
         ("Mul", |b, x, y| b.mul("out", x, y)),
         ("Silu", |b, x, _| b.silu("out", x)),
         ("Scale 0.22", |b, x, _| b.scale("out", x, 0.22)),
+        ("Gelu", |b, x, _| b.gelu("out", x)),
         ("SwiGLU", |b, x, y| b.swiglu("out", x, y)),
         // Built unfused; the fusion pass folds it into SwiGLU where the backend claims it.
         ("Mul(Silu) fused", |b, x, y| {
@@ -434,7 +435,8 @@ fn elementwise_cases(rng: &mut Rng) -> Vec<Case> {
         let out = build(&mut b, x, y);
         b.output(out);
         let inputs = vec![
-            ("x", Data::F32(rng.vec(d * nt, 3.0))),
+            // Past GELU's cutoffs at ±10 too.
+            ("x", Data::F32(rng.vec(d * nt, 12.0))),
             ("y", Data::F32(rng.vec(d * nt, 3.0))),
         ];
         cases.push(case(
@@ -632,6 +634,7 @@ fn attn_meta() -> AttnMeta {
         n_head_kv: N_HEAD_KV,
         head_dim: HEAD_DIM,
         kq_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+        n_swa: None,
     }
 }
 
@@ -668,17 +671,14 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
         let kv = b.kvcache_load("kv_load", 0, kv_meta_of(type_k, type_v));
         // Decoding also with a model's own score scale (Granite's), not 1 / sqrt(head_dim).
         let kq_scale = if nt == 1 { 0.0625 } else { attn_meta().kq_scale };
-        let out = b.attn(
-            "out",
-            q,
-            kv,
-            pos,
-            span,
-            AttnMeta {
-                kq_scale,
-                ..attn_meta()
-            },
-        );
+        // Prompts also through a sliding window narrower than what they see (Gemma's local layers).
+        let n_swa = (nt > 1).then_some(2);
+        let meta = AttnMeta {
+            kq_scale,
+            n_swa,
+            ..attn_meta()
+        };
+        let out = b.attn("out", q, kv, pos, span, meta);
         b.output(out);
         // The store's output is the K region itself: compared as f32 values when it holds them
         // (the store runs either way, a node with a side effect).
@@ -719,7 +719,7 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
         };
         cases.push(Case {
             name: format!(
-                "KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}, KV {}/{}, kq_scale {kq_scale}), {nt} token(s) x 3 steps",
+                "KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}, KV {}/{}, kq_scale {kq_scale}, n_swa {n_swa:?}), {nt} token(s) x 3 steps",
                 type_k.name(),
                 type_v.name()
             ),

@@ -168,6 +168,7 @@ macro_rules! tiny_model_tests {
 
 tiny_model_tests! {
     tiny_llama_q8_0_matches_llama_cpp: "llama", "Q8_0";
+    tiny_gemma3_with_a_sliding_window_and_gelu_matches_llama_cpp: "gemma3", "Q4_0";
     tiny_llama_with_a_sentencepiece_vocabulary_matches_llama_cpp: "llama-spm", "Q4_0";
     tiny_llama3_with_frequency_factors_linear_rope_scaling_and_biases_matches_llama_cpp: "llama3", "Q4_0";
     tiny_granite_with_its_four_scales_matches_llama_cpp: "granite", "Q4_0";

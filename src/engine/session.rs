@@ -337,24 +337,22 @@ impl Session {
         let from = self.kv.compact(0)?;
         self.move_rows(&from)?;
         let hp = self.model.hparams();
-        let shift = KShift {
+        let n_ctx_seq = self.params.cparams.n_ctx_seq.min(self.params.cparams.n_ctx);
+        // Each layer's own rotation (a windowed layer has its own base), by the shift only: the
+        // stored K already carries LongRoPE's magnitude factor once (llama.cpp's K-shift applies
+        // it a second time).
+        let shift_of = |layer: usize| KShift {
             first_row: n_keep,
             n_rows: from.len() - n_keep,
             delta: -(n_discard as i32),
-            // The rotation by the shift only: the stored K already carries LongRoPE's magnitude
-            // factor once (llama.cpp's K-shift applies it a second time).
             rope: crate::graph::RopeMeta {
                 attn_factor: 1.0,
-                ..crate::models::blocks::rope_meta(
-                    hp,
-                    hp.n_head_kv,
-                    self.params.cparams.n_ctx_seq.min(self.params.cparams.n_ctx),
-                )
+                ..crate::models::blocks::rope_meta(hp, layer, hp.n_head_kv, n_ctx_seq)
             },
         };
         let alloc = self.cache.alloc_mut();
         for layer in alloc.kv_layers() {
-            alloc.shift_k(layer, &shift)?;
+            alloc.shift_k(layer, &shift_of(layer))?;
         }
         Ok(())
     }

@@ -133,6 +133,12 @@ impl GraphBuilder {
         self.node(name, Op::RoPE, &[x, positions], shape, DType::F32, NodeMeta::Rope(meta))
     }
 
+    /// Element-wise GELU ([`Op::Gelu`]).
+    pub fn gelu(&mut self, name: &str, x: NodeId) -> NodeId {
+        let shape = self.shape(x);
+        self.node(name, Op::Gelu, &[x], shape, DType::F32, NodeMeta::None)
+    }
+
     /// Element-wise `x * scale`.
     pub fn scale(&mut self, name: &str, x: NodeId, scale: f32) -> NodeId {
         let shape = self.shape(x);

@@ -83,6 +83,10 @@ pub enum Op {
     Silu,
     /// `silu(src[0]) * src[1]`, produced by the fusion pass.
     SwiGLU,
+    /// GELU (tanh approximation) of `src[0]`, as ggml's CPU computes it (`GGML_GELU_FP16`): the
+    /// input rounded to f16 and the f16 result of `0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`
+    /// read back, with x <= -10 giving 0 and x >= 10 giving x (Gemma's FFN activation).
+    Gelu,
     /// `src[0] * scale`, element-wise (ggml's `scale`: Granite's embedding, residual and logit
     /// scales).
     Scale {
@@ -163,6 +167,7 @@ impl Op {
             Op::Mul,
             Op::Silu,
             Op::SwiGLU,
+            Op::Gelu,
             Op::Scale { scale: 1.0 },
             Op::RmsNorm { eps: 0.0 },
             Op::QkNorm {
@@ -190,6 +195,7 @@ impl Op {
                 | Op::Mul
                 | Op::Silu
                 | Op::SwiGLU
+                | Op::Gelu
                 | Op::Scale { .. }
                 | Op::RmsNorm { .. }
                 | Op::QkNorm { .. }
@@ -215,6 +221,7 @@ impl Op {
             Op::Mul => "Mul",
             Op::Silu => "Silu",
             Op::SwiGLU => "SwiGLU",
+            Op::Gelu => "Gelu",
             Op::Scale { .. } => "Scale",
             Op::RmsNorm { .. } => "RmsNorm",
             Op::QkNorm { .. } => "QkNorm",
@@ -327,6 +334,9 @@ pub struct AttnMeta {
     /// The factor of the scores `q · k` before the softmax: `1 / sqrt(head_dim)` for most
     /// models, a file's own value for others (Granite's `attention.scale`).
     pub kq_scale: f32,
+    /// Sliding-window attention (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`): a token at position p
+    /// sees only the cells of positions above `p - n_swa`; `None` sees the whole prefix.
+    pub n_swa: Option<usize>,
 }
 
 /// Geometry of a layer's persistent K and V regions: `n_ctx` cells of `n_kv_embd` values each.

@@ -105,13 +105,13 @@ pub fn attention(
         &format!("q_rope-{il}"),
         q,
         inp.positions,
-        rope_meta(hp, hp.n_head, n_ctx_seq),
+        rope_meta(hp, il, hp.n_head, n_ctx_seq),
     );
     let k = b.rope(
         &format!("k_rope-{il}"),
         k,
         inp.positions,
-        rope_meta(hp, hp.n_head_kv, n_ctx_seq),
+        rope_meta(hp, il, hp.n_head_kv, n_ctx_seq),
     );
     b.kvcache_store(&format!("kv_store-{il}"), il, k, v, inp.kv_cells, kv_meta);
     attend(b, hp, params, il, inp, q, wo)
@@ -160,21 +160,28 @@ pub fn attend(
 ) -> NodeId {
     // Built after the store, so build order runs the store first.
     let kv = b.kvcache_load(&format!("kv_load-{il}"), il, kv_meta(hp, params));
+    let q = match hp.q_scale {
+        Some(s) => b.scale(&format!("q_scaled-{il}"), q, s),
+        None => q,
+    };
     let meta = AttnMeta {
         layer: il,
         n_head: hp.n_head,
         n_head_kv: hp.n_head_kv,
         head_dim: hp.head_dim,
         kq_scale: hp.kq_scale,
+        n_swa: hp.swa_window(il),
     };
     let attn = b.attn(&format!("attn-{il}"), q, kv, inp.positions, inp.span, meta);
     b.matmul(&format!("attn_out-{il}"), attn, wo)
 }
 
-/// The [`RopeMeta`] of the model's RoPE over `n_head` heads (n_head for Q, n_head_kv for K) in a
+/// The [`RopeMeta`] of layer `il`'s RoPE over `n_head` heads (n_head for Q, n_head_kv for K) in a
 /// context of `n_ctx_seq` cells per sequence, which picks LongRoPE's factors as llama.cpp's
-/// `get_rope_factors` does: the long ones above the original context, else the short ones.
-pub fn rope_meta(hp: &HParams, n_head: usize, n_ctx_seq: usize) -> RopeMeta {
+/// `get_rope_factors` does: the long ones above the original context, else the short ones. A
+/// windowed layer rotates with its own base and no linear scaling (llama.cpp's
+/// `get_rope_freq_base` / `get_rope_freq_scale`).
+pub fn rope_meta(hp: &HParams, il: usize, n_head: usize, n_ctx_seq: usize) -> RopeMeta {
     let freq_factors = hp.rope_freq_factors.clone().or_else(|| {
         hp.rope_long_short.as_ref().map(|l| match n_ctx_seq > l.n_ctx_orig {
             true => l.long.clone(),
@@ -186,8 +193,12 @@ pub fn rope_meta(hp: &HParams, n_head: usize, n_ctx_seq: usize) -> RopeMeta {
         n_head,
         head_dim: hp.head_dim,
         n_rot: hp.n_rot,
-        freq_base: hp.rope_freq_base,
-        freq_scale: hp.rope_freq_scale,
+        freq_base: if hp.is_swa(il) {
+            hp.rope_freq_base_swa
+        } else {
+            hp.rope_freq_base
+        },
+        freq_scale: if hp.is_swa(il) { 1.0 } else { hp.rope_freq_scale },
         freq_factors,
         attn_factor: hp.rope_attn_factor,
     }
@@ -258,7 +269,7 @@ fn fused_attention(
         k,
         v,
         qk_norm,
-        rope: rope_meta(hp, hp.n_head, n_ctx_seq(params)),
+        rope: rope_meta(hp, il, hp.n_head, n_ctx_seq(params)),
         n_head_kv: hp.n_head_kv,
         kv: kv_meta(hp, params),
     };

@@ -56,6 +56,17 @@ pub struct HParams {
     pub residual_scale: Option<f32>,
     /// Factor of the logits (1 / Granite's `logit_scale`).
     pub logit_scale: Option<f32>,
+    /// Factor of the roped Q before attention (Gemma's `1 / sqrt(head_dim)`, applied to Q as
+    /// llama.cpp does, the attention's own `kq_scale` then 1).
+    pub q_scale: Option<f32>,
+    /// Sliding-window attention (`attention.sliding_window`, Gemma's local layers): the window in
+    /// positions, 0 for none. Set by the architectures that read it.
+    pub n_swa: usize,
+    /// Which layers attend through the window (llama.cpp's `is_swa`); empty for none.
+    pub swa_layers: Vec<bool>,
+    /// RoPE base of the windowed layers (`rope.freq_base_swa`, llama.cpp's default 10000); their
+    /// RoPE has no linear scaling (llama.cpp's `rope_freq_scale_train_swa` is 1).
+    pub rope_freq_base_swa: f32,
 }
 
 /// LongRoPE's two sets of per-pair frequency factors (llama.cpp's `get_rope_factors`).
@@ -70,6 +81,16 @@ pub struct LongRope {
 }
 
 impl HParams {
+    /// Whether layer `il` attends through the sliding window.
+    pub fn is_swa(&self, il: usize) -> bool {
+        self.n_swa > 0 && self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// Layer `il`'s attention window, if it has one.
+    pub fn swa_window(&self, il: usize) -> Option<usize> {
+        self.is_swa(il).then_some(self.n_swa)
+    }
+
     /// Values per KV cell: n_head_kv * head_dim.
     pub fn n_kv_embd(&self) -> usize {
         self.n_head_kv * self.head_dim
@@ -138,6 +159,10 @@ impl HParams {
             embedding_scale: None,
             residual_scale: None,
             logit_scale: None,
+            q_scale: None,
+            n_swa: 0,
+            swa_layers: Vec::new(),
+            rope_freq_base_swa: 10_000.0,
         })
     }
 }

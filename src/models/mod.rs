@@ -3,6 +3,7 @@
 //! generation loop. Adding an architecture costs one folder and one match arm in [`load_model`].
 
 pub mod blocks;
+pub mod gemma3;
 pub mod granite;
 pub mod hparams;
 pub mod llama;
@@ -135,6 +136,7 @@ pub type LoadFn = fn(&GgufFile) -> Result<Box<dyn ModelDef>, ModelError>;
 /// The architectures minfer runs: each `general.architecture` value and its loader, one row an
 /// architecture (its folder under `src/models/` is the rest).
 pub const ARCHITECTURES: &[(&str, LoadFn)] = &[
+    ("gemma3", |file| Ok(Box::new(gemma3::Gemma3::load(file)?))),
     ("granite", |file| Ok(Box::new(granite::Granite::load(file)?))),
     ("llama", |file| Ok(Box::new(llama::Llama::load(file)?))),
     ("phi3", |file| Ok(Box::new(phi3::Phi3::load(file)?))),

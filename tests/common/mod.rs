@@ -40,6 +40,13 @@ pub fn smollm2() -> PathBuf {
     cached_model("SmolLM2-135M-Instruct.Q4_1.gguf", "scripts/fetch-model.sh smollm2")
 }
 
+/// Gemma 3 270M Q4_K_M (the gemma3-architecture model), fetched like the others
+/// (`scripts/fetch-model.sh gemma3`).
+#[allow(dead_code)]
+pub fn gemma3() -> PathBuf {
+    cached_model("gemma-3-270m-q4_k_m.gguf", "scripts/fetch-model.sh gemma3")
+}
+
 /// A real model and one session on it, shared by a reference test's cases behind a mutex.
 #[allow(dead_code)]
 pub struct Loaded {

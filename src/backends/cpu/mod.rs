@@ -545,6 +545,7 @@ impl ComputeBackend for CpuBackend {
             | Op::Mul
             | Op::Silu
             | Op::Scale { .. }
+            | Op::Gelu
             | Op::SwiGLU
             | Op::RmsNorm { .. }
             | Op::QkNorm { .. }
@@ -768,6 +769,14 @@ impl CpuBackend {
                     kernels::silu(self.buffer(node, in_bufs[0])?, out).map_err(kerr)
                 }
             }
+            (Op::Gelu, _) => {
+                if aliased(0) {
+                    kernels::gelu_inplace(out);
+                    Ok(())
+                } else {
+                    kernels::gelu(self.buffer(node, in_bufs[0])?, out).map_err(kerr)
+                }
+            }
             (Op::Scale { scale }, _) => {
                 if aliased(0) {
                     kernels::scale_inplace(out, *scale);
@@ -828,10 +837,12 @@ impl CpuBackend {
                     kernels::Visible::Spans {
                         index: ids_of(self.buffer(node, index)?),
                         spans: ids_of(self.buffer(node, spans)?),
+                        n_swa: m.n_swa,
                     }
                 } else {
                     kernels::Visible::Prefix {
                         positions: ids_of(self.buffer(node, in_bufs[2])?),
+                        n_swa: m.n_swa,
                     }
                 };
                 let k = self.region(node, k_id)?;

@@ -553,6 +553,10 @@ impl CudaBackend {
                 let x = self.input(node, in_bufs[0], f32s(n))?;
                 self.elementwise(node, x, x, out, n, 3)
             }
+            (Op::Gelu, _) => {
+                let x = self.input(node, in_bufs[0], f32s(n))?;
+                self.elementwise_scaled(node, x, x, out, n, 5, 0.0)
+            }
             (Op::Scale { scale }, _) => {
                 let x = self.input(node, in_bufs[0], f32s(n))?;
                 self.elementwise_scaled(node, x, x, out, n, 4, *scale)
@@ -636,6 +640,7 @@ impl CudaBackend {
                     Arg::Ptr(out),
                     Arg::Ptr(self.flags_ptr()?),
                     Arg::F32(m.kq_scale),
+                    Arg::I32(int(m.n_swa.unwrap_or(0))?),
                 ];
                 self.launch(node, "attention", cfg, &args)
             }
@@ -805,6 +810,7 @@ impl ComputeBackend for CudaBackend {
             | Op::Mul
             | Op::Silu
             | Op::Scale { .. }
+            | Op::Gelu
             | Op::SwiGLU
             | Op::RmsNorm { .. }
             | Op::QkNorm { .. }

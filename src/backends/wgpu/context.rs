@@ -668,7 +668,7 @@ impl WgpuBackend {
             n_index as u32,
             m.n_head_kv as u32,
             m.kq_scale.to_bits(),
-            0,
+            u32::try_from(m.n_swa.unwrap_or(0)).unwrap_or(u32::MAX),
         ];
         let params = &words;
         let out = self.buffer(node, out)?;
@@ -733,6 +733,7 @@ impl ComputeBackend for WgpuBackend {
             Op::Add
             | Op::Mul
             | Op::Silu
+            | Op::Gelu
             | Op::Scale { .. }
             | Op::SwiGLU
             | Op::RmsNorm { .. }
@@ -809,17 +810,18 @@ impl ComputeBackend for WgpuBackend {
         };
         match (&node.op, &node.meta) {
             (Op::Input | Op::KvcacheLoad { .. }, _) => Ok(()),
-            (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. }, _) => {
+            (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu, _) => {
                 let n: usize = node.out_shape.iter().product();
                 let (code, scale) = match node.op {
                     Op::Add => (0, 0.0),
                     Op::Mul => (1, 0.0),
                     Op::Silu => (2, 0.0),
                     Op::Scale { scale } => (4, scale),
+                    Op::Gelu => (5, 0.0),
                     _ => (3, 0.0),
                 };
                 let a = self.buffer(node, input(0)?)?;
-                let b = if code == 2 || code == 4 {
+                let b = if code == 2 || code >= 4 {
                     Arc::clone(&a)
                 } else {
                     self.buffer(node, input(1)?)?

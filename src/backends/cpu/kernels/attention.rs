@@ -24,6 +24,8 @@ pub enum Visible<'a> {
     Prefix {
         /// I32 `[n_tokens]`.
         positions: &'a [i32],
+        /// Sliding window: token `t` sees only cells above `positions[t] - n_swa`.
+        n_swa: Option<usize>,
     },
     /// Token `t` sees the cells `index[spans[2t]..spans[2t] + spans[2t + 1]]`, in that order
     /// (its sequence's cells by position, up to its own): several sequences, or cells that are
@@ -33,6 +35,9 @@ pub enum Visible<'a> {
         index: &'a [i32],
         /// I32 `[2, n_tokens]`: offset into `index` and count, per token.
         spans: &'a [i32],
+        /// Sliding window: token `t` sees only the last `n_swa` cells of its list (a sequence's
+        /// positions are consecutive, so those are the positions above `p - n_swa`).
+        n_swa: Option<usize>,
     },
 }
 
@@ -181,7 +186,7 @@ fn check(
         }
     }
     match visible {
-        Visible::Prefix { positions } => {
+        Visible::Prefix { positions, .. } => {
             check_len(kernel, "positions", positions.len(), n_tokens)?;
             if let Some((token, &pos)) = positions.iter().enumerate().find(|&(_, &p)| !cells_ok(p)) {
                 return Err(KernelError::PositionOutOfRange {
@@ -192,7 +197,7 @@ fn check(
                 });
             }
         }
-        Visible::Spans { index, spans } => {
+        Visible::Spans { index, spans, .. } => {
             check_len(kernel, "kv_span", spans.len(), size(kernel, "kv_span", 2, n_tokens)?)?;
             for (token, span) in spans.chunks_exact(2).enumerate() {
                 let list = usize::try_from(span[0])
@@ -364,11 +369,14 @@ fn attend_row<const WIDE: bool, KR: KvRows, VR: KvRows>(
 ) {
     let t = row / ops.n_head;
     match ops.visible {
-        Visible::Prefix { positions } => {
-            attend_cells::<WIDE, KR, VR>(ops, row, acc, scores, scratch, positions[t] as usize + 1, |j| j)
+        Visible::Prefix { positions, n_swa } => {
+            let n = positions[t] as usize + 1;
+            let first = n - n_swa.map_or(n, |w| w.min(n));
+            attend_cells::<WIDE, KR, VR>(ops, row, acc, scores, scratch, n - first, |j| first + j)
         }
-        Visible::Spans { index, spans } => {
+        Visible::Spans { index, spans, n_swa } => {
             let list = &index[spans[2 * t] as usize..][..spans[2 * t + 1] as usize];
+            let list = &list[list.len() - n_swa.map_or(list.len(), |w| w.min(list.len()))..];
             attend_cells::<WIDE, KR, VR>(ops, row, acc, scores, scratch, list.len(), |j| list[j] as usize)
         }
     }
@@ -528,7 +536,7 @@ mod tests {
     use super::*;
 
     fn pre(positions: &[i32]) -> Visible<'_> {
-        Visible::Prefix { positions }
+        Visible::Prefix { positions, n_swa: None }
     }
     use crate::test_util::XorShift;
 
@@ -577,6 +585,55 @@ mod tests {
         let k = r.vec(c.n_kv * c.kv_stride, 2.0);
         let v = r.vec(c.n_kv * c.kv_stride, 1.0);
         (q, k, v)
+    }
+
+    #[test]
+    fn a_sliding_window_sees_only_the_last_n_swa_positions_in_both_forms() {
+        let mut r = XorShift(69);
+        let c = Case {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 32,
+            kv_stride: 64,
+            n_kv: 2 * BLOCK + 9,
+            positions: vec![0, 3, 5, 6, BLOCK as i32 + 40, 2 * BLOCK as i32 + 8],
+        };
+        let (q, k, v) = inputs(&mut r, &c);
+        for n_swa in [1usize, 4, 5, 100, 10_000] {
+            let lists: Vec<Vec<usize>> = c
+                .positions
+                .iter()
+                .map(|&p| ((p as usize + 1).saturating_sub(n_swa)..=p as usize).collect())
+                .collect();
+            let expected = naive_lists(&c, &lists, &q, &k, &v);
+            let prefix = Visible::Prefix {
+                positions: &c.positions,
+                n_swa: Some(n_swa),
+            };
+            let got = run_visible(&c, prefix, c.positions.len(), &q, &k, &v);
+            for (i, (&g, &e)) in got.iter().zip(&expected).enumerate() {
+                assert!((g as f64 - e).abs() < 1e-5, "n_swa {n_swa}, value {i}: {g} vs {e}");
+            }
+            // The same cells as explicit lists (each token's whole prefix, the window applied
+            // by the kernel) give the prefix form's bits.
+            let mut index = Vec::new();
+            let mut spans = Vec::new();
+            for &p in &c.positions {
+                spans.extend([index.len() as i32, p + 1]);
+                index.extend(0..=p);
+            }
+            let listed = Visible::Spans {
+                index: &index,
+                spans: &spans,
+                n_swa: Some(n_swa),
+            };
+            let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&run_visible(&c, listed, c.positions.len(), &q, &k, &v)),
+                bits(&got),
+                "n_swa {n_swa}"
+            );
+        }
     }
 
     #[test]
@@ -1074,7 +1131,18 @@ mod tests {
     }
 
     fn run_spans(c: &Case, index: &[i32], spans: &[i32], q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
-        run_visible(c, Visible::Spans { index, spans }, spans.len() / 2, q, k, v)
+        run_visible(
+            c,
+            Visible::Spans {
+                index,
+                spans,
+                n_swa: None,
+            },
+            spans.len() / 2,
+            q,
+            k,
+            v,
+        )
     }
 
     #[test]
@@ -1142,6 +1210,7 @@ mod tests {
         let visible = Visible::Spans {
             index: &[0, 1, 2],
             spans: &[0, 2, 2, 2],
+            n_swa: None,
         };
         let err = attention(
             &q,
@@ -1165,6 +1234,7 @@ mod tests {
         let visible = Visible::Spans {
             index: &[0, 5],
             spans: &[0, 1, 0, 2],
+            n_swa: None,
         };
         let err = attention(
             &q,

@@ -1,10 +1,12 @@
-//! Element-wise f32 operations: sums and products (plain and broadcast over token rows) and the
-//! SiLU-family activations, with ggml's per-element formulas. Owns nothing but those formulas;
+//! Element-wise f32 operations: sums and products (plain and broadcast over token rows), the
+//! SiLU-family activations, GELU through ggml's f16 table, and scaling, with ggml's per-element
+//! formulas. Owns nothing but those formulas;
 //! must not reorder or fuse arithmetic in a way that changes a result bit (the fused `swiglu`
 //! is bit-identical to `silu` then `mul` by construction).
 
 use super::math::{exp_f32, wide};
 use super::{check_len, KernelError};
+use crate::quant::fp16::{f16_to_f32, f32_to_f16};
 
 /// `out = a + b`.
 pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
@@ -64,6 +66,53 @@ pub fn silu_inplace(x: &mut [f32]) {
             *v = silu_f32(*v);
         }
     })
+}
+
+/// ggml's GELU table: the f16 result of the tanh-approximated GELU of every f16 value (its
+/// `ggml_table_gelu_f16`, filled once as ggml fills it at init).
+fn gelu_table() -> &'static [u16] {
+    static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|h| {
+                let x = f16_to_f32(h);
+                const GELU_COEF_A: f32 = 0.044715;
+                const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+                f32_to_f16(0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh()))
+            })
+            .collect()
+    })
+}
+
+/// GELU of one value as ggml's CPU computes it (`ggml_vec_gelu_f32` with `GGML_GELU_FP16`):
+/// 0 at or below -10, `x` at or above 10, else the table's f16 result for `x` rounded to f16.
+#[inline]
+pub fn gelu_f32(x: f32, table: &[u16]) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        f16_to_f32(table[f32_to_f16(x) as usize])
+    }
+}
+
+/// `out = gelu(x)`, element by element ([`gelu_f32`]).
+pub fn gelu(x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    check_len("gelu", "out", out.len(), x.len())?;
+    let table = gelu_table();
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = gelu_f32(v, table);
+    }
+    Ok(())
+}
+
+/// [`gelu`] in place.
+pub fn gelu_inplace(x: &mut [f32]) {
+    let table = gelu_table();
+    for v in x {
+        *v = gelu_f32(*v, table);
+    }
 }
 
 /// `out = x * s`, element by element (`ggml_vec_scale_f32`: one f32 product each, whatever the
@@ -186,6 +235,38 @@ fn broadcast_update_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gelu_is_ggmls_table_of_f16_results_with_its_cutoffs_at_ten() {
+        // The analytic tanh GELU, for the values ggml's table holds: x rounded to f16, the
+        // result rounded to f16 (both within one f16 step of the exact value).
+        let exact =
+            |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh());
+        let xs: Vec<f32> = (-1200..=1200)
+            .map(|i| i as f32 / 100.0)
+            .chain([0.0, -0.0, 1e-6, -1e-6])
+            .collect();
+        let mut ys = vec![0.0; xs.len()];
+        gelu(&xs, &mut ys).unwrap();
+        for (&x, &y) in xs.iter().zip(&ys) {
+            if x <= -10.0 {
+                assert_eq!(y, 0.0, "{x}");
+            } else if x >= 10.0 {
+                assert_eq!(y, x, "{x}");
+            } else {
+                let xh = f16_to_f32(f32_to_f16(x)) as f64;
+                let want = exact(xh);
+                assert!(
+                    (y as f64 - want).abs() <= want.abs() * 1e-3 + 1e-7,
+                    "{x}: {y} vs {want}"
+                );
+                assert_eq!(f16_to_f32(f32_to_f16(y)), y, "{x}: an f16 value");
+            }
+        }
+        let mut inplace = xs.clone();
+        gelu_inplace(&mut inplace);
+        assert_eq!(inplace, ys);
+    }
     use crate::test_util::XorShift;
 
     #[test]

@@ -49,8 +49,9 @@ extern "C" __global__ void rope(float* x, const int* positions, int n_head, int 
     }
 }
 
-// op 0: a + b; 1: a * b; 2: silu(a) * b; 3: silu(a) (b unused); 4: a * s (b unused).
-// silu(x) = x / (1 + exp(-x)).
+// op 0: a + b; 1: a * b; 2: silu(a) * b; 3: silu(a) (b unused); 4: a * s (b unused); 5: gelu(a)
+// as ggml's CPU computes it (x rounded to f16, the tanh approximation's result rounded to f16;
+// 0 at or below -10, x at or above 10). silu(x) = x / (1 + exp(-x)).
 extern "C" __global__ void elementwise(const float* a, const float* b, float* out, i64 n, int op, float s) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         const float x = a[i];
@@ -60,6 +61,15 @@ extern "C" __global__ void elementwise(const float* a, const float* b, float* ou
         case 1: r = x * b[i]; break;
         case 2: r = (x / (1.0f + expf(-x))) * b[i]; break;
         case 4: r = x * s; break;
+        case 5: {
+            if (x <= -10.0f) r = 0.0f;
+            else if (x >= 10.0f) r = x;
+            else {
+                const float h = f16_to_f32(f32_to_f16(x));
+                r = f16_to_f32(f32_to_f16(0.5f * h * (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)))));
+            }
+            break;
+        }
         default: r = x / (1.0f + expf(-x)); break;
         }
         out[i] = r;
@@ -156,7 +166,7 @@ extern "C" __global__ void attention(const float* q, const void* k_region, const
                                      int v_type,
                                      const int* positions, const int* kv_index, int n_index, const int* kv_span,
                                      int n_head, int n_head_kv, int head_dim, int n_ctx, float* out, u32* error,
-                                     float scale) {
+                                     float scale, int n_swa) {
     __shared__ float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float p_s[ATTN_TILE];
     __shared__ int cell_s[ATTN_TILE];
@@ -181,6 +191,11 @@ extern "C" __global__ void attention(const float* q, const void* k_region, const
         if (threadIdx.x == 0) atomicOr(error, MINFER_ERR_KV_SPAN);
         count = 0;
     }
+    // A sliding window: the last n_swa cells only.
+    if (n_swa > 0 && count > n_swa) {
+        first += count - n_swa;
+        count = n_swa;
+    }
 
     float acc0 = 0.0f;
     float acc1 = 0.0f;
@@ -191,7 +206,7 @@ extern "C" __global__ void attention(const float* q, const void* k_region, const
         const int n = min(ATTN_TILE, count - base);
         float s = NEG_INF;
         if ((int)threadIdx.x < n) {
-            int cell = kv_index ? kv_index[first + base + threadIdx.x] : base + threadIdx.x;
+            int cell = kv_index ? kv_index[first + base + threadIdx.x] : first + base + threadIdx.x;
             if (cell < 0 || cell >= n_ctx) {
                 atomicOr(error, MINFER_ERR_KV_SPAN);
                 cell = -1;

@@ -1,4 +1,5 @@
-// out[t, h] = softmax_c(q[t, h] . k[c, h / g] * kq_scale) . v[c, h / g] over the cells
+// out[t, h] = softmax_c(q[t, h] . k[c, h / g] * kq_scale) . v[c, h / g] over the cells (the
+// last n_swa of them when the layer has a sliding window)
 // token t sees: 0..=positions[t], or kv_index[spans[2t] .. spans[2t] + spans[2t + 1]]. One
 // workgroup per (head, token); cells in tiles of 64, one score an invocation, the softmax kept
 // online (the accumulator rescaled when a tile raises the maximum), each invocation holding up
@@ -16,7 +17,8 @@ struct Params {
     n_head_kv: u32,
     // The scores' factor (f32 bits): 1 / sqrt(head_dim) for most models.
     kq_scale: u32,
-    pad2: u32,
+    // Sliding window: only the last n_swa cells a token sees (0: all of them).
+    n_swa: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -92,6 +94,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         } else {
             count_s = u32(clamp(positions[t] + 1, 0, i32(p.n_ctx)));
         }
+        if (p.n_swa > 0u && count_s > p.n_swa) {
+            first_s += count_s - p.n_swa;
+            count_s = p.n_swa;
+        }
     }
     // Read back as uniform values: the loop below has barriers.
     let count = workgroupUniformLoad(&count_s);
@@ -104,7 +110,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         let n = min(TILE, count - base);
         var s = -3.4028235e38;
         if (lid.x < n) {
-            var cell = base + lid.x;
+            var cell = first + base + lid.x;
             if (p.explicit_span == 1u) {
                 cell = u32(max(kv_index[first + base + lid.x], 0));
             }

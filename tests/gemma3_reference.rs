@@ -1,0 +1,102 @@
+//! The gemma3 architecture on a real model, Gemma 3 270M Q4_K_M (`scripts/fetch-model.sh
+//! gemma3`), against llama.cpp 0c1e570 on the same file (tests/fixtures/gemma3-logits): BOS added
+//! as the file says, tokenization, last-position logits on prompts shorter and much longer than
+//! the model's 512-position window (its local layers then see only the last 512 positions),
+//! and greedy continuations up to the first near-tie.
+//!
+//! The logit bounds: llama.cpp does not hold this model to 1.0 / 0.999 against itself. Its own
+//! runs with flash attention off, or with an f32 KV cache as well, land up to 2.93 from its
+//! default run (cosine 0.99818 at worst, on these prompts): Gemma's large activations amplify the
+//! rounding of Q8 activations and f16 attention. minfer is held to that band — max |dlogit|
+//! <= 3.0 and cosine >= 0.998 (measured: 2.65 and 0.99885) — and to the same top-1 wherever the
+//! reference's top-1/top-2 gap is at least 0.25, and its greedy text to llama.cpp's.
+
+mod common;
+
+use common::Loaded;
+use minfer::engine::{generate, GenerateOptions};
+use minfer::sampling::{argmax, SamplingParams};
+use std::sync::{Mutex, OnceLock};
+
+fn model() -> &'static Mutex<Loaded> {
+    static MODEL: OnceLock<Mutex<Loaded>> = OnceLock::new();
+    MODEL.get_or_init(|| common::load_reference_model(common::gemma3()))
+}
+
+fn cases() -> Vec<common::ReferenceCase> {
+    common::reference_cases("gemma3-logits")
+}
+
+#[test]
+fn gemma3_tokenizes_every_reference_prompt_as_llama_cpp_with_its_bos() {
+    let loaded = model().lock().unwrap();
+    for case in cases() {
+        assert_eq!(loaded.model.encode(&case.prompt), case.tokens, "prompt {}", case.index);
+        assert_eq!(case.tokens[0], 2, "prompt {} starts with <bos>", case.index);
+    }
+}
+
+#[test]
+fn gemma3_last_position_logits_match_llama_cpp_within_and_beyond_the_window() {
+    let mut loaded = model().lock().unwrap();
+    let (mut report, mut failed) = (Vec::new(), false);
+    let mut beyond = 0;
+    for case in cases() {
+        loaded.session.reset();
+        let ours = loaded.session.eval(&case.tokens, 1).unwrap().to_vec();
+        let reference = common::read_f32(&common::fixtures().join(format!("gemma3-logits/{}.f32", case.index)));
+        assert_eq!(ours.len(), reference.len());
+        let d = ours
+            .iter()
+            .zip(&reference)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        let cos = common::cosine(&ours, &reference);
+        let top1 = (argmax(&ours).unwrap(), argmax(&reference).unwrap());
+        let ok = cos >= 0.998 && d <= 3.0 && (case.top2_gap < 0.25 || top1.0 == top1.1);
+        beyond += usize::from(case.tokens.len() > 512);
+        report.push(format!(
+            "prompt {} ({} tokens): max |dlogit| {d:.4} cosine {cos:.6}; top-1 {} vs {} (gap {:.3}){}",
+            case.index,
+            case.tokens.len(),
+            top1.0,
+            top1.1,
+            case.top2_gap,
+            if ok { "" } else { "  <- out of bounds" }
+        ));
+        failed |= !ok;
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(!failed, "{}", report.join("\n"));
+    assert!(
+        beyond >= 2,
+        "the references must hold prompts longer than the 512-position window"
+    );
+}
+
+#[test]
+fn gemma3_greedy_continuations_match_llama_cpp_up_to_the_first_near_tie() {
+    let mut loaded = model().lock().unwrap();
+    let mut compared = 0;
+    for case in cases() {
+        let comparable = case.gaps.iter().position(|&g| g < 0.25).unwrap_or(case.greedy.len());
+        if comparable == 0 {
+            continue;
+        }
+        compared += comparable;
+        let options = GenerateOptions {
+            max_tokens: comparable,
+            ignore_eos: true,
+            sampling: SamplingParams::greedy(),
+            ..Default::default()
+        };
+        let Loaded { model, session } = &mut *loaded;
+        session.reset();
+        let result = generate(session, model.tokenizer(), &case.tokens, &options, |_| Ok(())).unwrap();
+        assert_eq!(result.tokens, case.greedy[..comparable], "prompt {}", case.index);
+    }
+    assert!(
+        compared >= 64,
+        "only {compared} greedy steps were clear enough to compare"
+    );
+}
