@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render the chat templates of the llama family (as collected in llama.cpp 0c1e570's
+"""Render the chat templates of the llama and gemma families (as collected in llama.cpp 0c1e570's
 `models/templates/`) with Hugging Face transformers, for tests/chat_template.rs: the seven
 conversations of tests/fixtures/chat/chat_templates.jsonl, each template, the output or
 transformers' error, written to tests/fixtures/chat/chat_templates_llama.jsonl; the templates are
@@ -36,6 +36,9 @@ TEMPLATES = [
     "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
     "meetkai-functionary-medium-v3.1.jinja",
+    # Gemma's turn format (Gemma 2's, which Gemma 3 shares): a system prompt folded into the
+    # first user turn, raise_exception on roles that do not alternate.
+    "google-gemma-2-2b-it.jinja",
 ]
 
 root = Path(__file__).resolve().parent.parent

@@ -91,9 +91,9 @@ fn qwen3_qwq_qwen3_coder_and_deepseek_r1_templates_render_like_transformers() {
 }
 
 #[test]
-fn llama_mistral_phi_granite_and_smollm_templates_render_like_transformers() {
+fn llama_mistral_phi_granite_smollm_and_gemma_templates_render_like_transformers() {
     let cases = jsonl("chat_templates_llama.jsonl");
-    assert_eq!(cases.len(), 16 * 7);
+    assert_eq!(cases.len(), 17 * 7);
     let mut failures = Vec::new();
     for case in &cases {
         let file = case["template"].as_str().unwrap();
@@ -420,7 +420,7 @@ fn the_largest_conversation_a_request_can_carry_renders_within_the_fuel_budget()
         let path = entry.unwrap().path();
         sources.push((path.file_name().unwrap().to_string_lossy().to_string(), read(path)));
     }
-    assert_eq!(sources.len(), 21);
+    assert_eq!(sources.len(), 22);
     let mut rendered_by = 0;
     for (name, source) in &sources {
         // A template that refuses this conversation for its own reasons (Mistral's nine-character
