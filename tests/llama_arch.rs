@@ -100,6 +100,13 @@ fn llama3_frequency_factors_load_and_bad_ones_are_refused_naming_the_tensor() {
 }
 
 #[test]
+fn a_value_head_width_other_than_the_key_width_is_refused_naming_the_key() {
+    // The tiny model's heads are 64 wide; minfer's cache stores K and V with one stride.
+    let err = refusal(&[("llama.attention.value_length", Value::U32(32))], &[]);
+    assert!(err.to_string().contains("attention.value_length = 32"), "{err}");
+}
+
+#[test]
 fn experts_are_refused_naming_the_key() {
     let err = refusal(&[("llama.expert_count", Value::U32(8))], &[]);
     assert!(err.to_string().contains("llama.expert_count = 8"), "{err}");

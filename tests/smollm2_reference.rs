@@ -16,8 +16,7 @@ mod common;
 
 use common::server::Server;
 use common::Loaded;
-use minfer::engine::{generate, GenerateOptions};
-use minfer::sampling::{argmax, SamplingParams};
+use minfer::sampling::argmax;
 use std::sync::{Mutex, OnceLock};
 
 fn model() -> &'static Mutex<Loaded> {
@@ -74,28 +73,7 @@ fn smollm2_last_position_logits_match_llama_cpp() {
 #[test]
 fn smollm2_greedy_continuations_match_llama_cpp_up_to_the_first_near_tie() {
     let mut loaded = model().lock().unwrap();
-    let mut compared = 0;
-    for case in cases() {
-        let comparable = case.gaps.iter().position(|&g| g < 0.25).unwrap_or(case.greedy.len());
-        if comparable == 0 {
-            continue;
-        }
-        compared += comparable;
-        let options = GenerateOptions {
-            max_tokens: comparable,
-            ignore_eos: true,
-            sampling: SamplingParams::greedy(),
-            ..Default::default()
-        };
-        let Loaded { model, session } = &mut *loaded;
-        session.reset();
-        let result = generate(session, model.tokenizer(), &case.tokens, &options, |_| Ok(())).unwrap();
-        assert_eq!(result.tokens, case.greedy[..comparable], "prompt {}", case.index);
-    }
-    assert!(
-        compared >= 64,
-        "only {compared} greedy steps were clear enough to compare"
-    );
+    common::check_greedy_continuations(&mut loaded, &cases(), 64);
 }
 
 #[test]

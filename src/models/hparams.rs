@@ -125,6 +125,17 @@ impl HParams {
         }
         let head_dim = opt_uint(m, arch, "attention.key_length")?.unwrap_or(n_embd / n_head);
         positive("head_dim", head_dim)?;
+        // The V head width drives the attention output and the KV row stride like K's; minfer's
+        // cache stores both with one stride, so they must agree.
+        if let Some(value_length) = opt_uint(m, arch, "attention.value_length")? {
+            if value_length != head_dim {
+                return Err(ModelError::BadHParam {
+                    name: "attention.value_length",
+                    value: value_length as u64,
+                    reason: format!("differs from key_length = {head_dim}"),
+                });
+            }
+        }
         let n_vocab = file
             .tensor("token_embd.weight")
             .map_err(|_| ModelError::MissingTensor {

@@ -81,6 +81,35 @@ pub struct ReferenceCase {
     pub top2_gap: f32,
 }
 
+/// Greedy continuations of `cases` on `loaded` equal to the reference's up to each case's first
+/// near-tie (a top-1/top-2 gap under 0.25), with at least `min_steps` steps compared in all.
+#[allow(dead_code)]
+pub fn check_greedy_continuations(loaded: &mut Loaded, cases: &[ReferenceCase], min_steps: usize) {
+    use minfer::engine::{generate, GenerateOptions};
+    let mut compared = 0;
+    for case in cases {
+        let comparable = case.gaps.iter().position(|&g| g < 0.25).unwrap_or(case.greedy.len());
+        if comparable == 0 {
+            continue;
+        }
+        compared += comparable;
+        let options = GenerateOptions {
+            max_tokens: comparable,
+            ignore_eos: true,
+            sampling: minfer::sampling::SamplingParams::greedy(),
+            ..Default::default()
+        };
+        let Loaded { model, session } = loaded;
+        session.reset();
+        let result = generate(session, model.tokenizer(), &case.tokens, &options, |_| Ok(())).unwrap();
+        assert_eq!(result.tokens, case.greedy[..comparable], "prompt {}", case.index);
+    }
+    assert!(
+        compared >= min_steps,
+        "only {compared} greedy steps were clear enough to compare"
+    );
+}
+
 /// The cases of the reference set in `dir` (under the fixtures).
 #[allow(dead_code)]
 pub fn reference_cases(dir: &str) -> Vec<ReferenceCase> {

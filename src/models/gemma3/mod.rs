@@ -95,15 +95,6 @@ impl Gemma3 {
                 reason: format!("Gemma 3 rotates whole heads of {}", hp.head_dim),
             });
         }
-        if let Ok(value_length) = m.get_uint(&key("attention.value_length")) {
-            if value_length as usize != hp.head_dim {
-                return Err(ModelError::BadHParam {
-                    name: "attention.value_length",
-                    value: value_length,
-                    reason: format!("differs from key_length = {}", hp.head_dim),
-                });
-            }
-        }
         hp.rope_freq_scale = rope_scaling(file, ARCH)?;
         hp.embedding_scale = Some((hp.n_embd as f32).sqrt());
         // llama.cpp: the 27B (62 layers) scales by n_embd / n_head, the others by head_dim.

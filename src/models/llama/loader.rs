@@ -99,15 +99,6 @@ impl Llama {
         let mut hp = HParams::load(file, arch, RopeStyle::Normal)?;
         hp.rope_freq_scale = rope_scaling(file, arch)?;
         hp.rope_freq_factors = rope_freq_factors(file, &hp)?;
-        if let Ok(value_length) = m.get_uint(&format!("{arch}.attention.value_length")) {
-            if value_length as usize != hp.head_dim {
-                return Err(ModelError::BadHParam {
-                    name: "attention.value_length",
-                    value: value_length,
-                    reason: format!("differs from key_length = {}", hp.head_dim),
-                });
-            }
-        }
         let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
         let q_out = (hp.n_head * hp.head_dim) as u64;
         let kv_out = hp.n_kv_embd() as u64;

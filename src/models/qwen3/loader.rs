@@ -35,17 +35,6 @@ impl Qwen3 {
     pub fn load(file: &GgufFile) -> Result<Self, ModelError> {
         // Qwen3 rotates halves (GPT-NeoX pairing), as llama.cpp's LLAMA_ROPE_TYPE_NEOX.
         let hp = HParams::load(file, "qwen3", RopeStyle::Neox)?;
-        // The V head width drives the attention output and the KV row stride like K's; minfer's
-        // cache stores both with one stride, so they must agree.
-        if let Ok(value_length) = file.metadata().get_uint("qwen3.attention.value_length") {
-            if value_length as usize != hp.head_dim {
-                return Err(ModelError::BadHParam {
-                    name: "qwen3.attention.value_length",
-                    value: value_length,
-                    reason: format!("differs from key_length = {}", hp.head_dim),
-                });
-            }
-        }
         let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
         let q_out = (hp.n_head * hp.head_dim) as u64;
         let kv_out = hp.n_kv_embd() as u64;
