@@ -389,14 +389,7 @@ impl CpuBackend {
     }
 
     fn f32_weight(&self, node: &CNode, name: &str) -> Result<&[f32], BackendError> {
-        let w = self.weight(node, name)?;
-        if w.ggml_type != crate::quant::GgmlType::F32 {
-            return Err(self.err(
-                node,
-                format!("weight '{name}' is {}, an F32 vector is needed", w.ggml_type),
-            ));
-        }
-        bytemuck::try_cast_slice(w.data).map_err(|e| self.err(node, format!("weight '{name}': {e}")))
+        f32_values(name, self.weight(node, name)?).map_err(|e| self.err(node, e))
     }
 
     /// The values of the frequency-factor weight a RoPE names, if it names one.
@@ -674,16 +667,7 @@ impl ComputeBackend for CpuBackend {
                     .weights
                     .weight(name)
                     .ok_or_else(|| problem(format!("no weight '{name}' for the RoPE frequency factors")))?;
-                if w.ggml_type != crate::quant::GgmlType::F32 {
-                    return Err(problem(format!(
-                        "weight '{name}' is {}, an F32 vector is needed",
-                        w.ggml_type
-                    )));
-                }
-                Some(
-                    bytemuck::try_cast_slice::<u8, f32>(w.data)
-                        .map_err(|e| problem(format!("weight '{name}': {e}")))?,
-                )
+                Some(f32_values(name, w).map_err(problem)?)
             }
         };
         kernels::rope_shift(&mut self.buffers[id], bytes, dtype, shift, factors).map_err(|e| problem(e.to_string()))
@@ -694,6 +678,15 @@ impl ComputeBackend for CpuBackend {
         self.set_executing(false);
         Ok(())
     }
+}
+
+/// The values of weight `name` as f32, or why it holds none (its type is not F32, or its bytes
+/// are not aligned for f32).
+fn f32_values<'a>(name: &str, w: crate::graph::Weight<'a>) -> Result<&'a [f32], String> {
+    if w.ggml_type != crate::quant::GgmlType::F32 {
+        return Err(format!("weight '{name}' is {}, an F32 vector is needed", w.ggml_type));
+    }
+    bytemuck::try_cast_slice(w.data).map_err(|e| format!("weight '{name}': {e}"))
 }
 
 impl CpuBackend {
