@@ -78,3 +78,37 @@ fn gemma3_greedy_continuations_match_llama_cpp_up_to_the_first_near_tie() {
     let mut loaded = model().lock().unwrap();
     common::check_greedy_continuations(&mut loaded, &cases(), 64);
 }
+
+/// With a context past window and pass (2048 cells), the local layers keep a window cache of
+/// 1024 cells (512 positions and one 512-token pass, llama.cpp's size), read through explicit
+/// cell lists once the prompt outgrows it; the logits are the full cache's bits, and the
+/// greedy text after them too.
+#[test]
+fn gemma3_with_its_window_cache_gives_the_full_caches_logits_beyond_the_window() {
+    let mut loaded = model().lock().unwrap();
+    let Loaded { model, session: full } = &mut *loaded;
+    let mut windowed = minfer::engine::Session::new(model, 2048);
+    assert_eq!(windowed.n_ctx_swa(), 1024);
+    for case in cases().iter().filter(|c| c.tokens.len() > 512) {
+        windowed.reset();
+        let mut ours = Vec::new();
+        for chunk in case.tokens.chunks(512) {
+            ours = windowed.eval(chunk, 1).unwrap().to_vec();
+        }
+        let cells = windowed.kv_window().unwrap().cells().seq_cells(0).len();
+        assert!(cells < case.tokens.len(), "prompt {}: {cells} window cells", case.index);
+        full.reset();
+        let expected = full.eval(&case.tokens, 1).unwrap();
+        assert!(
+            ours.iter().zip(expected).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "prompt {}: the window cache's last logits differ from the full cache's",
+            case.index
+        );
+        for step in 0..16 {
+            let next = argmax(&ours).unwrap();
+            ours = windowed.eval(&[next], 1).unwrap().to_vec();
+            let expected = full.eval(&[next], 1).unwrap();
+            assert_eq!(ours, expected, "prompt {}: decode step {step}", case.index);
+        }
+    }
+}

@@ -621,6 +621,8 @@ fn base_params() -> GraphParams {
             n_seq_max: 1,
             n_ctx_seq: 16,
             explicit_span: false,
+            n_ctx_swa: 0,
+            explicit_span_swa: false,
             type_k: DType::F16,
             type_v: DType::F16,
         },

@@ -810,7 +810,24 @@ fn the_kv_cache_types_reach_every_slot_and_answer_as_the_cli_does() {
 fn concurrent_greedy_requests_batched_together_get_the_tokens_each_gets_alone() {
     // Four slots take the eight requests in batches of up to four sequences, whose prompts and
     // positions differ; every completion must equal the same request served alone.
-    let server = Server::start(&tiny(), &["--n-slots", "4"], &[]);
+    batched_requests_equal_alone(&tiny(), &["--n-slots", "4"]);
+}
+
+#[test]
+fn batched_requests_through_a_window_cache_get_the_tokens_each_gets_alone() {
+    // The tiny Gemma 3's local layers see 6 positions; four slots and steps of 8 tokens give a
+    // window cache of 4 * 6 + 8 = 32 cells, which every request outgrows many times over.
+    // And those are the tokens of full caches (--swa-full).
+    let model = common::tiny_model("gemma3", "Q4_0");
+    let windowed = batched_requests_equal_alone(&model, &["--n-slots", "4", "--batch-size", "8"]);
+    let full = batched_requests_equal_alone(&model, &["--n-slots", "4", "--batch-size", "8", "--swa-full"]);
+    assert_eq!(windowed, full);
+}
+
+/// Eight greedy requests served one at a time and then all at once by a server started with
+/// `args`: the same texts, which it returns.
+fn batched_requests_equal_alone(model: &std::path::Path, args: &[&str]) -> Vec<String> {
+    let server = Server::start(model, args, &[]);
     let bodies: Vec<serde_json::Value> = (0..8)
         .map(|i| {
             serde_json::json!({
@@ -843,6 +860,7 @@ fn concurrent_greedy_requests_batched_together_get_the_tokens_each_gets_alone() 
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert_eq!(together, alone);
+    alone
 }
 
 #[test]

@@ -90,6 +90,13 @@ impl KvCells {
         self.seq_cells(seq).last().map(|&c| self.pos[c as usize])
     }
 
+    /// How many cells `seq` holds at positions `p0..p1`.
+    pub fn count_in(&self, seq: SeqId, p0: i32, p1: i32) -> usize {
+        let list = self.seq_cells(seq);
+        let below = |p: i32| list.partition_point(|&c| self.pos[c as usize] < p);
+        below(p1).saturating_sub(below(p0))
+    }
+
     /// The tokens `seq` holds, in position order: what a prompt can reuse.
     pub fn seq_tokens(&self, seq: SeqId) -> impl Iterator<Item = u32> + '_ {
         self.seq_cells(seq).iter().map(|&c| self.tokens[c as usize])
@@ -317,9 +324,9 @@ impl KvCells {
         Ok(from)
     }
 
-    /// Empty the cache and give `seq` the cells `0..tokens.len()`, token `i` at position `i`
-    /// (a saved session coming back; its K and V rows are written by the caller).
-    pub fn restore(&mut self, seq: SeqId, tokens: &[u32]) -> Result<(), EngineError> {
+    /// Empty the cache and give `seq` the cells `0..tokens.len()`, token `i` at position
+    /// `first + i` (a saved session coming back; its K and V rows are written by the caller).
+    pub fn restore(&mut self, seq: SeqId, tokens: &[u32], first: i32) -> Result<(), EngineError> {
         self.check_seq(seq)?;
         if tokens.len() > self.n_ctx() {
             return Err(EngineError::ContextFull {
@@ -331,7 +338,7 @@ impl KvCells {
         }
         self.clear();
         for (cell, &token) in tokens.iter().enumerate() {
-            self.pos[cell] = cell as i32;
+            self.pos[cell] = first + cell as i32;
             self.seqs[cell] = 1 << seq;
             self.tokens[cell] = token;
             self.lists[seq].push(cell as u32);

@@ -31,6 +31,7 @@ mod batch;
 mod conversation;
 mod generate;
 mod kv_cells;
+mod kv_window;
 mod model;
 pub mod profile;
 mod sequence;
@@ -48,6 +49,7 @@ pub use generate::{
     StopReason, PREFILL_CHUNK,
 };
 pub use kv_cells::{KvCells, MAX_SEQUENCES};
+pub use kv_window::{kv_cache_bytes, KvWindow};
 pub use model::{encode_prompt, max_threads, LoadError, Model, ModelOptions};
 pub use sequence::{Sequence, Step};
 pub use session::{LayerRows, Session, SessionOptions};
@@ -124,6 +126,43 @@ pub enum EngineError {
         n_discard: usize,
         /// Tokens held.
         n_past: usize,
+    },
+    /// A sequence asked to go on at a position whose window the window cache no longer holds
+    /// (it was dropped when the sequence went past it).
+    #[error(
+        "sequence {seq} cannot go on at position {pos}: the window cache no longer holds the {n_swa} positions before it \
+         (the model's windowed layers keep only their window); evaluate the prompt again from the start, or run with --swa-full"
+    )]
+    WindowLost {
+        /// The sequence.
+        seq: usize,
+        /// Where it asked to go on.
+        pos: i32,
+        /// The window.
+        n_swa: usize,
+    },
+    /// A saved session holds every token's K and V in every layer, which a window cache past
+    /// its window no longer has.
+    #[error(
+        "cannot save a session of {n_past} tokens: the model's windowed layers keep only the last {n_swa} positions \
+         (a window cache); run with --swa-full to save sessions of this model"
+    )]
+    WindowNotSaved {
+        /// Tokens held.
+        n_past: usize,
+        /// The window.
+        n_swa: usize,
+    },
+    /// A batch larger than the window cache's free room.
+    #[error(
+        "a batch of {n_tokens} tokens does not fit the window cache of {n_ctx_swa} cells \
+         (it holds each sequence's window and one pass of n_ubatch tokens): pass fewer tokens at once, or run with --swa-full"
+    )]
+    WindowFull {
+        /// Tokens of the refused batch.
+        n_tokens: usize,
+        /// Cells of the window cache.
+        n_ctx_swa: usize,
     },
     /// A batch names a sequence the session's KV cache was not made for.
     #[error("sequence {seq} is out of range: the session holds sequences 0..{n_seq_max}")]

@@ -10,7 +10,7 @@
 //! position; anything else runs it over explicit per-sequence cell lists, which gives each
 //! sequence the bits it would get alone.
 
-use super::{Batch, EngineError, KvCells, Model, SeqId};
+use super::{Batch, EngineError, KvCells, KvWindow, Model, SeqId};
 use crate::graph::scheduler::Timed;
 use crate::graph::{
     Backend, CParams, ComputeBackend, ComputeGraph, DType, GraphAllocator, GraphCache, GraphError, GraphParams,
@@ -40,6 +40,10 @@ pub struct SessionOptions {
     /// Most prompt tokens one forward pass reads (`-ub`, and `-b` when smaller; `None`: the
     /// engine's default). The logits do not depend on it.
     pub n_ubatch: Option<usize>,
+    /// Keep full KV regions for a model's windowed layers (llama.cpp's `--swa-full`) instead of
+    /// a window cache of their last positions: more memory, but any earlier position can be
+    /// gone back to, and saved sessions hold every layer.
+    pub swa_full: bool,
 }
 
 impl Default for SessionOptions {
@@ -51,6 +55,7 @@ impl Default for SessionOptions {
             type_k: DType::F16,
             type_v: DType::F16,
             n_ubatch: None,
+            swa_full: false,
         }
     }
 }
@@ -89,6 +94,12 @@ pub struct Session {
     /// The params of the last graph: the context params, and the batch of the last step.
     params: GraphParams,
     kv: KvCells,
+    /// The windowed layers' own cells, when the model has windowed layers and their window
+    /// (with a pass) is smaller than the context (llama.cpp's ISWA cache); `None`: every layer
+    /// keeps full regions.
+    window: Option<KvWindow>,
+    /// `--swa-full`: never a window cache.
+    swa_full: bool,
     /// The logits of the last batch's output rows, copied out of the backend (reused: a decode
     /// step allocates nothing); empty before the first.
     logits: Vec<f32>,
@@ -106,9 +117,12 @@ pub struct Session {
 struct Scratch {
     batch: Batch,
     cells: Vec<i32>,
+    cells_swa: Vec<i32>,
     ids: Vec<i32>,
     index: Vec<i32>,
     spans: Vec<i32>,
+    index_swa: Vec<i32>,
+    spans_swa: Vec<i32>,
     timings: Vec<Timed>,
 }
 
@@ -159,9 +173,8 @@ impl Session {
             Self::with_sequences_of(model, options.n_ctx, options.n_seq_max)?
         };
         session.set_kv_types(options.type_k, options.type_v)?;
-        if let Some(n) = options.n_ubatch {
-            session.set_n_ubatch(n);
-        }
+        session.swa_full = options.swa_full;
+        session.set_n_ubatch(options.n_ubatch.unwrap_or(super::generate::PREFILL_CHUNK))?;
         Ok(session)
     }
 
@@ -186,17 +199,52 @@ impl Session {
         cparams.n_seq_max = n_seq_max;
         (cparams.fuse_qkv, cparams.fuse_ffn) =
             crate::graph::fusion::decode_fusions(backends.first().map(|b| b.as_ref()));
-        Ok(Session {
+        let mut session = Session {
             model,
             cache: GraphCache::new(GraphAllocator::new(backends)),
             params: GraphParams::new(1, 1, cparams),
             kv: KvCells::new(n_ctx, n_seq_max)?,
+            window: None,
+            swa_full: false,
             logits: Vec::new(),
             output_rows: Vec::new(),
             scratch: Scratch::default(),
             n_ubatch: super::generate::PREFILL_CHUNK,
             observers: super::trace::process_observer().into_iter().collect(),
-        })
+        };
+        session.configure_window()?;
+        Ok(session)
+    }
+
+    /// Make the window cache the model, the context and the pass size call for (or none),
+    /// emptying the cache when that changes.
+    fn configure_window(&mut self) -> Result<(), EngineError> {
+        let hp = self.model.hparams();
+        let (n_ctx, n_seq_max) = (self.kv.n_ctx(), self.kv.n_seq_max());
+        let size = KvWindow::size(hp.n_swa, n_seq_max, self.n_ubatch);
+        let windowed = (0..hp.n_layer).any(|il| hp.is_swa(il));
+        let wanted = (windowed && !self.swa_full && size < n_ctx).then_some(size);
+        if wanted == self.window.as_ref().map(|w| w.cells().n_ctx()) {
+            return Ok(());
+        }
+        self.window = wanted.map(|n| KvWindow::new(n, n_seq_max, hp.n_swa)).transpose()?;
+        self.params.cparams.n_ctx_swa = wanted.unwrap_or(0);
+        self.kv.clear();
+        self.cache.alloc_mut().reset_kv()?;
+        Ok(())
+    }
+
+    /// Cells of the window cache (each windowed layer's K and V regions), 0 when the session
+    /// keeps none.
+    pub fn n_ctx_swa(&self) -> usize {
+        self.params.cparams.n_ctx_swa
+    }
+
+    /// Keep full KV regions for the windowed layers (`true`, llama.cpp's `--swa-full`) or a
+    /// window cache where it is smaller; the cache starts over empty when that changes.
+    pub fn set_swa_full(&mut self, swa_full: bool) -> Result<(), EngineError> {
+        self.swa_full = swa_full;
+        self.configure_window()
     }
 
     /// The architecture the session runs.
@@ -216,9 +264,11 @@ impl Session {
         self.n_ubatch
     }
 
-    /// Sets [`Self::n_ubatch`] (at least 1).
-    pub fn set_n_ubatch(&mut self, n_ubatch: usize) {
+    /// Sets [`Self::n_ubatch`] (at least 1). The window cache, where the model has one, holds
+    /// one pass besides the windows, so a change of size empties the cache.
+    pub fn set_n_ubatch(&mut self, n_ubatch: usize) -> Result<(), EngineError> {
         self.n_ubatch = n_ubatch.max(1);
+        self.configure_window()
     }
 
     /// Sequences the session can hold.
@@ -231,6 +281,16 @@ impl Session {
         &self.kv
     }
 
+    /// The window cache's cells, when the session keeps one.
+    pub fn kv_window(&self) -> Option<&KvWindow> {
+        self.window.as_ref()
+    }
+
+    /// Both caches' cells, to apply one sequence operation to each.
+    fn all_cells(&mut self) -> impl Iterator<Item = &mut KvCells> {
+        std::iter::once(&mut self.kv).chain(self.window.as_mut().map(KvWindow::cells_mut))
+    }
+
     /// Tokens sequence 0 holds: the position its next token takes.
     pub fn n_past(&self) -> usize {
         self.kv.seq_pos_max(0).map_or(0, |p| p as usize + 1)
@@ -238,33 +298,34 @@ impl Session {
 
     /// Forget every sequence (the cells are free; positions restart at 0).
     pub fn reset(&mut self) {
-        self.kv.clear();
+        self.all_cells().for_each(KvCells::clear);
     }
 
     /// Keep only the first `n` tokens of sequence 0 (for reusing a shared prefix).
     pub fn truncate(&mut self, n: usize) {
-        let _ = self.kv.seq_rm(Some(0), n.min(i32::MAX as usize) as i32, i32::MAX);
+        let _ = self.seq_rm(Some(0), n.min(i32::MAX as usize) as i32, i32::MAX);
     }
 
     /// Remove the tokens of `seq` (every sequence if `None`) at positions `p0..p1`.
     pub fn seq_rm(&mut self, seq: Option<SeqId>, p0: i32, p1: i32) -> Result<(), EngineError> {
-        self.kv.seq_rm(seq, p0, p1)
+        self.all_cells().try_for_each(|c| c.seq_rm(seq, p0, p1))
     }
 
-    /// Give `dst` the tokens `src` holds at positions `p0..p1` (their cells are shared).
+    /// Give `dst` the tokens `src` holds at positions `p0..p1` (their cells are shared; of the
+    /// window cache, those it still holds).
     pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: i32, p1: i32) -> Result<(), EngineError> {
-        self.kv.seq_cp(src, dst, p0, p1)
+        self.all_cells().try_for_each(|c| c.seq_cp(src, dst, p0, p1))
     }
 
     /// Remove every sequence but `seq`.
     pub fn seq_keep(&mut self, seq: SeqId) -> Result<(), EngineError> {
-        self.kv.seq_keep(seq)
+        self.all_cells().try_for_each(|c| c.seq_keep(seq))
     }
 
     /// Shift the positions of `seq`'s tokens at `p0..p1` by `delta` (bookkeeping only until
     /// context shifting re-rotates K; see [`KvCells::seq_add`]).
     pub fn seq_add(&mut self, seq: SeqId, p0: i32, p1: i32, delta: i32) -> Result<(), EngineError> {
-        self.kv.seq_add(seq, p0, p1, delta)
+        self.all_cells().try_for_each(|c| c.seq_add(seq, p0, p1, delta))
     }
 
     /// How the cache stores K and V.
@@ -295,16 +356,31 @@ impl Session {
         }
         self.params.cparams.type_k = type_k;
         self.params.cparams.type_v = type_v;
-        self.kv.clear();
+        self.reset();
         self.cache.alloc_mut().reset_kv()?;
         Ok(())
     }
 
-    /// Bytes the cache takes per token (K and V over every layer).
+    /// Bytes the cache takes per token (K and V over every layer) without a window cache.
     pub fn kv_bytes_per_token(&self) -> usize {
         let hp = self.model.hparams();
         let (k, v) = self.kv_types();
         hp.n_layer * (k.bytes(hp.n_kv_embd()) + v.bytes(hp.n_kv_embd()))
+    }
+
+    /// Bytes the K and V regions of every layer take: the context's cells for each layer, the
+    /// window cache's for a windowed layer when the session keeps one.
+    pub fn kv_bytes(&self) -> usize {
+        let (k, v) = self.kv_types();
+        super::kv_window::kv_cache_bytes(self.model.hparams(), k, v, self.n_ctx(), self.n_ctx_swa())
+    }
+
+    /// Rows of layer `layer`'s K and V regions.
+    fn layer_cells(&self, layer: usize) -> usize {
+        match &self.window {
+            Some(w) if self.model.hparams().is_swa(layer) => w.cells().n_ctx(),
+            _ => self.kv.n_ctx(),
+        }
     }
 
     /// llama.cpp's context shift, on sequence 0 (the only one the cache may hold): keep the
@@ -316,7 +392,9 @@ impl Session {
     /// from `n_past() - n_discard`.
     ///
     /// The rows move and turn where the backend holding the KV regions keeps them, through the
-    /// seam ([`ComputeBackend::rope_shift`], [`ComputeBackend::gather_rows`]).
+    /// seam ([`ComputeBackend::rope_shift`], [`ComputeBackend::gather_rows`]). A window cache
+    /// shifts alike: it holds the last positions, which all move down (and any kept ones of the
+    /// first `n_keep` still inside the window, which do not).
     pub fn shift_context(&mut self, n_keep: usize, n_discard: usize) -> Result<(), EngineError> {
         let n_past = self.n_past();
         let bad = EngineError::BadShift {
@@ -332,27 +410,45 @@ impl Session {
         if let Some(other) = (1..self.kv.n_seq_max()).find(|&s| !self.kv.seq_cells(s).is_empty()) {
             return Err(EngineError::ShiftSharedCache { seq: 0, other });
         }
-        self.kv.seq_rm(Some(0), p0, p1)?;
-        self.kv.seq_add(0, p1, i32::MAX, -(n_discard as i32))?;
+        self.seq_rm(Some(0), p0, p1)?;
+        self.seq_add(0, p1, i32::MAX, -(n_discard as i32))?;
         let from = self.kv.compact(0)?;
-        self.move_rows(&from)?;
+        let from_swa = match &mut self.window {
+            Some(w) => w.cells_mut().compact(0)?,
+            None => Vec::new(),
+        };
+        self.move_rows(&from, &from_swa)?;
+        // Rows at positions below n_keep stay where they were, first in each cache.
+        let n_kept = |cells: &KvCells| cells.count_in(0, 0, p0);
+        let full = (n_kept(&self.kv), from.len());
+        let swa = self
+            .window
+            .as_ref()
+            .map_or((0, 0), |w| (n_kept(w.cells()), from_swa.len()));
         let hp = self.model.hparams();
+        let windowed = self.window.is_some();
         let n_ctx_seq = self.params.cparams.n_ctx_seq.min(self.params.cparams.n_ctx);
         // Each layer's own rotation (a windowed layer has its own base), by the shift only: the
         // stored K already carries LongRoPE's magnitude factor once (llama.cpp's K-shift applies
         // it a second time).
-        let shift_of = |layer: usize| KShift {
-            first_row: n_keep,
-            n_rows: from.len() - n_keep,
-            delta: -(n_discard as i32),
-            rope: crate::graph::RopeMeta {
-                attn_factor: 1.0,
-                ..crate::models::blocks::rope_meta(hp, layer, hp.n_head_kv, n_ctx_seq)
-            },
+        let shift_of = |layer: usize| {
+            let (kept, len) = if windowed && hp.is_swa(layer) { swa } else { full };
+            KShift {
+                first_row: kept,
+                n_rows: len - kept,
+                delta: -(n_discard as i32),
+                rope: crate::graph::RopeMeta {
+                    attn_factor: 1.0,
+                    ..crate::models::blocks::rope_meta(hp, layer, hp.n_head_kv, n_ctx_seq)
+                },
+            }
         };
         let alloc = self.cache.alloc_mut();
         for layer in alloc.kv_layers() {
-            alloc.shift_k(layer, &shift_of(layer))?;
+            let shift = shift_of(layer);
+            if shift.n_rows > 0 {
+                alloc.shift_k(layer, &shift)?;
+            }
         }
         Ok(())
     }
@@ -361,7 +457,7 @@ impl Session {
     /// converted from the stored type and read through the backend seam: for tests and tools
     /// that check what the cache holds. Empty before the first forward pass.
     pub fn kv_rows(&mut self, layer: usize, v: bool) -> Result<Vec<f32>, EngineError> {
-        let n = self.kv.n_ctx() * self.model.hparams().n_kv_embd();
+        let n = self.layer_cells(layer) * self.model.hparams().n_kv_embd();
         let dtype = if v {
             self.params.cparams.type_v
         } else {
@@ -389,11 +485,29 @@ impl Session {
     }
 
     /// Sequence 0's tokens and, per layer, the stored bytes of their K and V rows, for a saved
-    /// session. Its cells are packed first when they are not its positions.
+    /// session. Its cells are packed first when they are not its positions. A window cache
+    /// that no longer holds every token's rows is refused by name (`--swa-full` keeps them).
     pub fn export_state(&mut self) -> Result<(Vec<u32>, Vec<LayerRows>), EngineError> {
-        if !self.kv.is_identity(0) {
+        if let Some(w) = &self.window {
+            let n_past = self.n_past();
+            if w.cells().seq_cells(0).len() < n_past {
+                return Err(EngineError::WindowNotSaved {
+                    n_past,
+                    n_swa: w.n_swa(),
+                });
+            }
+        }
+        let other = |c: &KvCells| (1..c.n_seq_max()).find(|&s| !c.seq_cells(s).is_empty());
+        if !self.kv.is_identity(0) || self.window.as_ref().is_some_and(|w| !w.cells().is_identity(0)) {
+            if let Some(other) = other(&self.kv) {
+                return Err(EngineError::ShiftSharedCache { seq: 0, other });
+            }
             let from = self.kv.compact(0)?;
-            self.move_rows(&from)?;
+            let from_swa = match &mut self.window {
+                Some(w) => w.cells_mut().compact(0)?,
+                None => Vec::new(),
+            };
+            self.move_rows(&from, &from_swa)?;
         }
         let tokens = self.seq_tokens(0);
         let n = tokens.len() * self.model.hparams().n_kv_embd();
@@ -423,7 +537,8 @@ impl Session {
     /// the stored bytes of their K and V rows (one pair per layer, as
     /// [`Session::export_state`] gives them, in this session's KV types).
     pub fn import_state(&mut self, tokens: &[u32], layers: &[(&[u8], &[u8])]) -> Result<(), EngineError> {
-        let hp = self.model.hparams();
+        let model = Arc::clone(&self.model);
+        let hp = model.hparams();
         let n = tokens.len() * hp.n_kv_embd();
         let (type_k, type_v) = self.kv_types();
         if layers.len() != hp.n_layer
@@ -440,9 +555,25 @@ impl Session {
         }
         // The regions exist once a graph has been allocated.
         self.prepare_graph(1, 1)?;
-        self.kv.restore(0, tokens)?;
+        self.kv.restore(0, tokens, 0)?;
+        // A window cache takes the last window's rows of its layers.
+        let n_tail = self.window.as_ref().map_or(0, |w| tokens.len().min(w.n_swa()));
+        let first = tokens.len() - n_tail;
+        if let Some(w) = &mut self.window {
+            w.cells_mut().restore(0, &tokens[first..], first as i32)?;
+        }
+        let windowed = |layer: usize| self.window.is_some() && hp.is_swa(layer);
+        let tails: Vec<bool> = (0..layers.len()).map(windowed).collect();
         let alloc = self.cache.alloc_mut();
         for (layer, (k, v)) in layers.iter().enumerate() {
+            let (k, v) = if tails[layer] {
+                (
+                    &k[type_k.bytes(first * hp.n_kv_embd())..],
+                    &v[type_v.bytes(first * hp.n_kv_embd())..],
+                )
+            } else {
+                (*k, *v)
+            };
             alloc.write_kv(layer, false, k)?;
             alloc.write_kv(layer, true, v)?;
         }
@@ -450,12 +581,15 @@ impl Session {
     }
 
     /// Copy each layer's K and V rows (in their stored types) so that new cell `i` holds old
-    /// cell `from[i]`'s.
-    fn move_rows(&mut self, from: &[u32]) -> Result<(), EngineError> {
-        let row = self.model.hparams().n_kv_embd();
+    /// cell `from[i]`'s (`from_swa[i]`'s in a windowed layer's window regions).
+    fn move_rows(&mut self, from: &[u32], from_swa: &[u32]) -> Result<(), EngineError> {
+        let hp = self.model.hparams();
+        let row = hp.n_kv_embd();
+        let windowed = self.window.is_some();
         let (type_k, type_v) = self.kv_types();
         let alloc = self.cache.alloc_mut();
         for layer in alloc.kv_layers() {
+            let from = if windowed && hp.is_swa(layer) { from_swa } else { from };
             for (v, dtype) in [(false, type_k), (true, type_v)] {
                 alloc.gather_kv(layer, v, dtype.bytes(row), from)?;
             }
@@ -472,10 +606,19 @@ impl Session {
     /// what it holds that `prompt` starts with (at most all of `prompt` but its last token,
     /// whose logits are needed), drop the rest, and return the length kept, which is where
     /// prefilling starts.
+    ///
+    /// With a window cache, a prefix whose window it no longer holds (the sequence went more
+    /// than a window past it) is not kept: the prompt is read again from the start, as
+    /// llama-server does.
     pub fn reuse_prefix(&mut self, seq: SeqId, prompt: &[u32]) -> Result<usize, EngineError> {
         let held = self.kv.seq_tokens(seq).zip(prompt).take_while(|(a, b)| a == *b).count();
-        let kept = held.min(prompt.len().saturating_sub(1));
-        self.kv.seq_rm(Some(seq), kept as i32, i32::MAX)?;
+        let mut kept = held.min(prompt.len().saturating_sub(1));
+        if let Some(w) = &self.window {
+            if !w.holds_window(&self.kv, seq, kept as i32) {
+                kept = 0;
+            }
+        }
+        self.seq_rm(Some(seq), kept as i32, i32::MAX)?;
         Ok(kept)
     }
     /// Turn the decode fusions on or off (the default comes from `MINFER_NO_FUSE_QKV` /
@@ -544,15 +687,27 @@ impl Session {
             return Err(EngineError::TokenOutOfRange { id, n_vocab });
         }
         let mut cells = std::mem::take(&mut self.scratch.cells);
+        let mut cells_swa = std::mem::take(&mut self.scratch.cells_swa);
+        cells_swa.clear();
         // A refused placement places nothing; a pass that fails after it gives the cells back.
         let result = self.kv.place(batch, &mut cells).and_then(|()| {
-            let run = self.run(batch, &cells);
+            if let Some(w) = &mut self.window {
+                if let Err(e) = w.place(&self.kv, batch, &mut cells_swa) {
+                    self.kv.unplace(&cells);
+                    return Err(e);
+                }
+            }
+            let run = self.run(batch, &cells, &cells_swa);
             if run.is_err() {
                 self.kv.unplace(&cells);
+                if let Some(w) = &mut self.window {
+                    w.cells_mut().unplace(&cells_swa);
+                }
             }
             run
         });
         self.scratch.cells = cells;
+        self.scratch.cells_swa = cells_swa;
         result
     }
 
@@ -573,7 +728,7 @@ impl Session {
     }
 
     /// The forward pass of a placed batch.
-    fn run(&mut self, batch: &Batch, cells: &[i32]) -> Result<(), EngineError> {
+    fn run(&mut self, batch: &Batch, cells: &[i32], cells_swa: &[i32]) -> Result<(), EngineError> {
         let start = (!self.observers.is_empty()).then(Instant::now);
         let nt = batch.len();
         let n_outputs = batch.n_outputs();
@@ -583,9 +738,11 @@ impl Session {
         let one_sequence = batch.seq_ids().iter().all(|&s| s == first_seq);
         self.params.set_batch(nt, n_out);
         self.params.cparams.explicit_span = !(one_sequence && self.kv.is_identity(first_seq));
+        self.params.cparams.explicit_span_swa =
+            (self.window.as_ref()).is_some_and(|w| !(one_sequence && w.cells().is_identity(first_seq)));
         let model = &self.model;
         let reused = self.cache.prepare(&self.params, |p| model.build_graph(p))?;
-        self.fill_inputs(batch, cells)?;
+        self.fill_inputs(batch, cells, cells_swa)?;
         let mut timings = std::mem::take(&mut self.scratch.timings);
         timings.clear();
         let executed = self.cache.execute(start.is_some().then_some(&mut timings));
@@ -622,12 +779,23 @@ impl Session {
     }
 
     /// Fill every input of the prepared graph from `batch` and its cells, by the input's kind.
-    fn fill_inputs(&mut self, batch: &Batch, cells: &[i32]) -> Result<(), EngineError> {
-        let Scratch { ids, index, spans, .. } = &mut self.scratch;
+    fn fill_inputs(&mut self, batch: &Batch, cells: &[i32], cells_swa: &[i32]) -> Result<(), EngineError> {
+        let Scratch {
+            ids,
+            index,
+            spans,
+            index_swa,
+            spans_swa,
+            ..
+        } = &mut self.scratch;
         let (graph, alloc) = self.cache.parts().expect("prepared");
         if let Some(kv_index) = graph.input_of(InputKind::KvIndex) {
             index.resize(graph.nodes[kv_index].n_elements(), 0);
             self.kv.fill_spans(batch, index, spans);
+        }
+        if let (Some(kv_index), Some(w)) = (graph.input_of(InputKind::KvIndexSwa), &self.window) {
+            index_swa.resize(graph.nodes[kv_index].n_elements(), 0);
+            w.cells().fill_spans(batch, index_swa, spans_swa);
         }
         for &input in &graph.inputs {
             let node = &graph.nodes[input];
@@ -654,6 +822,9 @@ impl Session {
                 }
                 InputKind::KvIndex => index,
                 InputKind::KvSpan => spans,
+                InputKind::KvCellsSwa => cells_swa,
+                InputKind::KvIndexSwa => index_swa,
+                InputKind::KvSpanSwa => spans_swa,
             };
             alloc.fill_node_i32(graph, input, data)?;
         }

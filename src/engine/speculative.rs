@@ -87,17 +87,10 @@ impl Drafter for ModelDrafter {
         if max == 0 || context.is_empty() || context.len() + max > self.session.n_ctx() {
             return Ok(Vec::new());
         }
-        // Keep the cached prefix the context still has; the last token is evaluated again for
-        // the logits of the first proposal.
-        let common = self
-            .session
-            .kv()
-            .seq_tokens(0)
-            .zip(context)
-            .take_while(|(a, b)| a == *b)
-            .count();
-        let keep = common.min(context.len() - 1);
-        self.session.truncate(keep);
+        // Keep the cached prefix the context still has (all of it, when a window cache no
+        // longer holds its window); the last token is evaluated again for the logits of the
+        // first proposal.
+        let keep = self.session.reuse_prefix(0, context)?;
         let missing = &context[keep..];
         // After a check the draft lacks a token or two: one at a time, they reuse the
         // one-token graph that drafting runs on, where a small batch would rebuild it twice.

@@ -34,6 +34,13 @@ pub enum InputKind {
     /// `[2, n_tokens]`: per token, the offset of its sequence's list in [`InputKind::KvIndex`]
     /// and how many of its cells it sees (explicit-span attention only).
     KvSpan,
+    /// [`InputKind::KvCells`] of the window cache (llama.cpp's ISWA cache): the cell each
+    /// token's K and V take in the windowed layers' smaller regions.
+    KvCellsSwa,
+    /// [`InputKind::KvIndex`] of the window cache (always explicit once it wraps).
+    KvIndexSwa,
+    /// [`InputKind::KvSpan`] of the window cache.
+    KvSpanSwa,
 }
 
 impl InputKind {
@@ -46,6 +53,9 @@ impl InputKind {
             InputKind::OutIds => "out_ids",
             InputKind::KvIndex => "kv_index",
             InputKind::KvSpan => "kv_span",
+            InputKind::KvCellsSwa => "kv_cells_swa",
+            InputKind::KvIndexSwa => "kv_index_swa",
+            InputKind::KvSpanSwa => "kv_span_swa",
         }
     }
 }

@@ -37,6 +37,13 @@ pub struct CParams {
     /// `0..=position`: needed when several sequences share the cache or a sequence's cells are
     /// not its positions. One sequence whose cells are its positions never needs it.
     pub explicit_span: bool,
+    /// Cells of the window cache (llama.cpp's ISWA cache): the length of each windowed layer's
+    /// K and V regions, which hold only the last `n_swa` positions of each sequence (plus a
+    /// batch). 0: no window cache, the windowed layers keep full regions (`--swa-full`).
+    pub n_ctx_swa: usize,
+    /// [`CParams::explicit_span`] for the windowed layers: their cells are not their positions
+    /// once the window cache wraps.
+    pub explicit_span_swa: bool,
     /// How the KV cache stores K (`F32`, `F16` or `Q8_0`).
     pub type_k: super::DType,
     /// How the KV cache stores V.
@@ -58,6 +65,8 @@ impl CParams {
             fuse_ffn: false,
             n_seq_max: 1,
             explicit_span: false,
+            n_ctx_swa: 0,
+            explicit_span_swa: false,
         }
     }
 }

@@ -23,6 +23,20 @@ pub struct Inputs {
     pub out_ids: Option<NodeId>, // I32 [n_out]
     /// The cells each token attends to, when the positions cannot say (`explicit_span`).
     pub span: Option<(NodeId, NodeId)>, // I32 [n_ctx * n_seq_max], I32 [2, n_tokens]
+    /// The window cache's own cells and spans, when the session keeps one (`n_ctx_swa > 0`):
+    /// the windowed layers store and attend through these instead.
+    pub swa: Option<(NodeId, Option<(NodeId, NodeId)>)>,
+}
+
+impl Inputs {
+    /// Layer `il`'s KV cells and attention spans: the window cache's for a windowed layer
+    /// when the session keeps one, else the full cache's.
+    pub fn layer(&self, hp: &HParams, il: usize) -> (NodeId, Option<(NodeId, NodeId)>) {
+        match self.swa {
+            Some(swa) if hp.is_swa(il) => swa,
+            _ => (self.kv_cells, self.span),
+        }
+    }
 }
 
 /// Declare the graph's inputs for `params` (`out_ids` only when n_out < n_tokens, the span
@@ -40,12 +54,22 @@ pub fn inputs(b: &mut GraphBuilder, params: &GraphParams) -> Inputs {
         let index = b.typed_input(InputKind::KvIndex, [per_seq * cparams.n_seq_max, 1, 1, 1]);
         (index, b.typed_input(InputKind::KvSpan, [2, nt, 1, 1]))
     });
+    let swa = (cparams.n_ctx_swa > 0).then(|| {
+        let cells = b.typed_input(InputKind::KvCellsSwa, [nt, 1, 1, 1]);
+        let span = cparams.explicit_span_swa.then(|| {
+            // A cell shared by several sequences is listed once per sequence.
+            let index = b.typed_input(InputKind::KvIndexSwa, [cparams.n_ctx_swa * cparams.n_seq_max, 1, 1, 1]);
+            (index, b.typed_input(InputKind::KvSpanSwa, [2, nt, 1, 1]))
+        });
+        (cells, span)
+    });
     Inputs {
         token_ids,
         positions,
         kv_cells,
         out_ids,
         span,
+        swa,
     }
 }
 
@@ -99,7 +123,7 @@ pub fn attention(
     (q, k, v): (NodeId, NodeId, NodeId),
     wo: MatMulMeta,
 ) -> NodeId {
-    let kv_meta = kv_meta(hp, params);
+    let kv_meta = kv_meta(hp, params, il);
     let n_ctx_seq = n_ctx_seq(params);
     let q = b.rope(
         &format!("q_rope-{il}"),
@@ -113,7 +137,7 @@ pub fn attention(
         inp.positions,
         rope_meta(hp, il, hp.n_head_kv, n_ctx_seq),
     );
-    b.kvcache_store(&format!("kv_store-{il}"), il, k, v, inp.kv_cells, kv_meta);
+    b.kvcache_store(&format!("kv_store-{il}"), il, k, v, inp.layer(hp, il).0, kv_meta);
     attend(b, hp, params, il, inp, q, wo)
 }
 
@@ -159,7 +183,7 @@ pub fn attend(
     wo: MatMulMeta,
 ) -> NodeId {
     // Built after the store, so build order runs the store first.
-    let kv = b.kvcache_load(&format!("kv_load-{il}"), il, kv_meta(hp, params));
+    let kv = b.kvcache_load(&format!("kv_load-{il}"), il, kv_meta(hp, params, il));
     let q = match hp.q_scale {
         Some(s) => b.scale(&format!("q_scaled-{il}"), q, s),
         None => q,
@@ -172,7 +196,7 @@ pub fn attend(
         kq_scale: hp.kq_scale,
         n_swa: hp.swa_window(il),
     };
-    let attn = b.attn(&format!("attn-{il}"), q, kv, inp.positions, inp.span, meta);
+    let attn = b.attn(&format!("attn-{il}"), q, kv, inp.positions, inp.layer(hp, il).1, meta);
     b.matmul(&format!("attn_out-{il}"), attn, wo)
 }
 
@@ -229,11 +253,17 @@ pub fn n_ctx_seq(params: &GraphParams) -> usize {
     params.cparams.n_ctx_seq.min(params.cparams.n_ctx)
 }
 
-/// The geometry of a layer's KV regions: n_kv_embd values per cell, n_ctx cells.
-pub fn kv_meta(hp: &HParams, params: &GraphParams) -> KvcacheMeta {
+/// The geometry of layer `il`'s KV regions: n_kv_embd values per cell, n_ctx cells (the
+/// window cache's `n_ctx_swa` for a windowed layer when the session keeps one).
+pub fn kv_meta(hp: &HParams, params: &GraphParams, il: usize) -> KvcacheMeta {
+    let c = &params.cparams;
     KvcacheMeta {
         n_kv_embd: hp.n_kv_embd(),
-        n_ctx: params.cparams.n_ctx,
+        n_ctx: if c.n_ctx_swa > 0 && hp.is_swa(il) {
+            c.n_ctx_swa
+        } else {
+            c.n_ctx
+        },
         type_k: params.cparams.type_k,
         type_v: params.cparams.type_v,
     }
@@ -271,9 +301,15 @@ fn fused_attention(
         qk_norm,
         rope: rope_meta(hp, il, hp.n_head, n_ctx_seq(params)),
         n_head_kv: hp.n_head_kv,
-        kv: kv_meta(hp, params),
+        kv: kv_meta(hp, params, il),
     };
-    let q = b.fused_qkv(&format!("qkv-{il}"), il, normed, (inp.positions, inp.kv_cells), meta);
+    let q = b.fused_qkv(
+        &format!("qkv-{il}"),
+        il,
+        normed,
+        (inp.positions, inp.layer(hp, il).0),
+        meta,
+    );
     attend(b, hp, params, il, inp, q, wo)
 }
 

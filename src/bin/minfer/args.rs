@@ -317,6 +317,11 @@ pub(crate) struct CacheArgs {
     /// How the KV cache stores V: f32, f16 or q8_0 (llama.cpp's -ctv).
     #[arg(long, default_value = "f16", value_parser = minfer::graph::DType::kv_cache_type)]
     pub(crate) cache_type_v: minfer::graph::DType,
+    /// Full-size KV regions for a model's sliding-window layers (Gemma's local layers), as
+    /// llama.cpp's --swa-full: more memory, but any earlier position can be gone back to and
+    /// sessions can be saved. Without it those layers keep only their window.
+    #[arg(long)]
+    pub(crate) swa_full: bool,
 }
 
 impl LoadArgs {
@@ -337,6 +342,7 @@ impl LoadArgs {
                     (None, None) => None,
                     (b, ub) => Some(b.unwrap_or(usize::MAX).min(ub.unwrap_or(usize::MAX))),
                 },
+                swa_full: self.cache.swa_full,
             },
         })
     }

@@ -145,7 +145,10 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
             n_seq_max: args.n_slots,
             type_k: args.cache.cache_type_k,
             type_v: args.cache.cache_type_v,
-            n_ubatch: None,
+            // A step takes up to --batch-size tokens in one pass: the window cache, where the
+            // model has one, holds that beside the slots' windows.
+            n_ubatch: Some(args.batch_size.max(args.n_slots)),
+            swa_full: args.cache.swa_full,
         },
         api_key,
         max_body_bytes: args.max_body_bytes,

@@ -25,6 +25,38 @@ fn show_value(v: &Value) -> String {
     }
 }
 
+/// What a model with sliding-window layers (Gemma's local layers) needs at its full context, with
+/// the window cache its sessions keep and with `--swa-full`, as llama.cpp sizes them (one
+/// sequence, passes of 512 tokens, an f16 cache). Only for a model minfer can run: the layer
+/// pattern is the architecture's rule.
+fn window_cache(w: &mut String, file: &GgufFile) {
+    let Ok(model) = minfer::models::load_model(file) else {
+        return;
+    };
+    let hp = model.hparams();
+    let n_local = (0..hp.n_layer).filter(|&il| hp.is_swa(il)).count();
+    if n_local == 0 {
+        return;
+    }
+    use minfer::graph::DType;
+    // At the model's training context: where the window cache matters most.
+    let n_ctx = hp.n_ctx_train;
+    let n_ctx_swa = minfer::engine::KvWindow::size(hp.n_swa, 1, minfer::engine::PREFILL_CHUNK);
+    let mib = |n_ctx_swa| {
+        minfer::engine::kv_cache_bytes(hp, DType::F16, DType::F16, n_ctx, n_ctx_swa) as f64 / (1 << 20) as f64
+    };
+    let _ = writeln!(
+        w,
+        "  {:<15}= {n_local} of {} layers see a {}-position window: f16 at n_ctx {n_ctx}, {:.1} MiB \
+         (their window cache holds {n_ctx_swa} cells), {:.1} MiB with --swa-full",
+        "sliding window",
+        hp.n_layer,
+        hp.n_swa,
+        mib(n_ctx_swa),
+        mib(0)
+    );
+}
+
 fn meta_or_dash(m: &Metadata, key: &str) -> String {
     m.get(key).map(show_value).unwrap_or_else(|| "-".to_string())
 }
@@ -173,6 +205,7 @@ pub fn render(file: &GgufFile, tensors: bool) -> String {
                 (per_token * 4096) as f64 / (1 << 20) as f64
             );
         }
+        window_cache(w, file);
     }
 
     let _ = writeln!(w, "\ntokenizer");
