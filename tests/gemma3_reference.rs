@@ -112,3 +112,45 @@ fn gemma3_with_its_window_cache_gives_the_full_caches_logits_beyond_the_window()
         }
     }
 }
+
+/// Context shifts past the window on the real model, the window cache smaller than the context.
+/// With the 867-token prompt in 1100 cells (passes of 64: a window cache of 576), the shift
+/// discards more than a window, so the kept first tokens are out of every later token's window
+/// anyway: 260 greedy tokens are the full caches' own. With the 594-token prompt in 640 cells
+/// (passes of 16: 528), the shift discards less than a window: the full caches' local layers
+/// then see the kept first tokens again, which the window cache dropped long before (as
+/// llama.cpp's does once it wraps); it goes on over what it holds, and the text stays varied.
+#[test]
+fn gemma3_generates_through_context_shifts_past_the_window() {
+    use minfer::engine::{generate, GenerateOptions, Session, SessionOptions};
+    let loaded = model().lock().unwrap();
+    let run = |n_prompt: usize, n_ctx: usize, n_ubatch: usize, max_tokens: usize, swa_full: bool| {
+        let case = cases().into_iter().find(|c| c.tokens.len() == n_prompt).unwrap();
+        let options = GenerateOptions {
+            max_tokens,
+            ignore_eos: true,
+            sampling: minfer::sampling::SamplingParams::greedy(),
+            context_shift: Some(64),
+            ..Default::default()
+        };
+        let session_options = SessionOptions {
+            n_ctx,
+            n_ubatch: Some(n_ubatch),
+            swa_full,
+            ..Default::default()
+        };
+        let mut session = Session::with_options(&loaded.model, &session_options).unwrap();
+        assert_eq!(session.n_ctx_swa(), if swa_full { 0 } else { 512 + n_ubatch });
+        let result = generate(&mut session, loaded.model.tokenizer(), &case.tokens, &options, |_| {
+            Ok(())
+        })
+        .unwrap();
+        assert!(result.stats.n_shifts >= 1, "the context never shifted");
+        result.tokens
+    };
+    assert_eq!(run(867, 1100, 64, 260, false), run(867, 1100, 64, 260, true));
+    let tokens = run(594, 640, 16, 96, false);
+    let tail = &tokens[48..];
+    let distinct: std::collections::HashSet<_> = tail.iter().collect();
+    assert!(distinct.len() > 8, "{tail:?}");
+}

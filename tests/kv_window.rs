@@ -296,3 +296,30 @@ fn speculative_decoding_over_a_window_cache_changes_no_token() {
         "no proposal was ever accepted: nothing was rolled back either"
     );
 }
+
+#[test]
+fn a_conversation_edited_back_past_the_window_is_read_again_from_the_start() {
+    use minfer::engine::TokenStream;
+    let model = model();
+    let tokens = &cases()[5].0;
+    let mut s = session(&model, false, 1);
+    let mut stream = TokenStream::new();
+    let p = stream.prepare(&mut s, &tokens[..60], 0, false).unwrap();
+    for chunk in p.prompt[p.n_cached..].chunks(N_UBATCH) {
+        s.eval(chunk, 1).unwrap();
+    }
+    // The next turn extends the conversation: all but its last token are cached.
+    let p = stream.prepare(&mut s, &tokens[..64], 0, false).unwrap();
+    assert_eq!(p.n_cached, 60);
+    // An edit at token 30 (a regenerated turn) leaves the window behind: start over.
+    let mut edited = tokens[..30].to_vec();
+    edited.extend_from_slice(&[7, 8, 9]);
+    let p = stream.prepare(&mut s, &edited, 0, false).unwrap();
+    assert_eq!((p.n_cached, s.n_past()), (0, 0));
+    let mut last = Vec::new();
+    for chunk in p.prompt.chunks(N_UBATCH) {
+        last = s.eval(chunk, 1).unwrap().to_vec();
+    }
+    let mut full = session(&model, true, 1);
+    assert_eq!(last, full.eval(&edited, 1).unwrap());
+}

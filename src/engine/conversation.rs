@@ -73,7 +73,11 @@ impl TokenStream {
         let mut common = self.history.iter().zip(tokens).take_while(|(a, b)| a == b).count();
         // The last token is always evaluated again, for the logits of the first new one.
         common = common.min(tokens.len() - 1);
-        if !window_ok || (self.dropped > 0 && common < n_keep + self.dropped) {
+        // Going back further than a window cache holds starts over too.
+        if !window_ok
+            || (self.dropped > 0 && common < n_keep + self.dropped)
+            || !session.holds_window(0, common - self.dropped)
+        {
             session.reset();
             self.history.clear();
             self.dropped = 0;

@@ -40,6 +40,10 @@ pub fn kv_cache_bytes(hp: &HParams, type_k: DType, type_v: DType, n_ctx: usize, 
 pub struct KvWindow {
     cells: KvCells,
     n_swa: usize,
+    /// Per sequence: the position below which the window need not hold what the full cache
+    /// holds — after a context shift, the kept first tokens it dropped long before (llama.cpp's
+    /// window cache has lost them too, and attends without them). 0 otherwise.
+    floor: Vec<i32>,
 }
 
 impl KvWindow {
@@ -54,6 +58,7 @@ impl KvWindow {
         Ok(KvWindow {
             cells: KvCells::new(n_ctx_swa, n_seq_max)?,
             n_swa: n_swa.max(1),
+            floor: vec![0; n_seq_max],
         })
     }
 
@@ -67,6 +72,22 @@ impl KvWindow {
         &mut self.cells
     }
 
+    /// After a context shift of `seq`: its tokens below what the window holds now (the kept
+    /// first ones, dropped when the sequence went a window past them) are not asked for again.
+    pub fn set_floor_after_shift(&mut self, seq: SeqId) {
+        let lowest = self.cells.seq_cells(seq).first().map(|&c| self.cells.cell_pos(c));
+        if let (Some(floor), Some(lowest)) = (self.floor.get_mut(seq), lowest) {
+            *floor = lowest;
+        }
+    }
+
+    /// `seq` starts over: nothing it held before is excused.
+    pub fn forget(&mut self, seq: SeqId) {
+        if let Some(floor) = self.floor.get_mut(seq) {
+            *floor = 0;
+        }
+    }
+
     /// Positions a token sees through the window.
     pub fn n_swa(&self) -> usize {
         self.n_swa
@@ -75,7 +96,8 @@ impl KvWindow {
     /// Whether every position `full` holds for `seq` that a token at `pos` would see through the
     /// window (`pos - n_swa + 1 .. pos`) is held here too: whether `seq` can go on at `pos`.
     pub fn holds_window(&self, full: &KvCells, seq: SeqId, pos: i32) -> bool {
-        let p0 = pos.saturating_sub(self.n_swa as i32 - 1);
+        let floor = self.floor.get(seq).copied().unwrap_or(0);
+        let p0 = pos.saturating_sub(self.n_swa as i32 - 1).max(floor);
         full.count_in(seq, p0, pos) == self.cells.count_in(seq, p0, pos)
     }
 

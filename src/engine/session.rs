@@ -281,6 +281,13 @@ impl Session {
         &self.kv
     }
 
+    /// Whether `seq` can go on at position `pos` after dropping what it holds from there: always
+    /// with full caches; with a window cache, when it still holds the window before `pos`.
+    pub fn holds_window(&self, seq: SeqId, pos: usize) -> bool {
+        let pos = i32::try_from(pos).unwrap_or(i32::MAX);
+        self.window.as_ref().is_none_or(|w| w.holds_window(&self.kv, seq, pos))
+    }
+
     /// The window cache's cells, when the session keeps one.
     pub fn kv_window(&self) -> Option<&KvWindow> {
         self.window.as_ref()
@@ -299,6 +306,18 @@ impl Session {
     /// Forget every sequence (the cells are free; positions restart at 0).
     pub fn reset(&mut self) {
         self.all_cells().for_each(KvCells::clear);
+        self.forget_emptied();
+    }
+
+    /// A sequence the full cache no longer holds anything of starts over in the window cache.
+    fn forget_emptied(&mut self) {
+        if let Some(w) = &mut self.window {
+            for seq in 0..self.kv.n_seq_max() {
+                if self.kv.seq_cells(seq).is_empty() {
+                    w.forget(seq);
+                }
+            }
+        }
     }
 
     /// Keep only the first `n` tokens of sequence 0 (for reusing a shared prefix).
@@ -308,7 +327,9 @@ impl Session {
 
     /// Remove the tokens of `seq` (every sequence if `None`) at positions `p0..p1`.
     pub fn seq_rm(&mut self, seq: Option<SeqId>, p0: i32, p1: i32) -> Result<(), EngineError> {
-        self.all_cells().try_for_each(|c| c.seq_rm(seq, p0, p1))
+        self.all_cells().try_for_each(|c| c.seq_rm(seq, p0, p1))?;
+        self.forget_emptied();
+        Ok(())
     }
 
     /// Give `dst` the tokens `src` holds at positions `p0..p1` (their cells are shared; of the
@@ -319,7 +340,9 @@ impl Session {
 
     /// Remove every sequence but `seq`.
     pub fn seq_keep(&mut self, seq: SeqId) -> Result<(), EngineError> {
-        self.all_cells().try_for_each(|c| c.seq_keep(seq))
+        self.all_cells().try_for_each(|c| c.seq_keep(seq))?;
+        self.forget_emptied();
+        Ok(())
     }
 
     /// Shift the positions of `seq`'s tokens at `p0..p1` by `delta` (bookkeeping only until
@@ -393,8 +416,10 @@ impl Session {
     ///
     /// The rows move and turn where the backend holding the KV regions keeps them, through the
     /// seam ([`ComputeBackend::rope_shift`], [`ComputeBackend::gather_rows`]). A window cache
-    /// shifts alike: it holds the last positions, which all move down (and any kept ones of the
-    /// first `n_keep` still inside the window, which do not).
+    /// shifts alike: it holds the last positions, which all move down. The kept first tokens it
+    /// dropped long before are not there: when fewer than a window are discarded, they come back
+    /// into the window of the full caches' local layers but not of a window cache's, which goes
+    /// on over what it holds (as llama.cpp's does once it has wrapped).
     pub fn shift_context(&mut self, n_keep: usize, n_discard: usize) -> Result<(), EngineError> {
         let n_past = self.n_past();
         let bad = EngineError::BadShift {
@@ -414,7 +439,10 @@ impl Session {
         self.seq_add(0, p1, i32::MAX, -(n_discard as i32))?;
         let from = self.kv.compact(0)?;
         let from_swa = match &mut self.window {
-            Some(w) => w.cells_mut().compact(0)?,
+            Some(w) => {
+                w.set_floor_after_shift(0);
+                w.cells_mut().compact(0)?
+            }
             None => Vec::new(),
         };
         self.move_rows(&from, &from_swa)?;
@@ -613,10 +641,8 @@ impl Session {
     pub fn reuse_prefix(&mut self, seq: SeqId, prompt: &[u32]) -> Result<usize, EngineError> {
         let held = self.kv.seq_tokens(seq).zip(prompt).take_while(|(a, b)| a == *b).count();
         let mut kept = held.min(prompt.len().saturating_sub(1));
-        if let Some(w) = &self.window {
-            if !w.holds_window(&self.kv, seq, kept as i32) {
-                kept = 0;
-            }
+        if !self.holds_window(seq, kept) {
+            kept = 0;
         }
         self.seq_rm(Some(seq), kept as i32, i32::MAX)?;
         Ok(kept)

@@ -69,7 +69,11 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     let grammar_spec = args.grammar.spec()?;
     let draft_choice = args.draft.choice()?;
     let sampling = args.sampling.params()?;
-    let mut loaded = run::load(&model_path(&model)?, &args.load.options()?)?;
+    let mut options = args.load.options()?;
+    // A saved session holds every layer's K and V of every token: a model's windowed layers
+    // keep full regions for it (llama.cpp's --swa-full).
+    options.session.swa_full |= args.session.is_some();
+    let mut loaded = run::load(&model_path(&model)?, &options)?;
     let grammar = match &grammar_spec {
         Some((flag, spec)) => Some(
             loaded
