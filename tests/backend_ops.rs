@@ -415,12 +415,13 @@ fn elementwise_cases(rng: &mut Rng) -> Vec<Case> {
     let nt = 3;
     let mut cases = Vec::new();
     type Build = fn(&mut GraphBuilder, usize, usize) -> usize;
-    let ops: [(&str, Build); 7] = [
+    let ops: [(&str, Build); 8] = [
         ("Add", |b, x, y| b.add("out", x, y)),
         ("Mul", |b, x, y| b.mul("out", x, y)),
         ("Silu", |b, x, _| b.silu("out", x)),
         ("Scale 0.22", |b, x, _| b.scale("out", x, 0.22)),
         ("Gelu", |b, x, _| b.gelu("out", x)),
+        ("Softcap 30", |b, x, _| b.softcap("out", x, 30.0)),
         ("SwiGLU", |b, x, y| b.swiglu("out", x, y)),
         // Built unfused; the fusion pass folds it into SwiGLU where the backend claims it.
         ("Mul(Silu) fused", |b, x, y| {
@@ -634,6 +635,7 @@ fn attn_meta() -> AttnMeta {
         n_head_kv: N_HEAD_KV,
         head_dim: HEAD_DIM,
         kq_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+        softcap: None,
         n_swa: None,
     }
 }
@@ -673,8 +675,11 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
         let kq_scale = if nt == 1 { 0.0625 } else { attn_meta().kq_scale };
         // Prompts also through a sliding window narrower than what they see (Gemma's local layers).
         let n_swa = (nt > 1).then_some(2);
+        // Two sequences also with a soft-cap low enough to bend the scores (Gemma 2's).
+        let softcap = explicit.then_some(2.0);
         let meta = AttnMeta {
             kq_scale,
+            softcap,
             n_swa,
             ..attn_meta()
         };
@@ -719,7 +724,7 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
         };
         cases.push(Case {
             name: format!(
-                "KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}, KV {}/{}, kq_scale {kq_scale}, n_swa {n_swa:?}), {nt} token(s) x 3 steps",
+                "KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}, KV {}/{}, kq_scale {kq_scale}, softcap {softcap:?}, n_swa {n_swa:?}), {nt} token(s) x 3 steps",
                 type_k.name(),
                 type_v.name()
             ),

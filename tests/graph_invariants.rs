@@ -381,6 +381,7 @@ fn liveness_never_reuses_a_buffer_that_is_read_later() {
         n_head_kv: 1,
         head_dim: 4,
         kq_scale: 0.5,
+        softcap: None,
         n_swa: None,
     };
     let attn = b.attn("attn", t6, load, pos, None, attn_meta);

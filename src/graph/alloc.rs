@@ -3,7 +3,7 @@
 //! persistent KV regions of each layer across rebuilds, and stages values across backends.
 //!
 //! Rules (Compute Graph Design §3.3): liveness uses build order, never a Kahn order; inputs and
-//! outputs are never freed; Silu, Gelu, Scale and RoPE alias their input's buffer only when that input's
+//! outputs are never freed; Silu, Gelu, Scale, Softcap and RoPE alias their input's buffer only when that input's
 //! sole consumer is the node and both are on the same backend; dead nodes get no buffer.
 
 use super::backend::{Backend, BackendError, ComputeBackend, KvProvider};
@@ -236,7 +236,7 @@ impl GraphAllocator {
                     };
                     self.ensure_kv(*layer, backend, m)?[0]
                 }
-                Op::Silu | Op::Gelu | Op::Scale { .. } | Op::RoPE
+                Op::Silu | Op::Gelu | Op::Scale { .. } | Op::Softcap { .. } | Op::RoPE
                     if self.can_alias(graph, node.src[0], backend, &consumers) =>
                 {
                     let src = node.src[0];

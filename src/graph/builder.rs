@@ -145,6 +145,12 @@ impl GraphBuilder {
         self.node(name, Op::Scale { scale }, &[x], shape, DType::F32, NodeMeta::None)
     }
 
+    /// Element-wise `cap * tanh(x / cap)` ([`Op::Softcap`]).
+    pub fn softcap(&mut self, name: &str, x: NodeId, cap: f32) -> NodeId {
+        let shape = self.shape(x);
+        self.node(name, Op::Softcap { cap }, &[x], shape, DType::F32, NodeMeta::None)
+    }
+
     /// Element-wise `x * sigmoid(x)`.
     pub fn silu(&mut self, name: &str, x: NodeId) -> NodeId {
         let shape = self.shape(x);

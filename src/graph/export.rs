@@ -46,7 +46,7 @@ fn meta_json(meta: &NodeMeta) -> Value {
         }),
         NodeMeta::Attn(m) => json!({
             "layer": m.layer, "n_head": m.n_head, "n_head_kv": m.n_head_kv, "head_dim": m.head_dim,
-            "kq_scale": m.kq_scale, "n_swa": m.n_swa,
+            "kq_scale": m.kq_scale, "softcap": m.softcap, "n_swa": m.n_swa,
         }),
         NodeMeta::Kvcache(m) => json!({ "n_kv_embd": m.n_kv_embd, "n_ctx": m.n_ctx }),
         NodeMeta::FusedQkv(m) => json!({

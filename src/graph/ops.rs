@@ -103,6 +103,12 @@ pub enum Op {
         /// The constant factor.
         scale: f32,
     },
+    /// `cap * tanh(src[0] / cap)`, element-wise: Gemma 2's final logit soft-capping, as ggml
+    /// computes it (`scale` by `1 / cap`, `tanh`, `scale` by `cap`, each rounded to f32).
+    Softcap {
+        /// The cap (`final_logit_softcapping`).
+        cap: f32,
+    },
     /// RMS normalization of each ne0 row of `src[0]`, times the optional weight in the
     /// [`NormMeta`] (ggml's `rms_norm` followed by `mul`).
     RmsNorm {
@@ -179,6 +185,7 @@ impl Op {
             Op::SwiGLU,
             Op::Gelu,
             Op::Scale { scale: 1.0 },
+            Op::Softcap { cap: 1.0 },
             Op::RmsNorm { eps: 0.0 },
             Op::QkNorm {
                 head_dim: 0,
@@ -207,6 +214,7 @@ impl Op {
                 | Op::SwiGLU
                 | Op::Gelu
                 | Op::Scale { .. }
+                | Op::Softcap { .. }
                 | Op::RmsNorm { .. }
                 | Op::QkNorm { .. }
                 | Op::MatMul
@@ -233,6 +241,7 @@ impl Op {
             Op::SwiGLU => "SwiGLU",
             Op::Gelu => "Gelu",
             Op::Scale { .. } => "Scale",
+            Op::Softcap { .. } => "Softcap",
             Op::RmsNorm { .. } => "RmsNorm",
             Op::QkNorm { .. } => "QkNorm",
             Op::MatMul => "MatMul",
@@ -344,6 +353,9 @@ pub struct AttnMeta {
     /// The factor of the scores `q · k` before the softmax: `1 / sqrt(head_dim)` for most
     /// models, a file's own value for others (Granite's `attention.scale`).
     pub kq_scale: f32,
+    /// Attention logit soft-capping (Gemma 2's `attn_logit_softcapping`): each scaled score
+    /// `s` becomes `cap * tanh(s / cap)` before the softmax; `None` for most models.
+    pub softcap: Option<f32>,
     /// Sliding-window attention (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`): a token at position p
     /// sees only the cells of positions above `p - n_swa`; `None` sees the whole prefix.
     pub n_swa: Option<usize>,

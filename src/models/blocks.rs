@@ -194,6 +194,7 @@ pub fn attend(
         n_head_kv: hp.n_head_kv,
         head_dim: hp.head_dim,
         kq_scale: hp.kq_scale,
+        softcap: hp.attn_softcap,
         n_swa: hp.swa_window(il),
     };
     let attn = b.attn(&format!("attn-{il}"), q, kv, inp.positions, inp.layer(hp, il).1, meta);
@@ -366,6 +367,10 @@ pub fn output_head(b: &mut GraphBuilder, hp: &HParams, h: NodeId, output: &Weigh
     let logits = b.matmul("output", normed, matmul_meta(output, None, hp.n_embd, hp.n_vocab));
     let logits = match hp.logit_scale {
         Some(s) => b.scale("output_scaled", logits, s),
+        None => logits,
+    };
+    let logits = match hp.final_softcap {
+        Some(cap) => b.softcap("output_softcapped", logits, cap),
         None => logits,
     };
     b.output(logits);

@@ -59,6 +59,11 @@ pub struct HParams {
     /// Factor of the roped Q before attention (Gemma's `1 / sqrt(head_dim)`, applied to Q as
     /// llama.cpp does, the attention's own `kq_scale` then 1).
     pub q_scale: Option<f32>,
+    /// Attention logit soft-capping (Gemma 2's `attn_logit_softcapping`), if the model has it.
+    pub attn_softcap: Option<f32>,
+    /// Final logit soft-capping (Gemma 2's `final_logit_softcapping`): the head's logits `l`
+    /// become `cap * tanh(l / cap)`.
+    pub final_softcap: Option<f32>,
     /// Sliding-window attention (`attention.sliding_window`, Gemma's local layers): the window in
     /// positions, 0 for none. Set by the architectures that read it.
     pub n_swa: usize,
@@ -171,6 +176,8 @@ impl HParams {
             residual_scale: None,
             logit_scale: None,
             q_scale: None,
+            attn_softcap: None,
+            final_softcap: None,
             n_swa: 0,
             swa_layers: Vec::new(),
             rope_freq_base_swa: 10_000.0,

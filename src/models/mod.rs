@@ -3,6 +3,8 @@
 //! generation loop. Adding an architecture costs one folder and one match arm in [`load_model`].
 
 pub mod blocks;
+pub mod gemma;
+pub mod gemma2;
 pub mod gemma3;
 pub mod granite;
 pub mod hparams;
@@ -136,6 +138,8 @@ pub type LoadFn = fn(&GgufFile) -> Result<Box<dyn ModelDef>, ModelError>;
 /// The architectures minfer runs: each `general.architecture` value and its loader, one row an
 /// architecture (its folder under `src/models/` is the rest).
 pub const ARCHITECTURES: &[(&str, LoadFn)] = &[
+    ("gemma", |file| Ok(Box::new(gemma::load(file)?))),
+    ("gemma2", |file| Ok(Box::new(gemma2::load(file)?))),
     ("gemma3", |file| Ok(Box::new(gemma3::Gemma3::load(file)?))),
     ("granite", |file| Ok(Box::new(granite::Granite::load(file)?))),
     ("llama", |file| Ok(Box::new(llama::Llama::load(file)?))),

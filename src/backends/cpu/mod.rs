@@ -538,6 +538,7 @@ impl ComputeBackend for CpuBackend {
             | Op::Mul
             | Op::Silu
             | Op::Scale { .. }
+            | Op::Softcap { .. }
             | Op::Gelu
             | Op::SwiGLU
             | Op::RmsNorm { .. }
@@ -770,6 +771,14 @@ impl CpuBackend {
                     kernels::gelu(self.buffer(node, in_bufs[0])?, out).map_err(kerr)
                 }
             }
+            (Op::Softcap { cap }, _) => {
+                if aliased(0) {
+                    kernels::softcap_inplace(out, *cap);
+                    Ok(())
+                } else {
+                    kernels::softcap(self.buffer(node, in_bufs[0])?, *cap, out).map_err(kerr)
+                }
+            }
             (Op::Scale { scale }, _) => {
                 if aliased(0) {
                     kernels::scale_inplace(out, *scale);
@@ -857,7 +866,7 @@ impl CpuBackend {
                         hd,
                         stride,
                         n_kv,
-                        m.kq_scale,
+                        kernels::ScoreScale::new(m.kq_scale, m.softcap),
                         out,
                     )
                     .map_err(kerr);
@@ -881,7 +890,7 @@ impl CpuBackend {
                             hd,
                             stride,
                             n_kv,
-                            m.kq_scale,
+                            kernels::ScoreScale::new(m.kq_scale, m.softcap),
                             rows,
                             o,
                         ));

@@ -561,6 +561,10 @@ impl CudaBackend {
                 let x = self.input(node, in_bufs[0], f32s(n))?;
                 self.elementwise_scaled(node, x, x, out, n, 4, *scale)
             }
+            (Op::Softcap { cap }, _) => {
+                let x = self.input(node, in_bufs[0], f32s(n))?;
+                self.elementwise_scaled(node, x, x, out, n, 6, *cap)
+            }
             (Op::Add | Op::Mul | Op::SwiGLU, _) => {
                 let a = self.input(node, in_bufs[0], f32s(n))?;
                 let b = self.input(node, in_bufs[1], f32s(n))?;
@@ -641,6 +645,7 @@ impl CudaBackend {
                     Arg::Ptr(self.flags_ptr()?),
                     Arg::F32(m.kq_scale),
                     Arg::I32(int(m.n_swa.unwrap_or(0))?),
+                    Arg::F32(m.softcap.unwrap_or(0.0)),
                 ];
                 self.launch(node, "attention", cfg, &args)
             }
@@ -810,6 +815,7 @@ impl ComputeBackend for CudaBackend {
             | Op::Mul
             | Op::Silu
             | Op::Scale { .. }
+            | Op::Softcap { .. }
             | Op::Gelu
             | Op::SwiGLU
             | Op::RmsNorm { .. }

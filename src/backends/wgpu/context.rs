@@ -32,8 +32,9 @@ const MM_TILE: usize = 64;
 pub(crate) const MM_MIN_TOKENS: usize = 8;
 /// The most bindings of any kernel, the uniform included (attention's eight).
 const MAX_BINDINGS: usize = 8;
-/// The most parameter words of any kernel's `Params` (12 words, 48 bytes: a multiple of 16).
-const PARAM_WORDS: usize = 12;
+/// The most parameter words of any kernel's `Params` (attention's 13, rounded up to 64 bytes: a
+/// multiple of 16).
+const PARAM_WORDS: usize = 16;
 /// Dispatches recorded before a submission (llama.cpp's Vulkan backend submits every 100 nodes
 /// too): a decode step of a small model is a few submissions, and no submission is long.
 const SUBMIT_EVERY: usize = 100;
@@ -669,6 +670,7 @@ impl WgpuBackend {
             m.n_head_kv as u32,
             m.kq_scale.to_bits(),
             u32::try_from(m.n_swa.unwrap_or(0)).unwrap_or(u32::MAX),
+            m.softcap.unwrap_or(0.0).to_bits(),
         ];
         let params = &words;
         let out = self.buffer(node, out)?;
@@ -735,6 +737,7 @@ impl ComputeBackend for WgpuBackend {
             | Op::Silu
             | Op::Gelu
             | Op::Scale { .. }
+            | Op::Softcap { .. }
             | Op::SwiGLU
             | Op::RmsNorm { .. }
             | Op::QkNorm { .. }
@@ -810,7 +813,7 @@ impl ComputeBackend for WgpuBackend {
         };
         match (&node.op, &node.meta) {
             (Op::Input | Op::KvcacheLoad { .. }, _) => Ok(()),
-            (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu, _) => {
+            (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu | Op::Softcap { .. }, _) => {
                 let n: usize = node.out_shape.iter().product();
                 let (code, scale) = match node.op {
                     Op::Add => (0, 0.0),
@@ -818,6 +821,7 @@ impl ComputeBackend for WgpuBackend {
                     Op::Silu => (2, 0.0),
                     Op::Scale { scale } => (4, scale),
                     Op::Gelu => (5, 0.0),
+                    Op::Softcap { cap } => (6, cap),
                     _ => (3, 0.0),
                 };
                 let a = self.buffer(node, input(0)?)?;

@@ -1,6 +1,8 @@
-//! Gemma 3's forward pass as a graph: the shared attention (Q/K norms, RoPE per layer, the
-//! window, Q's scale) wrapped in Gemma's post-attention norm, and its GELU FFN with the
-//! post-FFN norm. Every node is named after the model (`attn_post_norm-3`, `ffn_gelu-5`).
+//! The Gemma family's forward pass as a graph: the shared attention (Gemma 3's Q/K norms, RoPE
+//! per layer, the window, Q's scale, Gemma 2's soft-cap) wrapped in the post-attention norm of
+//! Gemma 2 and 3, and the GELU FFN with their post-FFN norm; the shared head soft-caps the
+//! logits where the model says. Every node is named after the model (`attn_post_norm-3`,
+//! `ffn_gelu-5`).
 
 use super::Gemma3;
 use crate::graph::{ComputeGraph, GraphBuilder, GraphParams};
@@ -20,15 +22,13 @@ impl Gemma3 {
             let q = matmul_meta(&w.q, None, hp.n_embd, q_out);
             let k = matmul_meta(&w.k, None, hp.n_embd, kv_out);
             let v = matmul_meta(&w.v, None, hp.n_embd, kv_out);
-            let norms = Some((w.q_norm.clone(), w.k_norm.clone(), hp.rms_eps));
+            let norms = w.qk_norm.clone().map(|(q, k)| (q, k, hp.rms_eps));
             let wo = blocks::wo_meta(hp, &w.wo, None);
             let attn = blocks::self_attention(&mut b, hp, params, il, &inp, normed, (q, k, v), norms, wo);
-            let attn = b.rms_norm(
-                &format!("attn_post_norm-{il}"),
-                attn,
-                Some(&w.attn_post_norm),
-                hp.rms_eps,
-            );
+            let attn = match &w.attn_post_norm {
+                Some(norm) => b.rms_norm(&format!("attn_post_norm-{il}"), attn, Some(norm), hp.rms_eps),
+                None => attn,
+            };
             let last = il + 1 == self.layers.len();
             h = blocks::attention_residual(&mut b, hp, il, last, inp.out_ids, h, attn);
 
@@ -50,7 +50,10 @@ impl Gemma3 {
                 act,
                 matmul_meta(&w.down, None, hp.n_ff, hp.n_embd),
             );
-            let d = b.rms_norm(&format!("ffn_post_norm-{il}"), d, Some(&w.ffn_post_norm), hp.rms_eps);
+            let d = match &w.ffn_post_norm {
+                Some(norm) => b.rms_norm(&format!("ffn_post_norm-{il}"), d, Some(norm), hp.rms_eps),
+                None => d,
+            };
             h = b.add(&format!("ffn_residual-{il}"), h, d);
         }
         blocks::output_head(&mut b, hp, h, &self.output);

@@ -41,6 +41,47 @@ pub enum Visible<'a> {
     },
 }
 
+/// How a score `q · k` becomes a logit of the softmax: times `kq_scale`, and with a soft-cap
+/// (Gemma 2's `attn_logit_softcapping`) `cap * tanh(s / cap)` of that, computed as ggml's flash
+/// attention does: `cap * tanhf(q·k * (kq_scale / cap))`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoreScale {
+    mul: f32,
+    cap: Option<f32>,
+}
+
+impl ScoreScale {
+    /// Scores times `kq_scale`, soft-capped at `softcap` when given.
+    pub fn new(kq_scale: f32, softcap: Option<f32>) -> Self {
+        match softcap {
+            Some(cap) => ScoreScale {
+                mul: kq_scale / cap,
+                cap: Some(cap),
+            },
+            None => ScoreScale {
+                mul: kq_scale,
+                cap: None,
+            },
+        }
+    }
+
+    #[inline(always)]
+    fn apply(self, dot: f32) -> f32 {
+        let s = dot * self.mul;
+        match self.cap {
+            Some(cap) => cap * s.tanh(),
+            None => s,
+        }
+    }
+}
+
+impl From<f32> for ScoreScale {
+    /// Scores times `kq_scale`, no soft-cap.
+    fn from(kq_scale: f32) -> Self {
+        ScoreScale::new(kq_scale, None)
+    }
+}
+
 /// `out[t, h] = softmax_c(q[t, h] · k[c, h / g] * kq_scale) · v[c, h / g]` over the cells `c`
 /// token `t` sees ([`Visible`]), with `g = n_head / n_head_kv`; `kq_scale` is `1 / sqrt(head_dim)`
 /// for most models.
@@ -60,7 +101,7 @@ pub fn attention(
     head_dim: usize,
     kv_stride: usize,
     n_kv: usize,
-    kq_scale: f32,
+    scale: ScoreScale,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     const K: &str = "attention";
@@ -77,7 +118,7 @@ pub fn attention(
         n_head_kv,
         head_dim,
         kv_stride,
-        kq_scale,
+        scale,
         0..n_tokens * n_head,
         out,
     );
@@ -101,7 +142,7 @@ pub fn attention_heads(
     head_dim: usize,
     kv_stride: usize,
     n_kv: usize,
-    kq_scale: f32,
+    scale: ScoreScale,
     heads: Range<usize>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
@@ -120,7 +161,7 @@ pub fn attention_heads(
     }
     check_len(K, "out", out.len(), heads.len() * head_dim)?;
     attend(
-        q, k, v, visible, n_head, n_head_kv, head_dim, kv_stride, kq_scale, heads, out,
+        q, k, v, visible, n_head, n_head_kv, head_dim, kv_stride, scale, heads, out,
     );
     Ok(())
 }
@@ -245,7 +286,7 @@ struct Operands<'a, KR, VR> {
     n_head_kv: usize,
     head_dim: usize,
     kv_stride: usize,
-    kq_scale: f32,
+    scale: ScoreScale,
 }
 
 /// Head rows `heads` (token-major (token, head) pairs) into `out`, for the stored types of `k`
@@ -260,7 +301,7 @@ fn attend(
     n_head_kv: usize,
     head_dim: usize,
     kv_stride: usize,
-    kq_scale: f32,
+    scale: ScoreScale,
     heads: Range<usize>,
     out: &mut [f32],
 ) {
@@ -276,7 +317,7 @@ fn attend(
                     n_head_kv,
                     head_dim,
                     kv_stride,
-                    kq_scale,
+                    scale,
                 },
                 heads,
                 out,
@@ -402,7 +443,7 @@ fn attend_cells<const WIDE: bool, KR: KvRows, VR: KvRows>(
         n_head,
         n_head_kv,
         kv_stride,
-        kq_scale: scale,
+        scale,
         ..
     } = ops;
     // The accumulator's length, a constant where the caller's array has one.
@@ -431,7 +472,8 @@ fn attend_cells<const WIDE: bool, KR: KvRows, VR: KvRows>(
                 unsafe { dot_wide(qh, kc) }
             } else {
                 dot(qh, kc)
-            } * scale;
+            };
+            *s = scale.apply(*s);
             if *s > block_max {
                 block_max = *s;
             }
@@ -573,7 +615,7 @@ mod tests {
             c.head_dim,
             c.kv_stride,
             c.n_kv,
-            1.0 / (c.head_dim as f32).sqrt(),
+            (1.0 / (c.head_dim as f32).sqrt()).into(),
             &mut out,
         )
         .unwrap();
@@ -637,6 +679,48 @@ mod tests {
     }
 
     #[test]
+    fn a_soft_cap_bends_the_scaled_scores_as_cap_times_tanh_before_the_softmax() {
+        // Gemma 2's attention soft-cap, here low enough (2 against scores of about 1..8) that
+        // the capped softmax is far from the plain one.
+        let mut r = XorShift(69);
+        let c = Case {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            kv_stride: 128,
+            n_kv: 20,
+            positions: vec![3, 19],
+        };
+        let (q, k, v) = inputs(&mut r, &c);
+        let lists: Vec<Vec<usize>> = c.positions.iter().map(|&p| (0..=p as usize).collect()).collect();
+        let mut out = vec![f32::NAN; q.len()];
+        let scale = ScoreScale::new(0.5, Some(2.0));
+        attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&c.positions),
+            2,
+            4,
+            2,
+            64,
+            128,
+            20,
+            scale,
+            &mut out,
+        )
+        .unwrap();
+        let expected = naive_lists_capped(&c, &lists, &q, &k, &v, 0.5, Some(2.0));
+        let plain = naive_lists_scaled(&c, &lists, &q, &k, &v, 0.5);
+        let mut apart = 0f64;
+        for (i, (&got, &want)) in out.iter().zip(&expected).enumerate() {
+            assert!((got as f64 - want).abs() < 1e-5, "value {i}: {got} vs {want}");
+            apart = apart.max((want - plain[i]).abs());
+        }
+        assert!(apart > 0.05, "the cap changed nothing ({apart})");
+    }
+
+    #[test]
     fn a_models_own_score_scale_replaces_one_over_the_square_root_of_head_dim() {
         // Granite's attention.scale (1/128 for a 64-wide head, not 1/8), and a larger one.
         let mut r = XorShift(68);
@@ -663,7 +747,7 @@ mod tests {
                 64,
                 128,
                 20,
-                scale,
+                scale.into(),
                 &mut out,
             )
             .unwrap();
@@ -757,7 +841,7 @@ mod tests {
             n_head_kv: 2,
             head_dim: 64,
             kv_stride: 128,
-            kq_scale: 0.125,
+            scale: 0.125.into(),
         };
         attend_rows::<false, &[f32], &[f32]>(ops, rows, &mut portable);
         let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
@@ -802,7 +886,7 @@ mod tests {
                 64,
                 128,
                 40,
-                1.0 / 64f32.sqrt(),
+                (1.0 / 64f32.sqrt()).into(),
                 &mut typed,
             )
             .unwrap();
@@ -861,7 +945,7 @@ mod tests {
             4,
             4,
             3,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             &mut out,
         )
         .unwrap_err();
@@ -880,7 +964,7 @@ mod tests {
             4,
             4,
             3,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             &mut out,
         )
         .unwrap_err();
@@ -931,7 +1015,7 @@ mod tests {
                     c.head_dim,
                     c.kv_stride,
                     c.n_kv,
-                    1.0 / (c.head_dim as f32).sqrt(),
+                    (1.0 / (c.head_dim as f32).sqrt()).into(),
                     rows,
                     o,
                 )
@@ -962,7 +1046,7 @@ mod tests {
             4,
             4,
             3,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             3..5,
             &mut out,
         )
@@ -982,7 +1066,7 @@ mod tests {
             4,
             4,
             3,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             1..4,
             &mut out,
         )
@@ -999,7 +1083,7 @@ mod tests {
             4,
             4,
             3,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             2..4,
             &mut out,
         )
@@ -1021,7 +1105,7 @@ mod tests {
             4,
             20,
             1,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             &mut out,
         )
         .unwrap_err();
@@ -1040,7 +1124,7 @@ mod tests {
             4,
             8,
             2,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             &mut out,
         )
         .unwrap_err();
@@ -1056,7 +1140,7 @@ mod tests {
             4,
             6,
             1,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             &mut out,
         )
         .unwrap_err();
@@ -1072,7 +1156,7 @@ mod tests {
             4,
             8,
             1,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             &mut out[..47],
         )
         .unwrap_err();
@@ -1088,7 +1172,7 @@ mod tests {
             4,
             8,
             1,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             &mut out,
         )
         .unwrap_err();
@@ -1102,6 +1186,19 @@ mod tests {
 
     /// [`naive_lists`] with the scores multiplied by `scale`.
     fn naive_lists_scaled(c: &Case, lists: &[Vec<usize>], q: &[f32], k: &[f32], v: &[f32], scale: f64) -> Vec<f64> {
+        naive_lists_capped(c, lists, q, k, v, scale, None)
+    }
+
+    /// [`naive_lists_scaled`] with the scaled scores soft-capped: `cap * tanh(s / cap)`.
+    fn naive_lists_capped(
+        c: &Case,
+        lists: &[Vec<usize>],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        scale: f64,
+        cap: Option<f64>,
+    ) -> Vec<f64> {
         let (hd, nh) = (c.head_dim, c.n_head);
         let group = c.n_head / c.n_head_kv;
         let mut out = vec![0.0f64; q.len()];
@@ -1113,7 +1210,8 @@ mod tests {
                     .iter()
                     .map(|&cell| {
                         let kc = &k[cell * c.kv_stride + kv..][..hd];
-                        qh.iter().zip(kc).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale
+                        let s = qh.iter().zip(kc).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale;
+                        cap.map_or(s, |cap| cap * (s / cap).tanh())
                     })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -1223,7 +1321,7 @@ mod tests {
             4,
             4,
             3,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             &mut out,
         )
         .unwrap_err();
@@ -1247,7 +1345,7 @@ mod tests {
             4,
             4,
             3,
-            1.0 / 4f32.sqrt(),
+            (1.0 / 4f32.sqrt()).into(),
             &mut out,
         )
         .unwrap_err();

@@ -136,6 +136,31 @@ pub fn scale_inplace(x: &mut [f32], s: f32) {
     })
 }
 
+/// `cap * tanh(x / cap)` of one value, as ggml's three ops give it: `x * (1 / cap)` rounded,
+/// its `tanhf`, times `cap`.
+#[inline]
+fn softcap_f32(x: f32, inv: f32, cap: f32) -> f32 {
+    (x * inv).tanh() * cap
+}
+
+/// `out = cap * tanh(x / cap)`, element by element (Gemma 2's final logit soft-cap).
+pub fn softcap(x: &[f32], cap: f32, out: &mut [f32]) -> Result<(), KernelError> {
+    check_len("softcap", "out", out.len(), x.len())?;
+    let inv = 1.0 / cap;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = softcap_f32(v, inv, cap);
+    }
+    Ok(())
+}
+
+/// [`softcap`] in place.
+pub fn softcap_inplace(x: &mut [f32], cap: f32) {
+    let inv = 1.0 / cap;
+    for v in x {
+        *v = softcap_f32(*v, inv, cap);
+    }
+}
+
 /// `out = silu(gate) * up`, element by element (`ggml_vec_swiglu_f32`).
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     zip_with("swiglu", gate, up, out, |g, u| silu_f32(g) * u)

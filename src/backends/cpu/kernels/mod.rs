@@ -24,10 +24,11 @@ mod matmul;
 mod norm;
 mod rope;
 
-pub use attention::{attention, attention_heads, Visible};
+pub use attention::{attention, attention_heads, ScoreScale, Visible};
 pub use elementwise::{
     add, add_inplace, add_row_broadcast, add_row_broadcast_inplace, gelu, gelu_inplace, mul, mul_inplace,
-    mul_row_broadcast, mul_row_broadcast_inplace, scale, scale_inplace, silu, silu_inplace, swiglu, swiglu_inplace,
+    mul_row_broadcast, mul_row_broadcast_inplace, scale, scale_inplace, silu, silu_inplace, softcap, softcap_inplace,
+    swiglu, swiglu_inplace,
 };
 pub use get_rows::get_rows;
 pub use kv_region::{region_values, rope_shift, F16Rows, KvRegion, KvRegionMut, KvRows, Q8Rows, SCRATCH_SLACK};

@@ -50,6 +50,7 @@ extern "C" __global__ void rope(float* x, const int* positions, int n_head, int 
 }
 
 // op 0: a + b; 1: a * b; 2: silu(a) * b; 3: silu(a) (b unused); 4: a * s (b unused); 5: gelu(a)
+// 6: s * tanh(a / s) (a soft-cap of s)
 // as ggml's CPU computes it (x rounded to f16, the tanh approximation's result rounded to f16;
 // 0 at or below -10, x at or above 10). silu(x) = x / (1 + exp(-x)).
 extern "C" __global__ void elementwise(const float* a, const float* b, float* out, i64 n, int op, float s) {
@@ -61,6 +62,7 @@ extern "C" __global__ void elementwise(const float* a, const float* b, float* ou
         case 1: r = x * b[i]; break;
         case 2: r = (x / (1.0f + expf(-x))) * b[i]; break;
         case 4: r = x * s; break;
+        case 6: r = tanhf(x * (1.0f / s)) * s; break;
         case 5: {
             if (x <= -10.0f) r = 0.0f;
             else if (x >= 10.0f) r = x;
@@ -166,7 +168,9 @@ extern "C" __global__ void attention(const float* q, const void* k_region, const
                                      int v_type,
                                      const int* positions, const int* kv_index, int n_index, const int* kv_span,
                                      int n_head, int n_head_kv, int head_dim, int n_ctx, float* out, u32* error,
-                                     float scale, int n_swa) {
+                                     float scale, int n_swa, float softcap) {
+    // A soft-cap (Gemma 2): s = cap * tanh(q.k * (scale / cap)), as ggml's flash attention.
+    if (softcap != 0.0f) scale /= softcap;
     __shared__ float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float p_s[ATTN_TILE];
     __shared__ int cell_s[ATTN_TILE];
@@ -215,6 +219,7 @@ extern "C" __global__ void attention(const float* q, const void* k_region, const
                 float dot = 0.0f;
                 for (int j = 0; j < head_dim; j++) dot += q_s[j] * kv_value(k_region, k_type, at + j);
                 s = dot * scale;
+                if (softcap != 0.0f) s = softcap * tanhf(s);
             }
             cell_s[threadIdx.x] = cell;
         }

@@ -1,4 +1,5 @@
-// out[t, h] = softmax_c(q[t, h] . k[c, h / g] * kq_scale) . v[c, h / g] over the cells (the
+// out[t, h] = softmax_c(score(q[t, h] . k[c, h / g])) . v[c, h / g], score(x) = x * kq_scale
+// (or cap * tanh(x * kq_scale / cap) with a soft-cap), over the cells (the
 // last n_swa of them when the layer has a sliding window)
 // token t sees: 0..=positions[t], or kv_index[spans[2t] .. spans[2t] + spans[2t + 1]]. One
 // workgroup per (head, token); cells in tiles of 64, one score an invocation, the softmax kept
@@ -19,6 +20,8 @@ struct Params {
     kq_scale: u32,
     // Sliding window: only the last n_swa cells a token sees (0: all of them).
     n_swa: u32,
+    // Logit soft-cap (f32 bits; 0: none): s = cap * tanh(q.k * (kq_scale / cap)).
+    softcap: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -76,7 +79,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let t = wid.y;
     let hd = p.head_dim;
     let kv_head = head / (p.n_head / p.n_head_kv);
-    let scale = bitcast<f32>(p.kq_scale);
+    let cap = bitcast<f32>(p.softcap);
+    let scale = select(bitcast<f32>(p.kq_scale), bitcast<f32>(p.kq_scale) / cap, cap != 0.0);
     for (var j = lid.x; j < hd; j += TILE) {
         q_s[j] = q[(t * p.n_head + head) * hd + j];
     }
@@ -122,6 +126,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
                 dot += q_s[j] * k_value(at + j);
             }
             s = dot * scale;
+            if (cap != 0.0) {
+                // tanh is +-1 in f32 beyond 9.01; the clamp keeps an exp-based tanh finite.
+                s = cap * tanh(clamp(s, -10.0, 10.0));
+            }
         }
         red[lid.x] = s;
         workgroupBarrier();

@@ -67,6 +67,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         case 2u: { r = x / (1.0 + exp(-x)); }
         case 4u: { r = x * bitcast<f32>(p.scale); }
         case 5u: { r = gelu(x); }
+        case 6u: {
+            // cap * tanh(x / cap); tanh is +-1 in f32 beyond 9.01, and the clamp keeps an
+            // exp-based tanh finite.
+            let cap = bitcast<f32>(p.scale);
+            r = tanh(clamp(x * (1.0 / cap), -10.0, 10.0)) * cap;
+        }
         default: { r = x / (1.0 + exp(-x)) * b[i]; }
     }
     out[i] = r;
