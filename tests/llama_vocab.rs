@@ -97,6 +97,7 @@ fn every_vocabulary_minfer_takes_tokenizes_llama_cpps_inputs_to_its_ids() {
         "deepseek-coder",
         "falcon",
         "qwen35",
+        "gemma-4",
     ] {
         assert!(
             passed.iter().any(|p| p == must),
@@ -120,4 +121,22 @@ fn phi3s_special_tokens_swallow_the_whitespace_after_them_as_llama_cpp_strips_it
     );
     // Without parsing specials the text is text.
     assert!(!tokenizer.encode(text, true, false).contains(&32010));
+}
+
+#[test]
+fn gemma4s_tokenizer_adds_its_bos_parses_its_turn_tokens_and_decodes_back_to_the_text() {
+    // `llama-tokenize -m ggml-vocab-gemma-4.gguf -f FILE --ids` of llama.cpp 0c1e570: BOS added
+    // (llama.cpp forces it for gemma4), `<turn|>` a special token, the llama in byte tokens.
+    let file = GgufFile::open(vocab_dir().join("ggml-vocab-gemma-4.gguf")).unwrap();
+    let tokenizer = Tokenizer::from_metadata(file.metadata()).unwrap();
+    let text = "Hello  world\n\n\tTabs and ünïcödé 🦙 text<turn|>\n   end";
+    let ids = tokenizer.encode(text, true, true);
+    assert_eq!(
+        ids,
+        [
+            2, 9259, 138, 12392, 108, 255968, 76222, 532, 174898, 238527, 236755, 55515, 236859, 236743, 478, 397, 404,
+            391, 1816, 106, 107, 139, 643
+        ]
+    );
+    assert_eq!(String::from_utf8(tokenizer.decode(&ids[1..], true)).unwrap(), text);
 }

@@ -6,6 +6,7 @@
 //! `llama_tokenize` / `llama_token_to_piece`, against which it is tested.
 
 mod bpe;
+mod gemma4;
 mod pretokenize;
 mod spm;
 mod stream;
@@ -61,8 +62,9 @@ pub enum TokenizerError {
     /// A `tokenizer.ggml.*` key is missing or of the wrong type.
     #[error(transparent)]
     Metadata(#[from] GgufError),
-    /// `tokenizer.ggml.model` is neither `gpt2` nor `llama` (e.g. `bert`'s WordPiece, `t5`'s Unigram).
-    #[error("unsupported tokenizer model '{model}' (tokenizer.ggml.model); minfer supports 'gpt2' (byte-level BPE) and 'llama' (SentencePiece)")]
+    /// `tokenizer.ggml.model` is none of `gpt2`, `llama` and `gemma4` (e.g. `bert`'s WordPiece,
+    /// `t5`'s Unigram).
+    #[error("unsupported tokenizer model '{model}' (tokenizer.ggml.model); minfer supports 'gpt2' (byte-level BPE), 'llama' (SentencePiece) and 'gemma4' (SentencePiece-style BPE)")]
     UnsupportedModel {
         /// The `tokenizer.ggml.model` value.
         model: String,
@@ -128,6 +130,12 @@ enum Kind {
     /// SentencePiece (`llama`): each fragment merged by score, with byte fallback;
     /// `add_space_prefix` puts a space before a fragment at the start or after a special token.
     Spm { spm: spm::Spm, add_space_prefix: bool },
+    /// SentencePiece-style BPE (`gemma4`): `▁` for spaces, merges over characters, `<0xXX>`
+    /// fallback ([`gemma4`]).
+    SpmBpe {
+        merges: bpe::Merges,
+        byte_tokens: Box<[Option<u32>; 256]>,
+    },
 }
 
 /// A tokenizer from GGUF metadata — byte-level BPE (`tokenizer.ggml.model = gpt2`) or
@@ -168,12 +176,13 @@ impl Tokenizer {
     /// Build the tokenizer from a model's `tokenizer.ggml.*` metadata.
     pub fn from_metadata(m: &Metadata) -> Result<Self, TokenizerError> {
         let model = m.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" && model != "llama" {
+        if !matches!(model, "gpt2" | "llama" | "gemma4") {
             return Err(TokenizerError::UnsupportedModel {
                 model: model.to_string(),
             });
         }
-        let spm = model == "llama";
+        // Pieces as SentencePiece writes them: `▁` for a space, `<0xXX>` for a byte.
+        let spm = model != "gpt2";
 
         let texts = string_array(m, "tokenizer.ggml.tokens")?.to_vec();
         let n_vocab = texts.len();
@@ -210,10 +219,13 @@ impl Tokenizer {
             text_to_id.entry(t.clone()).or_insert(id as u32);
         }
 
-        let kind = if spm {
-            Self::spm_kind(m, &text_to_id, n_vocab)?
-        } else {
-            Self::bpe_kind(m, &text_to_id)?
+        let kind = match model {
+            "llama" => Self::spm_kind(m, &text_to_id, n_vocab)?,
+            "gemma4" => Kind::SpmBpe {
+                merges: merges_of(m, &text_to_id)?,
+                byte_tokens: Box::new(spm_byte_tokens(&text_to_id)),
+            },
+            _ => Self::bpe_kind(m, &text_to_id)?,
         };
         let byte_chars = bpe::byte_to_char_table();
         let mut char_to_byte = HashMap::with_capacity(256);
@@ -269,6 +281,8 @@ impl Tokenizer {
             None => false,
             Some(_) => m.get_bool("tokenizer.ggml.add_bos_token")?,
         };
+        // llama.cpp adds BOS for `gemma4` whatever the file says (its workaround for Gemma 4).
+        let add_bos = add_bos || model == "gemma4";
 
         Ok(Tokenizer {
             bos: token_id("tokenizer.ggml.bos_token_id")?,
@@ -301,24 +315,8 @@ impl Tokenizer {
                 byte_tokens[b] = id;
             }
         }
-        let mut merges = bpe::Merges::default();
-        for (index, merge) in string_array(m, "tokenizer.ggml.merges")?.iter().enumerate() {
-            let (left, right) = merge.split_once(' ').ok_or_else(|| TokenizerError::BadMerge {
-                index,
-                merge: merge.clone(),
-            })?;
-            // A merge whose parts or result are not in the vocabulary can never fire.
-            let (Some(&l), Some(&r), Some(&merged)) = (
-                text_to_id.get(left),
-                text_to_id.get(right),
-                text_to_id.get(&format!("{left}{right}")),
-            ) else {
-                continue;
-            };
-            merges.insert(l, r, index as u32, merged);
-        }
         Ok(Kind::Bpe {
-            merges,
+            merges: merges_of(m, text_to_id)?,
             byte_tokens: Box::new(byte_tokens),
             pre,
         })
@@ -341,13 +339,7 @@ impl Tokenizer {
                 tokens: n_vocab,
             });
         }
-        // `<0xXX>`, else the byte as a one-byte text (llama.cpp's `byte_to_token`).
-        let byte_tokens = std::array::from_fn(|b| {
-            text_to_id
-                .get(&format!("<0x{b:02X}>"))
-                .or_else(|| std::str::from_utf8(&[b as u8]).ok().and_then(|t| text_to_id.get(t)))
-                .copied()
-        });
+        let byte_tokens = spm_byte_tokens(text_to_id);
         // llama.cpp's default for SentencePiece vocabularies is to add the prefix.
         let add_space_prefix = match m.get("tokenizer.ggml.add_space_prefix") {
             None => true,
@@ -371,6 +363,7 @@ impl Tokenizer {
     pub fn n_merges(&self) -> usize {
         match &self.kind {
             Kind::Bpe { merges, .. } => merges.len(),
+            Kind::SpmBpe { merges, .. } => merges.len(),
             Kind::Spm { .. } => 0,
         }
     }
@@ -473,6 +466,22 @@ impl Tokenizer {
                 byte_tokens,
                 pre,
             } => self.encode_bpe(text, parse_special, literal, (merges, byte_tokens, *pre), &mut out),
+            Kind::SpmBpe { merges, byte_tokens } => {
+                let mut symbols = Vec::new();
+                for fragment in self.partition_specials(text, parse_special, literal) {
+                    match fragment {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(range) => gemma4::tokenize(
+                            &text[range],
+                            merges,
+                            byte_tokens,
+                            &self.text_to_id,
+                            &mut symbols,
+                            &mut out,
+                        ),
+                    }
+                }
+            }
             Kind::Spm { spm, add_space_prefix } => {
                 // A space before the first fragment and after each special token, as llama.cpp's
                 // SentencePiece path does (`is_prev_special` starts true).
@@ -609,6 +618,38 @@ impl Tokenizer {
     pub fn stream_decoder(&self, special: bool) -> StreamDecoder<'_> {
         StreamDecoder::new(self, special)
     }
+}
+
+/// The merge table of `tokenizer.ggml.merges` (`left right` by rank) over the vocabulary's ids.
+fn merges_of(m: &Metadata, text_to_id: &HashMap<String, u32>) -> Result<bpe::Merges, TokenizerError> {
+    let mut merges = bpe::Merges::default();
+    for (index, merge) in string_array(m, "tokenizer.ggml.merges")?.iter().enumerate() {
+        let (left, right) = merge.split_once(' ').ok_or_else(|| TokenizerError::BadMerge {
+            index,
+            merge: merge.clone(),
+        })?;
+        // A merge whose parts or result are not in the vocabulary can never fire.
+        let (Some(&l), Some(&r), Some(&merged)) = (
+            text_to_id.get(left),
+            text_to_id.get(right),
+            text_to_id.get(&format!("{left}{right}")),
+        ) else {
+            continue;
+        };
+        merges.insert(l, r, index as u32, merged);
+    }
+    Ok(merges)
+}
+
+/// Each byte's fallback token: `<0xXX>`, else the byte as a one-byte text (llama.cpp's
+/// `byte_to_token`).
+fn spm_byte_tokens(text_to_id: &HashMap<String, u32>) -> [Option<u32>; 256] {
+    std::array::from_fn(|b| {
+        text_to_id
+            .get(&format!("<0x{b:02X}>"))
+            .or_else(|| std::str::from_utf8(&[b as u8]).ok().and_then(|t| text_to_id.get(t)))
+            .copied()
+    })
 }
 
 /// The special tokens llama.cpp gives `LLAMA_TOKEN_ATTR_RSTRIP` (the GGUF file does not carry
