@@ -43,7 +43,7 @@ pub enum Visible<'a> {
 
 /// How a score `q · k` becomes a logit of the softmax: times `kq_scale`, and with a soft-cap
 /// (Gemma 2's `attn_logit_softcapping`) `cap * tanh(s / cap)` of that, computed as ggml's flash
-/// attention does: `cap * tanhf(q·k * (kq_scale / cap))`.
+/// attention does: `cap * tanh(q·k * (kq_scale / cap))` (with [`tanh_f32`](super::math::tanh_f32)).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScoreScale {
     mul: f32,
@@ -69,7 +69,7 @@ impl ScoreScale {
     fn apply(self, dot: f32) -> f32 {
         let s = dot * self.mul;
         match self.cap {
-            Some(cap) => cap * s.tanh(),
+            Some(cap) => cap * super::math::tanh_f32(s),
             None => s,
         }
     }

@@ -137,10 +137,11 @@ pub fn scale_inplace(x: &mut [f32], s: f32) {
 }
 
 /// `cap * tanh(x / cap)` of one value, as ggml's three ops give it: `x * (1 / cap)` rounded,
-/// its `tanhf`, times `cap`.
+/// its tanh ([`tanh_f32`](super::math::tanh_f32), not libm's, whose last bit differs between
+/// platforms), times `cap`.
 #[inline]
 fn softcap_f32(x: f32, inv: f32, cap: f32) -> f32 {
-    (x * inv).tanh() * cap
+    super::math::tanh_f32(x * inv) * cap
 }
 
 /// `out = cap * tanh(x / cap)`, element by element (Gemma 2's final logit soft-cap).
@@ -260,6 +261,25 @@ fn broadcast_update_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn softcap_is_cap_times_tanh_of_x_over_cap_and_in_place_gives_the_same_bits() {
+        let cap = 30.0f32;
+        let xs: Vec<f32> = (-4000..=4000).map(|i| i as f32 * 0.11).collect();
+        let mut ys = vec![0.0; xs.len()];
+        softcap(&xs, cap, &mut ys).unwrap();
+        for (&x, &y) in xs.iter().zip(&ys) {
+            let want = cap as f64 * (x as f64 / cap as f64).tanh();
+            assert!((y as f64 - want).abs() <= 4e-6 * cap as f64, "{x}: {y} vs {want}");
+            assert!(y.abs() <= cap);
+        }
+        let mut inplace = xs.clone();
+        softcap_inplace(&mut inplace, cap);
+        assert_eq!(
+            inplace.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            ys.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
 
     #[test]
     fn gelu_is_ggmls_table_of_f16_results_with_its_cutoffs_at_ten() {

@@ -6,6 +6,9 @@
 //! [`exp_f32`] replaces libm's `expf` in the softmax and SiLU: a call per value cannot be
 //! vectorized, and the two were 13 % of a 512-token prefill. It is within 2 ulp of the exact value (a test sweeps it
 //! against f64).
+//!
+//! [`tanh_f32`] replaces libm's `tanhf` (Gemma 2's soft-caps): glibc's differs between x86-64
+//! and aarch64 in the last bit of some values, and the logits must not.
 
 /// Runs `f` compiled for AVX-512 (F, VL) where the CPU has it and the dot-product choice allows
 /// it (`MINFER_NO_AVX512`), so that the loops it inlines are vectorized 16 lanes wide; otherwise
@@ -72,8 +75,64 @@ pub fn exp_f32(x: f32) -> f32 {
     }
 }
 
+/// `tanh(x)` rounded to f32 from an f64 computation of IEEE adds, multiplies and divides only
+/// (no library call, so every platform gives the same bits): `expm1(2|x|)` by its Taylor series
+/// below 0.5 (to degree 16: truncation under 1e-17 relative) and by `e^t - 1` above (`e^t`
+/// from `t = k·ln 2 + r`, `|r| ≤ ln 2 / 2`, Taylor to degree 14, `2^k` in the exponent bits),
+/// then `tanh = m / (m + 2)` with the sign put back. From |x| = 9.1 it is ±1 (as f32's nearest
+/// value is); NaN stays NaN.
+pub fn tanh_f32(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = f64::from(x.abs());
+    if a >= 9.1 {
+        return 1f32.copysign(x);
+    }
+    let t = 2.0 * a;
+    let m = if t < 0.5 {
+        // expm1(t) = t + t^2/2! + ... + t^16/16!, Horner from the top.
+        let mut p = 0.0f64;
+        for n in (1..=16).rev() {
+            p = (p + 1.0) * t / f64::from(n);
+        }
+        p
+    } else {
+        // fdlibm's two-part ln 2: the high part has 32 significant bits, so k · LN2_HI is exact.
+        const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+        const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+        let k = (t * std::f64::consts::LOG2_E + 0.5).floor();
+        let r = (t - k * LN2_HI) - k * LN2_LO;
+        let mut p = 0.0f64;
+        for n in (1..=14).rev() {
+            p = (p + 1.0) * r / f64::from(n);
+        }
+        let e = (p + 1.0) * f64::from_bits(((1023 + k as i64) as u64) << 52);
+        e - 1.0
+    };
+    ((m / (m + 2.0)) as f32).copysign(x)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tanh_is_within_one_ulp_of_f64s_over_the_whole_range_and_odd() {
+        let mut worst = 0u32;
+        for i in -200_000..=200_000 {
+            let x = i as f32 * 5e-5; // -10 ..= 10, through the 0.25 switch and the ±9.1 cut
+            let got = super::tanh_f32(x);
+            let want = (x as f64).tanh() as f32;
+            worst = worst.max(got.to_bits().abs_diff(want.to_bits()));
+            assert_eq!(super::tanh_f32(-x).to_bits(), (-got).to_bits(), "odd at {x}");
+        }
+        assert!(worst <= 1, "{worst} ulp");
+        for x in [1e-30f32, 1e-8, 0.0] {
+            assert_eq!(super::tanh_f32(x), x, "tanh of tiny {x} is itself");
+        }
+        assert_eq!(super::tanh_f32(50.0), 1.0);
+        assert!(super::tanh_f32(f32::NAN).is_nan());
+    }
+
     use super::*;
 
     /// Distance in units in the last place between two positive finite f32.
