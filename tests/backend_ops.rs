@@ -1001,7 +1001,7 @@ fn the_cases_cover_every_op_of_the_ir_and_every_weight_type() {
     for ty in weight_types() {
         assert!(types.contains(&ty), "no case uses weight type {ty}");
     }
-    assert_eq!(weight_types().len(), 11, "F32, F16, BF16 and the eight quantized types");
+    assert_eq!(weight_types().len(), 12, "F32, F16, BF16 and the nine quantized types");
 }
 
 #[test]
@@ -1294,7 +1294,11 @@ fn claimed_cases(device: &dyn BackendDevice) -> Vec<Case> {
     let context = device.new_context();
     all_cases()
         .into_iter()
-        .filter(|c| c.graph.nodes.iter().all(|n| context.supports_op(&n.op, n.out_dtype)))
+        .filter(|c| {
+            c.graph.nodes.iter().all(|n| {
+                context.supports_op(&n.op, n.out_dtype) && n.weight_types().iter().all(|&t| context.supports_weight(t))
+            })
+        })
         .collect()
 }
 

@@ -64,11 +64,13 @@ impl GraphAllocator {
             })
     }
 
-    /// The first backend (by priority) that can run `op` producing `dtype`.
-    pub fn supports(&self, op: &Op, dtype: DType) -> Option<Backend> {
+    /// The first backend (by priority) that can run `node`: its op producing its dtype, over
+    /// weights of its types.
+    pub fn supports(&self, node: &super::CNode) -> Option<Backend> {
+        let types = node.weight_types();
         self.backends
             .iter()
-            .find(|b| b.supports_op(op, dtype))
+            .find(|b| b.supports_op(&node.op, node.out_dtype) && types.iter().all(|&t| b.supports_weight(t)))
             .map(|b| b.handle())
     }
 

@@ -207,6 +207,13 @@ pub trait ComputeBackend: Send {
     fn supports_op(&self, op: &Op, dtype: DType) -> bool;
     /// Whether the backend has the fused kernel `fused`, so the fusion pass may produce it.
     fn supports_fused(&self, fused: FusedOp) -> bool;
+    /// Whether the backend's products and embedding rows read weights of type `ty`: a node
+    /// with a weight of another type goes to a backend that reads it ([`CNode::weight_types`]).
+    /// Every type by default.
+    fn supports_weight(&self, ty: crate::quant::GgmlType) -> bool {
+        let _ = ty;
+        true
+    }
 
     /// A buffer of `bytes` bytes holding `dtype` values, recycled from the free list when one
     /// is free (a backend may reuse a larger one).

@@ -163,6 +163,18 @@ impl CNode {
         }
     }
 
+    /// The types of the weights the node multiplies or looks rows up in (a product's, an
+    /// embedding's, a fused block's projections'); norm weights and biases are F32 always.
+    pub fn weight_types(&self) -> Vec<crate::quant::GgmlType> {
+        match &self.meta {
+            NodeMeta::MatMul(m) => vec![m.weight_type],
+            NodeMeta::Embed(m) => vec![m.weight_type],
+            NodeMeta::FusedQkv(m) => vec![m.q.weight_type, m.k.weight_type, m.v.weight_type],
+            NodeMeta::FusedFfn(m) => vec![m.gate.weight_type, m.up.weight_type],
+            _ => Vec::new(),
+        }
+    }
+
     /// The layer whose KV region the node reads or writes (a KV store, a fused QKV, an
     /// attention), if any.
     pub fn kv_layer(&self) -> Option<usize> {

@@ -799,6 +799,10 @@ fn int(n: usize) -> Result<i32, BackendError> {
 }
 
 impl ComputeBackend for CudaBackend {
+    fn supports_weight(&self, ty: crate::quant::GgmlType) -> bool {
+        super::WEIGHT_TYPES.contains(&ty)
+    }
+
     fn handle(&self) -> Backend {
         Backend::CUDA
     }

@@ -721,6 +721,10 @@ impl WgpuBackend {
 }
 
 impl ComputeBackend for WgpuBackend {
+    fn supports_weight(&self, ty: crate::quant::GgmlType) -> bool {
+        super::pipelines::WEIGHT_TYPES.contains(&ty)
+    }
+
     fn handle(&self) -> Backend {
         Backend::WGPU
     }
