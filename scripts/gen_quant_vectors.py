@@ -23,7 +23,7 @@ Files (all little-endian, no header):
 
   <T>.blocks.bin           64 super-blocks of random bytes with sane f16 scales
   <T>.dequant.f32          gguf.quants.dequantize(blocks, T) as float32
-      for T in Q3_K Q4_K Q5_K Q6_K (gguf-py 0.19.0 cannot quantize these)
+      for T in Q2_K Q3_K Q4_K Q5_K Q6_K (gguf-py 0.19.0 cannot quantize these)
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ COLS = 256
 BLOCK = 32  # block size of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
 
 INPUT_SEED = 20240601
-KQUANT_SEEDS = {QT.Q3_K: 3003, QT.Q4_K: 4004, QT.Q5_K: 5005, QT.Q6_K: 6006}
+KQUANT_SEEDS = {QT.Q2_K: 2002, QT.Q3_K: 3003, QT.Q4_K: 4004, QT.Q5_K: 5005, QT.Q6_K: 6006}
 
 QUANTIZABLE = [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0]
-DEQUANT_ONLY = [QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+DEQUANT_ONLY = [QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K]
 
 F32_LE = np.dtype("<f4")
 U32_LE = np.dtype("<u4")
@@ -354,6 +354,13 @@ def kquant_blocks(qtype: QT) -> np.ndarray:
         raw[:, 2:4] = dmin.astype("<f2").reshape(n, 1).view(np.uint8)
         # block 15: all scale / min fields at their maximum 63
         raw[15, 4:16] = 0xFF
+    elif qtype == QT.Q2_K:  # scales[16] (scale | min << 4) qs[64] d (f16 @ 80) dmin (f16 @ 82)
+        dmin = random_f16(rng, n)
+        dmin[5] = 0.0                # dmin == 0
+        raw[:, 80:82] = d.astype("<f2").reshape(n, 1).view(np.uint8)
+        raw[:, 82:84] = dmin.astype("<f2").reshape(n, 1).view(np.uint8)
+        # block 15: every scale and min at 15
+        raw[15, 0:16] = 0xFF
     elif qtype == QT.Q3_K:  # hmask[32] qs[64] scales[12] (6-bit, packed) d (f16 @ 108)
         raw[:, 108:110] = d.astype("<f2").reshape(n, 1).view(np.uint8)
         # block 15: every scale at 63 (+31 once unbiased); block 16: every scale at 0 (-32)

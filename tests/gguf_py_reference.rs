@@ -113,6 +113,11 @@ fn q6_k_dequantize_matches_gguf_py() {
 }
 
 #[test]
+fn q2_k_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("Q2_K");
+}
+
+#[test]
 fn q3_k_dequantizes_like_gguf_py() {
     assert_k_quant_dequantizes_like_gguf_py("Q3_K");
 }
@@ -225,23 +230,32 @@ fn a_file_written_by_us_reads_the_same_in_gguf_py_and_in_our_reader() {
     assert_eq!(common::dump_json(&ours), theirs);
 }
 
-/// gguf-py cannot quantize Q3_K: its bytes come from llama.cpp 0c1e570 itself
-/// (`ggml_quantize_chunk(GGML_TYPE_Q3_K, …)` without an importance matrix, which is
-/// `quantize_row_q3_K_ref`) on the common input, `tests/fixtures/quant/Q3_K.llama-quant.bin`.
-#[test]
-fn q3_k_quantizes_to_llama_cpps_bytes() {
+/// gguf-py cannot quantize Q2_K or Q3_K: their bytes come from llama.cpp 0c1e570 itself
+/// (`ggml_quantize_chunk` without an importance matrix, which is `quantize_row_q{2,3}_K_ref`)
+/// on the common input, `tests/fixtures/quant/<T>.llama-quant.bin`.
+fn assert_quantizes_to_llama_cpps_bytes(ty: GgmlType) {
     // The input every type shares (`<T>.input.f32` are one file).
     let input = common::read_f32(&quant_fixture("Q4_0.input.f32"));
-    let expected = std::fs::read(quant_fixture("Q3_K.llama-quant.bin")).unwrap();
+    let expected = std::fs::read(quant_fixture(&format!("{ty}.llama-quant.bin"))).unwrap();
     let mut ours = vec![0u8; expected.len()];
-    minfer::quant::quantize_row(GgmlType::Q3_K, &input, &mut ours).unwrap();
-    let block = GgmlType::Q3_K.type_size();
+    minfer::quant::quantize_row(ty, &input, &mut ours).unwrap();
+    let block = ty.type_size();
     if let Some(b) = (0..expected.len() / block).find(|&b| ours[b * block..][..block] != expected[b * block..][..block])
     {
         panic!(
-            "block {b} differs: ours {:?}, llama.cpp {:?}",
+            "{ty}: block {b} differs: ours {:?}, llama.cpp {:?}",
             &ours[b * block..][..block],
             &expected[b * block..][..block]
         );
     }
+}
+
+#[test]
+fn q2_k_quantizes_to_llama_cpps_bytes() {
+    assert_quantizes_to_llama_cpps_bytes(GgmlType::Q2_K);
+}
+
+#[test]
+fn q3_k_quantizes_to_llama_cpps_bytes() {
+    assert_quantizes_to_llama_cpps_bytes(GgmlType::Q3_K);
 }

@@ -192,8 +192,8 @@ fn vec_dot_refuses_mismatched_rows_naming_the_operand_and_sizes() {
     );
     let err = vec_dot(GgmlType::F16, &[0; 64], &[0; 34], 32).unwrap_err();
     assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type F16");
-    let err = vec_dot(GgmlType::Q2_K, &[0; 84], &[0; 292], 256).unwrap_err();
-    assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type Q2_K");
+    let err = vec_dot(GgmlType::IQ2_XXS, &[0; 66], &[0; 292], 256).unwrap_err();
+    assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type IQ2_XXS");
 }
 
 #[test]

@@ -112,11 +112,14 @@ pub struct Qkx2Search {
     pub rdelta: f32,
     /// Number of steps after the first (ggml passes 20 for Q4_K and 15 for Q5_K); below 1, no search.
     pub nstep: i32,
+    /// Minimise the weighted absolute error instead of the squared one (ggml's `use_mad`, which
+    /// Q2_K sets).
+    pub use_mad: bool,
 }
 
-/// `make_qkx2_quants` with squared error (`use_mad = false`): fits `x ≈ scale * L + min` with
-/// `L` in `0..=nmax` and `min <= 0`, minimising the weighted squared error. Returns the scale
-/// and `-min` (the positive offset the K-quant blocks store).
+/// `make_qkx2_quants`: fits `x ≈ scale * L + min` with `L` in `0..=nmax` and `min <= 0`,
+/// minimising the weighted squared error (or absolute error, `use_mad`). Returns the scale and
+/// `-min` (the positive offset the K-quant blocks store).
 pub fn make_qkx2_quants(
     nmax: i32,
     x: &[f32],
@@ -155,7 +158,7 @@ pub fn make_qkx2_quants(
         let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
         levels[i] = l as u8;
         let diff = scale * l as f32 + min - x[i];
-        best_error += weights[i] * (diff * diff);
+        best_error += weights[i] * error(diff, search.use_mad);
     }
     if search.nstep < 1 {
         return (scale, -min);
@@ -183,7 +186,7 @@ pub fn make_qkx2_quants(
             let mut cur_error = 0.0f32;
             for i in 0..n {
                 let diff = this_scale * levels_aux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
+                cur_error += weights[i] * error(diff, search.use_mad);
             }
             if cur_error < best_error {
                 levels[..n].copy_from_slice(&levels_aux[..n]);
@@ -194,6 +197,16 @@ pub fn make_qkx2_quants(
         }
     }
     (scale, -min)
+}
+
+/// The error of one value in [`make_qkx2_quants`]: `|diff|` or `diff²`.
+#[inline]
+fn error(diff: f32, use_mad: bool) -> f32 {
+    if use_mad {
+        diff.abs()
+    } else {
+        diff * diff
+    }
 }
 
 /// Unpack the 6-bit scale and min of sub-block `j` from the 12-byte `scales` field of Q4_K

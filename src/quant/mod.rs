@@ -23,6 +23,7 @@ pub mod float;
 pub mod fp16;
 pub mod gemm;
 pub mod k_quants;
+pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;

@@ -37,6 +37,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4K]) {
         rmin: -1.0,
         rdelta: 0.1,
         nstep: 20,
+        use_mad: false,
     };
     for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
         let (d, dmin, scales, levels) = quantize_scale_min_superblock(xb, 15, &search);

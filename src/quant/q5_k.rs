@@ -39,6 +39,7 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5K]) {
         rmin: -0.5,
         rdelta: 0.1,
         nstep: 15,
+        use_mad: false,
     };
     for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
         let (d, dmin, scales, levels) = quantize_scale_min_superblock(xb, 31, &search);

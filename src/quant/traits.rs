@@ -20,7 +20,7 @@
 use super::gemm::PanelKernel;
 use super::simd::{self, Isa};
 use super::{float, GgmlType, QuantError};
-use super::{q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k};
+use super::{q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k};
 use bytemuck::Pod;
 use std::sync::OnceLock;
 
@@ -729,6 +729,7 @@ type_table! {
     Q5_1: quant(q5_1::BlockQ5_1, dot q8_1::BlockQ8_1, simd legacy::vec_dot_q5_1, rows legacy::rows_q5_1, panel block32(Q5_1));
     Q8_0: quant(q8_0::BlockQ8_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q8_0, rows legacy::rows_q8_0, panel block32(Q8_0));
     Q8_1: quant(q8_1::BlockQ8_1, dot none, simd none, rows none, panel none);
+    Q2_K: quant(q2_k::BlockQ2K, dot q8_k::BlockQ8K, simd none, rows none, panel none);
     Q3_K: quant(q3_k::BlockQ3K, dot q8_k::BlockQ8K, simd none, rows none, panel none);
     Q4_K: quant(q4_k::BlockQ4K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q4_k, rows none, panel k(Q4_K));
     Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q5_k, rows none, panel k(Q5_K));
@@ -785,8 +786,8 @@ mod tests {
             assert_eq!(get(ty).is_some(), ty.is_supported(), "{ty}");
         }
         assert!(get(GgmlType::IQ2_XXS).is_none());
-        let err = block_dots(GgmlType::Q2_K).err().unwrap();
-        assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type Q2_K");
+        let err = block_dots(GgmlType::IQ2_XXS).err().unwrap();
+        assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type IQ2_XXS");
         let err = float_dot(GgmlType::Q8_0).err().unwrap();
         assert_eq!(err.to_string(), "vec_dot_f32 is not implemented for ggml type Q8_0");
     }

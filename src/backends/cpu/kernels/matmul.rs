@@ -551,9 +551,9 @@ mod tests {
         assert_eq!(err.to_string(), "matmul: w has length 68, expected 102");
         let err = matmul(&w, GgmlType::Q8_0, 34, 2, &[0.0; 34], 1, &mut [0.0; 2], &mut scratch).unwrap_err();
         assert!(matches!(err, KernelError::Quant { kernel: "matmul", .. }), "{err}");
-        let (q2k, x256) = ([0u8; 84], [0.0f32; 256]);
-        let err = matmul(&q2k, GgmlType::Q2_K, 256, 1, &x256, 1, &mut [0.0], &mut scratch).unwrap_err();
-        let expected = "matmul_rows: vec_dot is not implemented for ggml type Q2_K";
+        let (iq2, x256) = ([0u8; 66], [0.0f32; 256]);
+        let err = matmul(&iq2, GgmlType::IQ2_XXS, 256, 1, &x256, 1, &mut [0.0], &mut scratch).unwrap_err();
+        let expected = "matmul_rows: vec_dot is not implemented for ggml type IQ2_XXS";
         assert_eq!(err.to_string(), expected);
         let err = matmul(&[], GgmlType::I32, 4, 0, &[], 0, &mut [], &mut scratch).unwrap_err();
         let expected = "matmul_rows: vec_dot_f32 is not implemented for ggml type I32";
