@@ -31,10 +31,16 @@ const _: () = assert!(std::mem::size_of::<BlockQ2K>() == 84);
 
 /// The 256 levels (0..=3) of a super-block, in weight order.
 pub fn levels(b: &BlockQ2K) -> [u8; QK_K] {
+    unpack_2bit(&b.qs)
+}
+
+/// 2-bit values packed four to a byte as Q2_K and Q3_K pack them: per 128-value half h,
+/// bits 2s..2s+1 of `qs[32h + l]` hold value 128h + 32s + l.
+pub fn unpack_2bit(qs: &[u8; QK_K / 4]) -> [u8; QK_K] {
     std::array::from_fn(|i| {
         let (h, rest) = (i / 128, i % 128);
         let (s, l) = (rest / 32, rest % 32);
-        (b.qs[32 * h + l] >> (2 * s)) & 3
+        (qs[32 * h + l] >> (2 * s)) & 3
     })
 }
 
@@ -60,8 +66,13 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ2K]) {
             let weights: [f32; 16] = std::array::from_fn(|l| xs[l].abs());
             (scales[j], mins[j]) =
                 make_qkx2_quants(3, xs, &weights, &mut levels[16 * j..16 * j + 16], &mut aux, &search);
-            max_scale = max_scale.max_ggml(scales[j]);
-            max_min = max_min.max_ggml(mins[j]);
+            // ggml's `if (v > max) max = v` from 0 (NaN never wins).
+            if scales[j] > max_scale {
+                max_scale = scales[j];
+            }
+            if mins[j] > max_min {
+                max_min = mins[j];
+            }
         }
         if max_scale > 0.0 {
             let iscale = Q4SCALE / max_scale;
@@ -97,22 +108,6 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ2K]) {
             for l in 0..32 {
                 yb.qs[32 * h + l] = lv[l] | (lv[l + 32] << 2) | (lv[l + 64] << 4) | (lv[l + 96] << 6);
             }
-        }
-    }
-}
-
-/// ggml's `if (v > max) max = v` on a running maximum from 0 (NaN never wins).
-trait MaxGgml {
-    fn max_ggml(self, v: f32) -> f32;
-}
-
-impl MaxGgml for f32 {
-    #[inline]
-    fn max_ggml(self, v: f32) -> f32 {
-        if v > self {
-            v
-        } else {
-            self
         }
     }
 }

@@ -104,15 +104,12 @@ pub fn scales(b: &BlockQ3K) -> [i8; QK_K / 16] {
     })
 }
 
-/// The 256 signed levels (-4..=3) of a super-block, in weight order.
+/// The 256 signed levels (-4..=3) of a super-block, in weight order: the low 2 bits packed as
+/// Q2_K packs its levels ([`q2_k::unpack_2bit`](super::q2_k::unpack_2bit)), weight `i`'s high
+/// bit at bit `i / 32` of `hmask[i % 32]`.
 pub fn levels(b: &BlockQ3K) -> [i8; QK_K] {
-    std::array::from_fn(|i| {
-        let (h, rest) = (i / 128, i % 128);
-        let (s, l) = (rest / 32, rest % 32);
-        let low = (b.qs[32 * h + l] >> (2 * s)) & 3;
-        let bit = b.hmask[l] & (1 << (4 * h + s)) != 0;
-        low as i8 - if bit { 0 } else { 4 }
-    })
+    let low = super::q2_k::unpack_2bit(&b.qs);
+    std::array::from_fn(|i| low[i] as i8 - if b.hmask[i % 32] & (1 << (i / 32)) != 0 { 0 } else { 4 })
 }
 
 /// `quantize_row_q3_K_ref`.
