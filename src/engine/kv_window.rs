@@ -124,6 +124,20 @@ impl KvWindow {
             self.cells
                 .seq_rm(Some(seq), i32::MIN, pos.saturating_sub(self.n_swa as i32 - 1))?;
         }
+        // Sequences outside the batch keep what they held while there is room (a server may
+        // still resume one of them a little earlier); when the batch needs their room, each
+        // keeps only the window of its next position, as llama.cpp reuses the cells masked
+        // for every holder's next token. The cache's size, a window per sequence and one pass,
+        // then always fits the batch.
+        if self.cells.n_used() + batch.len() > self.cells.n_ctx() {
+            for seq in (0..self.cells.n_seq_max()).filter(|&s| first[s].is_none()) {
+                if let Some(last) = self.cells.seq_pos_max(seq) {
+                    let next = last.saturating_add(1);
+                    self.cells
+                        .seq_rm(Some(seq), i32::MIN, next.saturating_sub(self.n_swa as i32 - 1))?;
+                }
+            }
+        }
         self.cells.place(batch, cells).map_err(|e| match e {
             EngineError::ContextFull { n_tokens, .. } => EngineError::WindowFull {
                 n_tokens,
@@ -227,6 +241,29 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn sequences_outside_a_batch_give_up_what_their_next_token_cannot_see_when_it_needs_room() {
+        // Four sequences of a window of 6 in 4 * 6 + 8 cells: each reads an 8-token prompt in a
+        // pass of its own, which leaves the others holding 5 + 8 cells until the last prompt
+        // needs their room.
+        let (mut full, mut w) = (KvCells::new(256, 4).unwrap(), KvWindow::new(32, 4, 6).unwrap());
+        let (mut cf, mut cw) = (Vec::new(), Vec::new());
+        for seq in 0..4 {
+            for p0 in [0, 8] {
+                let batch = Batch::for_sequence(&[1; 8], p0, seq, 1);
+                full.place(&batch, &mut cf).unwrap();
+                w.place(&full, &batch, &mut cw).unwrap();
+            }
+        }
+        // The last pass left its own sequence 5 old cells and 8 new, the others what their
+        // next token (position 16) sees: 11..=15.
+        assert_eq!(positions(&w, 3), (3..16).collect::<Vec<_>>());
+        for seq in 0..3 {
+            assert_eq!(positions(&w, seq), [11, 12, 13, 14, 15], "sequence {seq}");
+            assert!(w.holds_window(&full, seq, 16));
+        }
     }
 
     #[test]
