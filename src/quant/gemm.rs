@@ -3,7 +3,7 @@
 //! panel instead of once per token, and each VNNI instruction works for 16 rows at once; and
 //! those of repacked weights (`super::repack`, [`gemm_rows_repacked`]), which every tile of up
 //! to eight tokens multiplies straight from the records, with the panel kernel's arithmetic. Two kernels:
-//! the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and the K-quants (Q4_K, Q5_K, Q6_K),
+//! the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and the K-quants (Q2_K to Q6_K),
 //! both `vpdpbusd` on unsigned levels (the K-quants scale each sub-block's sum with `vpmulld`).
 //! Which type has which is its row of the type table (`super::traits`): a [`PanelKernel`].
 //!
@@ -174,10 +174,10 @@ impl PanelKernel {
             aux_words: kernel_k::PAIR_WORDS,
             terms: terms_q8_k,
             run: run_k::<KIND>,
-            run_repacked: if KIND == kernel_k::Q5_K {
-                None
-            } else {
+            run_repacked: if matches!(KIND, kernel_k::Q4_K | kernel_k::Q6_K) {
                 Some(run_repacked_k::<KIND>)
+            } else {
+                None
             },
             min_tokens: MIN_TOKENS_K,
         }
@@ -1038,7 +1038,7 @@ mod tests {
     fn the_panels_token_threshold_is_the_types_row_and_decides_the_kernel() {
         for row in traits::for_isa(Isa::Avx512).into_iter().flatten() {
             let Some(k) = row.panel() else { continue };
-            let k_quant = matches!(row.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+            let k_quant = row.ty.block_size() == crate::quant::k_quants::QK_K;
             assert_eq!(
                 k.min_tokens,
                 if k_quant { MIN_TOKENS_K } else { MIN_TOKENS },

@@ -91,17 +91,28 @@ fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
     }
 }
 
-/// The 16 scales of a block, unbiased (`scale_j - 32`, in -32..=31).
+/// The 16 scales of a block, unbiased (`scale_j - 32`, in -32..=31): scale `j`'s low nibble is
+/// nibble `j / 8` of byte `j % 8`, its top two bits bits `2 (j / 4)` of byte `8 + j % 4`.
+/// Unpacked as ggml's dot products do, four at a time in 32-bit words.
 pub fn scales(b: &BlockQ3K) -> [i8; QK_K / 16] {
-    std::array::from_fn(|j| {
-        let low = if j < 8 {
-            b.scales[j] & 0x0f
-        } else {
-            b.scales[j - 8] >> 4
-        };
-        let high = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-        (low | (high << 4)) as i8 - 32
-    })
+    const LOW: u32 = 0x0f0f_0f0f;
+    const TOP: u32 = 0x0303_0303;
+    let word = |i: usize| {
+        u32::from_le_bytes([
+            b.scales[4 * i],
+            b.scales[4 * i + 1],
+            b.scales[4 * i + 2],
+            b.scales[4 * i + 3],
+        ])
+    };
+    let (a0, a1, top) = (word(0), word(1), word(2));
+    let words = [
+        (a0 & LOW) | ((top & TOP) << 4),
+        (a1 & LOW) | (((top >> 2) & TOP) << 4),
+        ((a0 >> 4) & LOW) | (((top >> 4) & TOP) << 4),
+        ((a1 >> 4) & LOW) | (((top >> 6) & TOP) << 4),
+    ];
+    std::array::from_fn(|j| (words[j / 4].to_le_bytes()[j % 4] as i8).wrapping_sub(32))
 }
 
 /// The 256 signed levels (-4..=3) of a super-block, in weight order: the low 2 bits packed as

@@ -552,8 +552,8 @@ macro_rules! float_kernel {
 
 /// A quantized type's row: its block module and block, the activation block its dot product
 /// takes (`none` for an activation-only type), its SIMD kernel, named alike in `simd::x86` and
-/// `simd::aarch64` (`none` where the scalar reference serves every instruction set; the `i8mm`
-/// table adds the same name's two-by-two kernel from the file's `i8mm` module), its
+/// `simd::aarch64` (`none` where the scalar reference serves every instruction set,
+/// `x86::file::kernel` for a kernel of x86-64 alone; the `i8mm` table adds the same name's two-by-two kernel from the file's `i8mm` module), its
 /// four-row decoding kernel and its panel kernel (`none`, or `block32(KIND)` /
 /// `k(KIND)` of `simd::x86::gemm` / `gemm_k`).
 macro_rules! quant {
@@ -615,6 +615,16 @@ macro_rules! block_kernel {
         |x, ys| simd::reference_rows::<_, _, $n>(x, ys, $m::vec_dot_ref)
     };
     ($isa:ident, $n:literal, $m:ident, none) => {
+        block_kernel!(scalar, $n, $m, none)
+    };
+    // A kernel written for x86-64 only: the aarch64 tables take the scalar reference.
+    (avx2, $n:literal, $m:ident, x86::$file:ident::$kernel:ident) => {
+        block_kernel!(avx2, $n, $m, $file::$kernel)
+    };
+    (avx512, $n:literal, $m:ident, x86::$file:ident::$kernel:ident) => {
+        block_kernel!(avx512, $n, $m, $file::$kernel)
+    };
+    ($isa:ident, $n:literal, $m:ident, x86::$file:ident::$kernel:ident) => {
         block_kernel!(scalar, $n, $m, none)
     };
     (avx2, $n:literal, $m:ident, $file:ident::$kernel:ident) => {
@@ -729,8 +739,8 @@ type_table! {
     Q5_1: quant(q5_1::BlockQ5_1, dot q8_1::BlockQ8_1, simd legacy::vec_dot_q5_1, rows legacy::rows_q5_1, panel block32(Q5_1));
     Q8_0: quant(q8_0::BlockQ8_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q8_0, rows legacy::rows_q8_0, panel block32(Q8_0));
     Q8_1: quant(q8_1::BlockQ8_1, dot none, simd none, rows none, panel none);
-    Q2_K: quant(q2_k::BlockQ2K, dot q8_k::BlockQ8K, simd none, rows none, panel none);
-    Q3_K: quant(q3_k::BlockQ3K, dot q8_k::BlockQ8K, simd none, rows none, panel none);
+    Q2_K: quant(q2_k::BlockQ2K, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_q2_k, rows none, panel k(Q2_K));
+    Q3_K: quant(q3_k::BlockQ3K, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_q3_k, rows none, panel k(Q3_K));
     Q4_K: quant(q4_k::BlockQ4K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q4_k, rows none, panel k(Q4_K));
     Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q5_k, rows none, panel k(Q5_K));
     Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q6_k, rows none, panel k(Q6_K));

@@ -1,4 +1,4 @@
-//! The AVX-512 VNNI panel kernel for Q4_K, Q5_K and Q6_K weights against Q8_K activations: 16
+//! The AVX-512 VNNI panel kernel for the K-quants (Q2_K to Q6_K) against Q8_K activations: 16
 //! weight rows against a tile of up to 8 token rows, bit-identical to the types' `vec_dot_ref`.
 //!
 //! The references take one exact integer per super-block and row: the levels times the
@@ -7,8 +7,8 @@
 //! words), one `vpdpbusd` against a token's matching four activation bytes (a broadcast straight
 //! from the Q8_K block) adds four products for 16 rows at once, and one `vpmulld` per sub-block
 //! applies its scale. The integer parts that do not depend on the levels come from the
-//! activations' group sums with `vpdpwssd`: the minimums of Q4_K and Q5_K, and Q6_K's offset of
-//! 32 (its stored levels are the signed ones plus 32). The float steps per super-block are then
+//! activations' group sums with `vpdpwssd`: the minimums of Q2_K, Q4_K and Q5_K, and the
+//! offsets of Q6_K and Q3_K (their stored levels are the signed ones plus 32 and plus 4). The float steps per super-block are then
 //! the references', in their order.
 //!
 //! Repacked Q4_K weights (`crate::quant::repack`) go through the same arithmetic:
@@ -24,6 +24,8 @@
 use super::*;
 use crate::quant::fp16::f16_to_f32;
 use crate::quant::k_quants::unpack_scales_mins_k4;
+use crate::quant::q2_k::{self, BlockQ2K};
+use crate::quant::q3_k::{self, BlockQ3K};
 use crate::quant::q4_k::{self, BlockQ4K};
 use crate::quant::q5_k::{self, BlockQ5K};
 use crate::quant::q6_k::{self, BlockQ6K};
@@ -31,10 +33,12 @@ use crate::quant::q8_k::BlockQ8K;
 
 use super::gemm::PANEL;
 
-/// The three types, as the const parameter of the kernels.
+/// The types, as the const parameter of the kernels.
 pub(crate) const Q4_K: u8 = 0;
 pub(crate) const Q6_K: u8 = 1;
 pub(crate) const Q5_K: u8 = 2;
+pub(crate) const Q3_K: u8 = 3;
+pub(crate) const Q2_K: u8 = 4;
 
 /// How many records ahead the repacked tiles of Q4_K (index [`Q4_K`]) and Q6_K ([`Q6_K`])
 /// prefetch. The best distance depends on the CPU: one record measured 20-25 % faster than
@@ -78,11 +82,17 @@ const Q8_K_BSUMS: usize = std::mem::offset_of!(BlockQ8K, bsums);
 
 /// Sub-blocks per super-block of `KIND`.
 const fn subs(kind: u8) -> usize {
-    if kind == Q6_K {
-        16
-    } else {
+    if matches!(kind, Q4_K | Q5_K) {
         8
+    } else {
+        16
     }
+}
+
+/// Whether `KIND` stores its levels above the signed ones (Q6_K by 32, Q3_K by 4), which the
+/// group-sum term undoes.
+const fn has_offset(kind: u8) -> bool {
+    matches!(kind, Q6_K | Q3_K)
 }
 
 /// Two i16 as the low and high halves of a word.
@@ -123,6 +133,35 @@ fn unpack_block<const KIND: u8>(blk: &[u8]) -> Unpacked {
             }
             (q6_k::levels(&b), scales, terms, f16_to_f32(b.d), 0.0)
         }
+        Q3_K => {
+            let b: BlockQ3K = bytemuck::pod_read_unaligned(blk);
+            let sc = q3_k::scales(&b);
+            for (s, &v) in scales.iter_mut().zip(&sc) {
+                *s = v as i32;
+            }
+            // The levels are stored 4 up (0..=7): `-4 * Σ scale_j * bsum_j` undoes it.
+            for (i, t) in terms.iter_mut().enumerate() {
+                *t = pair(-4 * sc[2 * i] as i16, -4 * sc[2 * i + 1] as i16);
+            }
+            (
+                q3_k::levels(&b).map(|l| (l + 4) as u8),
+                scales,
+                terms,
+                f16_to_f32(b.d),
+                0.0,
+            )
+        }
+        Q2_K => {
+            let b: BlockQ2K = bytemuck::pod_read_unaligned(blk);
+            for (s, &v) in scales.iter_mut().zip(&b.scales) {
+                *s = (v & 0x0f) as i32;
+            }
+            // One minimum per sub-block of 16, against the activations' own group sums.
+            for (i, t) in terms.iter_mut().enumerate() {
+                *t = pair((b.scales[2 * i] >> 4) as i16, (b.scales[2 * i + 1] >> 4) as i16);
+            }
+            (q2_k::levels(&b), scales, terms, f16_to_f32(b.d), f16_to_f32(b.dmin))
+        }
         _ => {
             let (levels, d, dmin, packed) = if KIND == Q4_K {
                 let b: BlockQ4K = bytemuck::pod_read_unaligned(blk);
@@ -159,6 +198,8 @@ pub(crate) fn unpack_panel_k<const KIND: u8>(
     let bsize = match KIND {
         Q4_K => std::mem::size_of::<BlockQ4K>(),
         Q5_K => std::mem::size_of::<BlockQ5K>(),
+        Q3_K => std::mem::size_of::<BlockQ3K>(),
+        Q2_K => std::mem::size_of::<BlockQ2K>(),
         _ => std::mem::size_of::<BlockQ6K>(),
     };
     let n_subs = subs(KIND);
@@ -276,9 +317,9 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
 }
 
 /// The rest of super-block `sb` of a panel for `T` tokens, once `sumi` holds each token's
-/// scaled level sums for the 16 rows: Q6_K's offset term, then `acc += (d * d_y) * sumi` and,
-/// for Q4_K and Q5_K, `acc -= (dmin * d_y) * summ` with the minimums' sum `summ`: the
-/// references' float steps, in their order.
+/// scaled level sums for the 16 rows: Q6_K's and Q3_K's offset term, then
+/// `acc += (d * d_y) * sumi` and, for Q2_K, Q4_K and Q5_K, `acc -= (dmin * d_y) * summ` with the
+/// minimums' sum `summ`: the references' float steps, in their order.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn finish_super_block<const KIND: u8, const T: usize>(
@@ -294,7 +335,7 @@ unsafe fn finish_super_block<const KIND: u8, const T: usize>(
     let block = |t: usize| a.data.as_ptr().add(t * a.row_bytes + sb * Q8_K_BYTES);
     let word = |at: *const u8| _mm512_set1_epi32(at.cast::<i32>().read_unaligned());
     let term = |i: usize| _mm512_loadu_si512(terms.as_ptr().add((sb * TERM_WORDS + i) * PANEL).cast());
-    if KIND == Q6_K {
+    if has_offset(KIND) {
         for i in 0..8 {
             let c = term(i);
             for (t, sumi) in sumi.iter_mut().enumerate() {
@@ -307,13 +348,23 @@ unsafe fn finish_super_block<const KIND: u8, const T: usize>(
         let d = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
         *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(*sumi)));
     }
-    if KIND != Q6_K {
+    if !has_offset(KIND) {
         let mut summ = [_mm512_setzero_si512(); T];
-        for i in 0..PAIR_WORDS {
-            let m = term(i);
-            for (t, summ) in summ.iter_mut().enumerate() {
-                let b = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + i);
-                *summ = _mm512_dpwssd_epi32(*summ, m, _mm512_set1_epi32(b));
+        if KIND == Q2_K {
+            // A minimum per sub-block of 16: against the activations' group sums themselves.
+            for i in 0..8 {
+                let m = term(i);
+                for (t, summ) in summ.iter_mut().enumerate() {
+                    *summ = _mm512_dpwssd_epi32(*summ, m, word(block(t).add(Q8_K_BSUMS + 4 * i)));
+                }
+            }
+        } else {
+            for i in 0..PAIR_WORDS {
+                let m = term(i);
+                for (t, summ) in summ.iter_mut().enumerate() {
+                    let b = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + i);
+                    *summ = _mm512_dpwssd_epi32(*summ, m, _mm512_set1_epi32(b));
+                }
             }
         }
         let dmin = _mm512_loadu_ps(dmx.as_ptr().add(sb * PANEL));

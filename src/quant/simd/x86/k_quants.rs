@@ -1,4 +1,4 @@
-//! The K-quant dot products (Q4_K, Q5_K, Q6_K against Q8_K).
+//! The K-quant dot products (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K against Q8_K).
 //!
 //! The references take one exact integer per super-block (`scaled_dot_k`): the levels times
 //! the activations, summed per sub-block and times its scale. Here `maddubs` multiplies the
@@ -9,6 +9,8 @@
 
 use super::*;
 use crate::quant::k_quants::unpack_scales_mins_k4;
+use crate::quant::q2_k::BlockQ2K;
+use crate::quant::q3_k::{self, BlockQ3K};
 use crate::quant::q4_k::BlockQ4K;
 use crate::quant::q5_k::BlockQ5K;
 use crate::quant::q6_k::BlockQ6K;
@@ -164,6 +166,109 @@ pub(in crate::quant) unsafe fn vec_dot_q5_k<const VNNI: bool, const N: usize>(x:
     sumf
 }
 
+/// The 16 sub-block scales `sc` (i16) of a super-block of 16-value sub-blocks, arranged for its
+/// eight chunks of 32 weights: for chunk `p`, scale `2p` in every i16 lane of the low 128-bit
+/// half and scale `2p + 1` in every lane of the high half.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn chunk_scales(sc: __m256i) -> [__m256i; 8] {
+    let sc_lo = _mm256_permute2x128_si256(sc, sc, 0x00);
+    let sc_hi = _mm256_permute2x128_si256(sc, sc, 0x11);
+    // Bytes (4j, 4j + 1) for the low half, (4j + 2, 4j + 3) for the high half, j = p mod 4 of
+    // the 128-bit half that holds scales 2p and 2p + 1.
+    std::array::from_fn(|p| {
+        let v = if p < 4 { sc_lo } else { sc_hi };
+        let j = (p % 4) as i16 * 4;
+        let (lo, hi) = (j | (j + 1) << 8, (j + 2) | (j + 3) << 8);
+        _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)))
+    })
+}
+
+/// `-k * Σ_j scale_j * bsums_j` in i32 lanes (`k` a power of two, `2^shift`): the offset of
+/// levels stored `k` above the signed ones (Q3_K's 4, Q6_K's 32), for every activation.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn offset_term<const SHIFT: i32>(bsums: &[i16; 16], sc: __m256i) -> __m256i {
+    let corr = _mm256_madd_epi16(load32(bsums, 0), sc);
+    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<SHIFT>(corr))
+}
+
+/// `q2_k::vec_dot_ref` of the weight row `x` with each of the activation rows `ys`: the levels
+/// (0..=3) of chunk `p` are bits `2s..2s + 1` of `qs[32h..32h + 32]` (`p = 4h + s`), each
+/// sub-block's scale and minimum a nibble of `scales[j]`.
+#[target_feature(enable = "avx2,f16c")]
+pub(in crate::quant) unsafe fn vec_dot_q2_k<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ2K, BlockQ8K, N>(x, ys);
+    let (n, ys) = common_len(x, ys);
+    let (m2, m4) = (_mm256_set1_epi8(0x03), _mm_set1_epi8(0x0f));
+    let mut sumf = [0.0f32; N];
+    for (i, xb) in x[..n].iter().enumerate() {
+        prefetch_ahead(std::slice::from_ref(xb));
+        let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
+        let packed = load16(&xb.scales, 0);
+        let s = chunk_scales(_mm256_cvtepu8_epi16(_mm_and_si128(packed, m4)));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+        let mut acc = [_mm256_setzero_si256(); N];
+        for h in 0..2 {
+            // Shifted down by two per chunk: the 16-bit shift brings bits across bytes only
+            // above the two that are read.
+            let mut q = load32(&xb.qs, 32 * h);
+            for k in 0..4 {
+                let a = _mm256_and_si256(q, m2);
+                q = _mm256_srli_epi16(q, 2);
+                for (acc, y) in acc.iter_mut().zip(&yb) {
+                    let m = _mm256_maddubs_epi16(a, load32(&y.qs, 128 * h + 32 * k));
+                    *acc = madd_acc::<VNNI>(*acc, m, s[4 * h + k]);
+                }
+            }
+        }
+        let d_dmin = d_dmin(xb.d, xb.dmin);
+        for ((sumf, acc), y) in sumf.iter_mut().zip(acc).zip(yb) {
+            scale_min_floats(sumf, acc, d_dmin, mins, y);
+        }
+    }
+    sumf
+}
+
+/// `q3_k::vec_dot_ref` of the weight row `x` with each of the activation rows `ys`. The signed
+/// levels `low - 4 * (1 - high)` are dotted as `low + 4 * high` (0..=7) less
+/// `4 * Σ scale * bsum`; chunk `p = 4h + s` takes its low bits as Q2_K does and its high bits
+/// from bit `p` of `hmask`.
+#[target_feature(enable = "avx2,f16c")]
+pub(in crate::quant) unsafe fn vec_dot_q3_k<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockQ3K, BlockQ8K, N>(x, ys);
+    let (n, ys) = common_len(x, ys);
+    let (m1, m2) = (_mm256_set1_epi8(0x01), _mm256_set1_epi8(0x03));
+    let mut sumf = [0.0f32; N];
+    for (i, xb) in x[..n].iter().enumerate() {
+        prefetch_ahead(std::slice::from_ref(xb));
+        let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
+        let scales = q3_k::scales(xb);
+        let sc = _mm256_cvtepi8_epi16(load16(&scales, 0));
+        let s = chunk_scales(sc);
+        let mut acc: [__m256i; N] = std::array::from_fn(|r| offset_term::<2>(&yb[r].bsums, sc));
+        // Shifted down by one per chunk, as the low bits by two (see `vec_dot_q2_k`).
+        let mut hm = load32(&xb.hmask, 0);
+        for h in 0..2 {
+            let mut q = load32(&xb.qs, 32 * h);
+            for k in 0..4 {
+                let high = _mm256_slli_epi16(_mm256_and_si256(hm, m1), 2);
+                let a = _mm256_or_si256(_mm256_and_si256(q, m2), high);
+                (q, hm) = (_mm256_srli_epi16(q, 2), _mm256_srli_epi16(hm, 1));
+                for (acc, y) in acc.iter_mut().zip(&yb) {
+                    let m = _mm256_maddubs_epi16(a, load32(&y.qs, 128 * h + 32 * k));
+                    *acc = madd_acc::<VNNI>(*acc, m, s[4 * h + k]);
+                }
+            }
+        }
+        let d = _mm_cvtss_f32(d_dmin(xb.d, 0));
+        for ((sumf, acc), y) in sumf.iter_mut().zip(acc).zip(yb) {
+            *sumf += (d * y.d) * hsum_i32(acc) as f32;
+        }
+    }
+    sumf
+}
+
 /// `q6_k::vec_dot_ref` of the weight row `x` with each of the activation rows `ys`. The signed
 /// levels `q - 32` are dotted as `q * y` less `32 * Σ scale * bsum` (exact for every
 /// activation, -128 included).
@@ -177,24 +282,10 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
     for (i, xb) in x[..n].iter().enumerate() {
         prefetch_ahead(std::slice::from_ref(xb));
         let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
-        // The 16 scales as i16; per pair of sub-blocks (2p, 2p + 1), the two scales as the low
-        // and the high 128-bit half of a vector.
         let sc = _mm256_cvtepi8_epi16(load16(&xb.scales, 0));
-        let sc_lo = _mm256_permute2x128_si256(sc, sc, 0x00);
-        let sc_hi = _mm256_permute2x128_si256(sc, sc, 0x11);
-        // Scale 2p in the low half, 2p + 1 in the high half: bytes (4j, 4j + 1) low, (4j + 2,
-        // 4j + 3) high, for j = p mod 4 of the half that holds sub-blocks 2p and 2p + 1.
-        let s = |p: usize| {
-            let v = if p < 4 { sc_lo } else { sc_hi };
-            let j = (p % 4) as i16 * 4;
-            let (lo, hi) = (j | (j + 1) << 8, (j + 2) | (j + 3) << 8);
-            _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)))
-        };
-        let mut acc: [__m256i; N] = std::array::from_fn(|r| {
-            // -32 * Σ scale_j * bsums_j: the offset of the stored levels.
-            let corr = _mm256_madd_epi16(load32(&yb[r].bsums, 0), sc);
-            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5))
-        });
+        let s = chunk_scales(sc);
+        // -32 * Σ scale_j * bsums_j: the offset of the stored levels.
+        let mut acc: [__m256i; N] = std::array::from_fn(|r| offset_term::<5>(&yb[r].bsums, sc));
         for h in 0..2 {
             let (ql0, ql1) = (load32(&xb.ql, 64 * h), load32(&xb.ql, 64 * h + 32));
             let qh = load32(&xb.qh, 32 * h);
@@ -218,9 +309,8 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
                 ),
             ];
             // Each a[k] holds the sub-blocks 8h + 2k (low half) and 8h + 2k + 1 (high half).
-            let s: [__m256i; 4] = std::array::from_fn(|k| s(4 * h + k));
             for (acc, y) in acc.iter_mut().zip(&yb) {
-                for (k, (&a, &s)) in a.iter().zip(&s).enumerate() {
+                for (k, (&a, &s)) in a.iter().zip(&s[4 * h..]).enumerate() {
                     let m = _mm256_maddubs_epi16(a, load32(&y.qs, 128 * h + 32 * k));
                     *acc = madd_acc::<VNNI>(*acc, m, s);
                 }
