@@ -24,6 +24,7 @@ Files (all little-endian, no header):
   <T>.blocks.bin           64 super-blocks of random bytes with sane f16 scales
   <T>.dequant.f32          gguf.quants.dequantize(blocks, T) as float32
       for T in Q2_K Q3_K Q4_K Q5_K Q6_K (gguf-py 0.19.0 cannot quantize these)
+      and IQ4_NL IQ4_XS MXFP4 (as many blocks as make 64 x 256 values)
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ COLS = 256
 BLOCK = 32  # block size of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
 
 INPUT_SEED = 20240601
-KQUANT_SEEDS = {QT.Q2_K: 2002, QT.Q3_K: 3003, QT.Q4_K: 4004, QT.Q5_K: 5005, QT.Q6_K: 6006}
+KQUANT_SEEDS = {QT.Q2_K: 2002, QT.Q3_K: 3003, QT.Q4_K: 4004, QT.Q5_K: 5005, QT.Q6_K: 6006,
+                QT.IQ4_NL: 4104, QT.IQ4_XS: 4204, QT.MXFP4: 4304}
 
 QUANTIZABLE = [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0]
-DEQUANT_ONLY = [QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+DEQUANT_ONLY = [QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4]
 
 F32_LE = np.dtype("<f4")
 U32_LE = np.dtype("<u4")
@@ -336,9 +338,14 @@ def random_f16(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def kquant_blocks(qtype: QT) -> np.ndarray:
     rng = np.random.default_rng(KQUANT_SEEDS[qtype])
-    _, type_size = GGML_QUANT_SIZES[qtype]
-    n = 64
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    n = 64 * 256 // block_size
     raw = rng.integers(0, 256, size=(n, type_size), dtype=np.uint8)
+    if qtype == QT.MXFP4:  # e (E8M0 @ 0) qs[16]
+        # any exponent whose half scale times 12 stays finite, and the two subnormal ones
+        raw[:, 0] = rng.integers(0, 250, size=n, dtype=np.uint8)
+        raw[1, 0], raw[2, 0] = 0, 1
+        return raw
     d = random_f16(rng, n)
     d[3] = 0.0                       # d == 0
     d[7] = np.float16(2.0**-20)      # f16 subnormal scale
@@ -361,6 +368,13 @@ def kquant_blocks(qtype: QT) -> np.ndarray:
         raw[:, 82:84] = dmin.astype("<f2").reshape(n, 1).view(np.uint8)
         # block 15: every scale and min at 15
         raw[15, 0:16] = 0xFF
+    elif qtype == QT.IQ4_NL:  # d (f16 @ 0) qs[16]
+        raw[:, 0:2] = d.astype("<f2").reshape(n, 1).view(np.uint8)
+    elif qtype == QT.IQ4_XS:  # d (f16 @ 0) scales_h (u16 @ 2) scales_l[4] qs[128]
+        raw[:, 0:2] = d.astype("<f2").reshape(n, 1).view(np.uint8)
+        # block 15: every scale at 63 (+31 once unbiased); block 16: every scale at 0 (-32)
+        raw[15, 2:8] = 0xFF
+        raw[16, 2:8] = 0x00
     elif qtype == QT.Q3_K:  # hmask[32] qs[64] scales[12] (6-bit, packed) d (f16 @ 108)
         raw[:, 108:110] = d.astype("<f2").reshape(n, 1).view(np.uint8)
         # block 15: every scale at 63 (+31 once unbiased); block 16: every scale at 0 (-32)
@@ -433,7 +447,7 @@ def main() -> int:
         name = qtype.name
         raw = kquant_blocks(qtype)
         deq = dequant(raw.tobytes(), qtype, raw.shape[0])
-        assert deq.shape == (64, 256)
+        deq = deq.reshape(64, 256)
         assert np.all(np.isfinite(deq))
         write(OUT_DIR / f"{name}.blocks.bin", raw.tobytes())
         write(OUT_DIR / f"{name}.dequant.f32", deq.astype(F32_LE).tobytes())

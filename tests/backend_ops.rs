@@ -1001,7 +1001,11 @@ fn the_cases_cover_every_op_of_the_ir_and_every_weight_type() {
     for ty in weight_types() {
         assert!(types.contains(&ty), "no case uses weight type {ty}");
     }
-    assert_eq!(weight_types().len(), 13, "F32, F16, BF16 and the ten quantized types");
+    assert_eq!(
+        weight_types().len(),
+        16,
+        "F32, F16, BF16 and the thirteen quantized types"
+    );
 }
 
 #[test]

@@ -230,9 +230,11 @@ fn a_file_written_by_us_reads_the_same_in_gguf_py_and_in_our_reader() {
     assert_eq!(common::dump_json(&ours), theirs);
 }
 
-/// gguf-py cannot quantize Q2_K or Q3_K: their bytes come from llama.cpp 0c1e570 itself
-/// (`ggml_quantize_chunk` without an importance matrix, which is `quantize_row_q{2,3}_K_ref`)
-/// on the common input, `tests/fixtures/quant/<T>.llama-quant.bin`.
+/// gguf-py cannot quantize Q2_K, Q3_K, IQ4_NL, IQ4_XS or MXFP4: their bytes come from
+/// llama.cpp 0c1e570 itself (`ggml_quantize_chunk` without an importance matrix, what
+/// llama-quantize calls: `quantize_row_q{2,3}_K_ref`, `quantize_iq4_{nl,xs}` with their search
+/// over 15 scales, `quantize_row_mxfp4_ref`) on the common input,
+/// `tests/fixtures/quant/<T>.llama-quant.bin`.
 fn assert_quantizes_to_llama_cpps_bytes(ty: GgmlType) {
     // The input every type shares (`<T>.input.f32` are one file).
     let input = common::read_f32(&quant_fixture("Q4_0.input.f32"));
@@ -258,4 +260,34 @@ fn q2_k_quantizes_to_llama_cpps_bytes() {
 #[test]
 fn q3_k_quantizes_to_llama_cpps_bytes() {
     assert_quantizes_to_llama_cpps_bytes(GgmlType::Q3_K);
+}
+
+#[test]
+fn iq4_nl_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("IQ4_NL");
+}
+
+#[test]
+fn iq4_xs_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("IQ4_XS");
+}
+
+#[test]
+fn mxfp4_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("MXFP4");
+}
+
+#[test]
+fn iq4_nl_quantizes_to_llama_cpps_bytes() {
+    assert_quantizes_to_llama_cpps_bytes(GgmlType::IQ4_NL);
+}
+
+#[test]
+fn iq4_xs_quantizes_to_llama_cpps_bytes() {
+    assert_quantizes_to_llama_cpps_bytes(GgmlType::IQ4_XS);
+}
+
+#[test]
+fn mxfp4_quantizes_to_llama_cpps_bytes() {
+    assert_quantizes_to_llama_cpps_bytes(GgmlType::MXFP4);
 }

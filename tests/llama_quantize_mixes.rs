@@ -168,6 +168,7 @@ fn assert_rules_match_llama_quantize(fixture: &str) {
         arch: facts["arch"].to_string(),
         n_layer: facts["block_count"].parse().unwrap(),
         n_expert: 0,
+        n_gqa: facts["n_gqa"].parse().unwrap(),
         is_70b: false,
     };
     let header: Vec<&str> = lines.next().unwrap().split('\t').collect();

@@ -20,7 +20,7 @@
 use super::gemm::PanelKernel;
 use super::simd::{self, Isa};
 use super::{float, GgmlType, QuantError};
-use super::{q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k};
+use super::{iq4_nl, iq4_xs, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k};
 use bytemuck::Pod;
 use std::sync::OnceLock;
 
@@ -661,6 +661,15 @@ macro_rules! rows_kernel {
     ($isa:ident, none) => {
         None
     };
+    (avx2, x86::$file:ident::$kernel:ident) => {
+        rows_kernel!(avx2, $file::$kernel)
+    };
+    (avx512, x86::$file:ident::$kernel:ident) => {
+        rows_kernel!(avx512, $file::$kernel)
+    };
+    ($isa:ident, x86::$file:ident::$kernel:ident) => {
+        None
+    };
     (scalar, $file:ident::$kernel:ident) => {
         None
     };
@@ -745,6 +754,9 @@ type_table! {
     Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q5_k, rows none, panel k(Q5_K));
     Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q6_k, rows none, panel k(Q6_K));
     Q8_K: quant(q8_k::BlockQ8K, dot none, simd none, rows none, panel none);
+    IQ4_NL: quant(iq4_nl::BlockIq4Nl, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_iq4_nl, rows x86::legacy::rows_iq4_nl, panel none);
+    IQ4_XS: quant(iq4_xs::BlockIq4Xs, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_iq4_xs, rows none, panel none);
+    MXFP4: quant(mxfp4::BlockMxfp4, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_mxfp4, rows x86::legacy::rows_mxfp4, panel none);
 }
 
 #[cfg(test)]

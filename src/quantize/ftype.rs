@@ -22,6 +22,16 @@ pub enum FileType {
     Q5_0 = 8,
     /// Matrices in Q5_1, the output in Q6_K.
     Q5_1 = 9,
+    /// Q2_K, the attention values, attention outputs and feed-forward outputs in Q3_K (values
+    /// in Q4_K with grouped-query attention of 4 or more).
+    Q2_K = 10,
+    /// Matrices in Q3_K.
+    Q3_K_S = 11,
+    /// Q3_K, the first two attention values and the first sixteenth of the feed-forward
+    /// outputs in Q5_K, the other values, outputs and attention outputs in Q4_K.
+    Q3_K_M = 12,
+    /// Q3_K, the attention values, attention outputs and feed-forward outputs in Q5_K.
+    Q3_K_L = 13,
     /// Q4_K, the first attention values and feed-forward outputs in Q5_K.
     Q4_K_S = 14,
     /// Q4_K, half the attention values and feed-forward outputs in Q6_K.
@@ -42,6 +52,11 @@ const NAMES: &[(&str, FileType)] = &[
     ("Q4_1", FileType::Q4_1),
     ("Q5_0", FileType::Q5_0),
     ("Q5_1", FileType::Q5_1),
+    ("Q2_K", FileType::Q2_K),
+    ("Q3_K", FileType::Q3_K_M),
+    ("Q3_K_S", FileType::Q3_K_S),
+    ("Q3_K_M", FileType::Q3_K_M),
+    ("Q3_K_L", FileType::Q3_K_L),
     ("Q4_K", FileType::Q4_K_M),
     ("Q4_K_S", FileType::Q4_K_S),
     ("Q4_K_M", FileType::Q4_K_M),
@@ -88,8 +103,8 @@ pub fn llama_ftype_name(id: u64) -> &'static str {
 }
 
 impl FileType {
-    /// The file type llama-quantize means by `name` (any case; `Q4_K` and `Q5_K` are its
-    /// aliases for `Q4_K_M` and `Q5_K_M`), or `None` for a type we do not write.
+    /// The file type llama-quantize means by `name` (any case; `Q3_K`, `Q4_K` and `Q5_K` are
+    /// its aliases for `Q3_K_M`, `Q4_K_M` and `Q5_K_M`), or `None` for a type we do not write.
     pub fn from_name(name: &str) -> Option<Self> {
         NAMES
             .iter()
@@ -105,6 +120,7 @@ impl FileType {
     /// The canonical name (`Q4_K_M`, never its alias).
     pub fn name(self) -> &'static str {
         match self {
+            FileType::Q3_K_M => "Q3_K_M",
             FileType::Q4_K_M => "Q4_K_M",
             FileType::Q5_K_M => "Q5_K_M",
             t => NAMES.iter().find(|&&(_, f)| f == t).map(|(n, _)| *n).unwrap_or("?"),
@@ -127,6 +143,8 @@ impl FileType {
             FileType::Q5_0 => GgmlType::Q5_0,
             FileType::Q5_1 => GgmlType::Q5_1,
             FileType::Q8_0 => GgmlType::Q8_0,
+            FileType::Q2_K => GgmlType::Q2_K,
+            FileType::Q3_K_S | FileType::Q3_K_M | FileType::Q3_K_L => GgmlType::Q3_K,
             FileType::Q4_K_S | FileType::Q4_K_M => GgmlType::Q4_K,
             FileType::Q5_K_S | FileType::Q5_K_M => GgmlType::Q5_K,
             FileType::Q6_K => GgmlType::Q6_K,
@@ -156,7 +174,9 @@ mod tests {
         assert_eq!(FileType::from_name("q4_k_m"), Some(FileType::Q4_K_M));
         assert_eq!(FileType::from_name("Q4_K"), Some(FileType::Q4_K_M));
         assert_eq!(FileType::from_name("Q5_K"), Some(FileType::Q5_K_M));
-        assert_eq!(FileType::from_name("Q3_K_M"), None);
+        assert_eq!(FileType::from_name("Q3_K"), Some(FileType::Q3_K_M));
+        assert_eq!(FileType::from_name("Q2_K_S"), None);
+        assert_eq!(FileType::Q3_K_M.name(), "Q3_K_M");
         assert_eq!(FileType::Q4_K_M.name(), "Q4_K_M");
         assert_eq!(FileType::Q5_K_M.name(), "Q5_K_M");
         for name in FileType::names() {

@@ -83,6 +83,7 @@ pub fn plan_file(file: &GgufFile, ftype: FileType, pure: bool) -> Result<Vec<Pla
             arch: String::new(),
             n_layer: 0,
             n_expert: 0,
+            n_gqa: 0,
             is_70b: false,
         }
     } else {

@@ -3,11 +3,11 @@
 //!
 //! The rules read only names, shapes and a few hyper-parameters, never tensor data, so a plan
 //! can be checked against llama-quantize's own choices for a model without its weights
-//! (`tests/llama_quantize_mixes.rs`). The IQ, Q2_K and Q3_K mixes' branches are left out
-//! because we have no quantizer for their types.
+//! (`tests/llama_quantize_mixes.rs`). The IQ mixes' branches are left out because we have no
+//! quantizer for their types.
 
 use super::FileType;
-use crate::gguf::{Metadata, Result as GgufResult};
+use crate::gguf::{Array, Metadata, Result as GgufResult};
 use crate::quant::GgmlType;
 
 /// What the rules need of a tensor.
@@ -30,6 +30,9 @@ pub struct ModelFacts {
     pub n_layer: u32,
     /// `{arch}.expert_count` (0 for a dense model).
     pub n_expert: u32,
+    /// Query heads per KV head (`n_gqa()` of the first layer; 0 when the file says no KV
+    /// heads): the Q2_K mix gives the attention values more bits from 4 on.
+    pub n_gqa: u32,
     /// Whether llama.cpp classifies the model as a 70B (its attention values get Q5_K where
     /// they would get Q4_K).
     pub is_70b: bool,
@@ -55,6 +58,23 @@ impl ModelFacts {
                 _ => false,
             }
         };
+        // `head_count_kv` defaults to `head_count`; either may be a per-layer array, of which
+        // llama.cpp's `n_gqa()` reads the first layer's.
+        let heads = |k: &str| -> GgufResult<Option<u64>> {
+            match metadata.get(&key(k)) {
+                None => Ok(None),
+                Some(crate::gguf::Value::Array(a)) => Ok(match a {
+                    Array::U32(v) => v.first().map(|&n| u64::from(n)),
+                    Array::I32(v) => v.first().and_then(|&n| u64::try_from(n).ok()),
+                    Array::U64(v) => v.first().copied(),
+                    _ => None,
+                }),
+                Some(_) => metadata.get_uint(&key(k)).map(Some),
+            }
+        };
+        let n_head = heads("attention.head_count")?.unwrap_or(0);
+        let n_head_kv = heads("attention.head_count_kv")?.unwrap_or(n_head);
+        let n_gqa = n_head.checked_div(n_head_kv).unwrap_or(0) as u32;
         let is_70b = match (arch.as_str(), n_layer) {
             ("llama", 80) => heads_differ(),
             ("qwen2" | "olmo" | "deci", 80) | ("jais2", 68) => true,
@@ -64,6 +84,7 @@ impl ModelFacts {
             arch,
             n_layer,
             n_expert,
+            n_gqa,
             is_70b,
         })
     }
@@ -215,6 +236,7 @@ fn fallback(ty: GgmlType, ncols: u64) -> GgmlType {
         return ty;
     }
     let to = match ty {
+        GgmlType::Q2_K | GgmlType::Q3_K => GgmlType::Q4_0,
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
         GgmlType::Q6_K => GgmlType::Q8_0,
@@ -274,12 +296,20 @@ impl State<'_> {
         } else if cat == Category::TokenEmbd {
             // Our file types leave an untied embedding in the default type.
         } else if is_attn_v(cat) {
-            if matches!(ftype, F::Q4_K_M | F::Q5_K_M) && Self::use_more_bits(self.i_attention_wv, self.n_attention_wv) {
+            if ftype == F::Q2_K {
+                new_type = if self.facts.n_gqa >= 4 { T::Q4_K } else { T::Q3_K };
+            } else if ftype == F::Q3_K_M {
+                new_type = if self.i_attention_wv < 2 { T::Q5_K } else { T::Q4_K };
+            } else if ftype == F::Q3_K_L {
+                new_type = T::Q5_K;
+            } else if matches!(ftype, F::Q4_K_M | F::Q5_K_M)
+                && Self::use_more_bits(self.i_attention_wv, self.n_attention_wv)
+            {
                 new_type = T::Q6_K;
             } else if ftype == F::Q4_K_S && self.i_attention_wv < 4 {
                 new_type = T::Q5_K;
             }
-            if self.facts.is_70b && new_type == T::Q4_K {
+            if self.facts.is_70b && matches!(new_type, T::Q3_K | T::Q4_K) {
                 new_type = T::Q5_K;
             }
             if n_expert == 8 {
@@ -292,7 +322,19 @@ impl State<'_> {
             }
         } else if cat == Category::FfnDown {
             let i_layer = self.layer(self.i_ffn_down, name);
-            if ftype == F::Q4_K_M {
+            if ftype == F::Q2_K {
+                new_type = T::Q3_K;
+            } else if ftype == F::Q3_K_M {
+                new_type = if i_layer < n_layer / 16 {
+                    T::Q5_K
+                } else if !falcon || Self::use_more_bits(i_layer, n_layer) {
+                    T::Q4_K
+                } else {
+                    T::Q3_K
+                };
+            } else if ftype == F::Q3_K_L {
+                new_type = if falcon { T::Q4_K } else { T::Q5_K };
+            } else if ftype == F::Q4_K_M {
                 if falcon {
                     new_type = if i_layer < n_layer / 16 {
                         T::Q6_K
@@ -311,8 +353,21 @@ impl State<'_> {
             }
             self.i_ffn_down += 1;
         } else if cat == Category::AttentionOutput {
-            if !falcon && n_expert == 8 && matches!(ftype, F::Q4_K_S | F::Q4_K_M) {
-                new_type = T::Q5_K;
+            if falcon {
+                if ftype == F::Q3_K_L {
+                    new_type = T::Q4_K;
+                }
+            } else if n_expert == 8 {
+                if matches!(ftype, F::Q2_K | F::Q3_K_S | F::Q3_K_M | F::Q4_K_S | F::Q4_K_M) {
+                    new_type = T::Q5_K;
+                }
+            } else {
+                match ftype {
+                    F::Q2_K => new_type = T::Q3_K,
+                    F::Q3_K_M => new_type = T::Q4_K,
+                    F::Q3_K_L => new_type = T::Q5_K,
+                    _ => {}
+                }
             }
         } else if cat == Category::FfnGate {
             self.i_ffn_gate += 1;
@@ -424,6 +479,8 @@ mod tests {
         assert_eq!(fallback(GgmlType::Q4_K, 1024), GgmlType::Q4_K);
         assert_eq!(fallback(GgmlType::Q8_0, 48), GgmlType::F16);
         assert_eq!(fallback(GgmlType::Q6_K, 100), GgmlType::F16);
+        assert_eq!(fallback(GgmlType::Q3_K, 896), GgmlType::Q4_0);
+        assert_eq!(fallback(GgmlType::Q2_K, 896), GgmlType::Q4_0);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The K-quant dot products (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K against Q8_K).
+//! The K-quant dot products (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K against Q8_K), and IQ4_XS's, whose
+//! super-blocks are theirs.
 //!
 //! The references take one exact integer per super-block (`scaled_dot_k`): the levels times
 //! the activations, summed per sub-block and times its scale. Here `maddubs` multiplies the
@@ -8,6 +9,8 @@
 //! The float steps per super-block are then the reference's, in its order.
 
 use super::*;
+use crate::quant::iq4_nl;
+use crate::quant::iq4_xs::{self, BlockIq4Xs};
 use crate::quant::k_quants::unpack_scales_mins_k4;
 use crate::quant::q2_k::BlockQ2K;
 use crate::quant::q3_k::{self, BlockQ3K};
@@ -319,6 +322,35 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
         let d = _mm_cvtss_f32(d_dmin(xb.d, 0));
         for ((sumf, acc), y) in sumf.iter_mut().zip(acc).zip(yb) {
             *sumf += (d * y.d) * hsum_i32(acc) as f32;
+        }
+    }
+    sumf
+}
+
+/// `iq4_xs::vec_dot_ref` of the weight row `x` with each of the activation rows `ys`: the eight
+/// blocks' exact integer sums side by side in one vector, their terms
+/// `(d * d_y * (scale - 32)) * sumi` computed at once and added in block order.
+#[target_feature(enable = "avx2,f16c")]
+pub(in crate::quant) unsafe fn vec_dot_iq4_xs<const VNNI: bool, const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
+    let (x, ys) = block_rows::<BlockIq4Xs, BlockQ8K, N>(x, ys);
+    let (n, ys) = common_len(x, ys);
+    let mut sumf = [0.0f32; N];
+    for (i, xb) in x[..n].iter().enumerate() {
+        prefetch_ahead(std::slice::from_ref(xb));
+        let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
+        let w: [__m256i; 8] = std::array::from_fn(|ib| {
+            let qs: &[u8; 16] = xb.qs[16 * ib..16 * ib + 16].try_into().unwrap();
+            table_32(qs, &iq4_nl::KVALUES)
+        });
+        let ls = _mm256_cvtepi32_ps(load32(&iq4_xs::scales(xb), 0));
+        let dx = _mm_cvtss_f32(d_dmin(xb.d, 0));
+        for (sumf, y) in sumf.iter_mut().zip(yb) {
+            let lanes: [__m256i; 8] = std::array::from_fn(|ib| dot_signed::<VNNI>(w[ib], load32(&y.qs, 32 * ib)));
+            let sumi = _mm256_cvtepi32_ps(hsum_8x8(&lanes));
+            let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx * y.d), ls), sumi);
+            for v in lanes_f32(t) {
+                *sumf += v;
+            }
         }
     }
     sumf

@@ -1,4 +1,5 @@
-//! The 32-value block dot products (Q4_0, Q5_0, Q8_0 against Q8_0; Q4_1, Q5_1 against Q8_1),
+//! The 32-value block dot products (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 against Q8_0; Q4_1, Q5_1
+//! against Q8_1),
 //! of one weight row with `N` activation rows at once (the weight blocks are unpacked once), and
 //! of four weight rows with one activation row (`rows_*`, for decoding: the activation blocks,
 //! their scales and their offset terms are read once for the four rows, and the four rows'
@@ -10,6 +11,8 @@
 //! results are added to the running sum one by one, left to right, as the reference adds them.
 
 use super::*;
+use crate::quant::iq4_nl::{self, BlockIq4Nl};
+use crate::quant::mxfp4::{self, BlockMxfp4};
 use crate::quant::q4_0::BlockQ4_0;
 use crate::quant::q4_1::BlockQ4_1;
 use crate::quant::q5_0::BlockQ5_0;
@@ -178,6 +181,7 @@ unsafe fn transpose_4x8(v: [__m256; 4]) -> [__m128; 8] {
 const _: () = {
     use std::mem::offset_of;
     assert!(offset_of!(BlockQ4_0, d) == 0 && offset_of!(BlockQ5_0, d) == 0 && offset_of!(BlockQ8_0, d) == 0);
+    assert!(offset_of!(BlockIq4Nl, d) == 0 && offset_of!(BlockMxfp4, e) == 0);
     assert!(offset_of!(BlockQ4_1, d) == 0 && offset_of!(BlockQ4_1, m) == 2);
     assert!(offset_of!(BlockQ5_1, d) == 0 && offset_of!(BlockQ5_1, m) == 2);
     assert!(offset_of!(BlockQ8_1, d) == 0 && offset_of!(BlockQ8_1, s) == 2);
@@ -397,4 +401,47 @@ kernels!(
     |u, y: &BlockQ8_1| dot_levels::<VNNI>(u, &y.qs),
     |_: &BlockQ8_1| _mm256_setzero_si256(),
     min_floats
+);
+
+kernels!(
+    /// `iq4_nl::vec_dot_ref`: `sumf += (d_y * d_x) * sumi`, the levels from the table.
+    vec_dot_iq4_nl,
+    rows_iq4_nl,
+    BlockIq4Nl,
+    BlockQ8_0,
+    |x: &BlockIq4Nl| table_32(&x.qs, &iq4_nl::KVALUES),
+    |w, y: &BlockQ8_0| dot_signed::<VNNI>(w, load32(&y.qs, 0)),
+    |_: &BlockQ8_0| _mm256_setzero_si256(),
+    |x: &[BlockIq4Nl], y: &[BlockQ8_0], sumi| {
+        let ((dx, _), (dy, _)) = (f16_pairs(heads8(x)), f16_pairs(heads8(y)));
+        _mm256_mul_ps(_mm256_mul_ps(dy, dx), _mm256_cvtepi32_ps(sumi))
+    }
+);
+
+/// `GGML_E8M0_TO_FP32_HALF` of the exponent in the low byte of each i32 lane: `(e - 1) << 23`,
+/// or for `e < 2` the subnormal `0x200000 << e`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn e8m0_halves(heads: __m256i) -> __m256 {
+    let e = _mm256_and_si256(heads, _mm256_set1_epi32(0xff));
+    let normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    let subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small))
+}
+
+kernels!(
+    /// `mxfp4::vec_dot_ref`: `sumf += (d_y * scale / 2) * sumi`, the doubled E2M1 values from
+    /// the table.
+    vec_dot_mxfp4,
+    rows_mxfp4,
+    BlockMxfp4,
+    BlockQ8_0,
+    |x: &BlockMxfp4| table_32(&x.qs, &mxfp4::KVALUES),
+    |w, y: &BlockQ8_0| dot_signed::<VNNI>(w, load32(&y.qs, 0)),
+    |_: &BlockQ8_0| _mm256_setzero_si256(),
+    |x: &[BlockMxfp4], y: &[BlockQ8_0], sumi| {
+        let (dx, (dy, _)) = (e8m0_halves(heads8(x)), f16_pairs(heads8(y)));
+        _mm256_mul_ps(_mm256_mul_ps(dy, dx), _mm256_cvtepi32_ps(sumi))
+    }
 );

@@ -170,6 +170,29 @@ unsafe fn nibbles_32(qs: &[u8; 16]) -> __m256i {
     _mm256_and_si256(split, _mm256_set1_epi8(0x0f))
 }
 
+/// The signed values `table[index]` of a 32-value block of 4-bit indices packed as Q4_0 packs
+/// its levels (weight `j` in the low nibble of `qs[j]`, `j + 16` in the high one): IQ4_NL's
+/// and MXFP4's codebooks, one `pshufb`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn table_32(qs: &[u8; 16], table: &[i8; 16]) -> __m256i {
+    _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load16(table, 0)), nibbles_32(qs))
+}
+
+/// Sums of four consecutive products of the signed bytes `w` (never -128) and `y` (any) in i32
+/// lanes, exactly: `|y|` times `w` with `y`'s sign, where `|-128|` is the unsigned byte 128, so
+/// that `maddubs`' pairs stay within `2 * 128 * 127` and never saturate.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_signed<const VNNI: bool>(w: __m256i, y: __m256i) -> __m256i {
+    let (abs_y, signed_w) = (_mm256_abs_epi8(y), _mm256_sign_epi8(w, y));
+    if VNNI {
+        dpbusd(_mm256_setzero_si256(), abs_y, signed_w)
+    } else {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(abs_y, signed_w), _mm256_set1_epi16(1))
+    }
+}
+
 /// Byte `i` is 0x10 where bit `i` of the little-endian `qh` is set, 0 elsewhere: the fifth bit
 /// of the 5-bit 32-value blocks.
 #[inline]
