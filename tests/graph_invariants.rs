@@ -1117,7 +1117,7 @@ fn a_node_no_backend_supports_is_unassignable() {
     b.output(s);
     let mut graph = b.build();
     match BackendScheduler::assign_backends(&mut graph, &only_testdev()) {
-        Err(GraphError::Unassignable { node, op }) => {
+        Err(GraphError::Unassignable { node, op, .. }) => {
             assert_eq!(node, "proj");
             assert_eq!(op, "MatMul");
         }

@@ -15,8 +15,9 @@ fn sha256(path: &Path) -> String {
     common::sha256_hex(&std::fs::read(path).unwrap())
 }
 
-const MIXES: [&str; 12] = [
-    "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16",
+const MIXES: [&str; 18] = [
+    "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16", "Q2_K",
+    "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_NL", "IQ4_XS",
 ];
 
 /// Every file type from `source` (F32 or F16) of the tiny `arch` model hashes as
@@ -133,12 +134,12 @@ fn the_quantize_command_writes_a_mix_and_reports_each_tensor() {
         .arg("quantize")
         .arg(common::tiny_model("qwen3", "F16"))
         .arg(dir.path().join("x.gguf"))
-        .arg("Q3_K_M")
+        .arg("IQ2_XS")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(
-        !run.status.success() && err.contains("cannot quantize to Q3_K_M") && err.contains("Q4_K_M"),
+        !run.status.success() && err.contains("cannot quantize to IQ2_XS") && err.contains("Q4_K_M"),
         "{err}"
     );
 

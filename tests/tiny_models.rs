@@ -195,6 +195,10 @@ tiny_model_tests! {
     tiny_qwen2_q4_k_matches_llama_cpp: "qwen2", "Q4_K";
     tiny_qwen2_q5_k_matches_llama_cpp: "qwen2", "Q5_K";
     tiny_qwen2_q6_k_matches_llama_cpp: "qwen2", "Q6_K";
+    tiny_qwen2_q2_k_matches_llama_cpp: "qwen2", "Q2_K";
+    tiny_qwen2_q3_k_matches_llama_cpp: "qwen2", "Q3_K";
+    tiny_qwen2_iq4_nl_matches_llama_cpp: "qwen2", "IQ4_NL";
+    tiny_qwen2_iq4_xs_matches_llama_cpp: "qwen2", "IQ4_XS";
     tiny_qwen3_f32_matches_llama_cpp: "qwen3", "F32";
     tiny_qwen3_f16_matches_llama_cpp: "qwen3", "F16";
     tiny_qwen3_bf16_matches_llama_cpp: "qwen3", "BF16";

@@ -209,10 +209,7 @@ impl GraphAllocator {
         // node frees can be handed to it (an input built late would otherwise be overwritten).
         for &id in &graph.inputs {
             let node = &graph.nodes[id];
-            let backend = node.backend.ok_or_else(|| GraphError::Unassignable {
-                node: node.name.clone(),
-                op: node.op.name(),
-            })?;
+            let backend = node.backend.ok_or_else(|| GraphError::unassignable(node))?;
             let buf = BufRef {
                 backend,
                 id: self.backend_mut(backend)?.alloc_buffer(node.n_bytes(), node.out_dtype),
@@ -224,17 +221,11 @@ impl GraphAllocator {
             if !live[node.id] || graph.inputs.contains(&node.id) {
                 continue;
             }
-            let backend = node.backend.ok_or_else(|| GraphError::Unassignable {
-                node: node.name.clone(),
-                op: node.op.name(),
-            })?;
+            let backend = node.backend.ok_or_else(|| GraphError::unassignable(node))?;
             let buf = match &node.op {
                 Op::KvcacheStore { layer } | Op::KvcacheLoad { layer } => {
                     let NodeMeta::Kvcache(m) = &node.meta else {
-                        return Err(GraphError::Unassignable {
-                            node: node.name.clone(),
-                            op: node.op.name(),
-                        });
+                        return Err(GraphError::unassignable(node));
                     };
                     self.ensure_kv(*layer, backend, m)?[0]
                 }

@@ -247,12 +247,15 @@ pub enum GraphError {
     },
     /// No backend in the allocator supports the node's op and dtype, or a node reached allocation
     /// without an assigned backend.
-    #[error("no backend can run node '{node}' ({op})")]
+    #[error("no backend can run node '{node}' ({op}{weights})")]
     Unassignable {
         /// The node's name.
         node: String,
         /// Its op ([`Op::name`]).
         op: &'static str,
+        /// The weight types it reads, as `", on Q2_K weights"` (empty for none): a backend
+        /// may refuse a node for its weights alone.
+        weights: String,
     },
     /// A node that must be read (a source, an output, a staged value) has no buffer: it is dead, was
     /// never allocated, or no graph has been prepared yet.
@@ -280,6 +283,24 @@ pub enum GraphError {
     /// A backend failed to run a node or to access a buffer.
     #[error(transparent)]
     Backend(#[from] BackendError),
+}
+
+impl GraphError {
+    /// [`GraphError::Unassignable`] for `node`, naming the weight types it reads.
+    pub fn unassignable(node: &CNode) -> Self {
+        let types = node.weight_types();
+        let weights = if types.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+            format!(", on {} weights", names.join("/"))
+        };
+        GraphError::Unassignable {
+            node: node.name.clone(),
+            op: node.op.name(),
+            weights,
+        }
+    }
 }
 
 impl ComputeGraph {

@@ -79,10 +79,7 @@ impl BackendScheduler {
     pub fn assign_backends(graph: &mut ComputeGraph, alloc: &GraphAllocator) -> Result<(), GraphError> {
         for node in &mut graph.nodes {
             if node.backend.is_none() {
-                let b = alloc.supports(node).ok_or_else(|| GraphError::Unassignable {
-                    node: node.name.clone(),
-                    op: node.op.name(),
-                })?;
+                let b = alloc.supports(node).ok_or_else(|| GraphError::unassignable(node))?;
                 node.backend = Some(b);
             }
         }

@@ -42,6 +42,11 @@ pub enum FileType {
     Q5_K_M = 17,
     /// Matrices in Q6_K.
     Q6_K = 18,
+    /// IQ4_NL, the first eighth of the feed-forward outputs in Q5_K (and the attention values
+    /// with grouped-query attention of 4 or more).
+    IQ4_NL = 25,
+    /// IQ4_XS, with IQ4_NL's exceptions.
+    IQ4_XS = 30,
     /// Matrices in BF16.
     BF16 = 32,
 }
@@ -63,6 +68,8 @@ const NAMES: &[(&str, FileType)] = &[
     ("Q5_K", FileType::Q5_K_M),
     ("Q5_K_S", FileType::Q5_K_S),
     ("Q5_K_M", FileType::Q5_K_M),
+    ("IQ4_NL", FileType::IQ4_NL),
+    ("IQ4_XS", FileType::IQ4_XS),
     ("Q6_K", FileType::Q6_K),
     ("Q8_0", FileType::Q8_0),
     ("F16", FileType::F16),
@@ -90,6 +97,9 @@ const LLAMA_FTYPES: &[(u64, &str)] = &[
     (16, "Q5_K - Small"),
     (17, "Q5_K - Medium"),
     (18, "Q6_K"),
+    (21, "Q2_K - Small"),
+    (25, "IQ4_NL - 4.5 bpw"),
+    (30, "IQ4_XS - 4.25 bpw"),
     (32, "BF16"),
 ];
 
@@ -148,6 +158,8 @@ impl FileType {
             FileType::Q4_K_S | FileType::Q4_K_M => GgmlType::Q4_K,
             FileType::Q5_K_S | FileType::Q5_K_M => GgmlType::Q5_K,
             FileType::Q6_K => GgmlType::Q6_K,
+            FileType::IQ4_NL => GgmlType::IQ4_NL,
+            FileType::IQ4_XS => GgmlType::IQ4_XS,
         }
     }
 }

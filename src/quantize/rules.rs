@@ -3,8 +3,9 @@
 //!
 //! The rules read only names, shapes and a few hyper-parameters, never tensor data, so a plan
 //! can be checked against llama-quantize's own choices for a model without its weights
-//! (`tests/llama_quantize_mixes.rs`). The IQ mixes' branches are left out because we have no
-//! quantizer for their types.
+//! (`tests/llama_quantize_mixes.rs`). The mixes of the IQ types below IQ4 are left out (their
+//! quantizers need an importance matrix and the grid searches), and so are the branches that
+//! depend on an importance matrix, which `quantize` does not take yet.
 
 use super::FileType;
 use crate::gguf::{Array, Metadata, Result as GgufResult};
@@ -236,6 +237,7 @@ fn fallback(ty: GgmlType, ncols: u64) -> GgmlType {
         return ty;
     }
     let to = match ty {
+        GgmlType::IQ4_XS => GgmlType::IQ4_NL,
         GgmlType::Q2_K | GgmlType::Q3_K => GgmlType::Q4_0,
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
@@ -302,6 +304,8 @@ impl State<'_> {
                 new_type = if self.i_attention_wv < 2 { T::Q5_K } else { T::Q4_K };
             } else if ftype == F::Q3_K_L {
                 new_type = T::Q5_K;
+            } else if matches!(ftype, F::IQ4_NL | F::IQ4_XS) && self.facts.n_gqa >= 4 {
+                new_type = T::Q5_K;
             } else if matches!(ftype, F::Q4_K_M | F::Q5_K_M)
                 && Self::use_more_bits(self.i_attention_wv, self.n_attention_wv)
             {
@@ -346,6 +350,9 @@ impl State<'_> {
                 } else if Self::use_more_bits(i_layer, n_layer) {
                     new_type = T::Q6_K;
                 }
+            } else if matches!(ftype, F::IQ4_NL | F::IQ4_XS) && i_layer < n_layer / 8 {
+                // llama.cpp: without an importance matrix (we take none).
+                new_type = T::Q5_K;
             } else if ftype == F::Q5_K_M && Self::use_more_bits(i_layer, n_layer) {
                 new_type = T::Q6_K;
             } else if ftype == F::Q4_K_S && !falcon && i_layer < n_layer / 8 {
@@ -358,7 +365,10 @@ impl State<'_> {
                     new_type = T::Q4_K;
                 }
             } else if n_expert == 8 {
-                if matches!(ftype, F::Q2_K | F::Q3_K_S | F::Q3_K_M | F::Q4_K_S | F::Q4_K_M) {
+                if matches!(
+                    ftype,
+                    F::Q2_K | F::Q3_K_S | F::Q3_K_M | F::Q4_K_S | F::Q4_K_M | F::IQ4_NL | F::IQ4_XS
+                ) {
                     new_type = T::Q5_K;
                 }
             } else {

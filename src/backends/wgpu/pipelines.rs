@@ -23,9 +23,11 @@ const KERNELS: [(&str, &str, bool); 7] = [
 ];
 
 /// The weight types `weights.wgsl` reads.
-pub(crate) const WEIGHT_TYPES: [GgmlType; 11] = {
+pub(crate) const WEIGHT_TYPES: [GgmlType; 16] = {
     use GgmlType::*;
-    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K]
+    [
+        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4,
+    ]
 };
 
 /// The whole WGSL of kernel file `name`, the shared f16 conversion prepended where it reads f16.

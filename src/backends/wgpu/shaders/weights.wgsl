@@ -47,7 +47,8 @@ fn f16_at(off: u32) -> f32 {
     return f16_to_f32(u16_at(off));
 }
 
-// The four bytes at `off`, a multiple of 2 (every block of every type starts on one).
+// The four bytes at `off`, a multiple of 2 (every block of the types read by words starts on
+// one; MXFP4's 17-byte blocks are read by bytes).
 fn word_at(off: u32) -> u32 {
     let i = off >> 2u;
     if ((off & 2u) == 0u) {
@@ -75,9 +76,61 @@ fn scale_min_k4(scales: u32, j: u32) -> vec2<f32> {
     return vec2<f32>(f32(sc), f32(m));
 }
 
+// ggml's kvalues_iq4nl (IQ4_NL, IQ4_XS) and kvalues_mxfp4 (twice the E2M1 values).
+var<private> KV_IQ4NL: array<i32, 16> = array<i32, 16>(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+var<private> KV_MXFP4: array<i32, 16> = array<i32, 16>(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+
+// Index j (0-31) of a block's 4-bit indices packed as Q4_0 packs its levels, from byte `qs`.
+fn nibble_at(qs: u32, j: u32) -> u32 {
+    return (byte_at(qs + (j % 16u)) >> (4u * (j / 16u))) & 0xfu;
+}
+
 // Value i of the row starting at byte `row`.
 fn value(row: u32, i: u32) -> f32 {
     switch TY {
+        case 10u: { // Q2_K: 16 scale|min<<4 bytes, 64 bytes of 2-bit values, d, dmin
+            let b = row + (i / 256u) * 84u;
+            let r = i % 256u;
+            let q = (byte_at(b + 16u + (r / 128u) * 32u + r % 32u) >> (2u * ((r % 128u) / 32u))) & 3u;
+            let sc = byte_at(b + r / 16u);
+            return f16_at(b + 80u) * f32(sc & 0xfu) * f32(q) - f16_at(b + 82u) * f32(sc >> 4u);
+        }
+        case 11u: { // Q3_K: 32 bytes of high bits, 64 of low 2-bit values, 12 of 6-bit scales, d
+            let b = row + (i / 256u) * 110u;
+            let r = i % 256u;
+            let h = r / 128u;
+            let s = (r % 128u) / 32u;
+            let l = r % 32u;
+            let low = (byte_at(b + 32u + h * 32u + l) >> (2u * s)) & 3u;
+            let high = (byte_at(b + l) >> (4u * h + s)) & 1u;
+            let j = r / 16u;
+            var sl = byte_at(b + 96u + j % 8u);
+            if (j >= 8u) {
+                sl = sl >> 4u;
+            }
+            let sh = (byte_at(b + 104u + j % 4u) >> (2u * (j / 4u))) & 3u;
+            let sc = f32(i32((sl & 0xfu) | (sh << 4u)) - 32);
+            return f16_at(b + 108u) * sc * f32(i32(low) - select(4, 0, high == 1u));
+        }
+        case 20u: { // IQ4_NL: d, 16 bytes of table indices
+            let b = row + (i / 32u) * 18u;
+            return f16_at(b) * f32(KV_IQ4NL[nibble_at(b + 2u, i % 32u)]);
+        }
+        case 23u: { // IQ4_XS: d, scales_h, 4 bytes of scales_l, 128 bytes of table indices
+            let b = row + (i / 256u) * 136u;
+            let r = i % 256u;
+            let ib = r / 32u;
+            let ls = ((byte_at(b + 4u + ib / 2u) >> (4u * (ib % 2u))) & 0xfu) | (((u16_at(b + 2u) >> (2u * ib)) & 3u) << 4u);
+            let dl = f16_at(b) * f32(i32(ls) - 32);
+            return dl * f32(KV_IQ4NL[nibble_at(b + 8u + 16u * ib, r % 32u)]);
+        }
+        case 39u: { // MXFP4: an E8M0 exponent, 16 bytes of E2M1 codes (17-byte blocks: any offset)
+            let b = row + (i / 32u) * 17u;
+            let e = byte_at(b);
+            // GGML_E8M0_TO_FP32_HALF: 2^(e - 128), the two smallest as subnormals.
+            let d = bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
+            return f32(KV_MXFP4[nibble_at(b + 1u, i % 32u)]) * d;
+        }
         case 0u: { // F32
             return bitcast<f32>(w[(row >> 2u) + i]);
         }
@@ -264,7 +317,7 @@ fn chunk_dot(row: u32, c: u32, xs: Xs) -> Acc {
             let sc = b + 192u + n * 8u + 2u * quarter;
             return f16_at(b + 208u) * (i8_of(byte_at(sc)) * s0 + i8_of(byte_at(sc + 1u)) * s1);
         }
-        default: { // F32, F16, BF16: value by value
+        default: { // F32, F16, BF16, and the types read value by value (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4)
             let i0 = c * 32u;
             var s = Acc();
             for (var j = 0u; j < 32u && i0 + j < p.n_in; j++) {

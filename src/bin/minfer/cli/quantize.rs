@@ -20,6 +20,18 @@ pub enum QuantizeCommandError {
         /// The names accepted.
         known: String,
     },
+    /// A file type of llama-quantize's that `quantize` does not write yet.
+    #[error(
+        "cannot quantize to {target}: minfer does not write llama-quantize's {target} yet ({why}); the types are {known}"
+    )]
+    NotWritten {
+        /// The name given.
+        target: String,
+        /// What it lacks.
+        why: &'static str,
+        /// The names accepted.
+        known: String,
+    },
     /// The input could not be opened.
     #[error(transparent)]
     Gguf(#[from] minfer::gguf::GgufError),
@@ -39,14 +51,47 @@ pub fn quantize(
     n_threads: usize,
     log: &mut impl Write,
 ) -> Result<(), QuantizeCommandError> {
-    let ftype = FileType::from_name(target).ok_or_else(|| QuantizeCommandError::Target {
-        target: target.to_string(),
-        known: FileType::names().collect::<Vec<_>>().join(", "),
+    let known = || FileType::names().collect::<Vec<_>>().join(", ");
+    let ftype = FileType::from_name(target).ok_or_else(|| match not_written(target) {
+        Some(why) => QuantizeCommandError::NotWritten {
+            target: target.to_string(),
+            why,
+            known: known(),
+        },
+        None => QuantizeCommandError::Target {
+            target: target.to_string(),
+            known: known(),
+        },
     })?;
     let file = GgufFile::open(input)?;
     let options = QuantizeOptions { ftype, pure, n_threads };
     quantize_file(&file, output, options, |p| writeln!(log, "{}", progress_line(p)))?;
     Ok(())
+}
+
+/// Why llama-quantize's file type `name` is not one `quantize` writes, if it is one of its.
+fn not_written(name: &str) -> Option<&'static str> {
+    const NEED_IMATRIX: &[&str] = &[
+        "Q2_K_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "IQ3_XXS",
+    ];
+    const NO_QUANTIZER: &[&str] = &[
+        "IQ3_XS",
+        "IQ3_S",
+        "IQ3_M",
+        "TQ1_0",
+        "TQ2_0",
+        "MXFP4_MOE",
+        "Q1_0",
+        "Q2_0",
+        "COPY",
+    ];
+    if NEED_IMATRIX.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        Some("it needs an importance matrix, which quantize does not take yet")
+    } else if NO_QUANTIZER.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        Some("no quantizer for its types here")
+    } else {
+        None
+    }
 }
 
 /// `[  12/ 291] blk.0.ffn_down.weight   F32   -> Q6_K  [4864, 896]`, and why a tensor fell
