@@ -302,9 +302,7 @@ impl State<'_> {
                 new_type = if self.facts.n_gqa >= 4 { T::Q4_K } else { T::Q3_K };
             } else if ftype == F::Q3_K_M {
                 new_type = if self.i_attention_wv < 2 { T::Q5_K } else { T::Q4_K };
-            } else if ftype == F::Q3_K_L {
-                new_type = T::Q5_K;
-            } else if matches!(ftype, F::IQ4_NL | F::IQ4_XS) && self.facts.n_gqa >= 4 {
+            } else if ftype == F::Q3_K_L || (matches!(ftype, F::IQ4_NL | F::IQ4_XS) && self.facts.n_gqa >= 4) {
                 new_type = T::Q5_K;
             } else if matches!(ftype, F::Q4_K_M | F::Q5_K_M)
                 && Self::use_more_bits(self.i_attention_wv, self.n_attention_wv)
