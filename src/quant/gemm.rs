@@ -3,7 +3,7 @@
 //! panel instead of once per token, and each VNNI instruction works for 16 rows at once; and
 //! those of repacked weights (`super::repack`, [`gemm_rows_repacked`]), which every tile of up
 //! to eight tokens multiplies straight from the records, with the panel kernel's arithmetic. Two kernels:
-//! the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and the K-quants (Q2_K to Q6_K),
+//! the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and the K-quants (Q2_K to Q6_K, and IQ4_XS),
 //! both `vpdpbusd` on unsigned levels (the K-quants scale each sub-block's sum with `vpmulld`).
 //! Which type has which is its row of the type table (`super::traits`): a [`PanelKernel`].
 //!

@@ -91,10 +91,11 @@ fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
     }
 }
 
-/// The 16 scales of a block, unbiased (`scale_j - 32`, in -32..=31): scale `j`'s low nibble is
-/// nibble `j / 8` of byte `j % 8`, its top two bits bits `2 (j / 4)` of byte `8 + j % 4`.
-/// Unpacked as ggml's dot products do, four at a time in 32-bit words.
-pub fn scales(b: &BlockQ3K) -> [i8; QK_K / 16] {
+/// The 16 six-bit scales of a block, biased (0..=63), four to a little-endian word: scale `j`
+/// is byte `j % 4` of word `j / 4`. Scale `j`'s low nibble is nibble `j / 8` of byte `j % 8`,
+/// its top two bits bits `2 (j / 4)` of byte `8 + j % 4`; unpacked as ggml's dot products do,
+/// four at a time.
+pub fn scale_words(b: &BlockQ3K) -> [u32; 4] {
     const LOW: u32 = 0x0f0f_0f0f;
     const TOP: u32 = 0x0303_0303;
     let word = |i: usize| {
@@ -106,12 +107,17 @@ pub fn scales(b: &BlockQ3K) -> [i8; QK_K / 16] {
         ])
     };
     let (a0, a1, top) = (word(0), word(1), word(2));
-    let words = [
+    [
         (a0 & LOW) | ((top & TOP) << 4),
         (a1 & LOW) | (((top >> 2) & TOP) << 4),
         ((a0 >> 4) & LOW) | (((top >> 4) & TOP) << 4),
         ((a1 >> 4) & LOW) | (((top >> 6) & TOP) << 4),
-    ];
+    ]
+}
+
+/// The 16 scales of a block, unbiased (`scale_j - 32`, in -32..=31).
+pub fn scales(b: &BlockQ3K) -> [i8; QK_K / 16] {
+    let words = scale_words(b);
     std::array::from_fn(|j| (words[j / 4].to_le_bytes()[j % 4] as i8).wrapping_sub(32))
 }
 

@@ -755,7 +755,7 @@ type_table! {
     Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q6_k, rows none, panel k(Q6_K));
     Q8_K: quant(q8_k::BlockQ8K, dot none, simd none, rows none, panel none);
     IQ4_NL: quant(iq4_nl::BlockIq4Nl, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_iq4_nl, rows x86::legacy::rows_iq4_nl, panel none);
-    IQ4_XS: quant(iq4_xs::BlockIq4Xs, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_iq4_xs, rows none, panel none);
+    IQ4_XS: quant(iq4_xs::BlockIq4Xs, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_iq4_xs, rows x86::k_quants::rows_iq4_xs, panel k(IQ4_XS));
     MXFP4: quant(mxfp4::BlockMxfp4, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_mxfp4, rows x86::legacy::rows_mxfp4, panel none);
 }
 

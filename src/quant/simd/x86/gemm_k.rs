@@ -1,15 +1,18 @@
-//! The AVX-512 VNNI panel kernel for the K-quants (Q2_K to Q6_K) against Q8_K activations: 16
-//! weight rows against a tile of up to 8 token rows, bit-identical to the types' `vec_dot_ref`.
+//! The AVX-512 VNNI panel kernel for the K-quants (Q2_K to Q6_K) and IQ4_XS against Q8_K
+//! activations: 16 weight rows against a tile of up to 8 token rows, bit-identical to the types'
+//! `vec_dot_ref`.
 //!
-//! The references take one exact integer per super-block and row: the levels times the
+//! The K-quant references take one exact integer per super-block and row: the levels times the
 //! activations, summed per sub-block and times the sub-block's scale. A panel is unpacked into
 //! the unsigned levels (four consecutive ones of a row per 32-bit word, so a sub-block is 8 or 4
 //! words), one `vpdpbusd` against a token's matching four activation bytes (a broadcast straight
 //! from the Q8_K block) adds four products for 16 rows at once, and one `vpmulld` per sub-block
 //! applies its scale. The integer parts that do not depend on the levels come from the
 //! activations' group sums with `vpdpwssd`: the minimums of Q2_K, Q4_K and Q5_K, and the
-//! offsets of Q6_K and Q3_K (their stored levels are the signed ones plus 32 and plus 4). The float steps per super-block are then
-//! the references', in their order.
+//! offsets of Q6_K and Q3_K (their stored levels are the signed ones plus 32 and plus 4). The
+//! float steps per super-block are then the references', in their order. IQ4_XS's reference
+//! takes a float step per block of 32 instead (`iq4_xs_block`): its table values are unpacked
+//! 128 up, and each block's sum, less 128 times its activations' sum, is scaled and added.
 //!
 //! Repacked Q4_K weights (`crate::quant::repack`) go through the same arithmetic:
 //! `repacked_tile_q4_k` reads a record's levels, scales and minimums straight into these vectors.
@@ -23,6 +26,8 @@
 
 use super::*;
 use crate::quant::fp16::f16_to_f32;
+use crate::quant::iq4_nl;
+use crate::quant::iq4_xs::{self, BlockIq4Xs};
 use crate::quant::k_quants::unpack_scales_mins_k4;
 use crate::quant::q2_k::{self, BlockQ2K};
 use crate::quant::q3_k::{self, BlockQ3K};
@@ -39,6 +44,7 @@ pub(crate) const Q6_K: u8 = 1;
 pub(crate) const Q5_K: u8 = 2;
 pub(crate) const Q3_K: u8 = 3;
 pub(crate) const Q2_K: u8 = 4;
+pub(crate) const IQ4_XS: u8 = 5;
 
 /// How many records ahead the repacked tiles of Q4_K (index [`Q4_K`]) and Q6_K ([`Q6_K`])
 /// prefetch. The best distance depends on the CPU: one record measured 20-25 % faster than
@@ -82,7 +88,7 @@ const Q8_K_BSUMS: usize = std::mem::offset_of!(BlockQ8K, bsums);
 
 /// Sub-blocks per super-block of `KIND`.
 const fn subs(kind: u8) -> usize {
-    if matches!(kind, Q4_K | Q5_K) {
+    if matches!(kind, Q4_K | Q5_K | IQ4_XS) {
         8
     } else {
         16
@@ -151,6 +157,19 @@ fn unpack_block<const KIND: u8>(blk: &[u8]) -> Unpacked {
                 0.0,
             )
         }
+        IQ4_XS => {
+            let b: BlockIq4Xs = bytemuck::pod_read_unaligned(blk);
+            scales[..8].copy_from_slice(&iq4_xs::scales(&b));
+            // The table's values stored 128 up (1..=241), undone per block of 32 by
+            // `iq4_xs_block`; every 4-bit index of weight `32 ib + j` is nibble `j / 16` of
+            // `qs[16 ib + j % 16]`.
+            let levels = std::array::from_fn(|i| {
+                let (ib, j) = (i / 32, i % 32);
+                let q = (b.qs[16 * ib + j % 16] >> (4 * (j / 16))) & 0x0f;
+                (iq4_nl::KVALUES[q as usize] as i32 + 128) as u8
+            });
+            (levels, scales, terms, f16_to_f32(b.d), 0.0)
+        }
         Q2_K => {
             let b: BlockQ2K = bytemuck::pod_read_unaligned(blk);
             for (s, &v) in scales.iter_mut().zip(&b.scales) {
@@ -200,6 +219,7 @@ pub(crate) fn unpack_panel_k<const KIND: u8>(
         Q5_K => std::mem::size_of::<BlockQ5K>(),
         Q3_K => std::mem::size_of::<BlockQ3K>(),
         Q2_K => std::mem::size_of::<BlockQ2K>(),
+        IQ4_XS => std::mem::size_of::<BlockIq4Xs>(),
         _ => std::mem::size_of::<BlockQ6K>(),
     };
     let n_subs = subs(KIND);
@@ -304,15 +324,48 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
                     *s = _mm512_dpbusd_epi32(*s, w, word(block(t, sb).add(Q8_K_QS + 4 * at)));
                 }
             }
+            if KIND == IQ4_XS {
+                iq4_xs_block::<T>(p, a, sb, j, &s, &mut acc);
+                continue;
+            }
             let scale = _mm512_loadu_si512(scales.as_ptr().add((sb * n_subs + j) * PANEL).cast());
             for (sumi, s) in sumi.iter_mut().zip(&s) {
                 *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(*s, scale));
             }
         }
-        finish_super_block::<KIND, T>(p, a, sb, sumi, &mut acc);
+        if KIND != IQ4_XS {
+            finish_super_block::<KIND, T>(p, a, sb, sumi, &mut acc);
+        }
     }
     for (t, acc) in acc.iter().enumerate() {
         _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
+    }
+}
+
+/// IQ4_XS's float step for block `j` (32 values) of super-block `sb`, once `s` holds each
+/// token's sums of the stored levels (the table's values plus 128) times its activations for
+/// the 16 rows: `acc += ((d * d_y) * (scale - 32)) * (s - 128 * Σ y)`, the reference's step
+/// per block, in its order (IQ4_XS takes no integer sum across blocks).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn iq4_xs_block<const T: usize>(
+    p: &PanelK<'_>,
+    a: &TileActivationsK<'_>,
+    sb: usize,
+    j: usize,
+    s: &[__m512i; T],
+    acc: &mut [__m512; T],
+) {
+    let nsb = p.nsb;
+    let d = _mm512_loadu_ps(p.dx.as_ptr().add(sb * PANEL));
+    let ls = _mm512_cvtepi32_ps(_mm512_loadu_si512(p.scales.as_ptr().add((sb * 8 + j) * PANEL).cast()));
+    for (t, (acc, s)) in acc.iter_mut().zip(s).enumerate() {
+        // The activations' sum over the block: half `j % 2` of pair word `j / 2`.
+        let pair = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + j / 2) as u32;
+        let sum_y = i32::from((pair >> (16 * (j % 2))) as u16 as i16);
+        let sumi = _mm512_sub_epi32(*s, _mm512_set1_epi32(128 * sum_y));
+        let d4d8 = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
+        *acc = _mm512_add_ps(*acc, _mm512_mul_ps(_mm512_mul_ps(d4d8, ls), _mm512_cvtepi32_ps(sumi)));
     }
 }
 
@@ -411,13 +464,20 @@ pub(crate) unsafe fn amx_panel_tile_k<const KIND: u8>(
             let tokens = a.data.as_ptr().add(sb * Q8_K_BYTES + Q8_K_QS + j * k);
             let levels = pack.as_ptr().add(sb * PACK_WORDS + j * per_sub * PANEL);
             tiles.product(k, tokens, a.row_bytes, levels.cast(), &mut sums);
+            if KIND == IQ4_XS {
+                let s: [__m512i; T] = std::array::from_fn(|t| _mm512_loadu_si512(sums.as_ptr().add(t * 16).cast()));
+                iq4_xs_block::<T>(p, a, sb, j, &s, &mut acc);
+                continue;
+            }
             let scale = _mm512_loadu_si512(scales.as_ptr().add((sb * n_subs + j) * PANEL).cast());
             for (t, sumi) in sumi.iter_mut().enumerate() {
                 let s = _mm512_loadu_si512(sums.as_ptr().add(t * 16).cast());
                 *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(s, scale));
             }
         }
-        finish_super_block::<KIND, T>(p, a, sb, sumi, &mut acc);
+        if KIND != IQ4_XS {
+            finish_super_block::<KIND, T>(p, a, sb, sumi, &mut acc);
+        }
     }
     for (t, acc) in acc.iter().enumerate() {
         _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);

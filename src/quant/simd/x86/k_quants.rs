@@ -246,8 +246,8 @@ pub(in crate::quant) unsafe fn vec_dot_q3_k<const VNNI: bool, const N: usize>(x:
     for (i, xb) in x[..n].iter().enumerate() {
         prefetch_ahead(std::slice::from_ref(xb));
         let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
-        let scales = q3_k::scales(xb);
-        let sc = _mm256_cvtepi8_epi16(load16(&scales, 0));
+        let biased = load16(&q3_k::scale_words(xb), 0);
+        let sc = _mm256_cvtepi8_epi16(_mm_sub_epi8(biased, _mm_set1_epi8(32)));
         let s = chunk_scales(sc);
         let mut acc: [__m256i; N] = std::array::from_fn(|r| offset_term::<2>(&yb[r].bsums, sc));
         // Shifted down by one per chunk, as the low bits by two (see `vec_dot_q2_k`).
@@ -327,6 +327,54 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
     sumf
 }
 
+/// The eight terms `(d * d_y * (scale - 32)) * sumi` of an IQ4_XS super-block against a Q8_K
+/// block, the blocks' exact integer sums side by side in one vector (`w`: its levels by block,
+/// from [`iq4_xs_levels`]).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn iq4_xs_terms<const VNNI: bool>(xb: &BlockIq4Xs, w: &[__m256i; 8], y: &BlockQ8K) -> __m256 {
+    let lanes: [__m256i; 8] = std::array::from_fn(|ib| dot_signed::<VNNI>(w[ib], load32(&y.qs, 32 * ib)));
+    let sumi = _mm256_cvtepi32_ps(hsum_8x8(&lanes));
+    let ls = _mm256_cvtepi32_ps(load32(&iq4_xs::scales(xb), 0));
+    let dx = _mm_cvtss_f32(d_dmin(xb.d, 0));
+    _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx * y.d), ls), sumi)
+}
+
+/// The 256 signed levels of an IQ4_XS super-block by block of 32, from the table.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn iq4_xs_levels(xb: &BlockIq4Xs) -> [__m256i; 8] {
+    std::array::from_fn(|ib| {
+        let qs: &[u8; 16] = xb.qs[16 * ib..16 * ib + 16].try_into().unwrap();
+        table_32(qs, &iq4_nl::KVALUES)
+    })
+}
+
+/// `iq4_xs::vec_dot_ref` of four weight rows `xs` with the activation row `y`: each super-block's
+/// eight terms of the four rows (`iq4_xs_terms`), transposed so that one vector add takes a
+/// block of all four rows, in block order as each row's reference adds them. Four rows give the
+/// additions four independent chains where one row waits on each.
+#[target_feature(enable = "avx2,f16c")]
+pub(in crate::quant) unsafe fn rows_iq4_xs<const VNNI: bool>(xs: [&[u8]; 4], y: &[u8]) -> [f32; 4] {
+    let xs: [&[BlockIq4Xs]; 4] = xs.map(bytemuck::cast_slice);
+    let y: &[BlockQ8K] = bytemuck::cast_slice(y);
+    let n = xs.iter().fold(y.len(), |n, x| n.min(x.len()));
+    let mut sums = _mm_setzero_ps();
+    for (i, yb) in y[..n].iter().enumerate() {
+        let terms: [__m256; 4] = std::array::from_fn(|r| {
+            let xb = &xs[r][i];
+            prefetch_ahead(std::slice::from_ref(xb));
+            iq4_xs_terms::<VNNI>(xb, &iq4_xs_levels(xb), yb)
+        });
+        for b in transpose_4x8(terms) {
+            sums = _mm_add_ps(sums, b);
+        }
+    }
+    let mut out = [0.0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), sums);
+    out
+}
+
 /// `iq4_xs::vec_dot_ref` of the weight row `x` with each of the activation rows `ys`: the eight
 /// blocks' exact integer sums side by side in one vector, their terms
 /// `(d * d_y * (scale - 32)) * sumi` computed at once and added in block order.
@@ -338,17 +386,9 @@ pub(in crate::quant) unsafe fn vec_dot_iq4_xs<const VNNI: bool, const N: usize>(
     for (i, xb) in x[..n].iter().enumerate() {
         prefetch_ahead(std::slice::from_ref(xb));
         let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
-        let w: [__m256i; 8] = std::array::from_fn(|ib| {
-            let qs: &[u8; 16] = xb.qs[16 * ib..16 * ib + 16].try_into().unwrap();
-            table_32(qs, &iq4_nl::KVALUES)
-        });
-        let ls = _mm256_cvtepi32_ps(load32(&iq4_xs::scales(xb), 0));
-        let dx = _mm_cvtss_f32(d_dmin(xb.d, 0));
+        let w = iq4_xs_levels(xb);
         for (sumf, y) in sumf.iter_mut().zip(yb) {
-            let lanes: [__m256i; 8] = std::array::from_fn(|ib| dot_signed::<VNNI>(w[ib], load32(&y.qs, 32 * ib)));
-            let sumi = _mm256_cvtepi32_ps(hsum_8x8(&lanes));
-            let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx * y.d), ls), sumi);
-            for v in lanes_f32(t) {
+            for v in lanes_f32(iq4_xs_terms::<VNNI>(xb, &w, y)) {
                 *sumf += v;
             }
         }

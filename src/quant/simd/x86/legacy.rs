@@ -153,29 +153,6 @@ macro_rules! rowwise {
     }};
 }
 
-/// The lanes of four vectors by lane: element `k` holds lane `k` of `v[0]`, `v[1]`, `v[2]` and
-/// `v[3]`, in that order.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn transpose_4x8(v: [__m256; 4]) -> [__m128; 8] {
-    let (t0, t1) = (_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
-    let (t2, t3) = (_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
-    // u_j holds lanes j (low half) and j + 4 (high half).
-    let u = [
-        _mm256_shuffle_ps(t0, t2, 0x44),
-        _mm256_shuffle_ps(t0, t2, 0xee),
-        _mm256_shuffle_ps(t1, t3, 0x44),
-        _mm256_shuffle_ps(t1, t3, 0xee),
-    ];
-    std::array::from_fn(|k| {
-        if k < 4 {
-            _mm256_castps256_ps128(u[k])
-        } else {
-            _mm256_extractf128_ps(u[k - 4], 1)
-        }
-    })
-}
-
 // `heads8` reads the scale `d` from the first two bytes of every block, and the minimum `m` or
 // the scaled sum `s` from the next two.
 const _: () = {
