@@ -160,14 +160,8 @@ fn unpack_block<const KIND: u8>(blk: &[u8]) -> Unpacked {
         IQ4_XS => {
             let b: BlockIq4Xs = bytemuck::pod_read_unaligned(blk);
             scales[..8].copy_from_slice(&iq4_xs::scales(&b));
-            // The table's values stored 128 up (1..=241), undone per block of 32 by
-            // `iq4_xs_block`; every 4-bit index of weight `32 ib + j` is nibble `j / 16` of
-            // `qs[16 ib + j % 16]`.
-            let levels = std::array::from_fn(|i| {
-                let (ib, j) = (i / 32, i % 32);
-                let q = (b.qs[16 * ib + j % 16] >> (4 * (j / 16))) & 0x0f;
-                (iq4_nl::KVALUES[q as usize] as i32 + 128) as u8
-            });
+            // SAFETY: the panel kernels run only on CPUs with AVX-512, so with SSSE3.
+            let levels = unsafe { iq4_xs_levels_128(&b) };
             (levels, scales, terms, f16_to_f32(b.d), 0.0)
         }
         Q2_K => {
@@ -199,6 +193,25 @@ fn unpack_block<const KIND: u8>(blk: &[u8]) -> Unpacked {
             (levels, scales, terms, f16_to_f32(d), f16_to_f32(dmin))
         }
     }
+}
+
+/// IQ4_XS's levels, the table's values stored 128 up (1..=241; `iq4_xs_block`'s offsets undo
+/// it): the 4-bit index of weight `32 ib + j` is nibble `j / 16` of `qs[16 ib + j % 16]`, looked
+/// up 16 at a time with `pshufb`.
+#[target_feature(enable = "ssse3")]
+unsafe fn iq4_xs_levels_128(b: &BlockIq4Xs) -> [u8; 256] {
+    let table: [u8; 16] = iq4_nl::KVALUES.map(|v| (v as i32 + 128) as u8);
+    let table = _mm_loadu_si128(table.as_ptr().cast());
+    let low = _mm_set1_epi8(0x0f);
+    let mut levels = [0u8; 256];
+    for (qs, out) in b.qs.chunks_exact(16).zip(levels.chunks_exact_mut(32)) {
+        let q = _mm_loadu_si128(qs.as_ptr().cast());
+        let lo = _mm_shuffle_epi8(table, _mm_and_si128(q, low));
+        let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), low));
+        _mm_storeu_si128(out.as_mut_ptr().cast(), lo);
+        _mm_storeu_si128(out[16..].as_mut_ptr().cast(), hi);
+    }
+    levels
 }
 
 /// Unpacks the rows `rows` (at most [`PANEL`]) of the weight `w` (`nsb` super-blocks per row)
@@ -315,8 +328,20 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
         let mut sumi = [_mm512_setzero_si512(); T];
+        let d4d8 = if KIND == IQ4_XS {
+            iq4_xs_d4d8::<T>(p, a, sb)
+        } else {
+            [_mm512_setzero_ps(); T]
+        };
         for j in 0..n_subs {
-            let mut s = [_mm512_setzero_si512(); T];
+            // IQ4_XS's sums start from the offset of its levels.
+            let mut s: [__m512i; T] = std::array::from_fn(|t| {
+                if KIND == IQ4_XS {
+                    _mm512_set1_epi32(iq4_xs_offset(a, nsb, t, sb, j))
+                } else {
+                    _mm512_setzero_si512()
+                }
+            });
             for k in 0..per_sub {
                 let at = j * per_sub + k;
                 let w = _mm512_loadu_si512(pack.as_ptr().add(sb * PACK_WORDS + at * PANEL).cast());
@@ -325,7 +350,7 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
                 }
             }
             if KIND == IQ4_XS {
-                iq4_xs_block::<T>(p, a, sb, j, &s, &mut acc);
+                iq4_xs_block::<T>(p, sb, j, &d4d8, &s, &mut acc);
                 continue;
             }
             let scale = _mm512_loadu_si512(scales.as_ptr().add((sb * n_subs + j) * PANEL).cast());
@@ -342,30 +367,39 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
     }
 }
 
-/// IQ4_XS's float step for block `j` (32 values) of super-block `sb`, once `s` holds each
-/// token's sums of the stored levels (the table's values plus 128) times its activations for
-/// the 16 rows: `acc += ((d * d_y) * (scale - 32)) * (s - 128 * Σ y)`, the reference's step
-/// per block, in its order (IQ4_XS takes no integer sum across blocks).
+/// `-128 * Σ y` over block `j` (32 values) of token `t`'s super-block `sb`: what IQ4_XS's
+/// levels, unpacked 128 up, add to the block's sum (half `j % 2` of pair word `j / 2`).
+#[inline(always)]
+unsafe fn iq4_xs_offset(a: &TileActivationsK<'_>, nsb: usize, t: usize, sb: usize, j: usize) -> i32 {
+    let pair = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + j / 2) as u32;
+    -128 * i32::from((pair >> (16 * (j % 2))) as u16 as i16)
+}
+
+/// Each token's `d * d_y` of super-block `sb` for the 16 rows (IQ4_XS's `d4d8`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn iq4_xs_d4d8<const T: usize>(p: &PanelK<'_>, a: &TileActivationsK<'_>, sb: usize) -> [__m512; T] {
+    let d = _mm512_loadu_ps(p.dx.as_ptr().add(sb * PANEL));
+    std::array::from_fn(|t| _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * p.nsb + sb))))
+}
+
+/// IQ4_XS's float step for block `j` (32 values) of super-block `sb`, once `sumi` holds each
+/// token's exact sums of the block's levels times its activations for the 16 rows:
+/// `acc += ((d * d_y) * (scale - 32)) * sumi`, the reference's step per block, in its order
+/// (IQ4_XS takes no integer sum across blocks).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn iq4_xs_block<const T: usize>(
     p: &PanelK<'_>,
-    a: &TileActivationsK<'_>,
     sb: usize,
     j: usize,
-    s: &[__m512i; T],
+    d4d8: &[__m512; T],
+    sumi: &[__m512i; T],
     acc: &mut [__m512; T],
 ) {
-    let nsb = p.nsb;
-    let d = _mm512_loadu_ps(p.dx.as_ptr().add(sb * PANEL));
     let ls = _mm512_cvtepi32_ps(_mm512_loadu_si512(p.scales.as_ptr().add((sb * 8 + j) * PANEL).cast()));
-    for (t, (acc, s)) in acc.iter_mut().zip(s).enumerate() {
-        // The activations' sum over the block: half `j % 2` of pair word `j / 2`.
-        let pair = *a.pairs.get_unchecked((t * nsb + sb) * PAIR_WORDS + j / 2) as u32;
-        let sum_y = i32::from((pair >> (16 * (j % 2))) as u16 as i16);
-        let sumi = _mm512_sub_epi32(*s, _mm512_set1_epi32(128 * sum_y));
-        let d4d8 = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(t * nsb + sb)));
-        *acc = _mm512_add_ps(*acc, _mm512_mul_ps(_mm512_mul_ps(d4d8, ls), _mm512_cvtepi32_ps(sumi)));
+    for ((acc, sumi), d4d8) in acc.iter_mut().zip(sumi).zip(d4d8) {
+        *acc = _mm512_add_ps(*acc, _mm512_mul_ps(_mm512_mul_ps(*d4d8, ls), _mm512_cvtepi32_ps(*sumi)));
     }
 }
 
@@ -465,8 +499,12 @@ pub(crate) unsafe fn amx_panel_tile_k<const KIND: u8>(
             let levels = pack.as_ptr().add(sb * PACK_WORDS + j * per_sub * PANEL);
             tiles.product(k, tokens, a.row_bytes, levels.cast(), &mut sums);
             if KIND == IQ4_XS {
-                let s: [__m512i; T] = std::array::from_fn(|t| _mm512_loadu_si512(sums.as_ptr().add(t * 16).cast()));
-                iq4_xs_block::<T>(p, a, sb, j, &s, &mut acc);
+                let s: [__m512i; T] = std::array::from_fn(|t| {
+                    let s = _mm512_loadu_si512(sums.as_ptr().add(t * 16).cast());
+                    _mm512_add_epi32(s, _mm512_set1_epi32(iq4_xs_offset(a, nsb, t, sb, j)))
+                });
+                let d4d8 = iq4_xs_d4d8::<T>(p, a, sb);
+                iq4_xs_block::<T>(p, sb, j, &d4d8, &s, &mut acc);
                 continue;
             }
             let scale = _mm512_loadu_si512(scales.as_ptr().add((sb * n_subs + j) * PANEL).cast());
