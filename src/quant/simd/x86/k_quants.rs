@@ -10,7 +10,7 @@
 
 use super::*;
 use crate::quant::iq4_nl;
-use crate::quant::iq4_xs::{self, BlockIq4Xs};
+use crate::quant::iq4_xs::BlockIq4Xs;
 use crate::quant::k_quants::unpack_scales_mins_k4;
 use crate::quant::q2_k::BlockQ2K;
 use crate::quant::q3_k::{self, BlockQ3K};
@@ -327,26 +327,72 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
     sumf
 }
 
+/// IQ4_XS's table, each value 128 up (1..=241): unsigned levels for `vpdpbusd`.
+const IQ4_TABLE_128: [i8; 16] = {
+    let mut t = [0i8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (iq4_nl::KVALUES[i] as i32 + 128) as u8 as i8;
+        i += 1;
+    }
+    t
+};
+
 /// The eight terms `(d * d_y * (scale - 32)) * sumi` of an IQ4_XS super-block against a Q8_K
 /// block, the blocks' exact integer sums side by side in one vector (`w`: its levels by block,
-/// from [`iq4_xs_levels`]).
+/// from [`iq4_xs_levels`]). With VNNI the levels are 128 up and `vpdpbusd` multiplies them
+/// as they are, less `128 * Σ y` per block (from the activations' group sums); without, they
+/// are signed and multiplied by `dot_signed`.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn iq4_xs_terms<const VNNI: bool>(xb: &BlockIq4Xs, w: &[__m256i; 8], y: &BlockQ8K) -> __m256 {
-    let lanes: [__m256i; 8] = std::array::from_fn(|ib| dot_signed::<VNNI>(w[ib], load32(&y.qs, 32 * ib)));
-    let sumi = _mm256_cvtepi32_ps(hsum_8x8(&lanes));
-    let ls = _mm256_cvtepi32_ps(load32(&iq4_xs::scales(xb), 0));
+    let sumi = if VNNI {
+        let lanes: [__m256i; 8] =
+            std::array::from_fn(|ib| dpbusd(_mm256_setzero_si256(), w[ib], load32(&y.qs, 32 * ib)));
+        // Lane ib: the sum of block ib's 32 activations, the two group sums of 16.
+        let block_sums = _mm256_madd_epi16(load32(&y.bsums, 0), _mm256_set1_epi16(1));
+        _mm256_sub_epi32(hsum_8x8(&lanes), _mm256_slli_epi32(block_sums, 7))
+    } else {
+        let lanes: [__m256i; 8] = std::array::from_fn(|ib| dot_signed::<VNNI>(w[ib], load32(&y.qs, 32 * ib)));
+        hsum_8x8(&lanes)
+    };
     let dx = _mm_cvtss_f32(d_dmin(xb.d, 0));
-    _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx * y.d), ls), sumi)
+    _mm256_mul_ps(
+        _mm256_mul_ps(_mm256_set1_ps(dx * y.d), iq4_xs_scales(xb)),
+        _mm256_cvtepi32_ps(sumi),
+    )
 }
 
-/// The 256 signed levels of an IQ4_XS super-block by block of 32, from the table.
+/// The eight block scales of an IQ4_XS super-block, unbiased, as f32 lanes: block `j`'s low
+/// nibble is bits `4j..4j + 4` of `scales_l` read as one word, its top two bits bits `2j` and
+/// `2j + 1` of `scales_h`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn iq4_xs_levels(xb: &BlockIq4Xs) -> [__m256i; 8] {
+unsafe fn iq4_xs_scales(xb: &BlockIq4Xs) -> __m256 {
+    let low = _mm256_srlv_epi32(
+        _mm256_set1_epi32(i32::from_le_bytes(xb.scales_l)),
+        _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
+    );
+    let high = _mm256_srlv_epi32(
+        _mm256_set1_epi32(i32::from(xb.scales_h)),
+        _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14),
+    );
+    let ls = _mm256_or_si256(
+        _mm256_and_si256(low, _mm256_set1_epi32(0x0f)),
+        _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4),
+    );
+    _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)))
+}
+
+/// The 256 levels of an IQ4_XS super-block by block of 32, from the table: 128 up for the VNNI
+/// kernels, signed for the others.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn iq4_xs_levels<const VNNI: bool>(xb: &BlockIq4Xs) -> [__m256i; 8] {
+    let table = if VNNI { &IQ4_TABLE_128 } else { &iq4_nl::KVALUES };
     std::array::from_fn(|ib| {
         let qs: &[u8; 16] = xb.qs[16 * ib..16 * ib + 16].try_into().unwrap();
-        table_32(qs, &iq4_nl::KVALUES)
+        table_32(qs, table)
     })
 }
 
@@ -364,7 +410,7 @@ pub(in crate::quant) unsafe fn rows_iq4_xs<const VNNI: bool>(xs: [&[u8]; 4], y: 
         let terms: [__m256; 4] = std::array::from_fn(|r| {
             let xb = &xs[r][i];
             prefetch_ahead(std::slice::from_ref(xb));
-            iq4_xs_terms::<VNNI>(xb, &iq4_xs_levels(xb), yb)
+            iq4_xs_terms::<VNNI>(xb, &iq4_xs_levels::<VNNI>(xb), yb)
         });
         for b in transpose_4x8(terms) {
             sums = _mm_add_ps(sums, b);
@@ -386,7 +432,7 @@ pub(in crate::quant) unsafe fn vec_dot_iq4_xs<const VNNI: bool, const N: usize>(
     for (i, xb) in x[..n].iter().enumerate() {
         prefetch_ahead(std::slice::from_ref(xb));
         let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
-        let w = iq4_xs_levels(xb);
+        let w = iq4_xs_levels::<VNNI>(xb);
         for (sumf, y) in sumf.iter_mut().zip(yb) {
             for v in lanes_f32(iq4_xs_terms::<VNNI>(xb, &w, y)) {
                 *sumf += v;
