@@ -296,7 +296,13 @@ fn duplicate_tensor_names_are_refused() {
 
 #[test]
 fn an_unknown_ggml_type_id_is_refused_naming_the_tensor_and_id() {
-    for id in [4u32, 31, 40, 1000] {
+    for (id, says) in [
+        (4u32, "(Q4_2, removed from ggml)"),
+        (31, "(Q4_0_4_4, removed from GGUF files by llama.cpp"),
+        (38, "(IQ4_NL_8_8, removed"),
+        (40, "(NVFP4, which minfer does not read yet)"),
+        (1000, "unknown ggml type id 1000"),
+    ] {
         let mut r = Raw::header(3, 1, 0);
         r.tensor("w", &[4], id, 0).data(64);
         let err = r.parse();
@@ -304,6 +310,7 @@ fn an_unknown_ggml_type_id_is_refused_naming_the_tensor_and_id() {
             matches!(err, GgufError::UnknownTensorType { ref name, type_id, .. } if name == "w" && type_id == id),
             "{err}"
         );
+        assert!(err.to_string().contains(says), "{err}");
     }
 }
 

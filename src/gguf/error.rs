@@ -154,7 +154,7 @@ pub enum GgufError {
         max: usize,
     },
     /// A tensor's type id is not a ggml type minfer knows.
-    #[error("tensor '{name}' at offset {offset}: unknown ggml type id {type_id}")]
+    #[error("tensor '{name}' at offset {offset}: unknown ggml type id {type_id}{known_as}")]
     UnknownTensorType {
         /// The tensor name.
         name: String,
@@ -162,6 +162,9 @@ pub enum GgufError {
         offset: u64,
         /// The type id read.
         type_id: u32,
+        /// What ggml calls the id, when it names one minfer cannot read
+        /// ([`crate::quant::unreadable_type_id`]); empty otherwise.
+        known_as: &'static str,
     },
     /// A tensor's element count or byte size overflows (ggml counts elements in `int64_t`).
     #[error("tensor '{name}': shape {shape:?} overflows the element count")]

@@ -192,6 +192,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header> {
             name: name.clone(),
             offset: type_offset,
             type_id,
+            known_as: crate::quant::unreadable_type_id(type_id),
         })?;
         let offset = c.u64(&|| format!("data offset of tensor '{name}'"))?;
         let size = tensor_size(&name, ggml_type, &shape)?;

@@ -201,6 +201,27 @@ ggml_types! {
     MXFP4 = 39, "MXFP4", 32, 17;
 }
 
+/// What ggml calls a tensor type id minfer cannot read, for the error that refuses it: the
+/// types llama.cpp removed from GGUF files (the interleaved `Q4_0_4_4` family, which it now
+/// repacks at load instead) and those it defines that minfer has no layout for. Empty for ids
+/// ggml never defined.
+pub fn unreadable_type_id(id: u32) -> &'static str {
+    match id {
+        4 => " (Q4_2, removed from ggml)",
+        5 => " (Q4_3, removed from ggml)",
+        31 => " (Q4_0_4_4, removed from GGUF files by llama.cpp: convert the model again)",
+        32 => " (Q4_0_4_8, removed from GGUF files by llama.cpp: convert the model again)",
+        33 => " (Q4_0_8_8, removed from GGUF files by llama.cpp: convert the model again)",
+        36 => " (IQ4_NL_4_4, removed from GGUF files by llama.cpp: convert the model again)",
+        37 => " (IQ4_NL_4_8, removed from GGUF files by llama.cpp: convert the model again)",
+        38 => " (IQ4_NL_8_8, removed from GGUF files by llama.cpp: convert the model again)",
+        40 => " (NVFP4, which minfer does not read yet)",
+        41 => " (Q1_0, which minfer does not read yet)",
+        42 => " (Q2_0, which minfer does not read yet)",
+        _ => "",
+    }
+}
+
 impl GgmlType {
     /// The types minfer can dequantize (and so load as weights): the rows of the type table
     /// ([`traits`]), in its order.
