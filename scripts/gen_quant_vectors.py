@@ -24,7 +24,7 @@ Files (all little-endian, no header):
   <T>.blocks.bin           64 super-blocks of random bytes with sane f16 scales
   <T>.dequant.f32          gguf.quants.dequantize(blocks, T) as float32
       for T in Q2_K Q3_K Q4_K Q5_K Q6_K (gguf-py 0.19.0 cannot quantize these)
-      and IQ4_NL IQ4_XS MXFP4 (as many blocks as make 64 x 256 values)
+      and IQ4_NL IQ4_XS MXFP4 TQ1_0 TQ2_0 (as many blocks as make 64 x 256 values)
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ BLOCK = 32  # block size of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
 
 INPUT_SEED = 20240601
 KQUANT_SEEDS = {QT.Q2_K: 2002, QT.Q3_K: 3003, QT.Q4_K: 4004, QT.Q5_K: 5005, QT.Q6_K: 6006,
-                QT.IQ4_NL: 4104, QT.IQ4_XS: 4204, QT.MXFP4: 4304}
+                QT.IQ4_NL: 4104, QT.IQ4_XS: 4204, QT.MXFP4: 4304, QT.TQ1_0: 1001, QT.TQ2_0: 2020}
 
 QUANTIZABLE = [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0]
-DEQUANT_ONLY = [QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4]
+DEQUANT_ONLY = [QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4, QT.TQ1_0, QT.TQ2_0]
 
 F32_LE = np.dtype("<f4")
 U32_LE = np.dtype("<u4")
@@ -368,6 +368,10 @@ def kquant_blocks(qtype: QT) -> np.ndarray:
         raw[:, 82:84] = dmin.astype("<f2").reshape(n, 1).view(np.uint8)
         # block 15: every scale and min at 15
         raw[15, 0:16] = 0xFF
+    elif qtype == QT.TQ1_0:  # qs[48] qh[4] d (f16 @ 52)
+        raw[:, 52:54] = d.astype("<f2").reshape(n, 1).view(np.uint8)
+    elif qtype == QT.TQ2_0:  # qs[64] d (f16 @ 64)
+        raw[:, 64:66] = d.astype("<f2").reshape(n, 1).view(np.uint8)
     elif qtype == QT.IQ4_NL:  # d (f16 @ 0) qs[16]
         raw[:, 0:2] = d.astype("<f2").reshape(n, 1).view(np.uint8)
     elif qtype == QT.IQ4_XS:  # d (f16 @ 0) scales_h (u16 @ 2) scales_l[4] qs[128]

@@ -1003,8 +1003,8 @@ fn the_cases_cover_every_op_of_the_ir_and_every_weight_type() {
     }
     assert_eq!(
         weight_types().len(),
-        16,
-        "F32, F16, BF16 and the thirteen quantized types"
+        18,
+        "F32, F16, BF16 and the fifteen quantized types"
     );
 }
 

@@ -230,7 +230,7 @@ fn a_file_written_by_us_reads_the_same_in_gguf_py_and_in_our_reader() {
     assert_eq!(common::dump_json(&ours), theirs);
 }
 
-/// gguf-py cannot quantize Q2_K, Q3_K, IQ4_NL, IQ4_XS or MXFP4: their bytes come from
+/// gguf-py cannot quantize Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0 or TQ2_0: their bytes come from
 /// llama.cpp 0c1e570 itself (`ggml_quantize_chunk` without an importance matrix, what
 /// llama-quantize calls: `quantize_row_q{2,3}_K_ref`, `quantize_iq4_{nl,xs}` with their search
 /// over 15 scales, `quantize_row_mxfp4_ref`) on the common input,
@@ -290,4 +290,24 @@ fn iq4_xs_quantizes_to_llama_cpps_bytes() {
 #[test]
 fn mxfp4_quantizes_to_llama_cpps_bytes() {
     assert_quantizes_to_llama_cpps_bytes(GgmlType::MXFP4);
+}
+
+#[test]
+fn tq1_0_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("TQ1_0");
+}
+
+#[test]
+fn tq2_0_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("TQ2_0");
+}
+
+#[test]
+fn tq1_0_quantizes_to_llama_cpps_bytes() {
+    assert_quantizes_to_llama_cpps_bytes(GgmlType::TQ1_0);
+}
+
+#[test]
+fn tq2_0_quantizes_to_llama_cpps_bytes() {
+    assert_quantizes_to_llama_cpps_bytes(GgmlType::TQ2_0);
 }

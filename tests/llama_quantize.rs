@@ -141,7 +141,10 @@ fn the_quantize_command_writes_llama_quantizes_files() {
         assert!(!run.status.success() && err.contains(says), "{args:?}: {err}");
     };
     refused(&["Q2_K_S"], "Q2_K_S yet (it needs an importance matrix");
-    refused(&["IQ3_S"], "IQ3_S yet (no quantizer for its types here)");
+    refused(
+        &["IQ3_S"],
+        "IQ3_S yet (no quantizer for its types, or no rules for the mix, here)",
+    );
     refused(&["Q7_K"], "cannot quantize to Q7_K: the types are");
 }
 

@@ -40,6 +40,8 @@ pub mod q8_1;
 pub mod q8_k;
 pub mod repack;
 pub mod simd;
+pub mod tq1_0;
+pub mod tq2_0;
 pub mod traits;
 
 #[cfg(test)]

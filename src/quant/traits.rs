@@ -20,7 +20,9 @@
 use super::gemm::PanelKernel;
 use super::simd::{self, Isa};
 use super::{float, GgmlType, QuantError};
-use super::{iq4_nl, iq4_xs, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k};
+use super::{
+    iq4_nl, iq4_xs, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k, tq1_0, tq2_0,
+};
 use bytemuck::Pod;
 use std::sync::OnceLock;
 
@@ -756,6 +758,8 @@ type_table! {
     Q8_K: quant(q8_k::BlockQ8K, dot none, simd none, rows none, panel none);
     IQ4_NL: quant(iq4_nl::BlockIq4Nl, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_iq4_nl, rows x86::legacy::rows_iq4_nl, panel none);
     IQ4_XS: quant(iq4_xs::BlockIq4Xs, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_iq4_xs, rows x86::k_quants::rows_iq4_xs, panel k(IQ4_XS));
+    TQ1_0: quant(tq1_0::BlockTq1_0, dot q8_k::BlockQ8K, simd none, rows none, panel none);
+    TQ2_0: quant(tq2_0::BlockTq2_0, dot q8_k::BlockQ8K, simd none, rows none, panel none);
     MXFP4: quant(mxfp4::BlockMxfp4, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_mxfp4, rows x86::legacy::rows_mxfp4, panel none);
 }
 

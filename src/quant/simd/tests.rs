@@ -257,7 +257,7 @@ fn the_chosen_table_runs_on_this_cpu_and_names_its_instruction_set() {
         for row in traits::for_isa(isa).unwrap_or_default() {
             if let Some(dots) = row.block_dots() {
                 use crate::quant::GgmlType::*;
-                let neon = !matches!(row.ty, Q2_K | Q3_K | IQ4_NL | IQ4_XS | MXFP4);
+                let neon = !matches!(row.ty, Q2_K | Q3_K | IQ4_NL | IQ4_XS | MXFP4 | TQ1_0 | TQ2_0);
                 assert_eq!(dots.has_2x2(), isa == Isa::I8mm && neon, "{} on {}", row.ty, isa.name());
             }
         }

@@ -88,7 +88,7 @@ fn not_written(name: &str) -> Option<&'static str> {
     if NEED_IMATRIX.iter().any(|n| n.eq_ignore_ascii_case(name)) {
         Some("it needs an importance matrix, which quantize does not take yet")
     } else if NO_QUANTIZER.iter().any(|n| n.eq_ignore_ascii_case(name)) {
-        Some("no quantizer for its types here")
+        Some("no quantizer for its types, or no rules for the mix, here")
     } else {
         None
     }
