@@ -15,9 +15,9 @@ fn sha256(path: &Path) -> String {
     common::sha256_hex(&std::fs::read(path).unwrap())
 }
 
-const MIXES: [&str; 18] = [
+const MIXES: [&str; 20] = [
     "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16", "Q2_K",
-    "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_NL", "IQ4_XS",
+    "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0",
 ];
 
 /// Every file type from `source` (F32 or F16) of the tiny `arch` model hashes as

@@ -49,6 +49,10 @@ pub enum FileType {
     IQ4_XS = 30,
     /// Matrices in BF16.
     BF16 = 32,
+    /// Ternary TQ1_0 matrices, an untied embedding in Q4_K.
+    TQ1_0 = 36,
+    /// Ternary TQ2_0 matrices, an untied embedding in Q4_K.
+    TQ2_0 = 37,
 }
 
 /// llama-quantize's names (its `QUANT_OPTIONS`), aliases included, for the types we write.
@@ -70,6 +74,8 @@ const NAMES: &[(&str, FileType)] = &[
     ("Q5_K_M", FileType::Q5_K_M),
     ("IQ4_NL", FileType::IQ4_NL),
     ("IQ4_XS", FileType::IQ4_XS),
+    ("TQ1_0", FileType::TQ1_0),
+    ("TQ2_0", FileType::TQ2_0),
     ("Q6_K", FileType::Q6_K),
     ("Q8_0", FileType::Q8_0),
     ("F16", FileType::F16),
@@ -101,6 +107,8 @@ const LLAMA_FTYPES: &[(u64, &str)] = &[
     (25, "IQ4_NL - 4.5 bpw"),
     (30, "IQ4_XS - 4.25 bpw"),
     (32, "BF16"),
+    (36, "TQ1_0 - 1.69 bpw ternary"),
+    (37, "TQ2_0 - 2.06 bpw ternary"),
 ];
 
 /// llama.cpp's name for the `general.file_type` value `id` (`llama_model_ftype_name`), or
@@ -160,6 +168,8 @@ impl FileType {
             FileType::Q6_K => GgmlType::Q6_K,
             FileType::IQ4_NL => GgmlType::IQ4_NL,
             FileType::IQ4_XS => GgmlType::IQ4_XS,
+            FileType::TQ1_0 => GgmlType::TQ1_0,
+            FileType::TQ2_0 => GgmlType::TQ2_0,
         }
     }
 }

@@ -238,7 +238,7 @@ fn fallback(ty: GgmlType, ncols: u64) -> GgmlType {
     }
     let to = match ty {
         GgmlType::IQ4_XS => GgmlType::IQ4_NL,
-        GgmlType::Q2_K | GgmlType::Q3_K => GgmlType::Q4_0,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::TQ1_0 | GgmlType::TQ2_0 => GgmlType::Q4_0,
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
         GgmlType::Q6_K => GgmlType::Q8_0,
@@ -296,7 +296,10 @@ impl State<'_> {
                 new_type = T::Q6_K;
             }
         } else if cat == Category::TokenEmbd {
-            // Our file types leave an untied embedding in the default type.
+            // The ternary types leave an untied embedding in Q4_K; the others in the default.
+            if matches!(ftype, F::TQ1_0 | F::TQ2_0) {
+                new_type = T::Q4_K;
+            }
         } else if is_attn_v(cat) {
             if ftype == F::Q2_K {
                 new_type = if self.facts.n_gqa >= 4 { T::Q4_K } else { T::Q3_K };

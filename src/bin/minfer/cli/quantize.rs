@@ -74,17 +74,7 @@ fn not_written(name: &str) -> Option<&'static str> {
     const NEED_IMATRIX: &[&str] = &[
         "Q2_K_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "IQ3_XXS",
     ];
-    const NO_QUANTIZER: &[&str] = &[
-        "IQ3_XS",
-        "IQ3_S",
-        "IQ3_M",
-        "TQ1_0",
-        "TQ2_0",
-        "MXFP4_MOE",
-        "Q1_0",
-        "Q2_0",
-        "COPY",
-    ];
+    const NO_QUANTIZER: &[&str] = &["IQ3_XS", "IQ3_S", "IQ3_M", "MXFP4_MOE", "Q1_0", "Q2_0", "COPY"];
     if NEED_IMATRIX.iter().any(|n| n.eq_ignore_ascii_case(name)) {
         Some("it needs an importance matrix, which quantize does not take yet")
     } else if NO_QUANTIZER.iter().any(|n| n.eq_ignore_ascii_case(name)) {
