@@ -202,13 +202,24 @@ pub fn quantize_row(x: &[f32], quant_weights: Option<&[f32]>, y: &mut [BlockIq4N
     }
 }
 
+/// The 32 values `table[index]` of 16 bytes of 4-bit indices packed as Q4_0 packs its levels
+/// (weight `j` in the low nibble of `qs[j]`, `j + 16` in the high one): the levels of a block of
+/// IQ4_NL and MXFP4 and of a block of 32 of IQ4_XS.
+pub(crate) fn table_levels_32(qs: &[u8], table: &[i8; 16]) -> [i8; 32] {
+    std::array::from_fn(|j| table[((qs[j % 16] >> (4 * (j / 16))) & 0x0f) as usize])
+}
+
+/// The exact integer dot product of 32 levels with 32 activations.
+pub(crate) fn dot_32(levels: &[i8; 32], y: &[i8]) -> i32 {
+    levels.iter().zip(y).map(|(&l, &y)| l as i32 * y as i32).sum()
+}
+
 /// `dequantize_row_iq4_nl`: every block of `x` into 32 f32 values of `y`.
 pub fn dequantize_row(x: &[BlockIq4Nl], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK4_NL)) {
         let d = f16_to_f32(xb.d);
-        for (j, &q) in xb.qs.iter().enumerate() {
-            yb[j] = d * KVALUES[(q & 0x0f) as usize] as f32;
-            yb[j + QK4_NL / 2] = d * KVALUES[(q >> 4) as usize] as f32;
+        for (o, &l) in yb.iter_mut().zip(&table_levels_32(&xb.qs, &KVALUES)) {
+            *o = d * l as f32;
         }
     }
 }
@@ -219,13 +230,7 @@ pub fn vec_dot_ref(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0.0f32;
     for (xb, yb) in x.iter().zip(y) {
         let d = f16_to_f32(yb.d) * f16_to_f32(xb.d);
-        let (lo, hi) = yb.qs.split_at(QK4_NL / 2);
-        let (mut sumi1, mut sumi2) = (0i32, 0i32);
-        for ((&q, &y0), &y1) in xb.qs.iter().zip(lo).zip(hi) {
-            sumi1 += y0 as i32 * KVALUES[(q & 0x0f) as usize] as i32;
-            sumi2 += y1 as i32 * KVALUES[(q >> 4) as usize] as i32;
-        }
-        sumf += d * (sumi1 + sumi2) as f32;
+        sumf += d * dot_32(&table_levels_32(&xb.qs, &KVALUES), &yb.qs) as f32;
     }
     sumf
 }

@@ -10,7 +10,7 @@
 //! ```
 
 use super::fp16::f16_to_f32;
-use super::iq4_nl::{quantize_impl, Iq4Out, KVALUES};
+use super::iq4_nl::{dot_32, quantize_impl, table_levels_32, Iq4Out, KVALUES};
 use super::k_quants::QK_K;
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
@@ -64,9 +64,8 @@ pub fn dequantize_row(x: &[BlockIq4Xs], y: &mut [f32]) {
         let d = f16_to_f32(xb.d);
         for ((out, qs), ls) in yb.chunks_exact_mut(32).zip(xb.qs.chunks_exact(16)).zip(scales(xb)) {
             let dl = d * ls as f32;
-            for (j, &q) in qs.iter().enumerate() {
-                out[j] = dl * KVALUES[(q & 0x0f) as usize] as f32;
-                out[j + 16] = dl * KVALUES[(q >> 4) as usize] as f32;
+            for (o, &l) in out.iter_mut().zip(&table_levels_32(qs, &KVALUES)) {
+                *o = dl * l as f32;
             }
         }
     }
@@ -79,12 +78,7 @@ pub fn vec_dot_ref(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     for (xb, yb) in x.iter().zip(y) {
         let d4d8 = f16_to_f32(xb.d) * yb.d;
         for ((qs, q8), ls) in xb.qs.chunks_exact(16).zip(yb.qs.chunks_exact(32)).zip(scales(xb)) {
-            let (mut sumi1, mut sumi2) = (0i32, 0i32);
-            for (j, &q) in qs.iter().enumerate() {
-                sumi1 += q8[j] as i32 * KVALUES[(q & 0x0f) as usize] as i32;
-                sumi2 += q8[j + 16] as i32 * KVALUES[(q >> 4) as usize] as i32;
-            }
-            sumf += (d4d8 * ls as f32) * (sumi1 + sumi2) as f32;
+            sumf += (d4d8 * ls as f32) * dot_32(&table_levels_32(qs, &KVALUES), q8) as f32;
         }
     }
     sumf

@@ -10,6 +10,7 @@
 //! instead (`GGML_E8M0_TO_FP32_HALF`), so the dot product against Q8_0 stays in integers.
 
 use super::fp16::f16_to_f32;
+use super::iq4_nl::{dot_32, table_levels_32};
 use super::q8_0::BlockQ8_0;
 use bytemuck::{Pod, Zeroable};
 
@@ -84,9 +85,8 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockMxfp4]) {
 pub fn dequantize_row(x: &[BlockMxfp4], y: &mut [f32]) {
     for (xb, yb) in x.iter().zip(y.chunks_exact_mut(QK_MXFP4)) {
         let d = e8m0_to_f32_half(xb.e);
-        for (j, &q) in xb.qs.iter().enumerate() {
-            yb[j] = KVALUES[(q & 0x0f) as usize] as f32 * d;
-            yb[j + QK_MXFP4 / 2] = KVALUES[(q >> 4) as usize] as f32 * d;
+        for (o, &l) in yb.iter_mut().zip(&table_levels_32(&xb.qs, &KVALUES)) {
+            *o = l as f32 * d;
         }
     }
 }
@@ -97,13 +97,7 @@ pub fn vec_dot_ref(x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0.0f32;
     for (xb, yb) in x.iter().zip(y) {
         let d = f16_to_f32(yb.d) * e8m0_to_f32_half(xb.e);
-        let (lo, hi) = yb.qs.split_at(QK_MXFP4 / 2);
-        let (mut sumi1, mut sumi2) = (0i32, 0i32);
-        for ((&q, &y0), &y1) in xb.qs.iter().zip(lo).zip(hi) {
-            sumi1 += y0 as i32 * KVALUES[(q & 0x0f) as usize] as i32;
-            sumi2 += y1 as i32 * KVALUES[(q >> 4) as usize] as i32;
-        }
-        sumf += d * (sumi1 + sumi2) as f32;
+        sumf += d * dot_32(&table_levels_32(&xb.qs, &KVALUES), &yb.qs) as f32;
     }
     sumf
 }

@@ -80,7 +80,8 @@ fn scale_min_k4(scales: u32, j: u32) -> vec2<f32> {
 var<private> KV_IQ4NL: array<i32, 16> = array<i32, 16>(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 var<private> KV_MXFP4: array<i32, 16> = array<i32, 16>(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 
-// Index j (0-31) of a block's 4-bit indices packed as Q4_0 packs its levels, from byte `qs`.
+// Value j (0-31) of a block's 4-bit values packed as Q4_0 packs them (low nibbles 0-15, high
+// 16-31), from byte `qs`: Q4_0, Q4_1 and Q5_*'s low bits, IQ4_NL's and MXFP4's table indices.
 fn nibble_at(qs: u32, j: u32) -> u32 {
     return (byte_at(qs + (j % 16u)) >> (4u * (j / 16u))) & 0xfu;
 }
@@ -142,28 +143,24 @@ fn value(row: u32, i: u32) -> f32 {
         }
         case 2u: { // Q4_0: d, 16 bytes of nibbles (low: values 0-15, high: 16-31)
             let b = row + (i / 32u) * 18u;
-            let j = i % 32u;
-            let q = (byte_at(b + 2u + (j % 16u)) >> (4u * (j / 16u))) & 0xfu;
-            return f16_at(b) * (f32(q) - 8.0);
+            return f16_at(b) * (f32(nibble_at(b + 2u, i % 32u)) - 8.0);
         }
         case 3u: { // Q4_1: d, m, 16 bytes of nibbles
             let b = row + (i / 32u) * 20u;
-            let j = i % 32u;
-            let q = (byte_at(b + 4u + (j % 16u)) >> (4u * (j / 16u))) & 0xfu;
-            return f16_at(b) * f32(q) + f16_at(b + 2u);
+            return f16_at(b) * f32(nibble_at(b + 4u, i % 32u)) + f16_at(b + 2u);
         }
         case 6u: { // Q5_0: d, qh (32 high bits), 16 bytes of nibbles
             let b = row + (i / 32u) * 22u;
             let j = i % 32u;
             let qh = u16_at(b + 2u) | (u16_at(b + 4u) << 16u);
-            let q = ((byte_at(b + 6u + (j % 16u)) >> (4u * (j / 16u))) & 0xfu) | (((qh >> j) & 1u) << 4u);
+            let q = nibble_at(b + 6u, j) | (((qh >> j) & 1u) << 4u);
             return f16_at(b) * (f32(q) - 16.0);
         }
         case 7u: { // Q5_1: d, m, qh, 16 bytes of nibbles
             let b = row + (i / 32u) * 24u;
             let j = i % 32u;
             let qh = u16_at(b + 4u) | (u16_at(b + 6u) << 16u);
-            let q = ((byte_at(b + 8u + (j % 16u)) >> (4u * (j / 16u))) & 0xfu) | (((qh >> j) & 1u) << 4u);
+            let q = nibble_at(b + 8u, j) | (((qh >> j) & 1u) << 4u);
             return f16_at(b) * f32(q) + f16_at(b + 2u);
         }
         case 8u: { // Q8_0: d, 32 i8
