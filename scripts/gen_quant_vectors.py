@@ -24,7 +24,8 @@ Files (all little-endian, no header):
   <T>.blocks.bin           64 super-blocks of random bytes with sane f16 scales
   <T>.dequant.f32          gguf.quants.dequantize(blocks, T) as float32
       for T in Q2_K Q3_K Q4_K Q5_K Q6_K (gguf-py 0.19.0 cannot quantize these)
-      and IQ4_NL IQ4_XS MXFP4 TQ1_0 TQ2_0 (as many blocks as make 64 x 256 values)
+      and IQ4_NL IQ4_XS MXFP4 TQ1_0 TQ2_0 and the codebook i-quants IQ2_XXS IQ2_XS
+      IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M (as many blocks as make 64 x 256 values)
 """
 
 from __future__ import annotations
@@ -47,10 +48,15 @@ BLOCK = 32  # block size of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
 
 INPUT_SEED = 20240601
 KQUANT_SEEDS = {QT.Q2_K: 2002, QT.Q3_K: 3003, QT.Q4_K: 4004, QT.Q5_K: 5005, QT.Q6_K: 6006,
-                QT.IQ4_NL: 4104, QT.IQ4_XS: 4204, QT.MXFP4: 4304, QT.TQ1_0: 1001, QT.TQ2_0: 2020}
+                QT.IQ4_NL: 4104, QT.IQ4_XS: 4204, QT.MXFP4: 4304, QT.TQ1_0: 1001, QT.TQ2_0: 2020,
+                QT.IQ2_XXS: 2201, QT.IQ2_XS: 2202, QT.IQ2_S: 2203, QT.IQ3_XXS: 3301, QT.IQ3_S: 3302,
+                QT.IQ1_S: 1101, QT.IQ1_M: 1102}
 
 QUANTIZABLE = [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0]
-DEQUANT_ONLY = [QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4, QT.TQ1_0, QT.TQ2_0]
+DEQUANT_ONLY = [QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4, QT.TQ1_0, QT.TQ2_0,
+                QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S, QT.IQ1_M]
+# The codebook i-quants whose f16 super-scale is their first two bytes.
+IQ_D_FIRST = [QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S]
 
 F32_LE = np.dtype("<f4")
 U32_LE = np.dtype("<u4")
@@ -370,6 +376,21 @@ def kquant_blocks(qtype: QT) -> np.ndarray:
         raw[15, 0:16] = 0xFF
     elif qtype == QT.TQ1_0:  # qs[48] qh[4] d (f16 @ 52)
         raw[:, 52:54] = d.astype("<f2").reshape(n, 1).view(np.uint8)
+    elif qtype in IQ_D_FIRST:  # d (f16 @ 0), then grid indices, signs and scales
+        raw[:, 0:2] = d.astype("<f2").reshape(n, 1).view(np.uint8)
+        # block 15: every index, sign and scale bit set; block 16: all clear
+        raw[15, 2:] = 0xFF
+        raw[16, 2:] = 0x00
+    elif qtype == QT.IQ1_M:  # qs[32] qh[16] scales[8]: d in the top nibbles of the four u16 scales
+        bits = d.astype("<f2").view(np.uint16)
+        for k in range(4):
+            nibble = ((bits >> (4 * k)) & 0xF).astype(np.uint8)
+            raw[:, 48 + 2 * k + 1] = (raw[:, 48 + 2 * k + 1] & 0x0F) | (nibble << 4)
+        # block 15: every index, shift and scale bit set (keeping d); block 16: all clear
+        raw[15, 0:48] = 0xFF
+        raw[15, 48:56] |= np.array([0xFF, 0x0F] * 4, dtype=np.uint8)
+        raw[16, 0:48] = 0x00
+        raw[16, 48:56] &= np.array([0x00, 0xF0] * 4, dtype=np.uint8)
     elif qtype == QT.TQ2_0:  # qs[64] d (f16 @ 64)
         raw[:, 64:66] = d.astype("<f2").reshape(n, 1).view(np.uint8)
     elif qtype == QT.IQ4_NL:  # d (f16 @ 0) qs[16]

@@ -73,8 +73,7 @@ impl MemWeights {
     fn add(&mut self, rng: &mut Rng, name: &str, ty: GgmlType, shape: &[u64]) {
         let n: u64 = shape.iter().product();
         let values = rng.vec(n as usize, 1.0);
-        let mut bytes = vec![0u8; ty.row_size(n).unwrap() as usize];
-        minfer::quant::quantize_row(ty, &values, &mut bytes).unwrap();
+        let bytes = common::weight_bytes(ty, &values);
         self.tensors.insert(name.to_string(), (ty, shape.to_vec(), bytes));
     }
 
@@ -1003,8 +1002,8 @@ fn the_cases_cover_every_op_of_the_ir_and_every_weight_type() {
     }
     assert_eq!(
         weight_types().len(),
-        18,
-        "F32, F16, BF16 and the fifteen quantized types"
+        25,
+        "F32, F16, BF16 and the twenty-two quantized types"
     );
 }
 

@@ -191,8 +191,7 @@ fn every_feature_writer() -> GgufWriter {
     for (name, ty, shape) in tensors {
         let n: u64 = shape.iter().product();
         let values: Vec<f32> = (0..n).map(value).collect();
-        let mut data = vec![0u8; ty.row_size(shape[0]).unwrap() as usize * (n / shape[0]) as usize];
-        quantize_row(ty, &values, &mut data).unwrap();
+        let data = common::weight_bytes(ty, &values);
         w.add_tensor(&name, ty, &shape, data).unwrap();
     }
     w
@@ -290,6 +289,41 @@ fn iq4_xs_quantizes_to_llama_cpps_bytes() {
 #[test]
 fn mxfp4_quantizes_to_llama_cpps_bytes() {
     assert_quantizes_to_llama_cpps_bytes(GgmlType::MXFP4);
+}
+
+#[test]
+fn iq2_xxs_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("IQ2_XXS");
+}
+
+#[test]
+fn iq2_xs_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("IQ2_XS");
+}
+
+#[test]
+fn iq2_s_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("IQ2_S");
+}
+
+#[test]
+fn iq3_xxs_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("IQ3_XXS");
+}
+
+#[test]
+fn iq3_s_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("IQ3_S");
+}
+
+#[test]
+fn iq1_s_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("IQ1_S");
+}
+
+#[test]
+fn iq1_m_dequantizes_like_gguf_py() {
+    assert_k_quant_dequantizes_like_gguf_py("IQ1_M");
 }
 
 #[test]

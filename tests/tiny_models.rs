@@ -199,6 +199,13 @@ tiny_model_tests! {
     tiny_qwen2_q3_k_matches_llama_cpp: "qwen2", "Q3_K";
     tiny_qwen2_iq4_nl_matches_llama_cpp: "qwen2", "IQ4_NL";
     tiny_qwen2_iq4_xs_matches_llama_cpp: "qwen2", "IQ4_XS";
+    tiny_qwen2_iq2_xxs_matches_llama_cpp: "qwen2", "IQ2_XXS";
+    tiny_qwen2_iq2_xs_matches_llama_cpp: "qwen2", "IQ2_XS";
+    tiny_qwen2_iq2_s_matches_llama_cpp: "qwen2", "IQ2_S";
+    tiny_qwen2_iq3_xxs_matches_llama_cpp: "qwen2", "IQ3_XXS";
+    tiny_qwen2_iq3_s_matches_llama_cpp: "qwen2", "IQ3_S";
+    tiny_qwen2_iq1_s_matches_llama_cpp: "qwen2", "IQ1_S";
+    tiny_qwen2_iq1_m_matches_llama_cpp: "qwen2", "IQ1_M";
     tiny_qwen3_f32_matches_llama_cpp: "qwen3", "F32";
     tiny_qwen3_f16_matches_llama_cpp: "qwen3", "F16";
     tiny_qwen3_bf16_matches_llama_cpp: "qwen3", "BF16";

@@ -105,7 +105,9 @@ fn every_quantized_dot_product_matches_the_analytic_dot_product() {
 fn dot_products_of_quantized_f32_rows_match_the_analytic_dot_product() {
     // The path a matmul takes: both sides produced by the reference quantizers.
     let mut r = XorShift(0x2545_f491_4f6c_dd1d);
-    for (w_row, a_row) in quantized_weights() {
+    // (A type minfer only reads has no reference quantizer: the random blocks of the test above
+    // check it.)
+    for (w_row, a_row) in quantized_weights().filter(|(w, _)| w.can_quantize()) {
         let (wty, aty) = (w_row.ty, a_row.ty);
         let n = 2 * QK_K;
         for trial in 0..20 {
@@ -192,8 +194,8 @@ fn vec_dot_refuses_mismatched_rows_naming_the_operand_and_sizes() {
     );
     let err = vec_dot(GgmlType::F16, &[0; 64], &[0; 34], 32).unwrap_err();
     assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type F16");
-    let err = vec_dot(GgmlType::IQ2_XXS, &[0; 66], &[0; 292], 256).unwrap_err();
-    assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type IQ2_XXS");
+    let err = vec_dot(GgmlType::I32, &[0; 4], &[0; 4], 1).unwrap_err();
+    assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type I32");
 }
 
 #[test]

@@ -22,8 +22,17 @@ pub mod choice;
 pub mod float;
 pub mod fp16;
 pub mod gemm;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
+pub mod iq3_xxs;
 pub mod iq4_nl;
 pub mod iq4_xs;
+mod iq_common;
+pub mod iq_grids;
 pub mod k_quants;
 pub mod mxfp4;
 pub mod q2_k;
@@ -307,12 +316,30 @@ fn checked_row(
     traits::get(ty).ok_or(QuantError::UnsupportedType { ggml_type: ty, op })
 }
 
+/// Whether minfer writes `ty`: [`quantize_row`] quantizes to it. The types minfer only reads
+/// (the i-quants llama.cpp quantizes only with an importance matrix, and those whose search is
+/// not written yet) answer `false`.
+pub fn can_quantize(ty: GgmlType) -> bool {
+    traits::get(ty).is_some_and(|row| row.can_quantize())
+}
+
+/// The row of `ty` for quantizing `n` values into `bytes`: checked sizes, and a type minfer
+/// writes.
+fn writable_row(ty: GgmlType, n: usize, bytes: usize) -> Result<&'static traits::TypeTraits, QuantError> {
+    Some(checked_row(ty, "quantize", n, bytes)?)
+        .filter(|row| row.can_quantize())
+        .ok_or(QuantError::UnsupportedType {
+            ggml_type: ty,
+            op: "quantize",
+        })
+}
+
 /// [`quantize_row`] with the quantizer the type table chose for this CPU: the reference
 /// compiled for AVX-512 where that was chosen, which vectorizes the activation quantizers'
 /// loops. The bytes are `quantize_row`'s.
 #[inline]
 pub fn quantize_activation_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    checked_row(ty, "quantize", src.len(), dst.len())?.quantize(src, dst);
+    writable_row(ty, src.len(), dst.len())?.quantize(src, dst);
     Ok(())
 }
 
@@ -325,7 +352,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
 /// Quantize the f32 values `src` (a whole number of blocks of `ty`) into `dst` with ggml's
 /// reference quantizer for the type.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    checked_row(ty, "quantize", src.len(), dst.len())?.quantize_ref(src, dst);
+    writable_row(ty, src.len(), dst.len())?.quantize_ref(src, dst);
     Ok(())
 }
 
@@ -393,8 +420,10 @@ mod tests {
 
     #[test]
     fn an_unsupported_type_names_itself() {
-        let err = dequantize_row(GgmlType::IQ2_XXS, &[0; 66], &mut [0.0; 256]).unwrap_err();
-        assert_eq!(err.to_string(), "dequantize is not implemented for ggml type IQ2_XXS");
+        let err = dequantize_row(GgmlType::I8, &[0; 1], &mut [0.0; 1]).unwrap_err();
+        assert_eq!(err.to_string(), "dequantize is not implemented for ggml type I8");
+        let err = quantize_row(GgmlType::IQ2_XXS, &[0.0; 256], &mut [0; 66]).unwrap_err();
+        assert_eq!(err.to_string(), "quantize is not implemented for ggml type IQ2_XXS");
     }
 
     #[test]

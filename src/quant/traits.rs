@@ -21,7 +21,8 @@ use super::gemm::PanelKernel;
 use super::simd::{self, Isa};
 use super::{float, GgmlType, QuantError};
 use super::{
-    iq4_nl, iq4_xs, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k, tq1_0, tq2_0,
+    iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, iq4_nl, iq4_xs, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0,
+    q5_1, q5_k, q6_k, q8_0, q8_1, q8_k, tq1_0, tq2_0,
 };
 use bytemuck::Pod;
 use std::sync::OnceLock;
@@ -29,7 +30,7 @@ use std::sync::OnceLock;
 #[cfg(target_arch = "aarch64")]
 use super::simd::aarch64::{float as simd_float, k_quants, legacy};
 #[cfg(target_arch = "x86_64")]
-use super::simd::x86::{self, float as simd_float, k_quants, legacy};
+use super::simd::x86::{self, float as simd_float, iq_quants, k_quants, legacy};
 
 #[cfg(test)]
 use super::testing::TestHooks;
@@ -69,6 +70,9 @@ type FloatKernel = unsafe fn(&[u8], &[f32]) -> f32;
 /// As for [`BlockKernel`].
 type Quantizer = unsafe fn(&[f32], &mut [u8]);
 
+/// A reference quantizer of f32 values into a row of blocks (safe: portable code).
+type RefQuantizer = fn(&[f32], &mut [u8]);
+
 /// How a row of the type is dotted with activations.
 #[derive(Clone, Copy)]
 enum Dot {
@@ -103,8 +107,10 @@ pub struct TypeTraits {
     /// float types, which take f32, and for the activation-only Q8_1 and Q8_K.
     pub vec_dot_type: Option<GgmlType>,
     to_float: fn(&[u8], &mut [f32]),
-    from_float_ref: fn(&[f32], &mut [u8]),
-    from_float: Quantizer,
+    /// The reference quantizer and its compiled form; `None` for the types minfer reads but does
+    /// not write (the i-quants llama.cpp quantizes only with an importance matrix).
+    from_float_ref: Option<RefQuantizer>,
+    from_float: Option<Quantizer>,
     dot: Dot,
     panel: Option<PanelKernel>,
     /// What the tests need to know of the layout; `None` for the float types.
@@ -165,17 +171,29 @@ impl TypeTraits {
         (self.to_float)(src, dst)
     }
 
+    /// Whether minfer writes the type: it has a reference quantizer.
+    pub fn can_quantize(&self) -> bool {
+        self.from_float_ref.is_some()
+    }
+
     /// The reference quantizer (ggml's `quantize_row_*_ref`): `src` whole blocks of values,
     /// `dst` their bytes (sizes checked by the caller).
+    ///
+    /// # Panics
+    /// For a type without a quantizer ([`Self::can_quantize`]).
     pub(crate) fn quantize_ref(&self, src: &[f32], dst: &mut [u8]) {
-        (self.from_float_ref)(src, dst)
+        (self.from_float_ref.expect("a quantizer checked with can_quantize"))(src, dst)
     }
 
     /// The reference quantizer compiled for the table's instruction set (where its loops
     /// vectorize): the same operations, so the same bytes as [`Self::quantize_ref`].
+    ///
+    /// # Panics
+    /// For a type without a quantizer ([`Self::can_quantize`]).
     pub(crate) fn quantize(&self, src: &[f32], dst: &mut [u8]) {
+        let quantize = self.from_float.expect("a quantizer checked with can_quantize");
         // SAFETY: a table is handed out only for an instruction set the CPU runs (`for_isa`).
-        unsafe { (self.from_float)(src, dst) }
+        unsafe { quantize(src, dst) }
     }
 }
 
@@ -533,8 +551,8 @@ macro_rules! float {
             type_size: GgmlType::$ty.type_size(),
             vec_dot_type: None,
             to_float: |src, dst| float::widen_row(src, dst, float::$widen),
-            from_float_ref: |src, dst| float::narrow_row(src, dst, float::$narrow),
-            from_float: |src, dst| float::narrow_row(src, dst, float::$narrow),
+            from_float_ref: Some(|src, dst| float::narrow_row(src, dst, float::$narrow)),
+            from_float: Some(|src, dst| float::narrow_row(src, dst, float::$narrow)),
             dot: Dot::Float(float_kernel!($isa, $reference, $kernel)),
             panel: None,
             #[cfg(test)]
@@ -557,9 +575,15 @@ macro_rules! float_kernel {
 /// `simd::aarch64` (`none` where the scalar reference serves every instruction set,
 /// `x86::file::kernel` for a kernel of x86-64 alone; the `i8mm` table adds the same name's two-by-two kernel from the file's `i8mm` module), its
 /// four-row decoding kernel and its panel kernel (`none`, or `block32(KIND)` /
-/// `k(KIND)` of `simd::x86::gemm` / `gemm_k`).
+/// `k(KIND)` of `simd::x86::gemm` / `gemm_k`), and `read only` for a type without a quantizer.
 macro_rules! quant {
-    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $($panel:tt)+) => {{
+    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $pk:ident $(($pa:ident))?) => {
+        quant!($isa, $ty, $m::$block, dot $($dot)::+, simd $($x86)::+, rows $($rows)::+, panel $pk $(($pa))?, Some(|src, dst| into_blocks(dst, |b| $m::quantize_row_ref(src, b))), Some(quantizer!($isa, $m)))
+    };
+    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $pk:ident $(($pa:ident))?, read only) => {
+        quant!($isa, $ty, $m::$block, dot $($dot)::+, simd $($x86)::+, rows $($rows)::+, panel $pk $(($pa))?, None, None)
+    };
+    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $pk:ident $(($pa:ident))?, $from_float_ref:expr, $from_float:expr) => {{
         const {
             assert!(std::mem::size_of::<$m::$block>() == GgmlType::$ty.type_size());
             activation_checks!($ty, $($dot)::+);
@@ -570,10 +594,10 @@ macro_rules! quant {
             type_size: GgmlType::$ty.type_size(),
             vec_dot_type: GgmlType::$ty.vec_dot_type(),
             to_float: |src, dst| with_blocks(src, |b| $m::dequantize_row(b, dst)),
-            from_float_ref: |src, dst| into_blocks(dst, |b| $m::quantize_row_ref(src, b)),
-            from_float: quantizer!($isa, $m),
+            from_float_ref: $from_float_ref,
+            from_float: $from_float,
             dot: block_dot!($isa, $m::$block, $($dot)::+, ($($x86)::+), ($($rows)::+)),
-            panel: panel!($isa, $ty, $($panel)+),
+            panel: panel!($isa, $ty, $pk $(($pa))?),
             #[cfg(test)]
             test: Some(TestHooks::block::<$m::$block>()),
         }
@@ -756,8 +780,15 @@ type_table! {
     Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q5_k, rows none, panel k(Q5_K));
     Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q6_k, rows none, panel k(Q6_K));
     Q8_K: quant(q8_k::BlockQ8K, dot none, simd none, rows none, panel none);
+    IQ2_XXS: quant(iq2_xxs::BlockIq2Xxs, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
+    IQ2_XS: quant(iq2_xs::BlockIq2Xs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq2_xs, rows none, panel none, read only);
+    IQ3_XXS: quant(iq3_xxs::BlockIq3Xxs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq3_xxs, rows none, panel none, read only);
+    IQ1_S: quant(iq1_s::BlockIq1S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     IQ4_NL: quant(iq4_nl::BlockIq4Nl, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_iq4_nl, rows x86::legacy::rows_iq4_nl, panel none);
+    IQ3_S: quant(iq3_s::BlockIq3S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
+    IQ2_S: quant(iq2_s::BlockIq2S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     IQ4_XS: quant(iq4_xs::BlockIq4Xs, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_iq4_xs, rows x86::k_quants::rows_iq4_xs, panel k(IQ4_XS));
+    IQ1_M: quant(iq1_m::BlockIq1M, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     TQ1_0: quant(tq1_0::BlockTq1_0, dot q8_k::BlockQ8K, simd none, rows none, panel none);
     TQ2_0: quant(tq2_0::BlockTq2_0, dot q8_k::BlockQ8K, simd none, rows none, panel none);
     MXFP4: quant(mxfp4::BlockMxfp4, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_mxfp4, rows x86::legacy::rows_mxfp4, panel none);
@@ -811,9 +842,9 @@ mod tests {
         for &ty in GgmlType::ALL {
             assert_eq!(get(ty).is_some(), ty.is_supported(), "{ty}");
         }
-        assert!(get(GgmlType::IQ2_XXS).is_none());
-        let err = block_dots(GgmlType::IQ2_XXS).err().unwrap();
-        assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type IQ2_XXS");
+        assert!(get(GgmlType::I32).is_none());
+        let err = block_dots(GgmlType::I32).err().unwrap();
+        assert_eq!(err.to_string(), "vec_dot is not implemented for ggml type I32");
         let err = float_dot(GgmlType::Q8_0).err().unwrap();
         assert_eq!(err.to_string(), "vec_dot_f32 is not implemented for ggml type Q8_0");
     }

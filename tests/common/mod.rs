@@ -156,6 +156,22 @@ fn cached_model(file: &str, fetch: &str) -> PathBuf {
     path
 }
 
+/// A weight of type `ty` from `values`: quantized, or, for a type minfer only reads, gguf-py's
+/// random blocks of it (`tests/fixtures/quant/<T>.blocks.bin`) over and over.
+pub fn weight_bytes(ty: minfer::quant::GgmlType, values: &[f32]) -> Vec<u8> {
+    let mut bytes = vec![0u8; ty.row_size(values.len() as u64).unwrap() as usize];
+    if minfer::quant::can_quantize(ty) {
+        minfer::quant::quantize_row(ty, values, &mut bytes).unwrap();
+    } else {
+        let blocks = std::fs::read(fixtures().join(format!("quant/{ty}.blocks.bin"))).unwrap();
+        for (out, block) in bytes.chunks_mut(blocks.len()).zip(std::iter::repeat(&blocks)) {
+            out.copy_from_slice(&block[..out.len()]);
+        }
+    }
+    bytes
+}
+
+/// The f32 values of a little-endian file.
 pub fn read_f32(path: &std::path::Path) -> Vec<f32> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     bytes

@@ -161,6 +161,9 @@ fn check_float_dots(isa: Isa, seed: u64) {
 /// Every quantizer of `isa`'s table (compiled for it) gives the reference quantizer's bytes.
 fn check_quantizers(isa: Isa, seed: u64) {
     for (row, reference) in rows_and_references(isa) {
+        if !row.can_quantize() {
+            continue;
+        }
         let mut r = XorShift(seed ^ (row.ty as u64) << 32);
         for blocks in [1, 2, 5] {
             for trial in 0..TRIALS {
@@ -257,7 +260,7 @@ fn the_chosen_table_runs_on_this_cpu_and_names_its_instruction_set() {
         for row in traits::for_isa(isa).unwrap_or_default() {
             if let Some(dots) = row.block_dots() {
                 use crate::quant::GgmlType::*;
-                let neon = !matches!(row.ty, Q2_K | Q3_K | IQ4_NL | IQ4_XS | MXFP4 | TQ1_0 | TQ2_0);
+                let neon = matches!(row.ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K);
                 assert_eq!(dots.has_2x2(), isa == Isa::I8mm && neon, "{} on {}", row.ty, isa.name());
             }
         }

@@ -52,17 +52,6 @@ unsafe fn d_dmin(d: u16, dmin: u16) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d) | i32::from(dmin) << 16))
 }
 
-/// The rows `ys` cut to the common length of all rows and `x`.
-#[inline]
-fn common_len<'a, W, const N: usize>(x: &[W], ys: [&'a [BlockQ8K]; N]) -> (usize, [&'a [BlockQ8K]; N]) {
-    let n = ys.iter().fold(x.len(), |n, y| n.min(y.len()));
-    let mut cut: [&[BlockQ8K]; N] = [&[]; N];
-    for (c, y) in cut.iter_mut().zip(ys) {
-        *c = &y[..n];
-    }
-    (n, cut)
-}
-
 /// The float steps of a Q4_K or Q5_K super-block for one activation row, after its integer
 /// lanes `acc`: `sumf += (d * d_y) * sumi`, then `sumf -= (dmin * d_y) * summ`, where `summ`
 /// is `Σ bsums[j] * mins[j / 2]` (`mins` as i16 pairs, each minimum twice).

@@ -32,6 +32,7 @@ pub(crate) mod amx;
 pub(in crate::quant) mod float;
 pub(crate) mod gemm;
 pub(crate) mod gemm_k;
+pub(in crate::quant) mod iq_quants;
 pub(in crate::quant) mod k_quants;
 pub(in crate::quant) mod legacy;
 
@@ -237,6 +238,20 @@ unsafe fn hsum_8x8(v: &[__m256i; 8]) -> __m256i {
     let own_halves = _mm256_blend_epi32(q0, q1, 0b1111_0000);
     let other_halves = _mm256_permute2x128_si256(q0, q1, 0x21);
     _mm256_add_epi32(own_halves, other_halves)
+}
+
+/// The rows `ys` cut to the common length of all rows and `x`.
+#[inline]
+pub(super) fn common_len<'a, W, const N: usize>(
+    x: &[W],
+    ys: [&'a [crate::quant::q8_k::BlockQ8K]; N],
+) -> (usize, [&'a [crate::quant::q8_k::BlockQ8K]; N]) {
+    let n = ys.iter().fold(x.len(), |n, y| n.min(y.len()));
+    let mut cut: [&[crate::quant::q8_k::BlockQ8K]; N] = [&[]; N];
+    for (c, y) in cut.iter_mut().zip(ys) {
+        *c = &y[..n];
+    }
+    (n, cut)
 }
 
 /// The sum of the eight i32 lanes of `v`.
