@@ -345,3 +345,53 @@ fn tq1_0_quantizes_to_llama_cpps_bytes() {
 fn tq2_0_quantizes_to_llama_cpps_bytes() {
     assert_quantizes_to_llama_cpps_bytes(GgmlType::TQ2_0);
 }
+
+/// The common input quantized row by row with the importance matrix
+/// `tests/fixtures/quant/imatrix-256.f32` (256 weights: numpy `default_rng(4401).exponential(1.0,
+/// 256) + 0.01` as f32) gives llama.cpp 0c1e570's bytes (`ggml_quantize_chunk` with
+/// `quant_weights`, what llama-quantize calls with `--imatrix`), `<T>.llama-quant-imatrix.bin`;
+/// the types whose ggml quantizer ignores the matrix give their reference bytes.
+fn assert_quantizes_with_an_imatrix_to_llama_cpps_bytes(ty: GgmlType) {
+    let input = common::read_f32(&quant_fixture("Q4_0.input.f32"));
+    let imatrix = common::read_f32(&quant_fixture("imatrix-256.f32"));
+    let file = match ty {
+        // gguf-py's Q8_0 bytes, which are llama.cpp's.
+        GgmlType::Q8_0 => "Q8_0.quant.bin".to_string(),
+        GgmlType::TQ1_0 | GgmlType::TQ2_0 | GgmlType::MXFP4 => format!("{ty}.llama-quant.bin"),
+        _ => format!("{ty}.llama-quant-imatrix.bin"),
+    };
+    let expected = std::fs::read(quant_fixture(&file)).unwrap();
+    let row_bytes = expected.len() / 64;
+    let mut ours = vec![0u8; expected.len()];
+    for (x, out) in input.chunks_exact(256).zip(ours.chunks_exact_mut(row_bytes)) {
+        minfer::quant::quantize_row_imatrix(ty, x, &imatrix, out).unwrap();
+    }
+    let block = ty.type_size();
+    if let Some(b) = (0..expected.len() / block).find(|&b| ours[b * block..][..block] != expected[b * block..][..block])
+    {
+        panic!(
+            "{ty} with an imatrix: block {b} differs: ours {:?}, llama.cpp {:?}",
+            &ours[b * block..][..block],
+            &expected[b * block..][..block]
+        );
+    }
+}
+
+#[test]
+fn every_writable_type_quantizes_with_an_importance_matrix_to_llama_cpps_bytes() {
+    use GgmlType::*;
+    for ty in [
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4,
+    ] {
+        assert_quantizes_with_an_imatrix_to_llama_cpps_bytes(ty);
+    }
+}
+
+#[test]
+fn an_importance_matrix_of_another_length_is_refused_naming_both() {
+    let err = minfer::quant::quantize_row_imatrix(GgmlType::Q4_K, &[0.0; 256], &[1.0; 255], &mut [0; 144]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "quantize Q4_K: 256 values need 256 importance weights, the matrix has 255"
+    );
+}

@@ -7,7 +7,7 @@ mod common;
 
 use minfer::gguf::GgufFile;
 use minfer::quant::GgmlType;
-use minfer::quantize::{plan, quantize_file, FileType, ModelFacts, QuantizeOptions, TensorMeta};
+use minfer::quantize::{plan, quantize_file, FileType, Imatrix, ModelFacts, QuantizeOptions, TensorMeta};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -19,6 +19,66 @@ const MIXES: [&str; 20] = [
     "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16", "Q2_K",
     "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0",
 ];
+
+/// With llama-imatrix's matrix (`tests/fixtures/imatrix/`), every file type from the tiny
+/// qwen2 F32 model hashes as llama-quantize's `--imatrix` output did: the weighted quantizers of
+/// every type, the entries found by name, and the four `quantize.imatrix.*` keys it adds (its
+/// path as given, relative to the repository as the test runs).
+#[test]
+fn mixes_with_an_importance_matrix_match_llama_quantize() {
+    let expected = common::sha256_manifest("llama-quantize-imatrix.sha256");
+    let imatrix = Imatrix::load(Path::new("tests/fixtures/imatrix/tiny-qwen2.imatrix.gguf")).unwrap();
+    let input = GgufFile::open(common::tiny_model("qwen2", "F32")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut wrong = Vec::new();
+    for mix in [
+        "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "Q2_K",
+        "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_NL", "IQ4_XS",
+    ] {
+        let name = format!("qwen2-F32-{mix}-imatrix.gguf");
+        let out = dir.path().join(&name);
+        let options = QuantizeOptions {
+            ftype: FileType::from_name(mix).unwrap(),
+            pure: false,
+            n_threads: 2,
+            imatrix: Some(&imatrix),
+        };
+        quantize_file(&input, &out, options, |_| Ok(())).unwrap();
+        if sha256(&out) != expected[&name] {
+            wrong.push(name);
+        }
+    }
+    assert!(wrong.is_empty(), "differ from llama-quantize --imatrix: {wrong:?}");
+}
+
+#[test]
+fn an_importance_matrix_entry_of_the_wrong_size_is_refused_naming_the_tensor() {
+    // The tiny qwen3 model's rows are as long as qwen2's, but a one-entry legacy matrix for its
+    // query weights with 255 columns is not.
+    let dir = tempfile::tempdir().unwrap();
+    let dat = dir.path().join("bad.dat");
+    let mut b = 1i32.to_le_bytes().to_vec();
+    let name = b"blk.0.attn_q.weight";
+    b.extend((name.len() as i32).to_le_bytes());
+    b.extend(name);
+    b.extend(1i32.to_le_bytes());
+    b.extend(255i32.to_le_bytes());
+    b.extend(std::iter::repeat_n(1.0f32.to_le_bytes(), 255).flatten());
+    std::fs::write(&dat, b).unwrap();
+    let imatrix = Imatrix::load(&dat).unwrap();
+    let input = GgufFile::open(common::tiny_model("qwen3", "F32")).unwrap();
+    let options = QuantizeOptions {
+        ftype: FileType::Q4_K_M,
+        pure: false,
+        n_threads: 2,
+        imatrix: Some(&imatrix),
+    };
+    let err = quantize_file(&input, &dir.path().join("out.gguf"), options, |_| Ok(())).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tensor 'blk.0.attn_q.weight': the importance matrix has 255 weights for it, its rows need 256"
+    );
+}
 
 /// Every file type from `source` (F32 or F16) of the tiny `arch` model hashes as
 /// llama-quantize's output did.
@@ -34,6 +94,7 @@ fn assert_mixes_match_llama_quantize(arch: &str, source: &str) {
             ftype: FileType::from_name(mix).unwrap(),
             pure: false,
             n_threads: 2,
+            imatrix: None,
         };
         quantize_file(&input, &out, options, |_| Ok(())).unwrap();
         if sha256(&out) != expected[&name] {
@@ -88,6 +149,7 @@ fn the_pure_mode_writes_llama_quantizes_pure_files_byte_for_byte() {
         ] {
             let out = dir.path().join(format!("{arch}-{ty}.gguf"));
             let options = QuantizeOptions {
+                imatrix: None,
                 ftype: FileType::from_name(ty).unwrap(),
                 pure: true,
                 n_threads: 2,
@@ -171,6 +233,7 @@ fn assert_rules_match_llama_quantize(fixture: &str) {
         n_expert: 0,
         n_gqa: facts["n_gqa"].parse().unwrap(),
         is_70b: false,
+        has_imatrix: false,
     };
     let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split('\t').collect()).collect();

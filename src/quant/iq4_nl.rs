@@ -188,6 +188,11 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockIq4Nl]) {
     quantize_row(x, None, y);
 }
 
+/// `quantize_iq4_nl` with the importance matrix `qw` of the row (one weight per column).
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockIq4Nl]) {
+    quantize_row(x, Some(qw), y);
+}
+
 /// `quantize_iq4_nl` with an optional importance matrix (one weight per column of the row).
 pub fn quantize_row(x: &[f32], quant_weights: Option<&[f32]>, y: &mut [BlockIq4Nl]) {
     let (mut unused_h, mut unused_l) = (0u16, [0u8; 0]);

@@ -45,6 +45,11 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockIq4Xs]) {
     quantize_row(x, None, y);
 }
 
+/// `quantize_iq4_xs` with the importance matrix `qw` of the row (one weight per column).
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockIq4Xs]) {
+    quantize_row(x, Some(qw), y);
+}
+
 /// `quantize_iq4_xs` with an optional importance matrix (one weight per column of the row).
 pub fn quantize_row(x: &[f32], quant_weights: Option<&[f32]>, y: &mut [BlockIq4Xs]) {
     for (i, (xb, yb)) in x.chunks_exact(QK_K).zip(y.iter_mut()).enumerate() {

@@ -49,10 +49,9 @@ pub fn abs_max(x: &[f32]) -> f32 {
     lanes.iter().chain(tail.iter()).fold(0.0f32, |a, v| a.max(v.abs()))
 }
 
-/// `make_qx_quants` with `rmse_type = 1` and no importance weights (weights = x²), the only
-/// form the reference quantizers use. Writes `L[i] = l + nmax` and returns the scale.
-pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
-    const GROUP_MAX_EPS: f32 = 1e-15;
+/// `make_qx_quants` with `rmse_type = 1`: each value weighted by `qw[i]` (an importance
+/// matrix's), or by `x²` without one. Writes `L[i] = l + nmax` and returns the scale.
+pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], qw: Option<&[f32]>) -> f32 {
     let mut max = 0.0f32;
     let mut amax = 0.0f32;
     for &v in x {
@@ -66,14 +65,15 @@ pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
         return 0.0;
     }
     let quantize = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
+    let weight = |i: usize, v: f32| qw.map_or(v * v, |qw| qw[i]);
 
     let mut iscale = -(nmax as f32) / max;
     let mut sumlx = 0.0f32;
     let mut suml2 = 0.0f32;
-    for (l_out, &v) in levels.iter_mut().zip(x) {
+    for (i, (l_out, &v)) in levels.iter_mut().zip(x).enumerate() {
         let l = quantize(iscale, v);
         *l_out = (l + nmax) as i8;
-        let w = v * v;
+        let w = weight(i, v);
         sumlx += w * v * l as f32;
         suml2 += w * l as f32 * l as f32;
     }
@@ -86,9 +86,9 @@ pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
         iscale = -(nmax as f32 + 0.1 * is as f32) / max;
         sumlx = 0.0;
         suml2 = 0.0;
-        for &v in x {
+        for (i, &v) in x.iter().enumerate() {
             let l = quantize(iscale, v);
-            let w = v * v;
+            let w = weight(i, v);
             sumlx += w * v * l as f32;
             suml2 += w * l as f32 * l as f32;
         }
@@ -102,6 +102,118 @@ pub fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8]) -> f32 {
     }
     scale
 }
+
+/// ggml's `GROUP_MAX_EPS`: a group whose largest magnitude is below it is all zeros.
+pub const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// `make_qp_quants`: fits the non-negative `x ≈ scale * L` with `L` in `0..=nmax`, minimising
+/// the error weighted by `qw` (the scales and minimums of the importance-weighted k-quants),
+/// trying nine inverse scales and then five passes of moving single levels. Returns the scale.
+pub fn make_qp_quants(nmax: i32, x: &[f32], levels: &mut [u8], qw: &[f32]) -> f32 {
+    let max = x.iter().fold(0.0f32, |m, &v| if m > v { m } else { v });
+    if max < GROUP_MAX_EPS {
+        levels.iter_mut().for_each(|l| *l = 0);
+        return 0.0;
+    }
+    let mut iscale = nmax as f32 / max;
+    for (l, &v) in levels.iter_mut().zip(x) {
+        // `L[i] = nearest_int(...)` into a uint8_t: wraps modulo 256, as here.
+        *l = nearest_int(iscale * v) as u8;
+    }
+    let scale = 1.0 / iscale;
+    let mut best_mse = 0.0f32;
+    for ((&v, &l), &w) in x.iter().zip(levels.iter()).zip(qw) {
+        let diff = v - scale * l as f32;
+        best_mse += w * diff * diff;
+    }
+    for is in -4..=4 {
+        if is == 0 {
+            continue;
+        }
+        let iscale_is = (0.1 * is as f32 + nmax as f32) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0.0f32;
+        for (&v, &w) in x.iter().zip(qw) {
+            let l = nearest_int(iscale_is * v).min(nmax);
+            let diff = v - scale_is * l as f32;
+            mse += w * diff * diff;
+        }
+        if mse < best_mse {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for ((l_out, &v), &w) in levels.iter_mut().zip(x).zip(qw) {
+        let l = nearest_int(iscale * v).min(nmax);
+        *l_out = l as u8;
+        sumlx += w * v * l as f32;
+        suml2 += w * l as f32 * l as f32;
+    }
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for ((l_i, &v), &w) in levels.iter_mut().zip(x).zip(qw) {
+            let l = *l_i as f32;
+            let mut slx = sumlx - w * v * l;
+            let mut sl2 = suml2 - w * l * l;
+            if slx > 0.0 && sl2 > 0.0 {
+                let new_l = nearest_int(v * sl2 / slx).min(nmax);
+                if new_l != *l_i as i32 {
+                    slx += w * v * new_l as f32;
+                    sl2 += w * new_l as f32 * new_l as f32;
+                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        *l_i = new_l as u8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// The importance weights of the k-quants and the 32-value types: `qw[i] * sqrt(sigma2 + x[i]²)`.
+pub fn importance_weights(x: &[f32], qw: &[f32], sigma2: f32, out: &mut [f32]) {
+    for ((o, &v), &q) in out.iter_mut().zip(x).zip(qw) {
+        *o = q * (sigma2 + v * v).sqrt();
+    }
+}
+
+/// The blocks of 32 of one row with their importance weights, as the 32-value types' weighted
+/// quantizers (`quantize_row_q{4,5}_{0,1}_impl`) take them: `qw * sqrt(sigma2 + x²)` with
+/// `sigma2` the mean square of the whole row.
+pub fn weighted_blocks_32<'a>(x: &'a [f32], qw: &'a [f32]) -> impl Iterator<Item = (&'a [f32], [f32; 32])> {
+    let sigma2 = sum_squares(x) / x.len() as f32;
+    x.chunks_exact(32).zip(qw.chunks_exact(32)).map(move |(xb, qw)| {
+        let mut weight = [0f32; 32];
+        importance_weights(xb, qw, sigma2, &mut weight);
+        (xb, weight)
+    })
+}
+
+/// The sum of `x²`, in order.
+pub fn sum_squares(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |s, &v| s + v * v)
+}
+
+/// The search ggml's `make_qkx3_quants` makes (the importance-weighted quantizers'): 37 inverse
+/// scales from `nmax - 0.9` in steps of 0.05. Its arithmetic is `make_qkx2_quants`' given the
+/// same weights.
+pub const QKX3_SEARCH: Qkx2Search = Qkx2Search {
+    rmin: -0.9,
+    rdelta: 0.05,
+    nstep: 36,
+    use_mad: false,
+};
 
 /// Search parameters of [`make_qkx2_quants`]: candidate inverse scales are
 /// `(rmin + rdelta * is + nmax) / (max - min)` for `is` in `0..=nstep`.
@@ -322,7 +434,7 @@ pub fn pack_scale_min_k4(ls: &[u8; 8], lm: &[u8; 8]) -> [u8; 12] {
 /// 6-bit quantization of those scales and mins. Returns `(d, dmin, scales, levels)` where the
 /// levels are requantized against the stored (rounded) scales, as ggml does.
 pub fn quantize_scale_min_superblock(x: &[f32], nmax: i32, search: &Qkx2Search) -> (u16, u16, [u8; 12], [u8; QK_K]) {
-    use super::fp16::{f16_to_f32, f32_to_f16};
+    use super::fp16::f32_to_f16;
     let mut levels = [0u8; QK_K];
     let mut levels_aux = [0u8; 32];
     let mut weights = [0f32; 32];
@@ -367,9 +479,15 @@ pub fn quantize_scale_min_superblock(x: &[f32], nmax: i32, search: &Qkx2Search) 
     let packed = pack_scale_min_k4(&ls, &lm);
     let d = f32_to_f16(max_scale / 63.0);
     let dmin = f32_to_f16(max_min / 63.0);
+    requantize_scale_min(x, nmax, d, dmin, &packed, &mut levels);
+    (d, dmin, packed, levels)
+}
 
+/// The levels of a Q4_K / Q5_K super-block against its stored scales, mins and f16 `d`, `dmin`.
+fn requantize_scale_min(x: &[f32], nmax: i32, d: u16, dmin: u16, packed: &[u8; 12], levels: &mut [u8; QK_K]) {
+    use super::fp16::f16_to_f32;
     for j in 0..QK_K / 32 {
-        let (sc, m) = get_scale_min_k4(j, &packed);
+        let (sc, m) = get_scale_min_k4(j, packed);
         let d = f16_to_f32(d) * sc as f32;
         if d == 0.0 {
             continue;
@@ -380,6 +498,47 @@ pub fn quantize_scale_min_superblock(x: &[f32], nmax: i32, search: &Qkx2Search) 
             levels[32 * j + ii] = l.clamp(0, nmax) as u8;
         }
     }
+}
+
+/// `quantize_row_q{4,5}_K_impl`'s super-block with its importance matrix `qw`: each sub-block
+/// fitted by `make_qkx3_quants` under the weights `qw * sqrt(sigma2 + x²)`, the scales and mins
+/// by `make_qp_quants` under their sub-blocks' total weights. Returns what
+/// [`quantize_scale_min_superblock`] does.
+pub fn quantize_scale_min_superblock_imatrix(
+    x: &[f32],
+    qw: &[f32],
+    nmax: i32,
+    clamp_63: bool,
+) -> (u16, u16, [u8; 12], [u8; QK_K]) {
+    use super::fp16::f32_to_f16;
+    let mut levels = [0u8; QK_K];
+    let mut levels_aux = [0u8; 32];
+    let (mut scales, mut mins, mut sw) = ([0f32; QK_K / 32], [0f32; QK_K / 32], [0f32; QK_K / 32]);
+    let sigma2 = 2.0 * sum_squares(x) / QK_K as f32;
+    for j in 0..QK_K / 32 {
+        let (xs, ws) = (&x[32 * j..32 * j + 32], &qw[32 * j..32 * j + 32]);
+        let mut weights = [0f32; 32];
+        importance_weights(xs, ws, sigma2, &mut weights);
+        sw[j] = weights.iter().fold(0.0f32, |s, &w| s + w);
+        (scales[j], mins[j]) = make_qkx2_quants(
+            nmax,
+            xs,
+            &weights,
+            &mut levels[32 * j..32 * j + 32],
+            &mut levels_aux,
+            &QKX3_SEARCH,
+        );
+    }
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    let d_block = make_qp_quants(63, &scales, &mut ls, &sw);
+    let m_block = make_qp_quants(63, &mins, &mut lm, &sw);
+    if clamp_63 {
+        // Q5_K's `MIN(63, ls)`: a negative level stored as a byte (a negative scale) becomes 63.
+        ls.iter_mut().chain(lm.iter_mut()).for_each(|l| *l = (*l).min(63));
+    }
+    let packed = pack_scale_min_k4(&ls, &lm);
+    let (d, dmin) = (f32_to_f16(d_block), f32_to_f16(m_block));
+    requantize_scale_min(x, nmax, d, dmin, &packed, &mut levels);
     (d, dmin, packed, levels)
 }
 

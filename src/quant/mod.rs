@@ -89,6 +89,16 @@ pub enum QuantError {
         /// Values per block of the type.
         block_size: usize,
     },
+    /// An importance matrix row of another length than the row it weighs.
+    #[error("quantize {ggml_type}: {n} values need {n} importance weights, the matrix has {got}")]
+    ImatrixLength {
+        /// The type quantized to.
+        ggml_type: GgmlType,
+        /// The values of the row.
+        n: usize,
+        /// The weights given.
+        got: usize,
+    },
     /// The byte buffer is not exactly `n / block_size * type_size` bytes.
     #[error("{op} {ggml_type}: {n} values need {expected} bytes, the buffer has {got}")]
     SizeMismatch {
@@ -314,6 +324,24 @@ fn checked_row(
 ) -> Result<&'static traits::TypeTraits, QuantError> {
     check_sizes(ty, op, n, bytes)?;
     traits::get(ty).ok_or(QuantError::UnsupportedType { ggml_type: ty, op })
+}
+
+/// Quantize one row `src` of `ty` (a whole number of blocks) into `dst` with its importance
+/// matrix `imatrix`, one weight per column (llama-quantize's `--imatrix`): ggml's
+/// `quantize_*` given `quant_weights`, which for the types whose quantizer ignores the matrix
+/// (Q8_0, MXFP4, the ternary and float types) is the reference. The weighted quantizers of the
+/// 32-value types take the row's mean square, so `src` must be exactly one row.
+pub fn quantize_row_imatrix(ty: GgmlType, src: &[f32], imatrix: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    let row = writable_row(ty, src.len(), dst.len())?;
+    if imatrix.len() != src.len() {
+        return Err(QuantError::ImatrixLength {
+            ggml_type: ty,
+            n: src.len(),
+            got: imatrix.len(),
+        });
+    }
+    row.quantize_imatrix(src, imatrix, dst);
+    Ok(())
 }
 
 /// Whether minfer writes `ty`: [`quantize_row`] quantizes to it. The types minfer only reads

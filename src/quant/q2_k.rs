@@ -10,7 +10,10 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
-use super::k_quants::{make_qkx2_quants, nearest_int, scaled_dot_k, Qkx2Search, QK_K};
+use super::k_quants::{
+    importance_weights, make_qkx2_quants, make_qp_quants, nearest_int, scaled_dot_k, sum_squares, Qkx2Search,
+    QKX3_SEARCH, QK_K,
+};
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
 
@@ -93,22 +96,57 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ2K]) {
         } else {
             yb.dmin = f32_to_f16(0.0);
         }
+        requantize_and_pack(xb, &mut levels, yb);
+    }
+}
+
+/// The levels of a super-block whose scales are stored, requantized against them (after their
+/// f16 rounding), and packed.
+fn requantize_and_pack(xb: &[f32], levels: &mut [u8; QK_K], yb: &mut BlockQ2K) {
+    for j in 0..QK_K / 16 {
+        let d = f16_to_f32(yb.d) * (yb.scales[j] & 0x0f) as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = f16_to_f32(yb.dmin) * (yb.scales[j] >> 4) as f32;
+        for ii in 0..16 {
+            levels[16 * j + ii] = nearest_int((xb[16 * j + ii] + dm) / d).clamp(0, 3) as u8;
+        }
+    }
+    for h in 0..QK_K / 128 {
+        let lv = &levels[128 * h..];
+        for l in 0..32 {
+            yb.qs[32 * h + l] = lv[l] | (lv[l + 32] << 2) | (lv[l + 64] << 4) | (lv[l + 96] << 6);
+        }
+    }
+}
+
+/// `quantize_row_q2_K_impl`: one row with its importance matrix `qw` (one weight per column):
+/// each sub-block fitted by `make_qkx3_quants` under the weights `qw * sqrt(sigma2 + x²)`, the
+/// scales and mins by `make_qp_quants` under their sub-blocks' total weights.
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockQ2K]) {
+    for ((xb, qw), yb) in x.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(y.iter_mut()) {
+        let mut levels = [0u8; QK_K];
+        let mut aux = [0u8; 16];
+        let (mut scales, mut mins, mut sw) = ([0f32; QK_K / 16], [0f32; QK_K / 16], [0f32; QK_K / 16]);
+        let sigma2 = sum_squares(xb) / QK_K as f32;
         for j in 0..QK_K / 16 {
-            let d = f16_to_f32(yb.d) * (yb.scales[j] & 0x0f) as f32;
-            if d == 0.0 {
-                continue;
-            }
-            let dm = f16_to_f32(yb.dmin) * (yb.scales[j] >> 4) as f32;
-            for ii in 0..16 {
-                levels[16 * j + ii] = nearest_int((xb[16 * j + ii] + dm) / d).clamp(0, 3) as u8;
-            }
+            let (xs, ws) = (&xb[16 * j..16 * j + 16], &qw[16 * j..16 * j + 16]);
+            let mut weight = [0f32; 16];
+            importance_weights(xs, ws, sigma2, &mut weight);
+            sw[j] = weight.iter().fold(0.0f32, |s, &w| s + w);
+            (scales[j], mins[j]) =
+                make_qkx2_quants(3, xs, &weight, &mut levels[16 * j..16 * j + 16], &mut aux, &QKX3_SEARCH);
         }
-        for h in 0..QK_K / 128 {
-            let lv = &levels[128 * h..];
-            for l in 0..32 {
-                yb.qs[32 * h + l] = lv[l] | (lv[l + 32] << 2) | (lv[l + 64] << 4) | (lv[l + 96] << 6);
-            }
+        let (mut ls, mut lm) = ([0u8; QK_K / 16], [0u8; QK_K / 16]);
+        let dm = make_qp_quants(15, &scales, &mut ls, &sw);
+        let mm = make_qp_quants(15, &mins, &mut lm, &sw);
+        yb.d = f32_to_f16(dm);
+        yb.dmin = f32_to_f16(mm);
+        for (s, (&l, &m)) in yb.scales.iter_mut().zip(ls.iter().zip(&lm)) {
+            *s = l | (m << 4);
         }
+        requantize_and_pack(xb, &mut levels, yb);
     }
 }
 

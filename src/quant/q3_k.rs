@@ -12,7 +12,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
-use super::k_quants::{nearest_int, scaled_dot_k, QK_K};
+use super::k_quants::{importance_weights, make_qx_quants, nearest_int, scaled_dot_k, sum_squares, QK_K};
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
 
@@ -31,7 +31,7 @@ pub struct BlockQ3K {
 }
 const _: () = assert!(std::mem::size_of::<BlockQ3K>() == 110);
 
-const GROUP_MAX_EPS: f32 = 1e-15;
+use super::k_quants::GROUP_MAX_EPS;
 
 /// ggml's `make_q3_quants(n, nmax, x, L, do_rmse = true)`: levels `L` in `0..2 nmax` (the signed
 /// level plus `nmax`) and the scale, refined by coordinate descent on the weighted error with
@@ -146,42 +146,78 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ3K]) {
         if max_scale != 0.0 {
             let iscale = -32.0 / max_scale;
             for (j, &s) in sub_scales.iter().enumerate() {
-                let l = (nearest_int(iscale * s).clamp(-32, 31) + 32) as u8;
-                if j < 8 {
-                    yb.scales[j] = l & 0x0f;
-                } else {
-                    yb.scales[j - 8] |= (l & 0x0f) << 4;
-                }
-                yb.scales[j % 4 + 8] |= (l >> 4) << (2 * (j / 4));
+                pack_scale(&mut yb.scales, j, (nearest_int(iscale * s).clamp(-32, 31) + 32) as u8);
             }
             yb.d = f32_to_f16(1.0 / iscale);
         } else {
             yb.d = f32_to_f16(0.0);
         }
-        for (j, &sc) in scales(yb).iter().enumerate() {
-            let d = f16_to_f32(yb.d) * sc as f32;
-            if d == 0.0 {
-                continue;
-            }
-            for ii in 0..16 {
-                let l = nearest_int(xb[16 * j + ii] / d).clamp(-4, 3);
-                levels[16 * j + ii] = (l + 4) as i8;
-            }
+        requantize_and_pack(xb, &mut levels, yb);
+    }
+}
+
+/// Scale `j`'s six bits `l` (biased by 32) into the packed scales.
+fn pack_scale(scales: &mut [u8; 12], j: usize, l: u8) {
+    if j < 8 {
+        scales[j] = l & 0x0f;
+    } else {
+        scales[j - 8] |= (l & 0x0f) << 4;
+    }
+    scales[j % 4 + 8] |= (l >> 4) << (2 * (j / 4));
+}
+
+/// The levels of a super-block whose scales are stored, requantized against them (after the
+/// f16 rounding of `d`), and packed.
+fn requantize_and_pack(xb: &[f32], levels: &mut [i8; QK_K], yb: &mut BlockQ3K) {
+    for (j, &sc) in scales(yb).iter().enumerate() {
+        let d = f16_to_f32(yb.d) * sc as f32;
+        if d == 0.0 {
+            continue;
         }
-        // The high bit of weight j goes to bit j / 32 of hmask[j % 32].
-        yb.hmask = [0; QK_K / 8];
-        for (j, l) in levels.iter_mut().enumerate() {
-            if *l > 3 {
-                yb.hmask[j % 32] |= 1 << (j / 32);
-                *l -= 4;
-            }
+        for ii in 0..16 {
+            let l = nearest_int(xb[16 * j + ii] / d).clamp(-4, 3);
+            levels[16 * j + ii] = (l + 4) as i8;
         }
-        for h in 0..QK_K / 128 {
-            let lv = &levels[128 * h..];
-            for l in 0..32 {
-                yb.qs[32 * h + l] = (lv[l] | (lv[l + 32] << 2) | (lv[l + 64] << 4) | (lv[l + 96] << 6)) as u8;
-            }
+    }
+    // The high bit of weight j goes to bit j / 32 of hmask[j % 32].
+    yb.hmask = [0; QK_K / 8];
+    for (j, l) in levels.iter_mut().enumerate() {
+        if *l > 3 {
+            yb.hmask[j % 32] |= 1 << (j / 32);
+            *l -= 4;
         }
+    }
+    for h in 0..QK_K / 128 {
+        let lv = &levels[128 * h..];
+        for l in 0..32 {
+            yb.qs[32 * h + l] = (lv[l] | (lv[l + 32] << 2) | (lv[l + 64] << 4) | (lv[l + 96] << 6)) as u8;
+        }
+    }
+}
+
+/// `quantize_row_q3_K_impl`: one row with its importance matrix `qw` (one weight per column):
+/// each sub-block's levels by `make_qx_quants` under the weights `qw * sqrt(sigma2 + x²)`, the
+/// sub-block scales by `make_qx_quants` under their total weights.
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockQ3K]) {
+    for ((xb, qw), yb) in x.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(y.iter_mut()) {
+        let mut levels = [0i8; QK_K];
+        let (mut scales, mut sw) = ([0f32; QK_K / 16], [0f32; QK_K / 16]);
+        let sigma2 = 2.0 * sum_squares(xb) / QK_K as f32;
+        for j in 0..QK_K / 16 {
+            let (xs, ws) = (&xb[16 * j..16 * j + 16], &qw[16 * j..16 * j + 16]);
+            let mut weight = [0f32; 16];
+            importance_weights(xs, ws, sigma2, &mut weight);
+            sw[j] = weight.iter().fold(0.0f32, |s, &w| s + w);
+            scales[j] = make_qx_quants(4, xs, &mut levels[16 * j..16 * j + 16], Some(&weight));
+        }
+        yb.scales = [0; 12];
+        let mut ls = [0i8; QK_K / 16];
+        let d_block = make_qx_quants(32, &scales, &mut ls, Some(&sw));
+        for (j, &l) in ls.iter().enumerate() {
+            pack_scale(&mut yb.scales, j, l as u8);
+        }
+        yb.d = f32_to_f16(d_block);
+        requantize_and_pack(xb, &mut levels, yb);
     }
 }
 

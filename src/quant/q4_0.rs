@@ -6,6 +6,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
+use super::k_quants::{make_qx_quants, weighted_blocks_32};
 use super::q8_0::BlockQ8_0;
 use bytemuck::{Pod, Zeroable};
 
@@ -38,6 +39,18 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4_0]) {
             let xi0 = ((x0 + 8.5) as i8).min(15) as u8;
             let xi1 = ((x1 + 8.5) as i8).min(15) as u8;
             yb.qs[j] = xi0 | (xi1 << 4);
+        }
+    }
+}
+
+/// `quantize_row_q4_0_impl`: one row with its importance matrix `qw` (one weight per column):
+/// each block's levels by `make_qx_quants` under the weights `qw * sqrt(sigma2 + x²)`.
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockQ4_0]) {
+    for ((xb, weight), yb) in weighted_blocks_32(x, qw).zip(y.iter_mut()) {
+        let mut levels = [0i8; QK4_0];
+        yb.d = f32_to_f16(make_qx_quants(8, xb, &mut levels, Some(&weight)));
+        for j in 0..QK4_0 / 2 {
+            yb.qs[j] = levels[j] as u8 | (levels[j + 16] as u8) << 4;
         }
     }
 }

@@ -7,6 +7,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
+use super::k_quants::{make_qkx2_quants, weighted_blocks_32, QKX3_SEARCH};
 use super::q8_1::BlockQ8_1;
 use bytemuck::{Pod, Zeroable};
 
@@ -40,6 +41,20 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4_1]) {
             let xi0 = ((x0 + 0.5) as i8).min(15) as u8;
             let xi1 = ((x1 + 0.5) as i8).min(15) as u8;
             yb.qs[j] = xi0 | (xi1 << 4);
+        }
+    }
+}
+
+/// `quantize_row_q4_1_impl`: one row with its importance matrix `qw` (one weight per column):
+/// each block fitted by `make_qkx3_quants` under the weights `qw * sqrt(sigma2 + x²)`.
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockQ4_1]) {
+    for ((xb, weight), yb) in weighted_blocks_32(x, qw).zip(y.iter_mut()) {
+        let (mut levels, mut aux) = ([0u8; QK4_1], [0u8; QK4_1]);
+        let (d, the_min) = make_qkx2_quants(15, xb, &weight, &mut levels, &mut aux, &QKX3_SEARCH);
+        yb.d = f32_to_f16(d);
+        yb.m = f32_to_f16(-the_min);
+        for j in 0..QK4_1 / 2 {
+            yb.qs[j] = levels[j] | (levels[j + 16] << 4);
         }
     }
 }

@@ -11,7 +11,8 @@
 //! ```
 
 use super::k_quants::{
-    add_scale_min_superblock, dequantize_scale_min_superblock, quantize_scale_min_superblock, Qkx2Search, QK_K,
+    add_scale_min_superblock, dequantize_scale_min_superblock, quantize_scale_min_superblock,
+    quantize_scale_min_superblock_imatrix, Qkx2Search, QK_K,
 };
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
@@ -40,15 +41,26 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ4K]) {
         use_mad: false,
     };
     for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
-        let (d, dmin, scales, levels) = quantize_scale_min_superblock(xb, 15, &search);
-        yb.d = d;
-        yb.dmin = dmin;
-        yb.scales = scales;
-        for (chunk, q) in levels.chunks_exact(64).zip(yb.qs.chunks_exact_mut(32)) {
-            for l in 0..32 {
-                q[l] = chunk[l] | (chunk[l + 32] << 4);
-            }
+        store(yb, quantize_scale_min_superblock(xb, 15, &search));
+    }
+}
+
+/// A super-block's scales, minimums and levels into its block.
+fn store(yb: &mut BlockQ4K, (d, dmin, scales, levels): (u16, u16, [u8; 12], [u8; QK_K])) {
+    yb.d = d;
+    yb.dmin = dmin;
+    yb.scales = scales;
+    for (chunk, q) in levels.chunks_exact(64).zip(yb.qs.chunks_exact_mut(32)) {
+        for l in 0..32 {
+            q[l] = chunk[l] | (chunk[l + 32] << 4);
         }
+    }
+}
+
+/// `quantize_row_q4_K_impl`: one row with its importance matrix `qw` (one weight per column).
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockQ4K]) {
+    for ((xb, qw), yb) in x.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(y.iter_mut()) {
+        store(yb, quantize_scale_min_superblock_imatrix(xb, qw, 15, false));
     }
 }
 

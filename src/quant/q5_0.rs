@@ -7,6 +7,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
+use super::k_quants::{make_qx_quants, weighted_blocks_32};
 use super::q4_0::signed_absmax;
 use super::q8_0::BlockQ8_0;
 use bytemuck::{Pod, Zeroable};
@@ -40,6 +41,23 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5_0]) {
             let x1 = xb[QK5_0 / 2 + j] * id;
             let xi0 = ((x0 + 16.5) as i8).min(31) as u8;
             let xi1 = ((x1 + 16.5) as i8).min(31) as u8;
+            yb.qs[j] = (xi0 & 0x0f) | ((xi1 & 0x0f) << 4);
+            qh |= (((xi0 & 0x10) >> 4) as u32) << j;
+            qh |= (((xi1 & 0x10) >> 4) as u32) << (j + QK5_0 / 2);
+        }
+        yb.qh = qh.to_le_bytes();
+    }
+}
+
+/// `quantize_row_q5_0_impl`: one row with its importance matrix `qw` (one weight per column):
+/// each block's levels by `make_qx_quants` under the weights `qw * sqrt(sigma2 + x²)`.
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockQ5_0]) {
+    for ((xb, weight), yb) in weighted_blocks_32(x, qw).zip(y.iter_mut()) {
+        let mut levels = [0i8; QK5_0];
+        yb.d = f32_to_f16(make_qx_quants(16, xb, &mut levels, Some(&weight)));
+        let mut qh = 0u32;
+        for j in 0..QK5_0 / 2 {
+            let (xi0, xi1) = (levels[j] as u8, levels[j + 16] as u8);
             yb.qs[j] = (xi0 & 0x0f) | ((xi1 & 0x0f) << 4);
             qh |= (((xi0 & 0x10) >> 4) as u32) << j;
             qh |= (((xi1 & 0x10) >> 4) as u32) << (j + QK5_0 / 2);

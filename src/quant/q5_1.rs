@@ -8,6 +8,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
+use super::k_quants::{make_qkx2_quants, weighted_blocks_32, QKX3_SEARCH};
 use super::q4_1::min_max;
 use super::q8_1::BlockQ8_1;
 use bytemuck::{Pod, Zeroable};
@@ -45,6 +46,25 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5_1]) {
             let x1 = (xb[QK5_1 / 2 + j] - min) * id;
             let xi0 = (x0 + 0.5) as u8;
             let xi1 = (x1 + 0.5) as u8;
+            yb.qs[j] = (xi0 & 0x0f) | ((xi1 & 0x0f) << 4);
+            qh |= (((xi0 & 0x10) >> 4) as u32) << j;
+            qh |= (((xi1 & 0x10) >> 4) as u32) << (j + QK5_1 / 2);
+        }
+        yb.qh = qh.to_le_bytes();
+    }
+}
+
+/// `quantize_row_q5_1_impl`: one row with its importance matrix `qw` (one weight per column):
+/// each block fitted by `make_qkx3_quants` under the weights `qw * sqrt(sigma2 + x²)`.
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockQ5_1]) {
+    for ((xb, weight), yb) in weighted_blocks_32(x, qw).zip(y.iter_mut()) {
+        let (mut levels, mut aux) = ([0u8; QK5_1], [0u8; QK5_1]);
+        let (d, the_min) = make_qkx2_quants(31, xb, &weight, &mut levels, &mut aux, &QKX3_SEARCH);
+        yb.d = f32_to_f16(d);
+        yb.m = f32_to_f16(-the_min);
+        let mut qh = 0u32;
+        for j in 0..QK5_1 / 2 {
+            let (xi0, xi1) = (levels[j], levels[j + 16]);
             yb.qs[j] = (xi0 & 0x0f) | ((xi1 & 0x0f) << 4);
             qh |= (((xi0 & 0x10) >> 4) as u32) << j;
             qh |= (((xi1 & 0x10) >> 4) as u32) << (j + QK5_1 / 2);

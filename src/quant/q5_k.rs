@@ -11,7 +11,8 @@
 //! ```
 
 use super::k_quants::{
-    add_scale_min_superblock, dequantize_scale_min_superblock, quantize_scale_min_superblock, Qkx2Search, QK_K,
+    add_scale_min_superblock, dequantize_scale_min_superblock, quantize_scale_min_superblock,
+    quantize_scale_min_superblock_imatrix, Qkx2Search, QK_K,
 };
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
@@ -42,29 +43,40 @@ pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ5K]) {
         use_mad: false,
     };
     for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
-        let (d, dmin, scales, levels) = quantize_scale_min_superblock(xb, 31, &search);
-        yb.d = d;
-        yb.dmin = dmin;
-        yb.scales = scales;
-        yb.qh = [0; QK_K / 8];
-        let (mut m1, mut m2) = (1u8, 2u8);
-        for (chunk, ql) in levels.chunks_exact(64).zip(yb.qs.chunks_exact_mut(32)) {
-            for j in 0..32 {
-                let mut l1 = chunk[j];
-                if l1 > 15 {
-                    l1 -= 16;
-                    yb.qh[j] |= m1;
-                }
-                let mut l2 = chunk[j + 32];
-                if l2 > 15 {
-                    l2 -= 16;
-                    yb.qh[j] |= m2;
-                }
-                ql[j] = l1 | (l2 << 4);
+        store(yb, quantize_scale_min_superblock(xb, 31, &search));
+    }
+}
+
+/// A super-block's scales, minimums and levels into its block.
+fn store(yb: &mut BlockQ5K, (d, dmin, scales, levels): (u16, u16, [u8; 12], [u8; QK_K])) {
+    yb.d = d;
+    yb.dmin = dmin;
+    yb.scales = scales;
+    yb.qh = [0; QK_K / 8];
+    let (mut m1, mut m2) = (1u8, 2u8);
+    for (chunk, ql) in levels.chunks_exact(64).zip(yb.qs.chunks_exact_mut(32)) {
+        for j in 0..32 {
+            let mut l1 = chunk[j];
+            if l1 > 15 {
+                l1 -= 16;
+                yb.qh[j] |= m1;
             }
-            m1 <<= 2;
-            m2 <<= 2;
+            let mut l2 = chunk[j + 32];
+            if l2 > 15 {
+                l2 -= 16;
+                yb.qh[j] |= m2;
+            }
+            ql[j] = l1 | (l2 << 4);
         }
+        m1 <<= 2;
+        m2 <<= 2;
+    }
+}
+
+/// `quantize_row_q5_K_impl`: one row with its importance matrix `qw` (one weight per column).
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockQ5K]) {
+    for ((xb, qw), yb) in x.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(y.iter_mut()) {
+        store(yb, quantize_scale_min_superblock_imatrix(xb, qw, 31, true));
     }
 }
 

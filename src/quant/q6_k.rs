@@ -11,7 +11,7 @@
 //! ```
 
 use super::fp16::{f16_to_f32, f32_to_f16};
-use super::k_quants::{make_qx_quants, nearest_int, scaled_dot_k, QK_K};
+use super::k_quants::{make_qx_quants, nearest_int, scaled_dot_k, GROUP_MAX_EPS, QK_K};
 use super::q8_k::BlockQ8K;
 use bytemuck::{Pod, Zeroable};
 
@@ -32,59 +32,76 @@ const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
 
 /// `quantize_row_q6_K_ref`.
 pub fn quantize_row_ref(x: &[f32], y: &mut [BlockQ6K]) {
-    const GROUP_MAX_EPS: f32 = 1e-15;
     for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
-        let mut levels = [0i8; QK_K];
-        let mut scales = [0f32; QK_K / 16];
-        let mut max_scale = 0.0f32;
-        let mut max_abs_scale = 0.0f32;
-        for ib in 0..QK_K / 16 {
-            let scale = make_qx_quants(32, &xb[16 * ib..16 * ib + 16], &mut levels[16 * ib..16 * ib + 16]);
-            scales[ib] = scale;
-            if scale.abs() > max_abs_scale {
-                max_abs_scale = scale.abs();
-                max_scale = scale;
-            }
+        quantize_superblock(xb, None, yb);
+    }
+}
+
+/// `quantize_row_q6_K_impl`: one row with its importance matrix `qw` (one weight per column),
+/// which weighs each sub-block's fit as it is (no `sigma2` term, unlike the other k-quants).
+pub fn quantize_row_imatrix(x: &[f32], qw: &[f32], y: &mut [BlockQ6K]) {
+    for ((xb, qw), yb) in x.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(y.iter_mut()) {
+        quantize_superblock(xb, Some(qw), yb);
+    }
+}
+
+/// One super-block, its sub-blocks fitted under the weights `qw` (or `x²`).
+fn quantize_superblock(xb: &[f32], qw: Option<&[f32]>, yb: &mut BlockQ6K) {
+    let mut levels = [0i8; QK_K];
+    let mut scales = [0f32; QK_K / 16];
+    let mut max_scale = 0.0f32;
+    let mut max_abs_scale = 0.0f32;
+    for ib in 0..QK_K / 16 {
+        let scale = make_qx_quants(
+            32,
+            &xb[16 * ib..16 * ib + 16],
+            &mut levels[16 * ib..16 * ib + 16],
+            qw.map(|qw| &qw[16 * ib..16 * ib + 16]),
+        );
+        scales[ib] = scale;
+        if scale.abs() > max_abs_scale {
+            max_abs_scale = scale.abs();
+            max_scale = scale;
         }
-        if max_abs_scale < GROUP_MAX_EPS {
-            *yb = BlockQ6K::zeroed();
+    }
+    if max_abs_scale < GROUP_MAX_EPS {
+        *yb = BlockQ6K::zeroed();
+        return;
+    }
+
+    let iscale = -128.0 / max_scale;
+    yb.d = f32_to_f16(1.0 / iscale);
+    for (s, &scale) in yb.scales.iter_mut().zip(&scales) {
+        *s = nearest_int(iscale * scale).min(127) as i8;
+    }
+    for j in 0..QK_K / 16 {
+        let d = f16_to_f32(yb.d) * yb.scales[j] as f32;
+        if d == 0.0 {
             continue;
         }
-
-        let iscale = -128.0 / max_scale;
-        yb.d = f32_to_f16(1.0 / iscale);
-        for (s, &scale) in yb.scales.iter_mut().zip(&scales) {
-            *s = nearest_int(iscale * scale).min(127) as i8;
+        for ii in 0..16 {
+            let l = nearest_int(xb[16 * j + ii] / d).clamp(-32, 31);
+            levels[16 * j + ii] = (l + 32) as i8;
         }
-        for j in 0..QK_K / 16 {
-            let d = f16_to_f32(yb.d) * yb.scales[j] as f32;
-            if d == 0.0 {
-                continue;
-            }
-            for ii in 0..16 {
-                let l = nearest_int(xb[16 * j + ii] / d).clamp(-32, 31);
-                levels[16 * j + ii] = (l + 32) as i8;
-            }
-        }
+    }
 
-        for h in 0..QK_K / 128 {
-            let lv = &levels[128 * h..128 * h + 128];
-            let ql = &mut yb.ql[64 * h..64 * h + 64];
-            for l in 0..32 {
-                let q1 = lv[l] as u8 & 0x0f;
-                let q2 = lv[l + 32] as u8 & 0x0f;
-                let q3 = lv[l + 64] as u8 & 0x0f;
-                let q4 = lv[l + 96] as u8 & 0x0f;
-                ql[l] = q1 | (q3 << 4);
-                ql[l + 32] = q2 | (q4 << 4);
-            }
-            let qh = &mut yb.qh[32 * h..32 * h + 32];
-            for l in 0..32 {
-                qh[l] = (lv[l] as u8 >> 4)
-                    | ((lv[l + 32] as u8 >> 4) << 2)
-                    | ((lv[l + 64] as u8 >> 4) << 4)
-                    | ((lv[l + 96] as u8 >> 4) << 6);
-            }
+    for h in 0..QK_K / 128 {
+        let lv = &levels[128 * h..128 * h + 128];
+        let ql = &mut yb.ql[64 * h..64 * h + 64];
+        for l in 0..32 {
+            let q1 = lv[l] as u8 & 0x0f;
+            let q2 = lv[l + 32] as u8 & 0x0f;
+            let q3 = lv[l + 64] as u8 & 0x0f;
+            let q4 = lv[l + 96] as u8 & 0x0f;
+            ql[l] = q1 | (q3 << 4);
+            ql[l + 32] = q2 | (q4 << 4);
+        }
+        let qh = &mut yb.qh[32 * h..32 * h + 32];
+        for l in 0..32 {
+            qh[l] = (lv[l] as u8 >> 4)
+                | ((lv[l + 32] as u8 >> 4) << 2)
+                | ((lv[l + 64] as u8 >> 4) << 4)
+                | ((lv[l + 96] as u8 >> 4) << 6);
         }
     }
 }

@@ -73,6 +73,10 @@ type Quantizer = unsafe fn(&[f32], &mut [u8]);
 /// A reference quantizer of f32 values into a row of blocks (safe: portable code).
 type RefQuantizer = fn(&[f32], &mut [u8]);
 
+/// A quantizer of one row of f32 values with its importance matrix (one weight per column) into
+/// blocks: ggml's `quantize_*` given `quant_weights`.
+type ImatrixQuantizer = fn(&[f32], &[f32], &mut [u8]);
+
 /// How a row of the type is dotted with activations.
 #[derive(Clone, Copy)]
 enum Dot {
@@ -111,6 +115,9 @@ pub struct TypeTraits {
     /// not write (the i-quants llama.cpp quantizes only with an importance matrix).
     from_float_ref: Option<RefQuantizer>,
     from_float: Option<Quantizer>,
+    /// The quantizer that weighs an importance matrix; `None` where ggml's ignores it (the
+    /// reference serves) or the type is not written.
+    from_float_imatrix: Option<ImatrixQuantizer>,
     dot: Dot,
     panel: Option<PanelKernel>,
     /// What the tests need to know of the layout; `None` for the float types.
@@ -169,6 +176,18 @@ impl TypeTraits {
     /// The dequantizer: `src` whole blocks, `dst` their values (sizes checked by the caller).
     pub(crate) fn dequantize(&self, src: &[u8], dst: &mut [f32]) {
         (self.to_float)(src, dst)
+    }
+
+    /// Quantizes one row `src` with its importance matrix `imatrix` (one weight per column):
+    /// the type's weighted quantizer, or the reference where ggml ignores the matrix.
+    ///
+    /// # Panics
+    /// For a type without a quantizer ([`Self::can_quantize`]).
+    pub(crate) fn quantize_imatrix(&self, src: &[f32], imatrix: &[f32], dst: &mut [u8]) {
+        match self.from_float_imatrix {
+            Some(quantize) => quantize(src, imatrix, dst),
+            None => self.quantize_ref(src, dst),
+        }
     }
 
     /// Whether minfer writes the type: it has a reference quantizer.
@@ -553,6 +572,7 @@ macro_rules! float {
             to_float: |src, dst| float::widen_row(src, dst, float::$widen),
             from_float_ref: Some(|src, dst| float::narrow_row(src, dst, float::$narrow)),
             from_float: Some(|src, dst| float::narrow_row(src, dst, float::$narrow)),
+            from_float_imatrix: None,
             dot: Dot::Float(float_kernel!($isa, $reference, $kernel)),
             panel: None,
             #[cfg(test)]
@@ -575,15 +595,20 @@ macro_rules! float_kernel {
 /// `simd::aarch64` (`none` where the scalar reference serves every instruction set,
 /// `x86::file::kernel` for a kernel of x86-64 alone; the `i8mm` table adds the same name's two-by-two kernel from the file's `i8mm` module), its
 /// four-row decoding kernel and its panel kernel (`none`, or `block32(KIND)` /
-/// `k(KIND)` of `simd::x86::gemm` / `gemm_k`), and `read only` for a type without a quantizer.
+/// `k(KIND)` of `simd::x86::gemm` / `gemm_k`), and `read only` for a type without a quantizer or
+/// `imatrix` for one whose module has a `quantize_row_imatrix` (ggml's quantizer given
+/// `quant_weights`).
 macro_rules! quant {
     ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $pk:ident $(($pa:ident))?) => {
-        quant!($isa, $ty, $m::$block, dot $($dot)::+, simd $($x86)::+, rows $($rows)::+, panel $pk $(($pa))?, Some(|src, dst| into_blocks(dst, |b| $m::quantize_row_ref(src, b))), Some(quantizer!($isa, $m)))
+        quant!($isa, $ty, $m::$block, dot $($dot)::+, simd $($x86)::+, rows $($rows)::+, panel $pk $(($pa))?, Some(|src, dst| into_blocks(dst, |b| $m::quantize_row_ref(src, b))), Some(quantizer!($isa, $m)), None)
+    };
+    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $pk:ident $(($pa:ident))?, imatrix) => {
+        quant!($isa, $ty, $m::$block, dot $($dot)::+, simd $($x86)::+, rows $($rows)::+, panel $pk $(($pa))?, Some(|src, dst| into_blocks(dst, |b| $m::quantize_row_ref(src, b))), Some(quantizer!($isa, $m)), Some(|src, qw, dst| into_blocks(dst, |b| $m::quantize_row_imatrix(src, qw, b))))
     };
     ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $pk:ident $(($pa:ident))?, read only) => {
-        quant!($isa, $ty, $m::$block, dot $($dot)::+, simd $($x86)::+, rows $($rows)::+, panel $pk $(($pa))?, None, None)
+        quant!($isa, $ty, $m::$block, dot $($dot)::+, simd $($x86)::+, rows $($rows)::+, panel $pk $(($pa))?, None, None, None)
     };
-    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $pk:ident $(($pa:ident))?, $from_float_ref:expr, $from_float:expr) => {{
+    ($isa:ident, $ty:ident, $m:ident::$block:ident, dot $($dot:ident)::+, simd $($x86:ident)::+, rows $($rows:ident)::+, panel $pk:ident $(($pa:ident))?, $from_float_ref:expr, $from_float:expr, $from_float_imatrix:expr) => {{
         const {
             assert!(std::mem::size_of::<$m::$block>() == GgmlType::$ty.type_size());
             activation_checks!($ty, $($dot)::+);
@@ -596,6 +621,7 @@ macro_rules! quant {
             to_float: |src, dst| with_blocks(src, |b| $m::dequantize_row(b, dst)),
             from_float_ref: $from_float_ref,
             from_float: $from_float,
+            from_float_imatrix: $from_float_imatrix,
             dot: block_dot!($isa, $m::$block, $($dot)::+, ($($x86)::+), ($($rows)::+)),
             panel: panel!($isa, $ty, $pk $(($pa))?),
             #[cfg(test)]
@@ -768,26 +794,26 @@ type_table! {
     F32: float(f32_from_le, f32_to_le, vec_dot_f32_ref, simd vec_dot_f32);
     F16: float(f16_from_le, f16_to_le, vec_dot_f16_ref, simd vec_dot_f16);
     BF16: float(bf16_from_le, bf16_to_le, vec_dot_bf16_ref, simd vec_dot_bf16);
-    Q4_0: quant(q4_0::BlockQ4_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q4_0, rows legacy::rows_q4_0, panel block32(Q4_0));
-    Q4_1: quant(q4_1::BlockQ4_1, dot q8_1::BlockQ8_1, simd legacy::vec_dot_q4_1, rows legacy::rows_q4_1, panel block32(Q4_1));
-    Q5_0: quant(q5_0::BlockQ5_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q5_0, rows legacy::rows_q5_0, panel block32(Q5_0));
-    Q5_1: quant(q5_1::BlockQ5_1, dot q8_1::BlockQ8_1, simd legacy::vec_dot_q5_1, rows legacy::rows_q5_1, panel block32(Q5_1));
+    Q4_0: quant(q4_0::BlockQ4_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q4_0, rows legacy::rows_q4_0, panel block32(Q4_0), imatrix);
+    Q4_1: quant(q4_1::BlockQ4_1, dot q8_1::BlockQ8_1, simd legacy::vec_dot_q4_1, rows legacy::rows_q4_1, panel block32(Q4_1), imatrix);
+    Q5_0: quant(q5_0::BlockQ5_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q5_0, rows legacy::rows_q5_0, panel block32(Q5_0), imatrix);
+    Q5_1: quant(q5_1::BlockQ5_1, dot q8_1::BlockQ8_1, simd legacy::vec_dot_q5_1, rows legacy::rows_q5_1, panel block32(Q5_1), imatrix);
     Q8_0: quant(q8_0::BlockQ8_0, dot q8_0::BlockQ8_0, simd legacy::vec_dot_q8_0, rows legacy::rows_q8_0, panel block32(Q8_0));
     Q8_1: quant(q8_1::BlockQ8_1, dot none, simd none, rows none, panel none);
-    Q2_K: quant(q2_k::BlockQ2K, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_q2_k, rows none, panel k(Q2_K));
-    Q3_K: quant(q3_k::BlockQ3K, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_q3_k, rows none, panel k(Q3_K));
-    Q4_K: quant(q4_k::BlockQ4K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q4_k, rows none, panel k(Q4_K));
-    Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q5_k, rows none, panel k(Q5_K));
-    Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q6_k, rows none, panel k(Q6_K));
+    Q2_K: quant(q2_k::BlockQ2K, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_q2_k, rows none, panel k(Q2_K), imatrix);
+    Q3_K: quant(q3_k::BlockQ3K, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_q3_k, rows none, panel k(Q3_K), imatrix);
+    Q4_K: quant(q4_k::BlockQ4K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q4_k, rows none, panel k(Q4_K), imatrix);
+    Q5_K: quant(q5_k::BlockQ5K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q5_k, rows none, panel k(Q5_K), imatrix);
+    Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q6_k, rows none, panel k(Q6_K), imatrix);
     Q8_K: quant(q8_k::BlockQ8K, dot none, simd none, rows none, panel none);
     IQ2_XXS: quant(iq2_xxs::BlockIq2Xxs, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     IQ2_XS: quant(iq2_xs::BlockIq2Xs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq2_xs, rows none, panel none, read only);
     IQ3_XXS: quant(iq3_xxs::BlockIq3Xxs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq3_xxs, rows none, panel none, read only);
     IQ1_S: quant(iq1_s::BlockIq1S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
-    IQ4_NL: quant(iq4_nl::BlockIq4Nl, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_iq4_nl, rows x86::legacy::rows_iq4_nl, panel none);
+    IQ4_NL: quant(iq4_nl::BlockIq4Nl, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_iq4_nl, rows x86::legacy::rows_iq4_nl, panel none, imatrix);
     IQ3_S: quant(iq3_s::BlockIq3S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     IQ2_S: quant(iq2_s::BlockIq2S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
-    IQ4_XS: quant(iq4_xs::BlockIq4Xs, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_iq4_xs, rows x86::k_quants::rows_iq4_xs, panel k(IQ4_XS));
+    IQ4_XS: quant(iq4_xs::BlockIq4Xs, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_iq4_xs, rows x86::k_quants::rows_iq4_xs, panel k(IQ4_XS), imatrix);
     IQ1_M: quant(iq1_m::BlockIq1M, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     TQ1_0: quant(tq1_0::BlockTq1_0, dot q8_k::BlockQ8K, simd none, rows none, panel none);
     TQ2_0: quant(tq2_0::BlockTq2_0, dot q8_k::BlockQ8K, simd none, rows none, panel none);

@@ -1,22 +1,24 @@
 //! Quantizing a model file as llama-quantize does: the file types and their names
 //! ([`FileType`]), the per-tensor rules of its mixes ([`plan`]) and the conversion itself
 //! ([`quantize_file`]), which writes llama-quantize's own bytes for the same input: its tensor
-//! order, its metadata edits, our reference quantizers (the ones llama.cpp uses without an
-//! importance matrix).
+//! order, its metadata edits, its quantizers: the references without an importance matrix, the
+//! weighted ones with one ([`Imatrix`], `--imatrix`).
 //!
 //! This module reads and writes GGUF files and calls `quant`'s row functions; what a type's
 //! blocks are is `quant`'s business, and printing is the caller's (progress comes back through
 //! a callback).
 
 mod ftype;
+mod imatrix;
 mod rules;
 
 pub use ftype::{llama_ftype_name, FileType};
+pub use imatrix::{Imatrix, ImatrixError};
 pub use rules::{llama_order, plan, ModelFacts, Planned, TensorMeta};
 
 use crate::gguf::split::{KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
 use crate::gguf::{GgufFile, GgufStreamWriter, TensorLayout, Value};
-use crate::quant::{dequantize_row, quantize_row, GgmlType};
+use crate::quant::{dequantize_row, quantize_row, quantize_row_imatrix, GgmlType};
 use std::path::Path;
 
 /// ggml's `GGML_QNT_VERSION`, which llama-quantize writes as `general.quantization_version`.
@@ -39,6 +41,16 @@ pub enum QuantizeError {
     /// The output is the input: writing it would truncate the file being read.
     #[error("{0} is the input file: write the output elsewhere")]
     OutputIsInput(std::path::PathBuf),
+    /// An importance matrix entry does not fit its tensor.
+    #[error("tensor '{name}': the importance matrix has {got} weights for it, its rows need {expected}")]
+    ImatrixSize {
+        /// The tensor.
+        name: String,
+        /// Its row length times its experts.
+        expected: u64,
+        /// The entry's length.
+        got: usize,
+    },
     /// The progress callback failed (its output could not be written).
     #[error("cannot report progress: {0}")]
     Progress(#[from] std::io::Error),
@@ -46,7 +58,7 @@ pub enum QuantizeError {
 
 /// How to quantize.
 #[derive(Clone, Copy, Debug)]
-pub struct QuantizeOptions {
+pub struct QuantizeOptions<'a> {
     /// The file type to write.
     pub ftype: FileType,
     /// Every matrix in the file type's own type (llama-quantize's `--pure`), instead of the
@@ -54,6 +66,9 @@ pub struct QuantizeOptions {
     pub pure: bool,
     /// Threads converting each tensor's rows.
     pub n_threads: usize,
+    /// The importance matrix weighing the quantizers (llama-quantize's `--imatrix`); it also
+    /// changes a few rules of the mixes.
+    pub imatrix: Option<&'a Imatrix>,
 }
 
 /// One tensor about to be written, for a progress line.
@@ -76,8 +91,14 @@ pub struct Progress<'a> {
 }
 
 /// The plan for `file`: each tensor's output type, in the order llama-quantize writes them.
-pub fn plan_file(file: &GgufFile, ftype: FileType, pure: bool) -> Result<Vec<Planned>, QuantizeError> {
-    let facts = if pure {
+/// `has_imatrix`: whether an importance matrix is given (a few rules depend on it).
+pub fn plan_file(
+    file: &GgufFile,
+    ftype: FileType,
+    pure: bool,
+    has_imatrix: bool,
+) -> Result<Vec<Planned>, QuantizeError> {
+    let mut facts = if pure {
         // The pure mode reads no hyper-parameter: a file without them still quantizes.
         ModelFacts {
             arch: String::new(),
@@ -85,10 +106,12 @@ pub fn plan_file(file: &GgufFile, ftype: FileType, pure: bool) -> Result<Vec<Pla
             n_expert: 0,
             n_gqa: 0,
             is_70b: false,
+            has_imatrix,
         }
     } else {
         ModelFacts::from_metadata(file.metadata())?
     };
+    facts.has_imatrix = has_imatrix;
     let metas: Vec<TensorMeta> = file
         .tensors()
         .iter()
@@ -115,7 +138,7 @@ pub fn quantize_file(
             return Err(QuantizeError::OutputIsInput(output.to_path_buf()));
         }
     }
-    let planned = plan_file(input, options.ftype, options.pure)?;
+    let planned = plan_file(input, options.ftype, options.pure, options.imatrix.is_some())?;
 
     // llama-quantize copies the metadata, then sets (removes and appends) these two keys, and
     // drops the split keys of a split input.
@@ -124,6 +147,9 @@ pub fn quantize_file(
     metadata.set_last("general.file_type", Value::U32(options.ftype.id()));
     for key in [KEY_SPLIT_NO, KEY_SPLIT_COUNT, KEY_SPLIT_TENSORS_COUNT] {
         metadata.remove(key);
+    }
+    for (key, value) in options.imatrix.map(Imatrix::metadata).unwrap_or_default() {
+        metadata.set_last(key, value);
     }
 
     let tensors = input.tensors();
@@ -151,7 +177,31 @@ pub fn quantize_file(
             out.write_tensor(&info.name, data)?;
         } else {
             let row = info.shape.first().copied().unwrap_or(1) as usize;
-            let converted = convert(info.ggml_type, data, p.ggml_type, row, options.n_threads).map_err(|source| {
+            let weights = match options.imatrix.and_then(|m| m.get(&info.name)) {
+                Some(w) => {
+                    // One row of weights per expert (the third dimension); llama-quantize lets the
+                    // embedding's mismatch pass, as a matrix cannot have seen its rows.
+                    let expected = row as u64 * info.shape.get(2).copied().unwrap_or(1);
+                    if w.len() as u64 == expected {
+                        Some(w)
+                    } else if info.name == "token_embd.weight" {
+                        None
+                    } else {
+                        return Err(QuantizeError::ImatrixSize {
+                            name: info.name.clone(),
+                            expected,
+                            got: w.len(),
+                        });
+                    }
+                }
+                None => None,
+            };
+            let rows_per_expert = info.shape.get(1).copied().unwrap_or(1) as usize;
+            let target = Target {
+                ty: p.ggml_type,
+                imatrix: weights.map(|w| (w, rows_per_expert)),
+            };
+            let converted = convert(info.ggml_type, data, target, row, options.n_threads).map_err(|source| {
                 QuantizeError::Quant {
                     name: info.name.clone(),
                     source,
@@ -164,17 +214,25 @@ pub fn quantize_file(
     Ok(())
 }
 
+/// What a tensor becomes: its type and, with an importance matrix, its weights (one row of
+/// `row` weights per expert) and the rows of each expert.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    ty: GgmlType,
+    imatrix: Option<(&'a [f32], usize)>,
+}
+
 /// `data` (rows of `row` values of `from`) as `to`, the rows shared among the threads.
 fn convert(
     from: GgmlType,
     data: &[u8],
-    to: GgmlType,
+    to: Target,
     row: usize,
     n_threads: usize,
 ) -> Result<Vec<u8>, crate::quant::QuantError> {
     let (row_in, row_out) = (
         row / from.block_size() * from.type_size(),
-        row / to.block_size() * to.type_size(),
+        row / to.ty.block_size() * to.ty.type_size(),
     );
     if row_in == 0 {
         return Ok(Vec::new());
@@ -186,12 +244,19 @@ fn convert(
         let handles: Vec<_> = out
             .chunks_mut(per_thread * row_out)
             .zip(data.chunks(per_thread * row_in))
-            .map(|(dst, src)| {
+            .enumerate()
+            .map(|(chunk, (dst, src))| {
                 scope.spawn(move || -> Result<(), crate::quant::QuantError> {
                     let mut values = vec![0f32; row];
-                    for (d, s) in dst.chunks_mut(row_out).zip(src.chunks(row_in)) {
+                    for (i, (d, s)) in dst.chunks_mut(row_out).zip(src.chunks(row_in)).enumerate() {
                         dequantize_row(from, s, &mut values)?;
-                        quantize_row(to, &values, d)?;
+                        match to.imatrix {
+                            Some((weights, rows_per_expert)) => {
+                                let expert = (chunk * per_thread + i) / rows_per_expert.max(1);
+                                quantize_row_imatrix(to.ty, &values, &weights[expert * row..][..row], d)?;
+                            }
+                            None => quantize_row(to.ty, &values, d)?,
+                        }
                     }
                     Ok(())
                 })

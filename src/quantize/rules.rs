@@ -37,6 +37,9 @@ pub struct ModelFacts {
     /// Whether llama.cpp classifies the model as a 70B (its attention values get Q5_K where
     /// they would get Q4_K).
     pub is_70b: bool,
+    /// Whether an importance matrix is given (`--imatrix`): a few rules of the mixes depend on
+    /// it. Not a fact of the file: [`ModelFacts::from_metadata`] leaves it false.
+    pub has_imatrix: bool,
 }
 
 impl ModelFacts {
@@ -87,6 +90,7 @@ impl ModelFacts {
             n_expert,
             n_gqa,
             is_70b,
+            has_imatrix: false,
         })
     }
 }
@@ -351,13 +355,16 @@ impl State<'_> {
                 } else if Self::use_more_bits(i_layer, n_layer) {
                     new_type = T::Q6_K;
                 }
-            } else if matches!(ftype, F::IQ4_NL | F::IQ4_XS) && i_layer < n_layer / 8 {
-                // llama.cpp: without an importance matrix (we take none).
+            } else if matches!(ftype, F::IQ4_NL | F::IQ4_XS) && i_layer < n_layer / 8 && !self.facts.has_imatrix {
                 new_type = T::Q5_K;
             } else if ftype == F::Q5_K_M && Self::use_more_bits(i_layer, n_layer) {
                 new_type = T::Q6_K;
             } else if ftype == F::Q4_K_S && !falcon && i_layer < n_layer / 8 {
                 new_type = T::Q5_K;
+            } else if matches!(ftype, F::Q4_0 | F::Q5_0) && self.facts.has_imatrix && i_layer < n_layer / 8 {
+                // llama.cpp guards the first feed-forward outputs only with an importance matrix,
+                // so that a file made without one stays what it was before they existed.
+                new_type = if ftype == F::Q4_0 { T::Q4_1 } else { T::Q5_1 };
             }
             self.i_ffn_down += 1;
         } else if cat == Category::AttentionOutput {

@@ -82,6 +82,16 @@ enum Command {
         /// Every matrix in TYPE's own type, without the mix's rules (llama-quantize's --pure).
         #[arg(long)]
         pure: bool,
+        /// An importance matrix weighing the quantizers (llama-imatrix's GGUF or legacy .dat).
+        #[arg(long, value_name = "FILE")]
+        imatrix: Option<PathBuf>,
+        /// Use the importance matrix only for the tensors whose names contain NAME (repeatable).
+        #[arg(long = "include-weights", value_name = "NAME")]
+        include_weights: Vec<String>,
+        /// Do not use the importance matrix for the tensors whose names contain NAME
+        /// (repeatable).
+        #[arg(long = "exclude-weights", value_name = "NAME")]
+        exclude_weights: Vec<String>,
         /// Threads (default: one per physical core).
         #[arg(short = 't', long)]
         threads: Option<usize>,
@@ -262,14 +272,23 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             output,
             ggml_type,
             pure,
+            imatrix,
+            include_weights,
+            exclude_weights,
             threads,
         } => {
             let n_threads = threads.unwrap_or_else(minfer::engine::default_threads);
+            let imatrix = crate::cli::quantize::ImatrixArgs {
+                file: imatrix,
+                include: include_weights,
+                exclude: exclude_weights,
+            };
             crate::cli::quantize::quantize(
                 &input,
                 &output,
                 &ggml_type,
                 pure,
+                &imatrix,
                 n_threads,
                 &mut std::io::stderr().lock(),
             )

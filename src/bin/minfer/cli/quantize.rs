@@ -1,11 +1,11 @@
-//! `minfer quantize IN OUT TYPE [--pure]`: llama-quantize's file types, its mixes' per-tensor
-//! rules (or every matrix in one type with `--pure`) and its bytes, with a progress line per
-//! tensor on the log writer.
+//! `minfer quantize IN OUT TYPE [--pure] [--imatrix FILE]`: llama-quantize's file types, its
+//! mixes' per-tensor rules (or every matrix in one type with `--pure`) and its bytes, with an
+//! importance matrix too, with a progress line per tensor on the log writer.
 //!
 //! The conversion is [`minfer::quantize`]'s; this module names the target and prints.
 
 use minfer::gguf::GgufFile;
-use minfer::quantize::{quantize_file, FileType, Progress, QuantizeError, QuantizeOptions};
+use minfer::quantize::{quantize_file, FileType, Imatrix, ImatrixError, Progress, QuantizeError, QuantizeOptions};
 use std::io::Write;
 use std::path::Path;
 
@@ -35,19 +35,37 @@ pub enum QuantizeCommandError {
     /// The input could not be opened.
     #[error(transparent)]
     Gguf(#[from] minfer::gguf::GgufError),
+    /// The importance matrix could not be read.
+    #[error(transparent)]
+    Imatrix(#[from] ImatrixError),
+    /// `--include-weights` and `--exclude-weights` together, which llama-quantize refuses.
+    #[error("--include-weights and --exclude-weights cannot be used together")]
+    IncludeAndExclude,
     /// The conversion failed.
     #[error(transparent)]
     Quantize(#[from] QuantizeError),
 }
 
+/// The importance matrix of a run: the file and the weights to use it for or not.
+#[derive(Debug, Default)]
+pub struct ImatrixArgs {
+    /// `--imatrix FILE`.
+    pub file: Option<std::path::PathBuf>,
+    /// `--include-weights NAME`: only the entries whose names contain one of these.
+    pub include: Vec<String>,
+    /// `--exclude-weights NAME`: not the entries whose names contain one of these.
+    pub exclude: Vec<String>,
+}
+
 /// Quantizes `input` into `output` as llama-quantize does for the file type named `target`
-/// (`pure`: every matrix in that type), on `n_threads` threads, with a line per tensor on
-/// `log`.
+/// (`pure`: every matrix in that type; `imatrix`: weighed by an importance matrix), on
+/// `n_threads` threads, with a line per tensor on `log`.
 pub fn quantize(
     input: &Path,
     output: &Path,
     target: &str,
     pure: bool,
+    imatrix: &ImatrixArgs,
     n_threads: usize,
     log: &mut impl Write,
 ) -> Result<(), QuantizeCommandError> {
@@ -63,8 +81,42 @@ pub fn quantize(
             known: known(),
         },
     })?;
+    if !imatrix.include.is_empty() && !imatrix.exclude.is_empty() {
+        return Err(QuantizeCommandError::IncludeAndExclude);
+    }
+    let matrix = match &imatrix.file {
+        Some(path) => {
+            let mut m = Imatrix::load(path)?;
+            writeln!(
+                log,
+                "loaded {} importance matrix entries from {} computed on {} chunks{}",
+                m.len(),
+                path.display(),
+                m.chunk_count,
+                if m.datasets.is_empty() {
+                    String::new()
+                } else {
+                    format!(" of {}", m.datasets.join(", "))
+                }
+            )
+            .map_err(QuantizeError::Progress)?;
+            if !imatrix.exclude.is_empty() {
+                m.filter(&imatrix.exclude, false);
+            }
+            if !imatrix.include.is_empty() {
+                m.filter(&imatrix.include, true);
+            }
+            Some(m)
+        }
+        None => None,
+    };
     let file = GgufFile::open(input)?;
-    let options = QuantizeOptions { ftype, pure, n_threads };
+    let options = QuantizeOptions {
+        ftype,
+        pure,
+        n_threads,
+        imatrix: matrix.as_ref(),
+    };
     quantize_file(&file, output, options, |p| writeln!(log, "{}", progress_line(p)))?;
     Ok(())
 }
@@ -76,7 +128,7 @@ fn not_written(name: &str) -> Option<&'static str> {
     ];
     const NO_QUANTIZER: &[&str] = &["IQ3_XS", "IQ3_S", "IQ3_M", "MXFP4_MOE", "Q1_0", "Q2_0", "COPY"];
     if NEED_IMATRIX.iter().any(|n| n.eq_ignore_ascii_case(name)) {
-        Some("it needs an importance matrix, which quantize does not take yet")
+        Some("its i-quants' grid search (IQ1, IQ2, IQ3_XXS) and the Q2_K_S rules are not written yet")
     } else if NO_QUANTIZER.iter().any(|n| n.eq_ignore_ascii_case(name)) {
         Some("no quantizer for its types, or no rules for the mix, here")
     } else {
