@@ -626,6 +626,7 @@ fn base_params() -> GraphParams {
             explicit_span_swa: false,
             type_k: DType::F16,
             type_v: DType::F16,
+            keep_matmul_inputs: false,
         },
         weights_version: 1,
     }

@@ -30,6 +30,7 @@
 mod batch;
 mod conversation;
 mod generate;
+mod imatrix;
 mod kv_cells;
 mod kv_window;
 mod model;
@@ -48,6 +49,7 @@ pub use generate::{
     eval_preparing, generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats,
     StopReason, PREFILL_CHUNK,
 };
+pub use imatrix::{compute_imatrix, ChunkDone, ImatrixComputeError, ImatrixOptions};
 pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use kv_window::{kv_cache_bytes, KvWindow};
 pub use model::{encode_prompt, max_threads, LoadError, Model, ModelOptions};

@@ -655,6 +655,35 @@ impl Session {
         self.params.cparams.fuse_ffn = fuse_ffn;
     }
 
+    /// Keep every weight matrix product's input rows after each step, for
+    /// [`Session::matmul_inputs`] (`minfer imatrix`); the decode fusions go off, so that every
+    /// product is its own node. Part of the graph's identity: the next step rebuilds.
+    pub fn keep_matmul_inputs(&mut self, keep: bool) {
+        self.params.cparams.keep_matmul_inputs = keep;
+        if keep {
+            self.set_fusion(false, false);
+        }
+    }
+
+    /// After a step run with [`Session::keep_matmul_inputs`]: each weight matrix product's
+    /// weight name, its input width and its input rows (one per token of the step), in build
+    /// order; a node read by several products is read back once.
+    pub fn matmul_inputs(&mut self, mut visit: impl FnMut(&str, usize, &[f32])) -> Result<(), EngineError> {
+        let Some((graph, alloc)) = self.cache.parts() else {
+            return Ok(());
+        };
+        let mut rows: Vec<f32> = Vec::new();
+        let mut read: Option<crate::graph::NodeId> = None;
+        for (name, input) in graph.matmul_inputs() {
+            if read != Some(input) {
+                alloc.read_f32(graph, input, &mut rows)?;
+                read = Some(input);
+            }
+            visit(name, graph.nodes[input].out_shape[0], &rows);
+        }
+        Ok(())
+    }
+
     /// Offload only the last `n_gpu_layers` layers to the first backend (`-ngl`; `None`: every
     /// node to the highest-priority backend that runs it), for a session over contexts the
     /// caller made ([`Session::with_backends`]), before its first step: a layer's KV regions stay
@@ -767,7 +796,13 @@ impl Session {
         self.params.cparams.explicit_span_swa =
             (self.window.as_ref()).is_some_and(|w| !(one_sequence && w.cells().is_identity(first_seq)));
         let model = &self.model;
-        let reused = self.cache.prepare(&self.params, |p| model.build_graph(p))?;
+        let reused = self.cache.prepare(&self.params, |p| {
+            let mut graph = model.build_graph(p);
+            if p.cparams.keep_matmul_inputs {
+                graph.keep_matmul_inputs();
+            }
+            graph
+        })?;
         self.fill_inputs(batch, cells, cells_swa)?;
         let mut timings = std::mem::take(&mut self.scratch.timings);
         timings.clear();

@@ -377,6 +377,29 @@ impl ComputeGraph {
         self.nodes.iter().find(|n| n.name == name)
     }
 
+    /// Makes the input of every weight matrix product a graph output (after the ones it has),
+    /// so that its rows outlive the step and can be read back: `minfer imatrix`'s statistics.
+    pub fn keep_matmul_inputs(&mut self) {
+        for i in 0..self.nodes.len() {
+            let node = &self.nodes[i];
+            if matches!(node.meta, NodeMeta::MatMul(_)) {
+                let input = node.src[0];
+                if !self.outputs.contains(&input) {
+                    self.outputs.push(input);
+                }
+            }
+        }
+    }
+
+    /// The weight matrix products (their weights' names) and the node each reads its input rows
+    /// from, in build order.
+    pub fn matmul_inputs(&self) -> impl Iterator<Item = (&str, NodeId)> {
+        self.nodes.iter().filter_map(|node| match &node.meta {
+            NodeMeta::MatMul(m) => Some((m.weight_name.as_str(), node.src[0])),
+            _ => None,
+        })
+    }
+
     /// Nodes that must execute: the outputs, nodes with side effects, and everything they read.
     pub fn live_nodes(&self) -> Vec<bool> {
         let mut live = vec![false; self.nodes.len()];

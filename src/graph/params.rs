@@ -48,6 +48,9 @@ pub struct CParams {
     pub type_k: super::DType,
     /// How the KV cache stores V.
     pub type_v: super::DType,
+    /// Every weight's matrix-product input is kept as a graph output, to be read back after the
+    /// step (`minfer imatrix`'s statistics); part of the reuse identity.
+    pub keep_matmul_inputs: bool,
 }
 
 impl CParams {
@@ -67,6 +70,7 @@ impl CParams {
             explicit_span: false,
             n_ctx_swa: 0,
             explicit_span_swa: false,
+            keep_matmul_inputs: false,
         }
     }
 }

@@ -4,11 +4,13 @@
 //! the mean square per column the quantizers weigh (`load_imatrix` in llama.cpp's
 //! `tools/quantize`, float for float).
 //!
-//! This module reads the files and hands out each weight's row of weights; it does not choose
-//! which tensors use them (that is `quantize_file`'s) nor quantize.
+//! This module reads the files and hands out each weight's row of weights, and writes the
+//! statistics `minfer imatrix` gathers in llama-imatrix's GGUF form ([`ImatrixStats`]); it does
+//! not choose which tensors use them (that is `quantize_file`'s), quantize, or run a model.
 
-use crate::gguf::{Array, GgufFile, Value};
+use crate::gguf::{Array, GgufFile, GgufWriter, Value};
 use crate::quant::GgmlType;
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -216,6 +218,68 @@ impl Imatrix {
             }
         }
         Ok(imatrix)
+    }
+}
+
+/// What llama-imatrix gathers: per weight, the sums of the squares of each input column over
+/// every token that went through it, and that token count.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ImatrixStats {
+    /// Per weight name: the column sums (f32, accumulated token after token) and the tokens.
+    pub entries: BTreeMap<String, (Vec<f32>, u64)>,
+    /// The texts, as named on the command line.
+    pub datasets: Vec<String>,
+    /// Tokens per chunk (`-c`).
+    pub chunk_size: u32,
+}
+
+impl ImatrixStats {
+    /// Adds the rows of one matrix product's input (`width` values per token) to the entry
+    /// of `weight`: `sums[j] += x[j]²` for each row in order, and the row count.
+    pub fn add(&mut self, weight: &str, width: usize, rows: &[f32]) {
+        let (sums, count) = self
+            .entries
+            .entry(weight.to_string())
+            .or_insert_with(|| (vec![0.0; width], 0));
+        for row in rows.chunks_exact(width) {
+            for (s, &x) in sums.iter_mut().zip(row) {
+                *s += x * x;
+            }
+            *count += 1;
+        }
+    }
+
+    /// Whole chunks seen: the largest count over the chunk size (llama-imatrix's `m_last_chunk`).
+    pub fn chunk_count(&self) -> u32 {
+        let most = self.entries.values().map(|(_, c)| *c).max().unwrap_or(0);
+        most.checked_div(self.chunk_size as u64).unwrap_or(0) as u32
+    }
+
+    /// Writes llama-imatrix's GGUF file: `general.type` `imatrix`, the datasets, chunk count and
+    /// size, and per weight (names sorted) `<name>.in_sum2` `[width, 1]` and `<name>.counts`
+    /// `[1, 1]`, F32.
+    pub fn write_gguf(&self, path: &Path) -> crate::gguf::Result<()> {
+        let mut w = GgufWriter::new();
+        w.set("general.type", Value::String("imatrix".into()))
+            .set("imatrix.datasets", Value::Array(Array::String(self.datasets.clone())))
+            .set("imatrix.chunk_count", Value::U32(self.chunk_count()))
+            .set("imatrix.chunk_size", Value::U32(self.chunk_size));
+        for (name, (sums, count)) in &self.entries {
+            let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+            w.add_tensor(
+                &format!("{name}.in_sum2"),
+                GgmlType::F32,
+                &[sums.len() as u64, 1],
+                bytes(sums),
+            )?;
+            w.add_tensor(
+                &format!("{name}.counts"),
+                GgmlType::F32,
+                &[1, 1],
+                bytes(&[*count as f32]),
+            )?;
+        }
+        w.write_file(path)
     }
 }
 

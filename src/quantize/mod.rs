@@ -13,7 +13,7 @@ mod imatrix;
 mod rules;
 
 pub use ftype::{llama_ftype_name, FileType};
-pub use imatrix::{Imatrix, ImatrixError};
+pub use imatrix::{Imatrix, ImatrixError, ImatrixStats};
 pub use rules::{llama_order, plan, ModelFacts, Planned, TensorMeta};
 
 use crate::gguf::split::{KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};

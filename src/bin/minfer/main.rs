@@ -65,6 +65,35 @@ enum Command {
         #[arg(long)]
         tensors: bool,
     },
+    /// Compute an importance matrix as llama-imatrix does (for quantize --imatrix).
+    ///
+    /// The text is cut into chunks of -c tokens; the squares of every layer matrix's input
+    /// columns are summed over them, and written in llama-imatrix's GGUF form.
+    ///
+    /// Example: minfer imatrix model-f16.gguf -f calibration.txt -o imatrix.gguf
+    #[command(verbatim_doc_comment)]
+    Imatrix {
+        /// The GGUF model.
+        model: PathBuf,
+        /// The calibration text.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// The file to write.
+        #[arg(short = 'o', long = "output", default_value = "imatrix.gguf")]
+        output: PathBuf,
+        /// Tokens per chunk.
+        #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+        ctx_size: usize,
+        /// At most this many chunks (default: all the text holds).
+        #[arg(long)]
+        chunks: Option<usize>,
+        /// Also collect the output head's input (llama-imatrix's --process-output).
+        #[arg(long)]
+        process_output: bool,
+        /// Threads (default: one per physical core).
+        #[arg(short = 't', long)]
+        threads: Option<usize>,
+    },
     /// Quantize a GGUF file as llama-quantize does: its mixes' per-tensor rules, its bytes.
     ///
     /// Examples:
@@ -267,6 +296,26 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             println!("{}", path.display());
         }
         Command::List => print!("{}", crate::cli::pull::list()?),
+        Command::Imatrix {
+            model,
+            file,
+            output,
+            ctx_size,
+            chunks,
+            process_output,
+            threads,
+        } => {
+            let cmd = crate::cli::imatrix::ImatrixCommand {
+                model: &model,
+                text: &file,
+                output: &output,
+                n_ctx: ctx_size,
+                max_chunks: chunks,
+                process_output,
+                n_threads: threads.unwrap_or_else(minfer::engine::default_threads),
+            };
+            crate::cli::imatrix::imatrix(&cmd, &mut std::io::stderr().lock())?;
+        }
         Command::Quantize {
             input,
             output,
