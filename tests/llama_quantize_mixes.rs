@@ -52,6 +52,23 @@ fn mixes_with_an_importance_matrix_match_llama_quantize() {
 }
 
 #[test]
+fn q2_k_s_without_an_importance_matrix_is_refused_as_llama_quantize_refuses_it() {
+    let input = GgufFile::open(common::tiny_model("qwen2", "F32")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = QuantizeOptions {
+        ftype: FileType::Q2_K_S,
+        pure: false,
+        n_threads: 2,
+        imatrix: None,
+    };
+    let err = quantize_file(&input, &dir.path().join("out.gguf"), options, |_| Ok(())).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Q2_K_S needs an importance matrix (--imatrix FILE; `minfer imatrix` computes one)"
+    );
+}
+
+#[test]
 fn an_importance_matrix_entry_of_the_wrong_size_is_refused_naming_the_tensor() {
     // The tiny qwen3 model's rows are as long as qwen2's, but a one-entry legacy matrix for its
     // query weights with 255 columns is not.

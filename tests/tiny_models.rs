@@ -206,6 +206,9 @@ tiny_model_tests! {
     tiny_qwen2_iq3_s_matches_llama_cpp: "qwen2", "IQ3_S";
     tiny_qwen2_iq1_s_matches_llama_cpp: "qwen2", "IQ1_S";
     tiny_qwen2_iq1_m_matches_llama_cpp: "qwen2", "IQ1_M";
+    tiny_qwen2_tq1_0_matches_llama_cpp: "qwen2", "TQ1_0";
+    tiny_qwen2_tq2_0_matches_llama_cpp: "qwen2", "TQ2_0";
+    tiny_qwen2_mxfp4_matches_llama_cpp: "qwen2", "MXFP4";
     tiny_qwen3_f32_matches_llama_cpp: "qwen3", "F32";
     tiny_qwen3_f16_matches_llama_cpp: "qwen3", "F16";
     tiny_qwen3_bf16_matches_llama_cpp: "qwen3", "BF16";

@@ -807,8 +807,8 @@ type_table! {
     Q6_K: quant(q6_k::BlockQ6K, dot q8_k::BlockQ8K, simd k_quants::vec_dot_q6_k, rows none, panel k(Q6_K), imatrix);
     Q8_K: quant(q8_k::BlockQ8K, dot none, simd none, rows none, panel none);
     IQ2_XXS: quant(iq2_xxs::BlockIq2Xxs, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
-    IQ2_XS: quant(iq2_xs::BlockIq2Xs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq2_xs, rows none, panel none, read only);
-    IQ3_XXS: quant(iq3_xxs::BlockIq3Xxs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq3_xxs, rows none, panel none, read only);
+    IQ2_XS: quant(iq2_xs::BlockIq2Xs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq2_xs, rows none, panel k(IQ2_XS), read only);
+    IQ3_XXS: quant(iq3_xxs::BlockIq3Xxs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq3_xxs, rows none, panel k(IQ3_XXS), read only);
     IQ1_S: quant(iq1_s::BlockIq1S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     IQ4_NL: quant(iq4_nl::BlockIq4Nl, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_iq4_nl, rows x86::legacy::rows_iq4_nl, panel none, imatrix);
     IQ3_S: quant(iq3_s::BlockIq3S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);

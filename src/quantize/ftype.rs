@@ -27,6 +27,10 @@ pub enum FileType {
     Q2_K = 10,
     /// Matrices in Q3_K.
     Q3_K_S = 11,
+    /// Q2_K made with an importance matrix (which it needs), the attention values in Q4_K with
+    /// grouped-query attention of 4 or more and the first eighth of the feed-forward outputs
+    /// in Q4_K.
+    Q2_K_S = 21,
     /// Q3_K, the first two attention values and the first sixteenth of the feed-forward
     /// outputs in Q5_K, the other values, outputs and attention outputs in Q4_K.
     Q3_K_M = 12,
@@ -62,6 +66,7 @@ const NAMES: &[(&str, FileType)] = &[
     ("Q5_0", FileType::Q5_0),
     ("Q5_1", FileType::Q5_1),
     ("Q2_K", FileType::Q2_K),
+    ("Q2_K_S", FileType::Q2_K_S),
     ("Q3_K", FileType::Q3_K_M),
     ("Q3_K_S", FileType::Q3_K_S),
     ("Q3_K_M", FileType::Q3_K_M),
@@ -103,12 +108,26 @@ const LLAMA_FTYPES: &[(u64, &str)] = &[
     (16, "Q5_K - Small"),
     (17, "Q5_K - Medium"),
     (18, "Q6_K"),
+    (19, "IQ2_XXS - 2.0625 bpw"),
+    (20, "IQ2_XS - 2.3125 bpw"),
     (21, "Q2_K - Small"),
+    (22, "IQ3_XS - 3.3 bpw"),
+    (23, "IQ3_XXS - 3.0625 bpw"),
+    (24, "IQ1_S - 1.5625 bpw"),
     (25, "IQ4_NL - 4.5 bpw"),
+    (26, "IQ3_S - 3.4375 bpw"),
+    (27, "IQ3_S mix - 3.66 bpw"),
+    (28, "IQ2_S - 2.5 bpw"),
+    (29, "IQ2_M - 2.7 bpw"),
     (30, "IQ4_XS - 4.25 bpw"),
+    (31, "IQ1_M - 1.75 bpw"),
     (32, "BF16"),
     (36, "TQ1_0 - 1.69 bpw ternary"),
     (37, "TQ2_0 - 2.06 bpw ternary"),
+    (38, "MXFP4 MoE"),
+    (39, "NVFP4"),
+    (40, "Q1_0"),
+    (41, "Q2_0"),
 ];
 
 /// llama.cpp's name for the `general.file_type` value `id` (`llama_model_ftype_name`), or
@@ -150,6 +169,12 @@ impl FileType {
         self as u32
     }
 
+    /// Whether its matrices of `ty` need an importance matrix (`tensor_requires_imatrix`): the
+    /// Q2_K ones of a Q2_K_S file.
+    pub fn needs_imatrix(self, ty: GgmlType) -> bool {
+        self == FileType::Q2_K_S && ty == GgmlType::Q2_K
+    }
+
     /// The type every matrix starts from before the mix's rules (`llama_ftype_get_default_type`).
     pub fn default_type(self) -> GgmlType {
         match self {
@@ -161,7 +186,7 @@ impl FileType {
             FileType::Q5_0 => GgmlType::Q5_0,
             FileType::Q5_1 => GgmlType::Q5_1,
             FileType::Q8_0 => GgmlType::Q8_0,
-            FileType::Q2_K => GgmlType::Q2_K,
+            FileType::Q2_K | FileType::Q2_K_S => GgmlType::Q2_K,
             FileType::Q3_K_S | FileType::Q3_K_M | FileType::Q3_K_L => GgmlType::Q3_K,
             FileType::Q4_K_S | FileType::Q4_K_M => GgmlType::Q4_K,
             FileType::Q5_K_S | FileType::Q5_K_M => GgmlType::Q5_K,
@@ -197,7 +222,7 @@ mod tests {
         assert_eq!(FileType::from_name("Q4_K"), Some(FileType::Q4_K_M));
         assert_eq!(FileType::from_name("Q5_K"), Some(FileType::Q5_K_M));
         assert_eq!(FileType::from_name("Q3_K"), Some(FileType::Q3_K_M));
-        assert_eq!(FileType::from_name("Q2_K_S"), None);
+        assert_eq!(FileType::from_name("q2_k_s"), Some(FileType::Q2_K_S));
         assert_eq!(FileType::Q3_K_M.name(), "Q3_K_M");
         assert_eq!(FileType::Q4_K_M.name(), "Q4_K_M");
         assert_eq!(FileType::Q5_K_M.name(), "Q5_K_M");

@@ -51,6 +51,10 @@ pub enum QuantizeError {
         /// The entry's length.
         got: usize,
     },
+    /// A file type whose matrices need an importance matrix, without one (llama-quantize's
+    /// "this quantization requires an imatrix!"), or a tensor the matrix has no entry for.
+    #[error("{0}")]
+    ImatrixNeeded(String),
     /// The progress callback failed (its output could not be written).
     #[error("cannot report progress: {0}")]
     Progress(#[from] std::io::Error),
@@ -139,6 +143,18 @@ pub fn quantize_file(
         }
     }
     let planned = plan_file(input, options.ftype, options.pure, options.imatrix.is_some())?;
+    let tensors = input.tensors();
+    // llama-quantize's `tensor_requires_imatrix`: never the embedding or the output.
+    let needs = |p: &Planned| {
+        let name = tensors[p.index].name.as_str();
+        options.ftype.needs_imatrix(p.ggml_type) && name != "token_embd.weight" && name != "output.weight"
+    };
+    if options.imatrix.is_none() && planned.iter().any(needs) {
+        return Err(QuantizeError::ImatrixNeeded(format!(
+            "{} needs an importance matrix (--imatrix FILE; `minfer imatrix` computes one)",
+            options.ftype.name()
+        )));
+    }
 
     // llama-quantize copies the metadata, then sets (removes and appends) these two keys, and
     // drops the split keys of a split input.
@@ -152,7 +168,6 @@ pub fn quantize_file(
         metadata.set_last(key, value);
     }
 
-    let tensors = input.tensors();
     let layout: Vec<TensorLayout> = planned
         .iter()
         .map(|p| {
@@ -196,6 +211,15 @@ pub fn quantize_file(
                 }
                 None => None,
             };
+            if weights.is_none() && needs(p) {
+                return Err(QuantizeError::ImatrixNeeded(format!(
+                    "the importance matrix has no entry for {}, which {} quantizes to {} \
+                     (llama-quantize: \"the result will be garbage\")",
+                    info.name,
+                    options.ftype.name(),
+                    p.ggml_type
+                )));
+            }
             let rows_per_expert = info.shape.get(1).copied().unwrap_or(1) as usize;
             let target = Target {
                 ty: p.ggml_type,

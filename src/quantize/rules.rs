@@ -307,6 +307,8 @@ impl State<'_> {
         } else if is_attn_v(cat) {
             if ftype == F::Q2_K {
                 new_type = if self.facts.n_gqa >= 4 { T::Q4_K } else { T::Q3_K };
+            } else if ftype == F::Q2_K_S && self.facts.n_gqa >= 4 {
+                new_type = T::Q4_K;
             } else if ftype == F::Q3_K_M {
                 new_type = if self.i_attention_wv < 2 { T::Q5_K } else { T::Q4_K };
             } else if ftype == F::Q3_K_L || (matches!(ftype, F::IQ4_NL | F::IQ4_XS) && self.facts.n_gqa >= 4) {
@@ -333,6 +335,10 @@ impl State<'_> {
             let i_layer = self.layer(self.i_ffn_down, name);
             if ftype == F::Q2_K {
                 new_type = T::Q3_K;
+            } else if ftype == F::Q2_K_S {
+                if i_layer < n_layer / 8 {
+                    new_type = T::Q4_K;
+                }
             } else if ftype == F::Q3_K_M {
                 new_type = if i_layer < n_layer / 16 {
                     T::Q5_K

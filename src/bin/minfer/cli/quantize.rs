@@ -123,12 +123,12 @@ pub fn quantize(
 
 /// Why llama-quantize's file type `name` is not one `quantize` writes, if it is one of its.
 fn not_written(name: &str) -> Option<&'static str> {
-    const NEED_IMATRIX: &[&str] = &[
-        "Q2_K_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "IQ3_XXS",
+    const GRID_SEARCH: &[&str] = &[
+        "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "IQ3_XXS", "IQ3_XS", "IQ3_S", "IQ3_M",
     ];
-    const NO_QUANTIZER: &[&str] = &["IQ3_XS", "IQ3_S", "IQ3_M", "MXFP4_MOE", "Q1_0", "Q2_0", "COPY"];
-    if NEED_IMATRIX.iter().any(|n| n.eq_ignore_ascii_case(name)) {
-        Some("its i-quants' grid search (IQ1, IQ2, IQ3_XXS) and the Q2_K_S rules are not written yet")
+    const NO_QUANTIZER: &[&str] = &["MXFP4_MOE", "Q1_0", "Q2_0", "COPY"];
+    if GRID_SEARCH.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        Some("the grid searches of its i-quants (IQ1, IQ2, IQ3) are not written yet: minfer reads these types but does not write them")
     } else if NO_QUANTIZER.iter().any(|n| n.eq_ignore_ascii_case(name)) {
         Some("no quantizer for its types, or no rules for the mix, here")
     } else {

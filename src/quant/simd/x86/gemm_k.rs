@@ -26,6 +26,8 @@
 
 use super::*;
 use crate::quant::fp16::f16_to_f32;
+use crate::quant::iq2_xs::{self, BlockIq2Xs};
+use crate::quant::iq3_xxs::{self, BlockIq3Xxs};
 use crate::quant::iq4_nl;
 use crate::quant::iq4_xs::{self, BlockIq4Xs};
 use crate::quant::k_quants::unpack_scales_mins_k4;
@@ -45,6 +47,22 @@ pub(crate) const Q5_K: u8 = 2;
 pub(crate) const Q3_K: u8 = 3;
 pub(crate) const Q2_K: u8 = 4;
 pub(crate) const IQ4_XS: u8 = 5;
+pub(crate) const IQ2_XS: u8 = 6;
+pub(crate) const IQ3_XXS: u8 = 7;
+
+/// The codebook i-quants' signed levels (at most 62 in magnitude) are stored this far up, so
+/// that `vpdpbusd` takes them unsigned; the offset term undoes it.
+const IQ_OFFSET: i32 = 64;
+
+/// What the references multiply their total by at the very end: IQ2_XS's 0.125 and IQ3_XXS's
+/// 0.25 (1 for the others).
+const fn final_factor(kind: u8) -> f32 {
+    match kind {
+        IQ2_XS => 0.125,
+        IQ3_XXS => 0.25,
+        _ => 1.0,
+    }
+}
 
 /// How many records ahead the repacked tiles of Q4_K (index [`Q4_K`]) and Q6_K ([`Q6_K`])
 /// prefetch. The best distance depends on the CPU: one record measured 20-25 % faster than
@@ -88,17 +106,17 @@ const Q8_K_BSUMS: usize = std::mem::offset_of!(BlockQ8K, bsums);
 
 /// Sub-blocks per super-block of `KIND`.
 const fn subs(kind: u8) -> usize {
-    if matches!(kind, Q4_K | Q5_K | IQ4_XS) {
+    if matches!(kind, Q4_K | Q5_K | IQ4_XS | IQ3_XXS) {
         8
     } else {
         16
     }
 }
 
-/// Whether `KIND` stores its levels above the signed ones (Q6_K by 32, Q3_K by 4), which the
-/// group-sum term undoes.
+/// Whether `KIND` stores its levels above the signed ones (Q6_K by 32, Q3_K by 4, the
+/// codebook i-quants by [`IQ_OFFSET`]), which the group-sum term undoes.
 const fn has_offset(kind: u8) -> bool {
-    matches!(kind, Q6_K | Q3_K)
+    matches!(kind, Q6_K | Q3_K | IQ2_XS | IQ3_XXS)
 }
 
 /// Two i16 as the low and high halves of a word.
@@ -156,6 +174,31 @@ fn unpack_block<const KIND: u8>(blk: &[u8]) -> Unpacked {
                 f16_to_f32(b.d),
                 0.0,
             )
+        }
+        IQ2_XS => {
+            let b: BlockIq2Xs = bytemuck::pod_read_unaligned(blk);
+            let sc = iq2_xs::scales(&b).map(|s| 2 * s as i32 + 1);
+            scales.copy_from_slice(&sc);
+            // `-64 * Σ scale_j * bsum_j` undoes the levels' offset, per 16 values.
+            for (i, t) in terms.iter_mut().enumerate() {
+                *t = pair((-IQ_OFFSET * sc[2 * i]) as i16, (-IQ_OFFSET * sc[2 * i + 1]) as i16);
+            }
+            let levels = iq2_xs::levels(&b).map(|l| (l as i32 + IQ_OFFSET) as u8);
+            (levels, scales, terms, f16_to_f32(b.d), 0.0)
+        }
+        IQ3_XXS => {
+            let b: BlockIq3Xxs = bytemuck::pod_read_unaligned(blk);
+            let (levels, sc) = iq3_xxs::levels(&b);
+            for (s, &v) in scales.iter_mut().zip(&sc) {
+                *s = 2 * v as i32 + 1;
+            }
+            // One scale per 32 values: both halves of pair word i are block i's.
+            for (i, t) in terms.iter_mut().enumerate() {
+                let c = (-IQ_OFFSET * scales[i]) as i16;
+                *t = pair(c, c);
+            }
+            let levels = levels.map(|l| (l as i32 + IQ_OFFSET) as u8);
+            (levels, scales, terms, f16_to_f32(b.d), 0.0)
         }
         IQ4_XS => {
             let b: BlockIq4Xs = bytemuck::pod_read_unaligned(blk);
@@ -233,6 +276,8 @@ pub(crate) fn unpack_panel_k<const KIND: u8>(
         Q3_K => std::mem::size_of::<BlockQ3K>(),
         Q2_K => std::mem::size_of::<BlockQ2K>(),
         IQ4_XS => std::mem::size_of::<BlockIq4Xs>(),
+        IQ2_XS => std::mem::size_of::<BlockIq2Xs>(),
+        IQ3_XXS => std::mem::size_of::<BlockIq3Xxs>(),
         _ => std::mem::size_of::<BlockQ6K>(),
     };
     let n_subs = subs(KIND);
@@ -363,7 +408,12 @@ pub(crate) unsafe fn panel_tile_k<const KIND: u8, const T: usize>(
         }
     }
     for (t, acc) in acc.iter().enumerate() {
-        _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
+        let acc = if final_factor(KIND) != 1.0 {
+            _mm512_mul_ps(_mm512_set1_ps(final_factor(KIND)), *acc)
+        } else {
+            *acc
+        };
+        _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, acc);
     }
 }
 
@@ -518,7 +568,12 @@ pub(crate) unsafe fn amx_panel_tile_k<const KIND: u8>(
         }
     }
     for (t, acc) in acc.iter().enumerate() {
-        _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, *acc);
+        let acc = if final_factor(KIND) != 1.0 {
+            _mm512_mul_ps(_mm512_set1_ps(final_factor(KIND)), *acc)
+        } else {
+            *acc
+        };
+        _mm512_mask_storeu_ps(y.as_mut_ptr().add(t * stride), mask, acc);
     }
 }
 

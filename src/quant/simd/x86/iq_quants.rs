@@ -18,18 +18,31 @@ use crate::quant::iq_grids::{IQ2XS_GRID, IQ3XXS_GRID};
 use crate::quant::k_quants::QK_K;
 use crate::quant::q8_k::BlockQ8K;
 
-/// 0xff in byte `8k + j` where bit `j` of `signs[k]` is set (weight `j` of group `k` negated).
+/// Per 7-bit sign index, the eight bytes of its signs (`KSIGNS`, the eighth bit the parity) as
+/// a mask: 0xff where the weight is negated.
+static SIGN_MASKS: [u64; 128] = {
+    let mut masks = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        let signs = KSIGNS[i];
+        let mut j = 0;
+        while j < 8 {
+            if (signs >> j) & 1 == 1 {
+                masks[i] |= 0xff << (8 * j);
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    masks
+};
+
+/// The sign masks of four groups of eight, by their 7-bit sign indices.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn sign_mask(signs: [u8; 4]) -> __m256i {
-    let spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(i32::from_le_bytes(signs)),
-        _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-        ),
-    );
-    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits)
+unsafe fn sign_mask(indices: [usize; 4]) -> __m256i {
+    let m = |k: usize| SIGN_MASKS[indices[k] & 127] as i64;
+    _mm256_setr_epi64x(m(0), m(1), m(2), m(3))
 }
 
 /// `grid` negated where `mask` is all ones.
@@ -69,14 +82,12 @@ pub(in crate::quant) unsafe fn vec_dot_iq2_xs<const VNNI: bool, const N: usize>(
         let yb: [&BlockQ8K; N] = std::array::from_fn(|r| &ys[r][i]);
         let mut acc = [_mm256_setzero_si256(); N];
         for (c, q) in xb.qs.chunks_exact(4).enumerate() {
+            let q: [u16; 4] = q.try_into().unwrap();
             let point = |k: usize| IQ2XS_GRID[(q[k] & 511) as usize] as i64;
             let grid = _mm256_setr_epi64x(point(0), point(1), point(2), point(3));
-            let w = with_signs(grid, sign_mask(std::array::from_fn(|k| KSIGNS[(q[k] >> 9) as usize])));
-            let s = xb.scales[c];
-            let scales = _mm256_set_m128i(
-                _mm_set1_epi16(2 * (s >> 4) as i16 + 1),
-                _mm_set1_epi16(2 * (s & 0xf) as i16 + 1),
-            );
+            let w = with_signs(grid, sign_mask(q.map(|v| (v >> 9) as usize)));
+            let s = xb.scales[c] as i16;
+            let scales = _mm256_setr_m128i(_mm_set1_epi16(2 * (s & 0xf) + 1), _mm_set1_epi16(2 * (s >> 4) + 1));
             for (acc, y) in acc.iter_mut().zip(yb) {
                 *acc = add_scaled::<VNNI>(*acc, w, load32(&y.qs, 32 * c), scales);
             }
@@ -114,10 +125,7 @@ pub(in crate::quant) unsafe fn vec_dot_iq3_xxs<const VNNI: bool, const N: usize>
                 point(6),
                 point(7),
             );
-            let w = with_signs(
-                grid,
-                sign_mask(std::array::from_fn(|l| KSIGNS[(aux >> (7 * l)) as usize & 127])),
-            );
+            let w = with_signs(grid, sign_mask(std::array::from_fn(|l| (aux >> (7 * l)) as usize)));
             let scales = _mm256_set1_epi16(2 * (aux >> 28) as i16 + 1);
             for (acc, y) in acc.iter_mut().zip(yb) {
                 *acc = add_scaled::<VNNI>(*acc, w, load32(&y.qs, 32 * c), scales);
