@@ -140,10 +140,14 @@ fn the_quantize_command_writes_llama_quantizes_files() {
         let err = String::from_utf8_lossy(&run.stderr);
         assert!(!run.status.success() && err.contains(says), "{args:?}: {err}");
     };
-    refused(&["Q2_K_S"], "Q2_K_S yet (it needs an importance matrix");
+    refused(&["Q2_K_S"], "Q2_K_S needs an importance matrix (--imatrix FILE");
     refused(
         &["IQ3_S"],
-        "IQ3_S yet (no quantizer for its types, or no rules for the mix, here)",
+        "IQ3_S yet (the grid searches of its i-quants (IQ1, IQ2, IQ3) are not written yet",
+    );
+    refused(
+        &["MXFP4_MOE"],
+        "MXFP4_MOE yet (no quantizer for its types, or no rules for the mix",
     );
     refused(&["Q7_K"], "cannot quantize to Q7_K: the types are");
 }

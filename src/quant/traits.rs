@@ -810,14 +810,14 @@ type_table! {
     IQ2_XS: quant(iq2_xs::BlockIq2Xs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq2_xs, rows none, panel k(IQ2_XS), read only);
     IQ3_XXS: quant(iq3_xxs::BlockIq3Xxs, dot q8_k::BlockQ8K, simd x86::iq_quants::vec_dot_iq3_xxs, rows none, panel k(IQ3_XXS), read only);
     IQ1_S: quant(iq1_s::BlockIq1S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
-    IQ4_NL: quant(iq4_nl::BlockIq4Nl, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_iq4_nl, rows x86::legacy::rows_iq4_nl, panel none, imatrix);
+    IQ4_NL: quant(iq4_nl::BlockIq4Nl, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_iq4_nl, rows x86::legacy::rows_iq4_nl, panel block32(IQ4_NL), imatrix);
     IQ3_S: quant(iq3_s::BlockIq3S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     IQ2_S: quant(iq2_s::BlockIq2S, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     IQ4_XS: quant(iq4_xs::BlockIq4Xs, dot q8_k::BlockQ8K, simd x86::k_quants::vec_dot_iq4_xs, rows x86::k_quants::rows_iq4_xs, panel k(IQ4_XS), imatrix);
     IQ1_M: quant(iq1_m::BlockIq1M, dot q8_k::BlockQ8K, simd none, rows none, panel none, read only);
     TQ1_0: quant(tq1_0::BlockTq1_0, dot q8_k::BlockQ8K, simd none, rows none, panel none);
     TQ2_0: quant(tq2_0::BlockTq2_0, dot q8_k::BlockQ8K, simd none, rows none, panel none);
-    MXFP4: quant(mxfp4::BlockMxfp4, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_mxfp4, rows x86::legacy::rows_mxfp4, panel none);
+    MXFP4: quant(mxfp4::BlockMxfp4, dot q8_0::BlockQ8_0, simd x86::legacy::vec_dot_mxfp4, rows x86::legacy::rows_mxfp4, panel block32(MXFP4));
 }
 
 #[cfg(test)]

@@ -34,6 +34,13 @@ pub(crate) const Q4_1: u8 = 1;
 pub(crate) const Q5_0: u8 = 2;
 pub(crate) const Q5_1: u8 = 3;
 pub(crate) const Q8_0: u8 = 4;
+pub(crate) const IQ4_NL: u8 = 5;
+pub(crate) const MXFP4: u8 = 6;
+
+/// IQ4_NL's and MXFP4's tables 128 up, so that `vpdpbusd` takes their values unsigned; the
+/// sums start at `-128 * Σ activations`, as Q8_0's do.
+static IQ4_NL_128: [i8; 16] = table_128(&crate::quant::iq4_nl::KVALUES);
+static MXFP4_128: [i8; 16] = table_128(&crate::quant::mxfp4::KVALUES);
 
 /// Whether blocks of `KIND` carry a minimum (and take Q8_1 activations).
 pub(crate) const fn has_min(kind: u8) -> bool {
@@ -61,6 +68,8 @@ unsafe fn levels<const KIND: u8>(blk: &[u8]) -> __m256i {
         Q4_1 => nibbles_32(qs(4)),
         Q5_0 => _mm256_or_si256(nibbles_32(qs(6)), fifth_bits_32(qh(2))),
         Q5_1 => _mm256_or_si256(nibbles_32(qs(8)), fifth_bits_32(qh(4))),
+        IQ4_NL => table_32(qs(2), &IQ4_NL_128),
+        MXFP4 => table_32(qs(1), &MXFP4_128),
         _ => _mm256_xor_si256(load32(blk, 2), _mm256_set1_epi8(-128)),
     }
 }
@@ -98,7 +107,11 @@ pub(crate) unsafe fn unpack_panel<const KIND: u8>(
             for (g, &word) in words.iter().enumerate() {
                 pack[b * 128 + g * 16 + r] = word;
             }
-            dx[b * 16 + r] = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+            dx[b * 16 + r] = if KIND == MXFP4 {
+                crate::quant::mxfp4::e8m0_to_f32_half(blk[0])
+            } else {
+                f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]))
+            };
             mx[b * 16 + r] = if has_min(KIND) {
                 f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]))
             } else {
@@ -187,7 +200,8 @@ unsafe fn block_value<const KIND: u8>(sumi: __m512i, dxv: __m512, mxv: __m512, d
             let sy = _mm512_set1_ps(f32::from_bits(aux as u32));
             _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi), _mm512_mul_ps(mxv, sy))
         }
-        // `(d_x * d_y) * sumi` (Q5_0), `sumi * (d_x * d_y)` (Q8_0): the same product.
+        // `(d_x * d_y) * sumi` (Q5_0), `sumi * (d_x * d_y)` (Q8_0), `(d_y * d_x) * sumi`
+        // (IQ4_NL, MXFP4): the same products.
         _ => _mm512_mul_ps(_mm512_mul_ps(dxv, dy), sumi),
     }
 }

@@ -317,15 +317,7 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
 }
 
 /// IQ4_XS's table, each value 128 up (1..=241): unsigned levels for `vpdpbusd`.
-const IQ4_TABLE_128: [i8; 16] = {
-    let mut t = [0i8; 16];
-    let mut i = 0;
-    while i < 16 {
-        t[i] = (iq4_nl::KVALUES[i] as i32 + 128) as u8 as i8;
-        i += 1;
-    }
-    t
-};
+const IQ4_TABLE_128: [i8; 16] = table_128(&iq4_nl::KVALUES);
 
 /// The eight terms `(d * d_y * (scale - 32)) * sumi` of an IQ4_XS super-block against a Q8_K
 /// block, the blocks' exact integer sums side by side in one vector (`w`: its levels by block,

@@ -180,6 +180,18 @@ unsafe fn table_32(qs: &[u8; 16], table: &[i8; 16]) -> __m256i {
     _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load16(table, 0)), nibbles_32(qs))
 }
 
+/// A 4-bit table of signed values (IQ4_NL's, MXFP4's) with every value 128 up, as unsigned
+/// bytes for `vpdpbusd` (the kernels take `128 * Σ activations` back out).
+const fn table_128(table: &[i8; 16]) -> [i8; 16] {
+    let mut out = [0i8; 16];
+    let mut i = 0;
+    while i < 16 {
+        out[i] = (table[i] as i32 + 128) as u8 as i8;
+        i += 1;
+    }
+    out
+}
+
 /// Sums of four consecutive products of the signed bytes `w` (never -128) and `y` (any) in i32
 /// lanes, exactly: `|y|` times `w` with `y`'s sign, where `|-128|` is the unsigned byte 128, so
 /// that `maddubs`' pairs stay within `2 * 128 * 127` and never saturate.
