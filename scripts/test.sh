@@ -49,7 +49,8 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 export MINFER_REQUIRE_WGPU=1
 echo "== cargo test" >&2
 cargo test
-# The 22 tiny models again on wgpu, against llama.cpp's logits with the CPU's bounds.
+# The tiny models again on wgpu, against llama.cpp's logits with the CPU's bounds (the types wgpu
+# declines refused by name).
 echo "== MINFER_TEST_BACKEND=wgpu cargo test --test tiny_models" >&2
 MINFER_TEST_BACKEND=wgpu cargo test --test tiny_models
 # ARM: the engine's in-process tests cross-compiled for aarch64 and run under qemu, on a CPU with
