@@ -240,11 +240,16 @@ fn assert_quantizes_to_llama_cpps_bytes(ty: GgmlType) {
     let expected = std::fs::read(quant_fixture(&format!("{ty}.llama-quant.bin"))).unwrap();
     let mut ours = vec![0u8; expected.len()];
     minfer::quant::quantize_row(ty, &input, &mut ours).unwrap();
-    let block = ty.type_size();
+    assert_same_blocks(&format!("{ty}"), ty.type_size(), &ours, &expected);
+}
+
+/// `ours` and `expected` hold the same blocks of `block` bytes; else the first that differs.
+fn assert_same_blocks(what: &str, block: usize, ours: &[u8], expected: &[u8]) {
+    assert_eq!(ours.len(), expected.len(), "{what}: lengths");
     if let Some(b) = (0..expected.len() / block).find(|&b| ours[b * block..][..block] != expected[b * block..][..block])
     {
         panic!(
-            "{ty}: block {b} differs: ours {:?}, llama.cpp {:?}",
+            "{what}: block {b} differs: ours {:?}, llama.cpp {:?}",
             &ours[b * block..][..block],
             &expected[b * block..][..block]
         );
@@ -366,15 +371,7 @@ fn assert_quantizes_with_an_imatrix_to_llama_cpps_bytes(ty: GgmlType) {
     for (x, out) in input.chunks_exact(256).zip(ours.chunks_exact_mut(row_bytes)) {
         minfer::quant::quantize_row_imatrix(ty, x, &imatrix, out).unwrap();
     }
-    let block = ty.type_size();
-    if let Some(b) = (0..expected.len() / block).find(|&b| ours[b * block..][..block] != expected[b * block..][..block])
-    {
-        panic!(
-            "{ty} with an imatrix: block {b} differs: ours {:?}, llama.cpp {:?}",
-            &ours[b * block..][..block],
-            &expected[b * block..][..block]
-        );
-    }
+    assert_same_blocks(&format!("{ty} with an imatrix"), ty.type_size(), &ours, &expected);
 }
 
 #[test]
