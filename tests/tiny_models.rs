@@ -34,21 +34,17 @@ fn bounds(ty: &str) -> Bounds {
     }
 }
 
-/// Whether `$MINFER_TEST_BACKEND`'s kernels do not read weights of `ty` (its `supports_weight`
-/// says no): wgpu's the ternary types and the codebook i-quants, CUDA's every type after Q6_K.
+/// Whether `$MINFER_TEST_BACKEND`'s kernels do not read weights of `ty`, as the backend
+/// declares them (its `supports_weight` list).
 fn device_refuses(ty: &str) -> bool {
-    const WGPU: &[&str] = &[
-        "TQ1_0", "TQ2_0", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M",
-    ];
-    const CUDA: &[&str] = &[
-        "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS",
-        "IQ3_S", "IQ1_S", "IQ1_M",
-    ];
-    match std::env::var("MINFER_TEST_BACKEND").as_deref() {
-        Ok("wgpu") => WGPU.contains(&ty),
-        Ok("cuda") => CUDA.contains(&ty),
-        _ => false,
-    }
+    let declared: &[minfer::quant::GgmlType] = match std::env::var("MINFER_TEST_BACKEND").as_deref() {
+        #[cfg(feature = "wgpu")]
+        Ok("wgpu") => &minfer::backends::wgpu::WEIGHT_TYPES,
+        #[cfg(feature = "cuda")]
+        Ok("cuda") => &minfer::backends::cuda::WEIGHT_TYPES,
+        _ => return false,
+    };
+    !declared.iter().any(|t| t.name() == ty)
 }
 
 /// The backend fence of the checks: the CPU, or `$MINFER_TEST_BACKEND` (`cuda` on a GPU

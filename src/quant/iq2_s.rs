@@ -11,7 +11,7 @@
 //! ```
 
 use super::fp16::f16_to_f32;
-use super::iq_common::{dequantize_scaled, odd_scaled_sum, signed8};
+use super::iq_common::{dequantize_scaled, nibbles, odd_scaled_sum, signed8};
 use super::iq_grids::IQ2S_GRID;
 use super::k_quants::QK_K;
 use super::q8_k::BlockQ8K;
@@ -45,7 +45,7 @@ pub fn levels(b: &BlockIq2S) -> [i8; QK_K] {
 
 /// The scale of each 16 weights (`s`, 0..=15).
 pub fn scales(b: &BlockIq2S) -> [u8; QK_K / 16] {
-    std::array::from_fn(|i| (b.scales[i / 2] >> (4 * (i % 2))) & 0xf)
+    nibbles(&b.scales)
 }
 
 /// `dequantize_row_iq2_s`: `d * (0.5 + s) * 0.25` times each signed level.

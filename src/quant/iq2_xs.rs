@@ -14,7 +14,7 @@
 //! matrix.
 
 use super::fp16::f16_to_f32;
-use super::iq_common::{dequantize_scaled, odd_scaled_sum, signed8, KSIGNS};
+use super::iq_common::{dequantize_scaled, nibbles, odd_scaled_sum, signed8, KSIGNS};
 use super::iq_grids::IQ2XS_GRID;
 use super::k_quants::QK_K;
 use super::q8_k::BlockQ8K;
@@ -44,7 +44,7 @@ pub fn levels(b: &BlockIq2Xs) -> [i8; QK_K] {
 
 /// The scale of each 16 weights (`s`, 0..=15).
 pub fn scales(b: &BlockIq2Xs) -> [u8; QK_K / 16] {
-    std::array::from_fn(|i| (b.scales[i / 2] >> (4 * (i % 2))) & 0xf)
+    nibbles(&b.scales)
 }
 
 /// `dequantize_row_iq2_xs`: `d * (0.5 + s) * 0.25` times each signed level.

@@ -12,7 +12,7 @@
 //! ```
 
 use super::fp16::f16_to_f32;
-use super::iq_common::{dequantize_scaled, odd_scaled_sum, signed4x2};
+use super::iq_common::{dequantize_scaled, nibbles, odd_scaled_sum, signed4x2};
 use super::iq_grids::IQ3S_GRID;
 use super::k_quants::QK_K;
 use super::q8_k::BlockQ8K;
@@ -50,7 +50,7 @@ pub fn levels(b: &BlockIq3S) -> [i8; QK_K] {
 
 /// The scale of each block of 32 (`s`, 0..=15).
 pub fn scales(b: &BlockIq3S) -> [u8; QK_K / 32] {
-    std::array::from_fn(|ib| (b.scales[ib / 2] >> (4 * (ib % 2))) & 0xf)
+    nibbles(&b.scales)
 }
 
 /// `dequantize_row_iq3_s`: `d * (1 + 2s)` times each signed level.

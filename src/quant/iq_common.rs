@@ -38,6 +38,13 @@ pub fn signed4x2(first: u32, second: u32, signs: u8) -> [i8; 8] {
     signed8(first as u64 | (second as u64) << 32, signs)
 }
 
+/// The 4-bit block scales `s` packed two per byte, low nibble first (IQ2_XS's, IQ2_S's and
+/// IQ3_S's).
+#[inline]
+pub fn nibbles<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    std::array::from_fn(|i| (bytes[i / 2] >> (4 * (i % 2))) & 0xf)
+}
+
 /// The exact integer dot product of eight levels with eight activations.
 #[inline]
 pub fn dot8(levels: &[i8], q8: &[i8]) -> i32 {

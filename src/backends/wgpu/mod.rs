@@ -19,6 +19,7 @@ mod context;
 mod pipelines;
 
 pub use context::WgpuBackend;
+pub use pipelines::WEIGHT_TYPES;
 
 use crate::graph::registry::Unusable;
 use crate::graph::{Backend, BackendDevice, BackendError, ComputeBackend, TensorSource, WeightUse};

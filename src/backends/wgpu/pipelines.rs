@@ -22,8 +22,8 @@ const KERNELS: [(&str, &str, bool); 7] = [
     ("attention", include_str!("shaders/attention.wgsl"), true),
 ];
 
-/// The weight types `weights.wgsl` reads.
-pub(crate) const WEIGHT_TYPES: [GgmlType; 16] = {
+/// The weight types `weights.wgsl` reads (the backend's `supports_weight`).
+pub const WEIGHT_TYPES: [GgmlType; 16] = {
     use GgmlType::*;
     [
         F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4,

@@ -37,11 +37,6 @@ pub(crate) const Q8_0: u8 = 4;
 pub(crate) const IQ4_NL: u8 = 5;
 pub(crate) const MXFP4: u8 = 6;
 
-/// IQ4_NL's and MXFP4's tables 128 up, so that `vpdpbusd` takes their values unsigned; the
-/// sums start at `-128 * Σ activations`, as Q8_0's do.
-static IQ4_NL_128: [i8; 16] = table_128(&crate::quant::iq4_nl::KVALUES);
-static MXFP4_128: [i8; 16] = table_128(&crate::quant::mxfp4::KVALUES);
-
 /// Whether blocks of `KIND` carry a minimum (and take Q8_1 activations).
 pub(crate) const fn has_min(kind: u8) -> bool {
     kind == Q4_1 || kind == Q5_1

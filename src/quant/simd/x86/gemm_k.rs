@@ -28,7 +28,6 @@ use super::*;
 use crate::quant::fp16::f16_to_f32;
 use crate::quant::iq2_xs::{self, BlockIq2Xs};
 use crate::quant::iq3_xxs::{self, BlockIq3Xxs};
-use crate::quant::iq4_nl;
 use crate::quant::iq4_xs::{self, BlockIq4Xs};
 use crate::quant::k_quants::unpack_scales_mins_k4;
 use crate::quant::q2_k::{self, BlockQ2K};
@@ -243,8 +242,7 @@ fn unpack_block<const KIND: u8>(blk: &[u8]) -> Unpacked {
 /// up 16 at a time with `pshufb`.
 #[target_feature(enable = "ssse3")]
 unsafe fn iq4_xs_levels_128(b: &BlockIq4Xs) -> [u8; 256] {
-    let table: [u8; 16] = iq4_nl::KVALUES.map(|v| (v as i32 + 128) as u8);
-    let table = _mm_loadu_si128(table.as_ptr().cast());
+    let table = _mm_loadu_si128(IQ4_NL_128.as_ptr().cast());
     let low = _mm_set1_epi8(0x0f);
     let mut levels = [0u8; 256];
     for (qs, out) in b.qs.chunks_exact(16).zip(levels.chunks_exact_mut(32)) {

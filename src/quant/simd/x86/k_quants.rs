@@ -316,9 +316,6 @@ pub(in crate::quant) unsafe fn vec_dot_q6_k<const VNNI: bool, const N: usize>(x:
     sumf
 }
 
-/// IQ4_XS's table, each value 128 up (1..=241): unsigned levels for `vpdpbusd`.
-const IQ4_TABLE_128: [i8; 16] = table_128(&iq4_nl::KVALUES);
-
 /// The eight terms `(d * d_y * (scale - 32)) * sumi` of an IQ4_XS super-block against a Q8_K
 /// block, the blocks' exact integer sums side by side in one vector (`w`: its levels by block,
 /// from [`iq4_xs_levels`]). With VNNI the levels are 128 up and `vpdpbusd` multiplies them
@@ -370,7 +367,7 @@ unsafe fn iq4_xs_scales(xb: &BlockIq4Xs) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn iq4_xs_levels<const VNNI: bool>(xb: &BlockIq4Xs) -> [__m256i; 8] {
-    let table = if VNNI { &IQ4_TABLE_128 } else { &iq4_nl::KVALUES };
+    let table = if VNNI { &IQ4_NL_128 } else { &iq4_nl::KVALUES };
     std::array::from_fn(|ib| {
         let qs: &[u8; 16] = xb.qs[16 * ib..16 * ib + 16].try_into().unwrap();
         table_32(qs, table)

@@ -192,6 +192,11 @@ const fn table_128(table: &[i8; 16]) -> [i8; 16] {
     out
 }
 
+/// IQ4_NL's table (IQ4_XS's too) 128 up: 1..=241.
+const IQ4_NL_128: [i8; 16] = table_128(&crate::quant::iq4_nl::KVALUES);
+/// MXFP4's table 128 up: 116..=140.
+const MXFP4_128: [i8; 16] = table_128(&crate::quant::mxfp4::KVALUES);
+
 /// Sums of four consecutive products of the signed bytes `w` (never -128) and `y` (any) in i32
 /// lanes, exactly: `|y|` times `w` with `y`'s sign, where `|-128|` is the unsigned byte 128, so
 /// that `maddubs`' pairs stay within `2 * 128 * 127` and never saturate.
