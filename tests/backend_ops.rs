@@ -21,8 +21,8 @@ use minfer::graph::registry;
 use minfer::graph::scheduler::BackendScheduler;
 use minfer::graph::{
     AttnMeta, Backend, BackendDevice, BackendError, BufRef, CNode, ComputeBackend, ComputeGraph, DType, FusedFfnMeta,
-    FusedOp, FusedQkvMeta, GraphAllocator, GraphBuilder, GraphError, KvcacheMeta, MatMulMeta, NodeMeta, Op, RopeMeta,
-    RopeStyle, TensorSource, Weight, WeightUse,
+    FusedOp, FusedQkvMeta, GraphAllocator, GraphBuilder, GraphError, KvcacheMeta, MatMulIdMeta, MatMulMeta, NodeMeta,
+    Op, RopeMeta, RopeStyle, TensorSource, Weight, WeightUse,
 };
 use minfer::quant::GgmlType;
 use std::collections::HashMap;
@@ -41,6 +41,7 @@ fn max_nmse(case: &Case) -> f64 {
     let is_quantized = |ty: GgmlType| !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
     let quantized = case.graph.nodes.iter().any(|n| match &n.meta {
         NodeMeta::MatMul(m) => is_quantized(m.weight_type),
+        NodeMeta::MatMulId(m) => is_quantized(m.mm.weight_type),
         NodeMeta::FusedQkv(m) => is_quantized(m.q.weight_type),
         NodeMeta::FusedFfn(m) => is_quantized(m.gate.weight_type),
         _ => false,
@@ -414,10 +415,11 @@ fn elementwise_cases(rng: &mut Rng) -> Vec<Case> {
     let nt = 3;
     let mut cases = Vec::new();
     type Build = fn(&mut GraphBuilder, usize, usize) -> usize;
-    let ops: [(&str, Build); 8] = [
+    let ops: [(&str, Build); 9] = [
         ("Add", |b, x, y| b.add("out", x, y)),
         ("Mul", |b, x, y| b.mul("out", x, y)),
         ("Silu", |b, x, _| b.silu("out", x)),
+        ("Sigmoid", |b, x, _| b.sigmoid("out", x)),
         ("Scale 0.22", |b, x, _| b.scale("out", x, 0.22)),
         ("Gelu", |b, x, _| b.gelu("out", x)),
         ("Softcap 30", |b, x, _| b.softcap("out", x, 30.0)),
@@ -507,6 +509,100 @@ fn matmul_cases(rng: &mut Rng) -> Vec<Case> {
             b.output(out);
             let inputs = vec![("x", Data::F32(rng.vec(n_in * nt, 1.0)))];
             let name = format!("MatMul {ty} [{n_in}, {n_out}] x [{n_in}, {nt}] bias={}", bias.is_some());
+            cases.push(case(name, b.build(), weights, inputs));
+        }
+    }
+    cases
+}
+
+/// A router's logits for `nt` tokens over `n_expert` experts: random, with the first token's
+/// all equal and the second's in equal pairs, so that ties are chosen too.
+fn router_logits(rng: &mut Rng, n_expert: usize, nt: usize) -> Vec<f32> {
+    let mut logits = rng.vec(n_expert * nt, 3.0);
+    logits[..n_expert].fill(0.5);
+    for i in 0..n_expert {
+        logits[n_expert + i] = (i / 2) as f32;
+    }
+    logits
+}
+
+/// Expert ids for `nt` tokens, `k` distinct ones a token.
+fn expert_ids(rng: &mut Rng, n_expert: usize, k: usize, nt: usize) -> Vec<i32> {
+    let mut ids = Vec::with_capacity(k * nt);
+    for _ in 0..nt {
+        let mut row: Vec<i32> = Vec::new();
+        while row.len() < k {
+            let e = rng.below(n_expert) as i32;
+            if !row.contains(&e) {
+                row.push(e);
+            }
+        }
+        ids.extend(row);
+    }
+    ids
+}
+
+/// The mixture-of-experts ops: the router chain (softmax, top-k with ties, the weights with
+/// and without normalizing), the weighted sum, and the product indexed by expert for every
+/// weight type, one token and a prompt, with one input a token or one a slot, and a bias.
+fn moe_cases(rng: &mut Rng) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let (n_expert, k, nt) = (8, 3, 6);
+    for (norm, scale) in [(true, 1.0), (false, 2.5)] {
+        let mut b = GraphBuilder::new();
+        let logits = b.input("logits", [n_expert, nt, 1, 1], DType::F32);
+        let probs = b.softmax("probs", logits);
+        let ids = b.top_k("ids", probs, k);
+        let w = b.moe_weights("out", probs, ids, norm, scale);
+        b.output(probs);
+        b.output(w);
+        let inputs = vec![("logits", Data::F32(router_logits(rng, n_expert, nt)))];
+        let name = format!("Softmax, TopK {k} of {n_expert}, MoeWeights norm={norm} scale={scale} x {nt}");
+        cases.push(case(name, b.build(), MemWeights::default(), inputs));
+    }
+    let d = 48;
+    let mut b = GraphBuilder::new();
+    let experts = b.input("experts", [d, k, nt, 1], DType::F32);
+    let w = b.input("w", [k, nt, 1, 1], DType::F32);
+    let out = b.moe_sum("out", experts, w);
+    b.output(out);
+    let inputs = vec![
+        ("experts", Data::F32(rng.vec(d * k * nt, 2.0))),
+        ("w", Data::F32(rng.vec(k * nt, 1.0))),
+    ];
+    cases.push(case(
+        format!("MoeSum [{d}, {k}, {nt}]"),
+        b.build(),
+        MemWeights::default(),
+        inputs,
+    ));
+
+    let (n_in, n_out, n_expert, k) = (256, 40, 4, 2);
+    for ty in weight_types() {
+        for (nt, per_slot) in [(1, false), (70, false), (9, true)] {
+            let bias = (ty == GgmlType::Q8_0).then_some("w.bias");
+            let mut weights = MemWeights::default();
+            weights.add(rng, "w.weight", ty, &[n_in as u64, n_out as u64, n_expert as u64]);
+            weights.add(rng, "w.bias", GgmlType::F32, &[(n_out * n_expert) as u64]);
+            let mut b = GraphBuilder::new();
+            let rows = if per_slot { k } else { 1 };
+            let shape = if per_slot { [n_in, k, nt, 1] } else { [n_in, nt, 1, 1] };
+            let x = b.input("x", shape, DType::F32);
+            let ids = b.input("ids", [k, nt, 1, 1], DType::I32);
+            let meta = MatMulIdMeta {
+                mm: matmul_meta("w.weight", ty, bias, n_in, n_out),
+                n_expert,
+            };
+            let out = b.matmul_id("out", x, ids, meta);
+            b.output(out);
+            let inputs = vec![
+                ("x", Data::F32(rng.vec(n_in * rows * nt, 1.0))),
+                ("ids", Data::I32(expert_ids(rng, n_expert, k, nt))),
+            ];
+            let name = format!(
+                "MatMulId {ty} {n_expert} x [{n_in}, {n_out}] x [{n_in}, {rows}, {nt}] bias={}",
+                bias.is_some()
+            );
             cases.push(case(name, b.build(), weights, inputs));
         }
     }
@@ -850,6 +946,7 @@ fn all_cases() -> Vec<Case> {
     cases.extend(rope_cases(&mut rng));
     cases.extend(attention_cases(&mut rng));
     cases.extend(fused_cases(&mut rng));
+    cases.extend(moe_cases(&mut rng));
     cases
 }
 
@@ -1412,4 +1509,147 @@ fn the_wgpu_backend_splits_weights_larger_than_one_binding_by_rows_and_still_mat
         assert!(failures.is_empty(), "{layout:?}: {}", report(&failures));
         assert_eq!(checked, cases.len());
     }
+}
+
+/// Runs `case` on a CPU device of `n_threads`.
+fn run_cpu(case: &Case, n_threads: usize) -> Vec<Vec<f32>> {
+    let device = CpuDevice::new(Arc::clone(&case.weights) as Arc<dyn TensorSource>, n_threads);
+    run(case, vec![Box::new(device.context())]).unwrap()
+}
+
+#[test]
+fn the_cpus_router_matches_a_softmax_and_stable_sort_in_f64() {
+    let mut rng = Rng(0x51ed_270b_9a4c_11f3);
+    let (n_expert, k, nt) = (16, 4, 20);
+    let logits = router_logits(&mut rng, n_expert, nt);
+    for norm in [true, false] {
+        let mut b = GraphBuilder::new();
+        let x = b.input("logits", [n_expert, nt, 1, 1], DType::F32);
+        let probs = b.softmax("probs", x);
+        let ids = b.top_k("ids", probs, k);
+        let w = b.moe_weights("w", probs, ids, norm, 1.0);
+        b.output(probs);
+        b.output(w);
+        let inputs = vec![("logits", Data::F32(logits.clone()))];
+        let case = case("router".into(), b.build(), MemWeights::default(), inputs);
+        let got = run_cpu(&case, 1);
+        assert_eq!(got, run_cpu(&case, 3), "any thread count, the same bits");
+        for t in 0..nt {
+            let row = &logits[t * n_expert..(t + 1) * n_expert];
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+            let e: Vec<f64> = row.iter().map(|&v| (f64::from(v) - max).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            let p: Vec<f64> = e.iter().map(|v| v / sum).collect();
+            for (i, want) in p.iter().enumerate() {
+                let have = f64::from(got[0][t * n_expert + i]);
+                assert!(
+                    (have - want).abs() <= 1e-6 * want.max(1e-3),
+                    "token {t} expert {i}: {have} vs {want}"
+                );
+            }
+            let mut order: Vec<usize> = (0..n_expert).collect();
+            // Stable: equal logits keep index order, the tie rule.
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+            let chosen: Vec<f64> = order[..k].iter().map(|&i| p[i]).collect();
+            let total: f64 = chosen.iter().sum();
+            for (s, want) in chosen.iter().enumerate() {
+                let want = if norm { want / total } else { *want };
+                let have = f64::from(got[1][t * k + s]);
+                assert!(
+                    (have - want).abs() <= 2e-6 * want,
+                    "token {t} slot {s}: {have} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_cpus_expert_product_is_each_chosen_experts_own_matmul_bit_for_bit() {
+    let mut rng = Rng(0x0dd_b1a5_e5c0_ffee);
+    let (n_in, n_out, n_expert, k, nt) = (256, 48, 4, 2, 70);
+    for ty in [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
+        GgmlType::MXFP4,
+    ] {
+        let mut weights = MemWeights::default();
+        weights.add(&mut rng, "w.weight", ty, &[n_in as u64, n_out as u64, n_expert as u64]);
+        let all = weights.tensors["w.weight"].2.clone();
+        let x = rng.vec(n_in * nt, 1.0);
+        let ids = expert_ids(&mut rng, n_expert, k, nt);
+        let mut b = GraphBuilder::new();
+        let xi = b.input("x", [n_in, nt, 1, 1], DType::F32);
+        let ii = b.input("ids", [k, nt, 1, 1], DType::I32);
+        let meta = MatMulIdMeta {
+            mm: matmul_meta("w.weight", ty, None, n_in, n_out),
+            n_expert,
+        };
+        let out = b.matmul_id("out", xi, ii, meta);
+        b.output(out);
+        let inputs = vec![("x", Data::F32(x.clone())), ("ids", Data::I32(ids.clone()))];
+        let id_case = case(format!("MatMulId {ty}"), b.build(), weights, inputs);
+        let got = run_cpu(&id_case, 1);
+        assert_eq!(got, run_cpu(&id_case, 3), "{ty}: any thread count, the same bits");
+        let expert_bytes = all.len() / n_expert;
+        for e in 0..n_expert {
+            // Expert e alone, as an ordinary weight of its own, over every token.
+            let mut own = MemWeights::default();
+            own.tensors.insert(
+                "e.weight".into(),
+                (
+                    ty,
+                    vec![n_in as u64, n_out as u64],
+                    all[e * expert_bytes..(e + 1) * expert_bytes].to_vec(),
+                ),
+            );
+            let mut b = GraphBuilder::new();
+            let xi = b.input("x", [n_in, nt, 1, 1], DType::F32);
+            let y = b.matmul("y", xi, matmul_meta("e.weight", ty, None, n_in, n_out));
+            b.output(y);
+            let plain = run_cpu(&case("e".into(), b.build(), own, vec![("x", Data::F32(x.clone()))]), 1);
+            for (slot, &id) in ids.iter().enumerate() {
+                if id as usize != e {
+                    continue;
+                }
+                let t = slot / k;
+                assert_eq!(
+                    got[0][slot * n_out..(slot + 1) * n_out],
+                    plain[0][t * n_out..(t + 1) * n_out],
+                    "{ty}: token {t} slot {} through expert {e}",
+                    slot % k
+                );
+            }
+        }
+        if ty == GgmlType::F32 {
+            // And against the arithmetic itself, in f64.
+            let w: Vec<f32> = bytemuck_f32(&all);
+            for (slot, &id) in ids.iter().enumerate() {
+                let t = slot / k;
+                for o in 0..n_out {
+                    let row = &w[(id as usize * n_out + o) * n_in..][..n_in];
+                    let want: f64 = row
+                        .iter()
+                        .zip(&x[t * n_in..(t + 1) * n_in])
+                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                        .sum();
+                    let have = f64::from(got[0][slot * n_out + o]);
+                    assert!((have - want).abs() <= 1e-4, "slot {slot} row {o}: {have} vs {want}");
+                }
+            }
+        }
+    }
+}
+
+/// Little-endian f32 values of `bytes`.
+fn bytemuck_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }

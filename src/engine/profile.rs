@@ -104,20 +104,28 @@ pub struct ProfileRecorder {
     matmuls: BTreeMap<String, Sum>,
 }
 
-/// The weight matrices a node multiplies by: one, or the three or two of a fused product.
-fn matrices(node: &CNode) -> Vec<&MatMulMeta> {
+/// The weight matrices a node multiplies by — one, or the three or two of a fused product —
+/// each with how many of it the node reads (an expert product reads one matrix per chosen
+/// expert: `k` distinct ones for a decode step, at most every expert for a prompt) and the rows
+/// it multiplies.
+fn matrices(node: &CNode) -> Vec<(&MatMulMeta, u64, usize)> {
+    let n_tokens = node.out_shape[1];
     match &node.meta {
-        NodeMeta::MatMul(m) => vec![m],
-        NodeMeta::FusedQkv(m) => vec![&m.q, &m.k, &m.v],
-        NodeMeta::FusedFfn(m) => vec![&m.gate, &m.up],
+        NodeMeta::MatMul(m) => vec![(m, 1, n_tokens)],
+        NodeMeta::MatMulId(m) => {
+            let [_, k, nt, _] = node.out_shape;
+            vec![(&m.mm, (k * nt).min(m.n_expert) as u64, k * nt)]
+        }
+        NodeMeta::FusedQkv(m) => vec![(&m.q, 1, n_tokens), (&m.k, 1, n_tokens), (&m.v, 1, n_tokens)],
+        NodeMeta::FusedFfn(m) => vec![(&m.gate, 1, n_tokens), (&m.up, 1, n_tokens)],
         _ => Vec::new(),
     }
 }
 
-/// Bytes a matrix's weights take, and the flops of multiplying `n_tokens` rows by it.
-fn matmul_cost(m: &MatMulMeta, n_tokens: usize) -> (u64, u64) {
+/// Bytes of `count` matrices of `m`'s shape, and the flops of multiplying `n_rows` rows by one.
+fn matmul_cost(m: &MatMulMeta, count: u64, n_rows: usize) -> (u64, u64) {
     let bytes = m.weight_type.row_size(m.in_dim as u64).unwrap_or(0) * m.out_dim as u64;
-    (bytes, 2 * (m.in_dim * m.out_dim * n_tokens) as u64)
+    (bytes * count, 2 * (m.in_dim * m.out_dim * n_rows) as u64)
 }
 
 /// A weight's name without its layer (`blk.3.ffn_down.weight` → `ffn_down.weight`), with its type.
@@ -153,8 +161,10 @@ impl ProfileRecorder {
             } else {
                 Vec::new()
             };
-            let n_tokens = node.out_shape[1];
-            let costs: Vec<(u64, u64)> = mats.iter().map(|m| matmul_cost(m, n_tokens)).collect();
+            let costs: Vec<(u64, u64)> = mats
+                .iter()
+                .map(|&(m, count, rows)| matmul_cost(m, count, rows))
+                .collect();
             let cost = (!costs.is_empty()).then(|| costs.iter().fold((0, 0), |(b, f), &(b2, f2)| (b + b2, f + f2)));
             self.ops.entry(kind).or_default().add(nanos, cost);
             let layer = node_layer(node);
@@ -164,7 +174,7 @@ impl ProfileRecorder {
                 .add(nanos, cost);
             // A fused product's time is shared among its matrices by their weight bytes.
             let total_bytes = cost.map_or(0, |(bytes, _)| bytes);
-            for (m, &(bytes, flops)) in mats.iter().zip(&costs) {
+            for (&(m, _, _), &(bytes, flops)) in mats.iter().zip(&costs) {
                 let part = nanos * u128::from(bytes) / u128::from(total_bytes.max(1));
                 self.matmuls
                     .entry(matrix_name(m))

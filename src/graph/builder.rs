@@ -126,6 +126,74 @@ impl GraphBuilder {
         self.node(name, Op::MatMul, &[x], out, DType::F32, NodeMeta::MatMul(meta))
     }
 
+    /// `[out_dim, k, n_tokens]`: each token's rows through its `k` chosen experts ([`Op::MatMulId`]);
+    /// `x` is `[in_dim, n_tokens]` (one input for every slot) or `[in_dim, k, n_tokens]`.
+    pub fn matmul_id(&mut self, name: &str, x: NodeId, ids: NodeId, meta: MatMulIdMeta) -> NodeId {
+        let [k, nt, ..] = self.shape(ids);
+        let shape = self.shape(x);
+        assert_eq!(
+            shape[0], meta.mm.in_dim,
+            "{name}: input width {} vs in_dim {}",
+            shape[0], meta.mm.in_dim
+        );
+        assert!(
+            shape[1..] == [nt, 1, 1] || shape[1..] == [k, nt, 1],
+            "{name}: input {shape:?} is neither one row nor {k} rows a token"
+        );
+        let out = [meta.mm.out_dim, k, nt, 1];
+        self.node(name, Op::MatMulId, &[x, ids], out, DType::F32, NodeMeta::MatMulId(meta))
+    }
+
+    /// Softmax of each row of `x` ([`Op::Softmax`]).
+    pub fn softmax(&mut self, name: &str, x: NodeId) -> NodeId {
+        let shape = self.shape(x);
+        self.node(name, Op::Softmax, &[x], shape, DType::F32, NodeMeta::None)
+    }
+
+    /// I32 `[k, rows]`: the indices of each row's `k` largest values ([`Op::TopK`]).
+    pub fn top_k(&mut self, name: &str, x: NodeId, k: usize) -> NodeId {
+        let [n, rows, ..] = self.shape(x);
+        assert!(0 < k && k <= n, "{name}: top {k} of {n}");
+        self.node(name, Op::TopK { k }, &[x], [k, rows, 1, 1], DType::I32, NodeMeta::None)
+    }
+
+    /// `[k, n_tokens]`: the chosen experts' weights ([`Op::MoeWeights`]).
+    pub fn moe_weights(&mut self, name: &str, probs: NodeId, ids: NodeId, norm: bool, scale: f32) -> NodeId {
+        let shape = self.shape(ids);
+        assert_eq!(
+            self.shape(probs)[1],
+            shape[1],
+            "{name}: tokens of probabilities and ids"
+        );
+        let op = Op::MoeWeights { norm, scale };
+        self.node(name, op, &[probs, ids], shape, DType::F32, NodeMeta::None)
+    }
+
+    /// `[d, n_tokens]`: the weighted sum of each token's `k` expert outputs ([`Op::MoeSum`]).
+    pub fn moe_sum(&mut self, name: &str, experts: NodeId, weights: NodeId) -> NodeId {
+        let [k, nt, ..] = self.shape(weights);
+        let shape = self.shape(experts);
+        assert_eq!(
+            shape[0] * shape[1] * shape[2],
+            shape[0] * k * nt,
+            "{name}: {shape:?} is not {k} rows a token"
+        );
+        self.node(
+            name,
+            Op::MoeSum,
+            &[experts, weights],
+            [shape[0], nt, 1, 1],
+            DType::F32,
+            NodeMeta::None,
+        )
+    }
+
+    /// Element-wise sigmoid ([`Op::Sigmoid`]).
+    pub fn sigmoid(&mut self, name: &str, x: NodeId) -> NodeId {
+        let shape = self.shape(x);
+        self.node(name, Op::Sigmoid, &[x], shape, DType::F32, NodeMeta::None)
+    }
+
     /// Rotate the heads of `x` (`[n_head * head_dim, nt]`) by the positions (I32 `[nt]`).
     pub fn rope(&mut self, name: &str, x: NodeId, positions: NodeId, meta: RopeMeta) -> NodeId {
         let shape = self.shape(x);

@@ -27,6 +27,8 @@ pub fn op_detail(op: &Op) -> String {
         | Op::KvcacheLoad { layer }
         | Op::FusedQKV { layer }
         | Op::FusedQkvNorm { layer } => format!("layer={layer}"),
+        Op::TopK { k } => format!("k={k}"),
+        Op::MoeWeights { norm, scale } => format!("norm={norm} scale={scale}"),
         _ => String::new(),
     }
 }
@@ -38,6 +40,10 @@ fn meta_json(meta: &NodeMeta) -> Value {
         NodeMeta::MatMul(m) => json!({
             "weight": m.weight_name, "type": m.weight_type.name(), "bias": m.bias_name,
             "in_dim": m.in_dim, "out_dim": m.out_dim,
+        }),
+        NodeMeta::MatMulId(m) => json!({
+            "weight": m.mm.weight_name, "type": m.mm.weight_type.name(), "bias": m.mm.bias_name,
+            "in_dim": m.mm.in_dim, "out_dim": m.mm.out_dim, "n_expert": m.n_expert,
         }),
         NodeMeta::Norm(m) => json!({ "weight": m.weight_name }),
         NodeMeta::Rope(m) => json!({

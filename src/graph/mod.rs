@@ -30,8 +30,8 @@ pub use backend::{Backend, BackendDevice, BackendError, ComputeBackend, KShift, 
 pub use builder::GraphBuilder;
 pub use cache::GraphCache;
 pub use ops::{
-    AttnMeta, AttnMode, EmbedMeta, FusedFfnMeta, FusedOp, FusedQkvMeta, InputKind, KvcacheMeta, MatMulMeta, NodeMeta,
-    NormMeta, Op, RopeMeta, RopeStyle,
+    AttnMeta, AttnMode, EmbedMeta, FusedFfnMeta, FusedOp, FusedQkvMeta, InputKind, KvcacheMeta, MatMulIdMeta,
+    MatMulMeta, NodeMeta, NormMeta, Op, RopeMeta, RopeStyle,
 };
 pub use params::{CParams, GraphParams, GraphType};
 pub use weights::{TensorSource, Weight, WeightUse};
@@ -145,6 +145,7 @@ impl CNode {
         }
         match &self.meta {
             NodeMeta::MatMul(m) => matmul(m).collect(),
+            NodeMeta::MatMulId(m) => matmul(&m.mm).collect(),
             NodeMeta::Norm(m) => m.weight_name.iter().map(|n| (n, false)).collect(),
             NodeMeta::Embed(m) => vec![(&m.weight_name, false)],
             NodeMeta::FusedQkv(m) => [&m.q, &m.k, &m.v]
@@ -168,6 +169,7 @@ impl CNode {
     pub fn weight_types(&self) -> Vec<crate::quant::GgmlType> {
         match &self.meta {
             NodeMeta::MatMul(m) => vec![m.weight_type],
+            NodeMeta::MatMulId(m) => vec![m.mm.weight_type],
             NodeMeta::Embed(m) => vec![m.weight_type],
             NodeMeta::FusedQkv(m) => vec![m.q.weight_type, m.k.weight_type, m.v.weight_type],
             NodeMeta::FusedFfn(m) => vec![m.gate.weight_type, m.up.weight_type],

@@ -93,6 +93,41 @@ pub enum Op {
     Silu,
     /// `silu(src[0]) * src[1]`, produced by the fusion pass.
     SwiGLU,
+    /// `1 / (1 + exp(-x))` of `src[0]`, element-wise (ggml's `sigmoid`: Qwen2-MoE's shared-expert
+    /// gate).
+    Sigmoid,
+    /// Softmax of each ne0 row of `src[0]` (ggml's `soft_max` without mask or scale: the
+    /// mixture-of-experts router's probabilities).
+    Softmax,
+    /// The indices of the `k` largest values of each ne0 row of `src[0]`, largest first, as
+    /// I32 `[k, rows]` (ggml's `argsort_top_k`); equal values keep index order (lower first).
+    TopK {
+        /// How many indices each row keeps (a router's `n_expert_used`).
+        k: usize,
+    },
+    /// The experts' weights of each token: row `t` of `src[0]` (`[n_expert, n_tokens]`, the
+    /// router's probabilities) at the indices of row `t` of `src[1]` (I32 `[k, n_tokens]`),
+    /// then, with `norm`, divided by their sum (clamped below at 2^-14, as llama.cpp does) and
+    /// multiplied by `scale` (1 for most models). Output `[k, n_tokens]` (ggml's `get_rows`,
+    /// `sum_rows`, `clamp`, `div`, `scale` of `build_moe_ffn`).
+    MoeWeights {
+        /// Normalize the k weights to sum 1 (Mixtral, Qwen3-MoE; not Qwen2-MoE).
+        norm: bool,
+        /// The factor of every weight after normalizing (`expert_weights_scale`).
+        scale: f32,
+    },
+    /// A matrix product indexed by expert (ggml's `mul_mat_id`): `src = [x, ids]`, the ids
+    /// I32 `[k, n_tokens]`; for token `t` and slot `s`, output row `(s, t)` is expert
+    /// `ids[s, t]`'s matrix (a slice of the 3-D weight in the [`MatMulIdMeta`]) times x's row —
+    /// row `t` when x is `[n_in, n_tokens]` (the same input for every slot), row `(s, t)` when
+    /// x is `[n_in, k, n_tokens]`. Output `[n_out, k, n_tokens]`. Only the chosen experts'
+    /// rows are read.
+    MatMulId,
+    /// The weighted sum of each token's expert outputs: `src = [experts, weights]`, experts
+    /// `[d, k, n_tokens]` and weights `[k, n_tokens]`; output `[d, n_tokens]` is
+    /// `e_0 w_0 + e_1 w_1 + ...`, each product rounded, then added in slot order (ggml's `mul`
+    /// and the chain of `add`s of `build_moe_ffn`).
+    MoeSum,
     /// GELU (tanh approximation) of `src[0]`, as ggml's CPU computes it (`GGML_GELU_FP16`): the
     /// input rounded to f16 and the f16 result of `0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`
     /// read back, with x <= -10 giving 0 and x >= 10 giving x (Gemma's FFN activation).
@@ -183,6 +218,15 @@ impl Op {
             Op::Mul,
             Op::Silu,
             Op::SwiGLU,
+            Op::Sigmoid,
+            Op::Softmax,
+            Op::TopK { k: 1 },
+            Op::MoeWeights {
+                norm: false,
+                scale: 1.0,
+            },
+            Op::MatMulId,
+            Op::MoeSum,
             Op::Gelu,
             Op::Scale { scale: 1.0 },
             Op::Softcap { cap: 1.0 },
@@ -212,6 +256,12 @@ impl Op {
                 | Op::Mul
                 | Op::Silu
                 | Op::SwiGLU
+                | Op::Sigmoid
+                | Op::Softmax
+                | Op::TopK { .. }
+                | Op::MoeWeights { .. }
+                | Op::MatMulId
+                | Op::MoeSum
                 | Op::Gelu
                 | Op::Scale { .. }
                 | Op::Softcap { .. }
@@ -239,6 +289,12 @@ impl Op {
             Op::Mul => "Mul",
             Op::Silu => "Silu",
             Op::SwiGLU => "SwiGLU",
+            Op::Sigmoid => "Sigmoid",
+            Op::Softmax => "Softmax",
+            Op::TopK { .. } => "TopK",
+            Op::MoeWeights { .. } => "MoeWeights",
+            Op::MatMulId => "MatMulId",
+            Op::MoeSum => "MoeSum",
             Op::Gelu => "Gelu",
             Op::Scale { .. } => "Scale",
             Op::Softcap { .. } => "Softcap",
@@ -290,6 +346,18 @@ pub struct MatMulMeta {
     pub in_dim: usize,
     /// n_out: the weight's ne1, and the width of the output rows.
     pub out_dim: usize,
+}
+
+/// The experts' weights of a [`Op::MatMulId`]: one 3-D tensor of GGUF shape
+/// `[in_dim, out_dim, n_expert]`, expert `e` the `out_dim` rows from row `e * out_dim`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatMulIdMeta {
+    /// The weight as one expert's matrix: its name and type, `in_dim` and `out_dim` per expert,
+    /// and an optional F32 bias of GGUF shape `[out_dim, n_expert]`, row `e` added to expert
+    /// `e`'s outputs (ggml's `add_id`).
+    pub mm: MatMulMeta,
+    /// Experts in the tensor (its ne2); every id must be below it.
+    pub n_expert: usize,
 }
 
 /// Payload of an RmsNorm or QkNorm node.
@@ -425,6 +493,8 @@ pub enum NodeMeta {
     Input(InputKind),
     /// The weight (and bias) of a MatMul.
     MatMul(MatMulMeta),
+    /// The experts' weight (and bias) of a MatMulId.
+    MatMulId(MatMulIdMeta),
     /// The weight of an RmsNorm or QkNorm.
     Norm(NormMeta),
     /// The rotation of a RoPE.

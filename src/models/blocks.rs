@@ -91,7 +91,14 @@ pub fn embedding(b: &mut GraphBuilder, hp: &HParams, ids: NodeId, table_type: Gg
 
 /// `residual + branch` (`{kind}_residual-{il}`), the branch first multiplied by the model's
 /// residual scale where it has one (Granite).
-fn residual_add(b: &mut GraphBuilder, hp: &HParams, kind: &str, il: usize, residual: NodeId, branch: NodeId) -> NodeId {
+pub(crate) fn residual_add(
+    b: &mut GraphBuilder,
+    hp: &HParams,
+    kind: &str,
+    il: usize,
+    residual: NodeId,
+    branch: NodeId,
+) -> NodeId {
     let branch = match hp.residual_scale {
         Some(s) => b.scale(&format!("{kind}_scaled-{il}"), branch, s),
         None => branch,

@@ -72,6 +72,10 @@ pub struct HParams {
     /// RoPE base of the windowed layers (`rope.freq_base_swa`, llama.cpp's default 10000); their
     /// RoPE has no linear scaling (llama.cpp's `rope_freq_scale_train_swa` is 1).
     pub rope_freq_base_swa: f32,
+    /// The FFN's experts, for a mixture-of-experts model (llama.cpp's `n_expert`,
+    /// `n_expert_used`, `n_ff_exp`): set by the architectures that have them, `None` for a
+    /// dense FFN.
+    pub experts: Option<super::moe::ExpertParams>,
 }
 
 /// LongRoPE's two sets of per-pair frequency factors (llama.cpp's `get_rope_factors`).
@@ -181,6 +185,7 @@ impl HParams {
             n_swa: 0,
             swa_layers: Vec::new(),
             rope_freq_base_swa: 10_000.0,
+            experts: None,
         })
     }
 }

@@ -9,9 +9,12 @@ pub mod gemma3;
 pub mod granite;
 pub mod hparams;
 pub mod llama;
+pub mod moe;
 pub mod phi3;
 pub mod qwen2;
+pub mod qwen2moe;
 pub mod qwen3;
+pub mod qwen3moe;
 pub mod weights;
 
 use crate::gguf::{GgufError, GgufFile};
@@ -145,7 +148,9 @@ pub const ARCHITECTURES: &[(&str, LoadFn)] = &[
     ("llama", |file| Ok(Box::new(llama::Llama::load(file)?))),
     ("phi3", |file| Ok(Box::new(phi3::Phi3::load(file)?))),
     ("qwen2", |file| Ok(Box::new(qwen2::Qwen2::load(file)?))),
+    ("qwen2moe", |file| Ok(Box::new(qwen2moe::load(file)?))),
     ("qwen3", |file| Ok(Box::new(qwen3::Qwen3::load(file)?))),
+    ("qwen3moe", |file| Ok(Box::new(qwen3moe::load(file)?))),
 ];
 
 /// The model for `file`'s `general.architecture`, its tensors checked against its

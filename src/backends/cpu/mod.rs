@@ -24,6 +24,7 @@
 
 mod fused;
 pub mod kernels;
+mod mat_mul_id;
 pub mod pool;
 pub mod report;
 
@@ -541,6 +542,11 @@ impl ComputeBackend for CpuBackend {
             | Op::Softcap { .. }
             | Op::Gelu
             | Op::SwiGLU
+            | Op::Sigmoid
+            | Op::Softmax
+            | Op::MoeWeights { .. }
+            | Op::MatMulId
+            | Op::MoeSum
             | Op::RmsNorm { .. }
             | Op::QkNorm { .. }
             | Op::MatMul
@@ -552,6 +558,7 @@ impl ComputeBackend for CpuBackend {
             | Op::FusedQKV { .. }
             | Op::FusedQkvNorm { .. }
             | Op::FusedFFN => dtype == DType::F32,
+            Op::TopK { .. } => dtype == DType::I32,
         }
     }
 
@@ -763,6 +770,38 @@ impl CpuBackend {
                     kernels::silu(self.buffer(node, in_bufs[0])?, out).map_err(kerr)
                 }
             }
+            (Op::Sigmoid, _) => {
+                if aliased(0) {
+                    kernels::sigmoid_inplace(out);
+                    Ok(())
+                } else {
+                    kernels::sigmoid(self.buffer(node, in_bufs[0])?, out).map_err(kerr)
+                }
+            }
+            (Op::Softmax, _) => {
+                if aliased(0) {
+                    let x = out.to_vec();
+                    kernels::softmax_rows(&x, d, out).map_err(kerr)
+                } else {
+                    kernels::softmax_rows(self.buffer(node, in_bufs[0])?, d, out).map_err(kerr)
+                }
+            }
+            (Op::TopK { k }, _) => {
+                let x = self.buffer(node, in_bufs[0])?;
+                let n = x.len() / nt.max(1);
+                kernels::top_k(x, n, *k, bytemuck::cast_slice_mut(out)).map_err(kerr)
+            }
+            (Op::MoeWeights { norm, scale }, _) => {
+                let probs = self.buffer(node, in_bufs[0])?;
+                let ids = ids_of(self.buffer(node, in_bufs[1])?);
+                kernels::moe_weights(probs, probs.len() / nt.max(1), ids, d, *norm, *scale, out).map_err(kerr)
+            }
+            (Op::MoeSum, _) => {
+                let experts = self.buffer(node, in_bufs[0])?;
+                let weights = self.buffer(node, in_bufs[1])?;
+                kernels::moe_sum(experts, weights, d, weights.len() / nt.max(1), out).map_err(kerr)
+            }
+            (Op::MatMulId, NodeMeta::MatMulId(m)) => self.mat_mul_id(node, m, in_bufs, out),
             (Op::Gelu, _) => {
                 if aliased(0) {
                     kernels::gelu_inplace(out);
@@ -908,6 +947,7 @@ impl CpuBackend {
                 op @ (Op::RmsNorm { .. }
                 | Op::QkNorm { .. }
                 | Op::MatMul
+                | Op::MatMulId
                 | Op::RoPE
                 | Op::Attn { .. }
                 | Op::KvcacheStore { .. }

@@ -710,7 +710,13 @@ impl CudaBackend {
                 | Op::KvcacheStore { .. }
                 | Op::FusedQKV { .. }
                 | Op::FusedQkvNorm { .. }
-                | Op::FusedFFN),
+                | Op::FusedFFN
+                | Op::Sigmoid
+                | Op::Softmax
+                | Op::TopK { .. }
+                | Op::MoeWeights { .. }
+                | Op::MatMulId
+                | Op::MoeSum),
                 _,
             ) => Err(BackendError::Unsupported {
                 backend: "cuda".into(),
@@ -833,6 +839,10 @@ impl ComputeBackend for CudaBackend {
             | Op::FusedQKV { .. }
             | Op::FusedQkvNorm { .. }
             | Op::FusedFFN => dtype == DType::F32,
+            // Mixture-of-experts routing and expert products have no kernels yet: a graph with
+            // experts runs them on the CPU beside the device (its split is reported), or, on the
+            // device alone, is refused naming the op.
+            Op::Sigmoid | Op::Softmax | Op::TopK { .. } | Op::MoeWeights { .. } | Op::MatMulId | Op::MoeSum => false,
         }
     }
 

@@ -754,6 +754,10 @@ impl ComputeBackend for WgpuBackend {
             Op::KvcacheStore { .. } | Op::KvcacheLoad { .. } => true,
             // The fused decode nodes are declined (`supports_fused` does not claim them).
             Op::FusedQKV { .. } | Op::FusedQkvNorm { .. } | Op::FusedFFN => false,
+            // Mixture-of-experts routing and expert products have no shaders yet: a graph with
+            // experts runs them on the CPU beside the device (its split is reported), or, on the
+            // device alone, is refused naming the op.
+            Op::Sigmoid | Op::Softmax | Op::TopK { .. } | Op::MoeWeights { .. } | Op::MatMulId | Op::MoeSum => false,
         }
     }
 
@@ -882,7 +886,13 @@ impl ComputeBackend for WgpuBackend {
                 | Op::KvcacheStore { .. }
                 | Op::FusedQKV { .. }
                 | Op::FusedQkvNorm { .. }
-                | Op::FusedFFN),
+                | Op::FusedFFN
+                | Op::Sigmoid
+                | Op::Softmax
+                | Op::TopK { .. }
+                | Op::MoeWeights { .. }
+                | Op::MatMulId
+                | Op::MoeSum),
                 _,
             ) => Err(BackendError::Unsupported {
                 backend: "wgpu".into(),

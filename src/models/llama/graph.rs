@@ -1,9 +1,10 @@
 //! Llama's forward pass as a graph: Qwen2's skeleton with normal RoPE and biases only where the
-//! file has them. Every node is named after the model (`attn_norm-3`, `ffn_down-23`).
+//! file has them, and Mixtral's experts where it has those. Every node is named after the model (`attn_norm-3`, `ffn_down-23`).
 
 use super::loader::Llama;
 use crate::graph::{ComputeGraph, GraphBuilder, GraphParams};
 use crate::models::blocks::{self, matmul_meta};
+use crate::models::moe::{self, Ffn};
 
 impl Llama {
     pub(super) fn graph(&self, params: &GraphParams) -> ComputeGraph {
@@ -31,12 +32,14 @@ impl Llama {
             );
             let last = il + 1 == self.layers.len();
             h = blocks::attention_residual(&mut b, hp, il, last, inp.out_ids, h, wo);
-            let ffn = blocks::ffn_metas(
-                hp,
-                (&w.gate, &w.up, &w.down),
-                (w.gate_bias.as_ref(), w.up_bias.as_ref(), w.down_bias.as_ref()),
-            );
-            h = blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, ffn);
+            h = match &w.ffn {
+                Ffn::Dense { gate, up, down } => {
+                    let biases = (w.gate_bias.as_ref(), w.up_bias.as_ref(), w.down_bias.as_ref());
+                    let ffn = blocks::ffn_metas(hp, (gate, up, down), biases);
+                    blocks::ffn_swiglu(&mut b, hp, params, il, h, &w.ffn_norm, ffn)
+                }
+                experts => moe::ffn(&mut b, hp, params, il, h, &w.ffn_norm, experts),
+            };
         }
         blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]
         b.build()

@@ -6,6 +6,7 @@
 use crate::gguf::GgufFile;
 use crate::graph::{ComputeGraph, GraphParams, RopeStyle};
 use crate::models::blocks::WeightRef;
+use crate::models::moe::{ExpertParams, Ffn};
 use crate::models::{
     check_arch_keys, check_tensor, check_used_tensors, f32_vector, layer_f32, layer_weight, optional_layer_f32,
     output_weight, rope_freq_factors, rope_scaling, ArchKey, HParams, ModelDef, ModelError,
@@ -30,9 +31,8 @@ pub struct LayerWeights {
     pub up_bias: Option<String>,
     pub down_bias: Option<String>,
     pub ffn_norm: String,
-    pub gate: WeightRef,
-    pub up: WeightRef,
-    pub down: WeightRef,
+    /// Dense, or Mixtral's experts.
+    pub ffn: Ffn,
 }
 
 /// A Llama model: its hyper-parameters and the names and types of all its weights, checked at load.
@@ -67,7 +67,7 @@ pub(crate) const KEYS: &[ArchKey] = &[
     // original checkpoints changes nothing once converted.
     ArchKey::Descriptive("vocab_size"),
     ArchKey::Descriptive("tensor_data_layout"),
-    // Read as zero: a file with experts is refused below.
+    // Mixtral's experts, `feed_forward_length` wide each.
     ArchKey::Read("expert_count"),
     ArchKey::Read("expert_used_count"),
 ];
@@ -83,20 +83,12 @@ impl Llama {
     /// [`Llama::load`] for a file of `arch`, a model of llama's layout whose own `{arch}.*` keys
     /// the caller has checked (Granite), its hyper-parameters read from `{arch}.*`.
     pub(crate) fn load_family(file: &GgufFile, arch: &'static str) -> Result<Self, ModelError> {
-        let m = file.metadata();
-        for key in [format!("{arch}.expert_count"), format!("{arch}.expert_used_count")] {
-            if let Ok(n) = m.get_uint(&key) {
-                if n > 0 {
-                    return Err(ModelError::Unsupported {
-                        what: format!("{key} = {n}"),
-                        reason: "mixture-of-experts llama models (Mixtral) are not supported yet".into(),
-                    });
-                }
-            }
-        }
         // Llama pairs adjacent dimensions, as llama.cpp's LLAMA_ROPE_TYPE_NORM (the converter
         // permutes Q and K for it).
         let mut hp = HParams::load(file, arch, RopeStyle::Normal)?;
+        // Mixtral: llama with experts of the FFN's width, weights normalized (llama.cpp's
+        // `build_moe_ffn` for LLM_ARCH_LLAMA).
+        hp.experts = ExpertParams::load(file, arch, "feed_forward_length", true)?;
         hp.rope_freq_scale = rope_scaling(file, arch)?;
         hp.rope_freq_factors = rope_freq_factors(file, &hp)?;
         let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
@@ -120,9 +112,7 @@ impl Llama {
                     wo: layer_weight(file, il, "attn_output.weight", &[q_out, e])?,
                     wo_bias: optional_layer_f32(file, il, "attn_output.bias", e)?,
                     ffn_norm: layer_f32(file, il, "ffn_norm.weight", e)?,
-                    gate: layer_weight(file, il, "ffn_gate.weight", &[e, ff])?,
-                    up: layer_weight(file, il, "ffn_up.weight", &[e, ff])?,
-                    down: layer_weight(file, il, "ffn_down.weight", &[ff, e])?,
+                    ffn: Ffn::load(file, il, &hp)?,
                     gate_bias: optional_layer_f32(file, il, "ffn_gate.bias", ff)?,
                     up_bias: optional_layer_f32(file, il, "ffn_up.bias", ff)?,
                     down_bias: optional_layer_f32(file, il, "ffn_down.bias", e)?,
@@ -136,20 +126,8 @@ impl Llama {
         ];
         used.extend(hp.rope_freq_factors.iter().cloned());
         for w in &layers {
-            used.extend(
-                [
-                    &w.attn_norm,
-                    &w.q.0,
-                    &w.k.0,
-                    &w.v.0,
-                    &w.wo.0,
-                    &w.ffn_norm,
-                    &w.gate.0,
-                    &w.up.0,
-                    &w.down.0,
-                ]
-                .map(String::clone),
-            );
+            used.extend([&w.attn_norm, &w.q.0, &w.k.0, &w.v.0, &w.wo.0, &w.ffn_norm].map(String::clone));
+            used.extend(w.ffn.names());
             used.extend(
                 [
                     &w.q_bias,

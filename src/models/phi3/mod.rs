@@ -14,6 +14,7 @@ use crate::graph::{ComputeGraph, GraphParams, RopeStyle};
 use crate::models::blocks::WeightRef;
 use crate::models::hparams::{positive_float, LongRope};
 use crate::models::llama::{LayerWeights, Llama};
+use crate::models::moe::Ffn;
 use crate::models::{
     check_arch_keys, check_tensor, check_used_tensors, f32_vector, layer_f32, layer_weight, output_weight,
     rope_factor_tensor, rope_scaling, ArchKey, HParams, ModelDef, ModelError, WeightView,
@@ -136,6 +137,8 @@ impl Phi3 {
             used.push(up_name.clone());
             let gate = view(&up_name, up_ty, "gate", 0, ff);
             let up = view(&up_name, up_ty, "up", ff, ff);
+            let down = layer_weight(file, il, "ffn_down.weight", &[ff, e])?;
+            used.push(down.0.clone());
             let w = LayerWeights {
                 attn_norm: layer_f32(file, il, "attn_norm.weight", e)?,
                 q,
@@ -150,11 +153,9 @@ impl Phi3 {
                 up_bias: None,
                 down_bias: None,
                 ffn_norm: layer_f32(file, il, "ffn_norm.weight", e)?,
-                gate,
-                up,
-                down: layer_weight(file, il, "ffn_down.weight", &[ff, e])?,
+                ffn: Ffn::Dense { gate, up, down },
             };
-            used.extend([&w.attn_norm, &w.wo.0, &w.ffn_norm, &w.down.0].map(String::clone));
+            used.extend([&w.attn_norm, &w.wo.0, &w.ffn_norm].map(String::clone));
             layers.push(w);
         }
         check_used_tensors(file, ARCH, &used)?;

@@ -4,6 +4,7 @@
 use super::loader::Qwen2;
 use crate::graph::{ComputeGraph, GraphBuilder, GraphParams};
 use crate::models::blocks::{self, matmul_meta};
+use crate::models::moe;
 
 impl Qwen2 {
     pub(super) fn graph(&self, params: &GraphParams) -> ComputeGraph {
@@ -32,15 +33,7 @@ impl Qwen2 {
             );
             let last = il + 1 == self.layers.len();
             h = blocks::attention_residual(&mut b, hp, il, last, inp.out_ids, h, wo);
-            h = blocks::ffn_swiglu(
-                &mut b,
-                hp,
-                params,
-                il,
-                h,
-                &w.ffn_norm,
-                blocks::ffn_metas(hp, (&w.gate, &w.up, &w.down), (None, None, None)),
-            );
+            h = moe::ffn(&mut b, hp, params, il, h, &w.ffn_norm, &w.ffn);
         }
         blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]
         b.build()

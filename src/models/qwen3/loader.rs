@@ -1,8 +1,10 @@
-//! Qwen3's hyper-parameters and tensors, checked against each other at load.
+//! Qwen3's hyper-parameters and tensors, checked against each other at load; also Qwen3-MoE's
+//! (`qwen3moe`: the same attention, experts for the FFN).
 
 use crate::gguf::GgufFile;
 use crate::graph::{ComputeGraph, GraphParams, RopeStyle};
 use crate::models::blocks::WeightRef;
+use crate::models::moe::{self, ExpertParams, Ffn};
 use crate::models::{check_tensor, f32_vector, layer_f32, layer_weight, output_weight, HParams, ModelDef, ModelError};
 use crate::quant::GgmlType;
 
@@ -17,13 +19,13 @@ pub struct LayerWeights {
     pub k_norm: String,
     pub wo: WeightRef,
     pub ffn_norm: String,
-    pub gate: WeightRef,
-    pub up: WeightRef,
-    pub down: WeightRef,
+    pub ffn: Ffn,
 }
 
 /// A Qwen3 model: its hyper-parameters and the names and types of all its weights, checked at load.
 pub struct Qwen3 {
+    /// `qwen3`, or `qwen3moe` for the model with experts.
+    pub(super) arch: &'static str,
     pub(super) hparams: HParams,
     pub(super) token_embd: GgmlType,
     pub(super) output: WeightRef,
@@ -33,12 +35,26 @@ pub struct Qwen3 {
 impl Qwen3 {
     /// Read the hyper-parameters and check every tensor's presence, GGUF shape and type against them.
     pub fn load(file: &GgufFile) -> Result<Self, ModelError> {
+        Self::load_family(file, "qwen3")
+    }
+
+    /// [`Qwen3::load`] for `qwen3` or `qwen3moe`: the latter's keys and tensors are checked
+    /// whole (an unknown key or an unread tensor is refused by name), its FFN layers are experts
+    /// whose weights are normalized (llama.cpp's `norm_w` for Qwen3-MoE).
+    pub(crate) fn load_family(file: &GgufFile, arch: &'static str) -> Result<Self, ModelError> {
         // Qwen3 rotates halves (GPT-NeoX pairing), as llama.cpp's LLAMA_ROPE_TYPE_NEOX.
-        let hp = HParams::load(file, "qwen3", RopeStyle::Neox)?;
+        let mut hp = HParams::load(file, arch, RopeStyle::Neox)?;
+        if arch != "qwen3" {
+            moe::check_keys(file, arch)?;
+            hp.experts = Some(moe::required(
+                ExpertParams::load(file, arch, "expert_feed_forward_length", true)?,
+                arch,
+            )?);
+        }
         let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
         let q_out = (hp.n_head * hp.head_dim) as u64;
         let kv_out = hp.n_kv_embd() as u64;
-        let (hd, ff) = (hp.head_dim as u64, hp.n_ff as u64);
+        let hd = hp.head_dim as u64;
 
         let token_embd = check_tensor(file, "token_embd.weight", &[e, v])?;
         f32_vector(file, "output_norm.weight", e)?;
@@ -54,13 +70,36 @@ impl Qwen3 {
                     k_norm: layer_f32(file, il, "attn_k_norm.weight", hd)?,
                     wo: layer_weight(file, il, "attn_output.weight", &[q_out, e])?,
                     ffn_norm: layer_f32(file, il, "ffn_norm.weight", e)?,
-                    gate: layer_weight(file, il, "ffn_gate.weight", &[e, ff])?,
-                    up: layer_weight(file, il, "ffn_up.weight", &[e, ff])?,
-                    down: layer_weight(file, il, "ffn_down.weight", &[ff, e])?,
+                    ffn: Ffn::load(file, il, &hp)?,
                 })
             })
-            .collect::<Result<_, ModelError>>()?;
+            .collect::<Result<Vec<LayerWeights>, ModelError>>()?;
+        if hp.experts.is_some() {
+            let mut used = vec![
+                "token_embd.weight".into(),
+                "output_norm.weight".into(),
+                output.0.clone(),
+            ];
+            for w in &layers {
+                used.extend(
+                    [
+                        &w.attn_norm,
+                        &w.q.0,
+                        &w.k.0,
+                        &w.v.0,
+                        &w.q_norm,
+                        &w.k_norm,
+                        &w.wo.0,
+                        &w.ffn_norm,
+                    ]
+                    .map(String::clone),
+                );
+                used.extend(w.ffn.names());
+            }
+            crate::models::check_used_tensors(file, arch, &used)?;
+        }
         Ok(Qwen3 {
+            arch,
             hparams: hp,
             token_embd,
             output,
@@ -71,7 +110,7 @@ impl Qwen3 {
 
 impl ModelDef for Qwen3 {
     fn arch(&self) -> &'static str {
-        "qwen3"
+        self.arch
     }
 
     fn hparams(&self) -> &HParams {

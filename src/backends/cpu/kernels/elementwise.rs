@@ -68,6 +68,26 @@ pub fn silu_inplace(x: &mut [f32]) {
     })
 }
 
+/// `out = 1 / (1 + exp(-x))` element-wise (ggml's `sigmoid`).
+pub fn sigmoid(x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    check_len("sigmoid", "out", out.len(), x.len())?;
+    wide(|| {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = 1.0 / (1.0 + exp_f32(-v));
+        }
+    });
+    Ok(())
+}
+
+/// [`sigmoid`] in place.
+pub fn sigmoid_inplace(x: &mut [f32]) {
+    wide(|| {
+        for v in x {
+            *v = 1.0 / (1.0 + exp_f32(-*v));
+        }
+    })
+}
+
 /// ggml's GELU table: the f16 result of the tanh-approximated GELU of every f16 value (its
 /// `ggml_table_gelu_f16`, filled once as ggml fills it at init).
 fn gelu_table() -> &'static [u16] {

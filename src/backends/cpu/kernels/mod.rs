@@ -21,14 +21,15 @@ mod kv_region;
 mod kv_store;
 mod math;
 mod matmul;
+mod moe;
 mod norm;
 mod rope;
 
 pub use attention::{attention, attention_heads, ScoreScale, Visible};
 pub use elementwise::{
     add, add_inplace, add_row_broadcast, add_row_broadcast_inplace, gelu, gelu_inplace, mul, mul_inplace,
-    mul_row_broadcast, mul_row_broadcast_inplace, scale, scale_inplace, silu, silu_inplace, softcap, softcap_inplace,
-    swiglu, swiglu_inplace,
+    mul_row_broadcast, mul_row_broadcast_inplace, scale, scale_inplace, sigmoid, sigmoid_inplace, silu, silu_inplace,
+    softcap, softcap_inplace, swiglu, swiglu_inplace,
 };
 pub use get_rows::get_rows;
 pub use kv_region::{region_values, rope_shift, F16Rows, KvRegion, KvRegionMut, KvRows, Q8Rows, SCRATCH_SLACK};
@@ -37,6 +38,7 @@ pub use matmul::{
     matmul, matmul_rows, matmul_rows_repacked, quantize_activations, quantize_chunk, ActivationBuffers,
     ActivationChunk, Activations,
 };
+pub use moe::{moe_sum, moe_weights, softmax_rows, top_k};
 pub use norm::{rms_norm, rms_norm_mul};
 pub use rope::{rope, RopeStyle};
 

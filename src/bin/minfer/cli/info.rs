@@ -57,6 +57,53 @@ fn window_cache(w: &mut String, file: &GgufFile) {
     );
 }
 
+/// For a mixture-of-experts file (its `*_exps.*` tensors, `{arch}.expert_count` and
+/// `expert_used_count`): the parameters a token works with, and the bytes a decode step reads —
+/// every dense weight but the embedding (one row of it), and the used share of each expert
+/// tensor (only the chosen experts' rows are read).
+fn experts(w: &mut String, file: &GgufFile, arch: &str) {
+    let m = file.metadata();
+    let (Ok(n_expert), Ok(n_used)) = (
+        m.get_uint(&format!("{arch}.expert_count")),
+        m.get_uint(&format!("{arch}.expert_used_count")),
+    ) else {
+        return;
+    };
+    if n_expert == 0 || n_used == 0 || n_used > n_expert {
+        return;
+    }
+    let share = |n: u64| (n as u128 * n_used as u128 / n_expert as u128) as u64;
+    let (mut params, mut bytes, mut expert_params) = (0u64, 0u64, 0u64);
+    for t in file.tensors() {
+        if t.name.contains("_exps.") {
+            expert_params += t.n_elements();
+            params += share(t.n_elements());
+            bytes += share(t.size);
+        } else if t.name == "token_embd.weight" {
+            params += t.n_elements();
+            bytes += t
+                .shape
+                .get(1)
+                .filter(|&&rows| rows > 0)
+                .map_or(t.size, |rows| t.size / rows);
+        } else {
+            params += t.n_elements();
+            bytes += t.size;
+        }
+    }
+    let _ = writeln!(
+        w,
+        "active params  = {} a token ({n_used} of {n_expert} experts; {} of the experts' weights)",
+        human_count(params),
+        human_count(expert_params)
+    );
+    let _ = writeln!(
+        w,
+        "read per token = {} (the dense weights, the chosen experts' rows, one embedding row)",
+        human_bytes(bytes)
+    );
+}
+
 fn meta_or_dash(m: &Metadata, key: &str) -> String {
     m.get(key).map(show_value).unwrap_or_else(|| "-".to_string())
 }
@@ -129,6 +176,7 @@ pub fn render(file: &GgufFile, tensors: bool) -> String {
         "model params   = {} ({n_params}, {bpw:.2} bits per weight)",
         human_count(n_params)
     );
+    experts(w, file, &arch);
     let _ = writeln!(w, "architecture   = {arch}");
     let _ = writeln!(w, "name           = {}", meta_or_dash(m, "general.name"));
 
@@ -173,6 +221,10 @@ pub fn render(file: &GgufFile, tensors: bool) -> String {
         ("f_resid_scale", "residual_scale"),
         ("f_attn_scale", "attention.scale"),
         ("f_logit_scale", "logit_scale"),
+        ("n_expert", "expert_count"),
+        ("n_expert_used", "expert_used_count"),
+        ("n_ff_exp", "expert_feed_forward_length"),
+        ("n_ff_shexp", "expert_shared_feed_forward_length"),
     ];
     for (name, suffix) in optional {
         if m.contains(&key(suffix)) {

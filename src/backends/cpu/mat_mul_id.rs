@@ -1,0 +1,151 @@
+//! The CPU's matrix product indexed by expert (`MatMulId`, ggml's `mul_mat_id`): the
+//! (token, slot) rows are grouped by the expert they chose, and each expert that has any runs
+//! as one ordinary product over its gathered rows — the dot-product kernels for a decode step's
+//! single row, the matrix-matrix panel for a prompt's many. Only chosen experts' weight rows are
+//! read, so a decode step streams `k` experts of the 3-D tensor and its mmapped pages.
+//!
+//! Every output is one complete dot product of the same kernels a `MatMul` uses, so the result
+//! does not depend on the grouping, the number of tokens or the thread count. This file owns
+//! the grouping; the arithmetic belongs to `kernels::matmul_rows`.
+
+use super::{f32_values, ids_of, CpuBackend};
+use crate::graph::{BackendError, BufRef, CNode, MatMulIdMeta};
+
+impl CpuBackend {
+    /// `out[(t, s)] = W[ids[s, t]] @ x[t or (t, s)] (+ bias[ids[s, t]])` for a node of shape
+    /// `[n_out, k, n_tokens]`.
+    pub(super) fn mat_mul_id(
+        &mut self,
+        node: &CNode,
+        m: &MatMulIdMeta,
+        in_bufs: &[BufRef],
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let [n_out, k, nt, _] = node.out_shape;
+        let (n_in, n_expert) = (m.mm.in_dim, m.n_expert);
+        if n_out != m.mm.out_dim || k == 0 || n_in == 0 {
+            return Err(self.err(
+                node,
+                format!(
+                    "output {:?} does not match the experts' {n_in}x{}",
+                    node.out_shape, m.mm.out_dim
+                ),
+            ));
+        }
+        let weights = std::sync::Arc::clone(&self.weights);
+        let w = weights
+            .weight(&m.mm.weight_name)
+            .ok_or_else(|| BackendError::MissingWeight {
+                backend: "cpu".into(),
+                node: node.name.clone(),
+                weight: m.mm.weight_name.clone(),
+            })?;
+        let wtype = w.ggml_type;
+        let expert_bytes = wtype
+            .row_size(n_in as u64)
+            .and_then(|r| usize::try_from(r).ok())
+            .and_then(|r| r.checked_mul(n_out))
+            .ok_or_else(|| self.err(node, format!("{wtype} rows of {n_in} values are not whole blocks")))?;
+        if Some(w.data.len()) != expert_bytes.checked_mul(n_expert) {
+            return Err(self.err(
+                node,
+                format!(
+                    "weight '{}' holds {} bytes, {n_expert} experts of {expert_bytes} expected",
+                    m.mm.weight_name,
+                    w.data.len()
+                ),
+            ));
+        }
+        let bias = match &m.mm.bias_name {
+            Some(name) => {
+                let b = weights.weight(name).ok_or_else(|| BackendError::MissingWeight {
+                    backend: "cpu".into(),
+                    node: node.name.clone(),
+                    weight: name.clone(),
+                })?;
+                let b = f32_values(name, b).map_err(|e| self.err(node, e))?;
+                if b.len() != n_out * n_expert {
+                    return Err(self.err(
+                        node,
+                        format!("bias '{name}' holds {} values, {n_out} x {n_expert} expected", b.len()),
+                    ));
+                }
+                Some(b)
+            }
+            None => None,
+        };
+        let ids = ids_of(self.buffer(node, in_bufs[1])?).to_vec();
+        if ids.len() != k * nt {
+            return Err(self.err(node, format!("{} expert ids for {k} slots of {nt} tokens", ids.len())));
+        }
+        if let Some((i, &id)) = ids
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id < 0 || id as usize >= n_expert)
+        {
+            return Err(self.err(
+                node,
+                format!("expert id {id} (slot {i}) is not one of the {n_expert} experts"),
+            ));
+        }
+        let x = std::mem::take(&mut self.buffers[in_bufs[0].id]);
+        // One input row a token (the gate and up products) or one a slot (the down product).
+        let per_token = match x.len() {
+            len if len == n_in * nt => 1,
+            len if len == n_in * k * nt => k,
+            len => {
+                self.buffers[in_bufs[0].id] = x;
+                return Err(self.err(
+                    node,
+                    format!("input of {len} values is neither {nt} nor {} rows of {n_in}", k * nt),
+                ));
+            }
+        };
+        // Slots grouped by expert, each group in token order: a counting sort of the ids.
+        let mut start = vec![0usize; n_expert + 1];
+        for &id in &ids {
+            start[id as usize + 1] += 1;
+        }
+        for e in 0..n_expert {
+            start[e + 1] += start[e];
+        }
+        let mut order = vec![0usize; ids.len()];
+        let mut next = start.clone();
+        for (slot, &id) in ids.iter().enumerate() {
+            order[next[id as usize]] = slot;
+            next[id as usize] += 1;
+        }
+        let mut rows = std::mem::take(&mut self.fused_k);
+        let mut ys = std::mem::take(&mut self.fused_v);
+        let result = (|| {
+            for e in 0..n_expert {
+                let group = &order[start[e]..start[e + 1]];
+                if group.is_empty() {
+                    continue;
+                }
+                rows.clear();
+                for &slot in group {
+                    let r = if per_token == 1 { slot / k } else { slot };
+                    rows.extend_from_slice(&x[r * n_in..(r + 1) * n_in]);
+                }
+                ys.resize(group.len() * n_out, 0.0);
+                let we = &w.data[e * expert_bytes..(e + 1) * expert_bytes];
+                self.matmul(node, we, wtype, None, n_in, n_out, &rows, group.len(), &mut ys)?;
+                for (&slot, y) in group.iter().zip(ys.chunks_exact(n_out)) {
+                    let o = &mut out[slot * n_out..(slot + 1) * n_out];
+                    o.copy_from_slice(y);
+                    if let Some(b) = bias {
+                        for (v, &bv) in o.iter_mut().zip(&b[e * n_out..(e + 1) * n_out]) {
+                            *v += bv;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })();
+        self.buffers[in_bufs[0].id] = x;
+        self.fused_k = rows;
+        self.fused_v = ys;
+        result
+    }
+}
