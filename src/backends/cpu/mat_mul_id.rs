@@ -130,6 +130,9 @@ impl CpuBackend {
                 }
                 ys.resize(group.len() * n_out, 0.0);
                 let we = &w.data[e * expert_bytes..(e + 1) * expert_bytes];
+                self.device
+                    .expert_bytes_read
+                    .fetch_add(expert_bytes as u64, std::sync::atomic::Ordering::Relaxed);
                 self.matmul(node, we, wtype, None, n_in, n_out, &rows, group.len(), &mut ys)?;
                 for (&slot, y) in group.iter().zip(ys.chunks_exact(n_out)) {
                     let o = &mut out[slot * n_out..(slot + 1) * n_out];

@@ -36,7 +36,7 @@ use crate::quant::{gemm, repack, repack::Repacked};
 use kernels::{Activations, KernelError};
 use pool::{Claim, ThreadPool};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
 /// What every session on the CPU shares: the weights and the thread pool. Cheap to clone (one
@@ -56,9 +56,18 @@ struct DeviceShared {
     n_threads: usize,
     /// Contexts between their first node of a graph and its end (`synchronize`).
     executing: AtomicUsize,
+    /// Bytes of expert weights the expert products have read: each chosen expert's matrix once
+    /// a node (what a decode step streams of a mixture-of-experts model).
+    expert_bytes_read: AtomicU64,
 }
 
 impl CpuDevice {
+    /// Bytes of expert weights this device's expert products have read so far: each chosen
+    /// expert's matrix once a node, so a decode step of a top-k model adds k matrices a product.
+    pub fn expert_bytes_read(&self) -> u64 {
+        self.shared.expert_bytes_read.load(Ordering::Relaxed)
+    }
+
     /// A device whose nodes run on `n_threads` threads (at least 1), resolving weights through
     /// `weights`.
     pub fn new(weights: Arc<dyn TensorSource>, n_threads: usize) -> Self {
@@ -71,6 +80,7 @@ impl CpuDevice {
                 pool: Mutex::new(pool),
                 n_threads,
                 executing: AtomicUsize::new(0),
+                expert_bytes_read: AtomicU64::new(0),
             }),
         }
     }
@@ -1079,5 +1089,26 @@ mod tests {
         }
         // Every context counted itself out when its graph ended.
         assert_eq!(device.shared.executing.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_decode_step_of_a_top_2_of_8_model_reads_two_experts_of_each_expert_matrix() {
+        let (model, device) = load("tiny-qwen3moe-Q4_0.gguf", 2);
+        let file = model.file();
+        let expert_bytes: u64 = file
+            .tensors()
+            .iter()
+            .filter(|t| t.name.contains("_exps."))
+            .map(|t| t.size)
+            .sum();
+        let mut session = Session::with_backends(Arc::clone(model.def()), vec![device.new_context()], 64);
+        let prompt = [39, 301, 385, 1879, 11, 7, 1200];
+        session.eval(&prompt, 1).unwrap();
+        // The prompt's 7 tokens chose at most 7 x 2 of 8 experts per layer: at most all of them.
+        assert!(device.expert_bytes_read() <= expert_bytes);
+        let before = device.expert_bytes_read();
+        session.eval(&[3912], 1).unwrap();
+        // Two of eight experts of every expert tensor: a quarter of their bytes, not all of them.
+        assert_eq!(device.expert_bytes_read() - before, expert_bytes * 2 / 8);
     }
 }
