@@ -824,6 +824,13 @@ fn batched_requests_through_a_window_cache_get_the_tokens_each_gets_alone() {
     assert_eq!(windowed, full);
 }
 
+#[test]
+fn batched_requests_through_experts_get_the_tokens_each_gets_alone() {
+    // Each token of a batch routes through its own two of eight experts: a prompt's rows are
+    // grouped by expert across the sequences, a decode step's too, and none may see another's.
+    batched_requests_equal_alone(&common::tiny_model("qwen3moe", "Q4_0"), &["--n-slots", "4"]);
+}
+
 /// Eight greedy requests served one at a time and then all at once by a server started with
 /// `args`: the same texts, which it returns.
 fn batched_requests_equal_alone(model: &std::path::Path, args: &[&str]) -> Vec<String> {
