@@ -1213,6 +1213,23 @@ fn the_cpu_repacks_the_matrices_it_multiplies_and_computes_the_same_bits_from_th
             b.output(out);
             let inputs = vec![("x", Data::F32(rng.vec(n_in * nt, 1.0)))];
             cases.push(case(format!("MatMul {ty} x {nt}"), b.build(), weights, inputs));
+            // And as 3 experts, 2 chosen a token: repacked expert by expert.
+            let mut weights = MemWeights::default();
+            weights.add(&mut rng, "e.weight", ty, &[n_in as u64, n_out as u64, 3]);
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", [n_in, nt, 1, 1], DType::F32);
+            let ids = b.input("ids", [2, nt, 1, 1], DType::I32);
+            let meta = MatMulIdMeta {
+                mm: matmul_meta("e.weight", ty, None, n_in, n_out),
+                n_expert: 3,
+            };
+            let out = b.matmul_id("out", x, ids, meta);
+            b.output(out);
+            let inputs = vec![
+                ("x", Data::F32(rng.vec(n_in * nt, 1.0))),
+                ("ids", Data::I32(expert_ids(&mut rng, 3, 2, nt))),
+            ];
+            cases.push(case(format!("MatMulId {ty} x {nt}"), b.build(), weights, inputs));
         }
     }
     let mut repacked = 0;
@@ -1248,14 +1265,14 @@ fn the_cpu_repacks_the_matrices_it_multiplies_and_computes_the_same_bits_from_th
             );
         }
     }
-    // Four token counts of each type the CPU repacks: those with the layout whose decoding
-    // kernel on this CPU is the repacked tile (`quant::choice`; all seven where the tiles
-    // measure fastest), and the mixed case.
+    // Four token counts of each type the CPU repacks, as a matrix and as experts: those with the
+    // layout whose decoding kernel on this CPU is the repacked tile (`quant::choice`; all seven
+    // where the tiles measure fastest), and the mixed case.
     let types = weight_types()
         .into_iter()
         .filter(|&ty| minfer::backends::cpu::repacks(ty, &[n_in as u64, n_out as u64]))
         .count();
-    assert_eq!(repacked, 4 * types + mixed_repacked);
+    assert_eq!(repacked, 8 * types + mixed_repacked);
 }
 
 #[test]
@@ -1567,17 +1584,21 @@ fn the_cpus_router_matches_a_softmax_and_stable_sort_in_f64() {
 #[test]
 fn the_cpus_expert_product_is_each_chosen_experts_own_matmul_bit_for_bit() {
     let mut rng = Rng(0x0dd_b1a5_e5c0_ffee);
-    let (n_in, n_out, n_expert, k, nt) = (256, 48, 4, 2, 70);
-    for ty in [
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::Q4_0,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-        GgmlType::IQ4_XS,
-        GgmlType::MXFP4,
-    ] {
+    let (n_in, n_out, n_expert, k) = (256, 48, 4, 2);
+    // A prompt's grouped rows, and a decode step's one row an expert.
+    for (ty, nt) in [1, 70].into_iter().flat_map(|nt| {
+        [
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::IQ4_XS,
+            GgmlType::MXFP4,
+        ]
+        .map(|ty| (ty, nt))
+    }) {
         let mut weights = MemWeights::default();
         weights.add(&mut rng, "w.weight", ty, &[n_in as u64, n_out as u64, n_expert as u64]);
         let all = weights.tensors["w.weight"].2.clone();

@@ -92,7 +92,13 @@ fn check_batched(model: &Model, lengths: &[usize], steps: usize) {
 
 #[test]
 fn two_and_four_sequences_in_one_batch_get_the_logits_they_get_alone_on_the_tiny_models() {
-    for (arch, ty) in [("qwen2", "Q4_K"), ("qwen3", "Q8_0"), ("qwen2", "F16"), ("qwen3moe", "Q4_0"), ("mixtral", "Q4_0")] {
+    for (arch, ty) in [
+        ("qwen2", "Q4_K"),
+        ("qwen3", "Q8_0"),
+        ("qwen2", "F16"),
+        ("qwen3moe", "Q4_0"),
+        ("mixtral", "Q4_0"),
+    ] {
         let model = load(&common::tiny_model(arch, ty));
         check_batched(&model, &[7, 3], 3);
         check_batched(&model, &[2, 9, 1, 5], 2);

@@ -8,8 +8,9 @@
 //! does not depend on the grouping, the number of tokens or the thread count. This file owns
 //! the grouping; the arithmetic belongs to `kernels::matmul_rows`.
 
-use super::{f32_values, ids_of, CpuBackend};
+use super::{f32_values, ids_of, kernels, CpuBackend};
 use crate::graph::{BackendError, BufRef, CNode, MatMulIdMeta};
+use crate::quant::repack::{self, Repacked};
 
 impl CpuBackend {
     /// `out[(t, s)] = W[ids[s, t]] @ x[t or (t, s)] (+ bias[ids[s, t]])` for a node of shape
@@ -74,6 +75,10 @@ impl CpuBackend {
             }
             None => None,
         };
+        // The experts repacked when the model loaded (when they fit in memory), expert e's rows
+        // from row e * n_out.
+        let device = std::sync::Arc::clone(&self.device);
+        let repacked = device.repacked.get(&m.mm.weight_name);
         let ids = ids_of(self.buffer(node, in_bufs[1])?).to_vec();
         if ids.len() != k * nt {
             return Err(self.err(node, format!("{} expert ids for {k} slots of {nt} tokens", ids.len())));
@@ -115,6 +120,14 @@ impl CpuBackend {
             order[next[id as usize]] = slot;
             next[id as usize] += 1;
         }
+        if start.windows(2).all(|g| g[1] - g[0] <= 1) {
+            // A decode step: every chosen expert has one row. Quantize the input rows once and
+            // share all the experts' output rows among the threads in one parallel run.
+            let weight = (w.data, wtype, expert_bytes, repacked);
+            let result = self.one_row_per_expert(node, weight, &x, per_token, &ids, bias, out);
+            self.buffers[in_bufs[0].id] = x;
+            return result;
+        }
         let mut rows = std::mem::take(&mut self.fused_k);
         let mut ys = std::mem::take(&mut self.fused_v);
         let result = (|| {
@@ -133,7 +146,8 @@ impl CpuBackend {
                 self.device
                     .expert_bytes_read
                     .fetch_add(expert_bytes as u64, std::sync::atomic::Ordering::Relaxed);
-                self.matmul(node, we, wtype, None, n_in, n_out, &rows, group.len(), &mut ys)?;
+                let packed = repacked.map(|r| (r, e * n_out));
+                self.matmul(node, we, wtype, packed, n_in, n_out, &rows, group.len(), &mut ys)?;
                 for (&slot, y) in group.iter().zip(ys.chunks_exact(n_out)) {
                     let o = &mut out[slot * n_out..(slot + 1) * n_out];
                     o.copy_from_slice(y);
@@ -150,5 +164,92 @@ impl CpuBackend {
         self.fused_k = rows;
         self.fused_v = ys;
         result
+    }
+
+    /// [`Self::mat_mul_id`] when no expert has more than one row (a decode step's top-k ids are
+    /// distinct): the `x` rows quantized once (one a token, or one a slot), then every slot's
+    /// output rows cut into chunks that the threads claim, each one complete dot product of the
+    /// kernels an ordinary product of one token runs — the same bits.
+    #[allow(clippy::too_many_arguments)]
+    fn one_row_per_expert(
+        &mut self,
+        node: &CNode,
+        (w, wtype, expert_bytes, repacked): (&[u8], crate::quant::GgmlType, usize, Option<&Repacked>),
+        x: &[f32],
+        per_token: usize,
+        ids: &[i32],
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let [n_out, k, _, _] = node.out_shape;
+        let n_in = x.len() / (ids.len() / k * per_token);
+        let kerr = |e: kernels::KernelError| BackendError::Node {
+            backend: "cpu".into(),
+            node: node.name.clone(),
+            message: e.to_string(),
+        };
+        // Each input row quantized on its own (with the repacked kernel's terms where it runs),
+        // so that a slot views its row's activations whole.
+        let mut scratch: Vec<Vec<u8>> = (0..x.len() / n_in).map(|_| Vec::new()).collect();
+        let acts = scratch
+            .iter_mut()
+            .zip(x.chunks_exact(n_in))
+            .map(|(s, row)| {
+                let mut b = kernels::ActivationBuffers::new(wtype, n_in, row, 1, repacked.is_some(), s)?;
+                for chunk in b.chunks(1) {
+                    kernels::quantize_chunk(chunk)?;
+                }
+                Ok(b.finish())
+            })
+            .collect::<Result<Vec<_>, kernels::KernelError>>()
+            .map_err(kerr)?;
+        let n_threads = self.device.n_threads;
+        let rows_per_chunk = match repacked {
+            Some(_) => super::chunk_len(n_out * ids.len(), n_threads).next_multiple_of(repack::GROUP),
+            None => super::chunk_len(n_out * ids.len(), n_threads),
+        }
+        .min(n_out)
+        .max(1);
+        let mut items = Vec::new();
+        for (slot, o) in out.chunks_exact_mut(n_out).enumerate() {
+            for (c, block) in o.chunks_mut(rows_per_chunk).enumerate() {
+                items.push((slot, c * rows_per_chunk, block));
+            }
+        }
+        self.device
+            .expert_bytes_read
+            .fetch_add((expert_bytes * ids.len()) as u64, std::sync::atomic::Ordering::Relaxed);
+        let items = super::Claim::new(items.into_iter());
+        let failed = super::FirstError::new();
+        super::run_parallel(&self.device, |_, _| {
+            while let Some((slot, first, block)) = items.next() {
+                let e = ids[slot] as usize;
+                let r = if per_token == 1 { slot / k } else { slot };
+                let rows = first..first + block.len();
+                failed.record(match repacked {
+                    Some(p) => kernels::matmul_rows_repacked(
+                        p,
+                        acts[r],
+                        1,
+                        e * n_out + rows.start..e * n_out + rows.end,
+                        block,
+                    ),
+                    None => {
+                        let we = &w[e * expert_bytes..(e + 1) * expert_bytes];
+                        kernels::matmul_rows(we, wtype, n_in, n_out, acts[r], 1, rows, block)
+                    }
+                });
+            }
+        });
+        failed.into_result().map_err(kerr)?;
+        if let Some(b) = bias {
+            for (slot, o) in out.chunks_exact_mut(n_out).enumerate() {
+                let e = ids[slot] as usize;
+                for (v, &bv) in o.iter_mut().zip(&b[e * n_out..(e + 1) * n_out]) {
+                    *v += bv;
+                }
+            }
+        }
+        Ok(())
     }
 }

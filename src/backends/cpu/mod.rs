@@ -126,16 +126,27 @@ impl BackendDevice for CpuDevice {
                 message: "weights must be prepared before any context exists".into(),
             });
         };
-        for name in weights.iter().filter(|u| u.multiplied).map(|u| &u.name) {
-            let Some(w) = source.weight(name) else {
-                // Reported by the node that names it, as for any missing weight.
-                continue;
-            };
+        let multiplied = || {
+            weights
+                .iter()
+                .filter(|u| u.multiplied)
+                .filter_map(|u| source.weight(&u.name).map(|w| (&u.name, w)))
+        };
+        // Experts are read a few at a time from the mapped file, so a model larger than memory
+        // runs; repacked, they would all live in memory. They are repacked only when they fit
+        // in half of what is available.
+        let expert_bytes: u64 = multiplied()
+            .filter(|(_, w)| w.shape.len() > 2 && repacks(w.ggml_type, w.shape))
+            .map(|(_, w)| w.data.len() as u64)
+            .sum();
+        let experts_fit = expert_bytes > 0 && available_memory().is_some_and(|m| expert_bytes <= m / 2);
+        for (name, w) in multiplied() {
             let (ty, shape) = (w.ggml_type, w.shape);
-            if !repacks(ty, shape) {
+            if !repacks(ty, shape) || (shape.len() > 2 && !experts_fit) {
                 continue;
             }
-            let (Ok(n_in), Ok(n_out)) = (usize::try_from(shape[0]), usize::try_from(shape[1])) else {
+            let rows: u64 = shape[1..].iter().product();
+            let (Ok(n_in), Ok(n_out)) = (usize::try_from(shape[0]), usize::try_from(rows)) else {
                 continue;
             };
             let packed = repack::repack(ty, w.data, n_in, n_out, n_threads).map_err(|e| BackendError::Prepare {
@@ -166,15 +177,27 @@ impl BackendDevice for CpuDevice {
 
 /// Whether the CPU device repacks a multiplied matrix of `ty` and GGUF shape `shape` (ne0
 /// first) when it prepares the weights: a type with the repacked layout, rows in whole groups
-/// of 16, a CPU with the kernels, and `MINFER_NO_REPACK` unset (or `0`).
+/// of 16, a CPU with the kernels, and `MINFER_NO_REPACK` unset (or `0`). A 3-D tensor of
+/// experts is repacked as its experts' rows one after another (each expert whole groups), and
+/// only while all of them fit in half the available memory ([`prepare_weights`]).
 pub fn repacks(ty: crate::quant::GgmlType, shape: &[u64]) -> bool {
-    let matrix = shape.len() >= 2 && shape[2..].iter().all(|&d| d == 1);
+    // A matrix, or a 3-D tensor of experts' matrices (each expert's rows then whole groups).
+    let matrix = shape.len() >= 2 && shape.get(3..).unwrap_or(&[]).iter().all(|&d| d == 1);
     let turned_off = std::env::var_os("MINFER_NO_REPACK").is_some_and(|v| !v.is_empty() && v != "0");
     matrix
         && !turned_off
         && repack::supports(ty)
         && shape[1].is_multiple_of(repack::GROUP as u64)
         && gemm::repacked_available(ty)
+}
+
+/// The memory available for new allocations (Linux's `MemAvailable`), or `None` where it cannot
+/// be read.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Run `job` on every thread of the device's pool while this session is the only one executing
@@ -426,7 +449,7 @@ impl CpuBackend {
         node: &CNode,
         w: &[u8],
         wtype: crate::quant::GgmlType,
-        repacked: Option<&Repacked>,
+        repacked: Option<(&Repacked, usize)>,
         n_in: usize,
         n_out: usize,
         x: &[f32],
@@ -444,11 +467,13 @@ impl CpuBackend {
                 format!("the output holds {} values, {n_out} x {n_tokens} expected", y.len()),
             ));
         }
-        if let Some(r) = repacked.filter(|r| (r.ty, r.n_in, r.n_out) != (wtype, n_in, n_out)) {
+        if let Some((r, first)) =
+            repacked.filter(|(r, first)| (r.ty, r.n_in) != (wtype, n_in) || first + n_out > r.n_out)
+        {
             return Err(self.err(
                 node,
                 format!(
-                    "the repacked weight is {} {}x{}, the product needs {wtype} {n_in}x{n_out}",
+                    "the repacked weight is {} {}x{}, the product needs {wtype} {n_in}x{n_out} from row {first}",
                     r.ty, r.n_in, r.n_out
                 ),
             ));
@@ -482,7 +507,9 @@ impl CpuBackend {
             None => chunk_len(n_out, n_threads),
         };
         let rows_of = |rows: std::ops::Range<usize>, n_tokens: usize, block: &mut [f32]| match repacked {
-            Some(r) => kernels::matmul_rows_repacked(r, act, n_tokens, rows, block),
+            Some((r, first)) => {
+                kernels::matmul_rows_repacked(r, act, n_tokens, first + rows.start..first + rows.end, block)
+            }
             None => kernels::matmul_rows(w, wtype, n_in, n_out, act, n_tokens, rows, block),
         };
         let failed = FirstError::new();
