@@ -107,9 +107,25 @@ fn a_value_head_width_other_than_the_key_width_is_refused_naming_the_key() {
 }
 
 #[test]
-fn experts_are_refused_naming_the_key() {
+fn experts_without_a_used_count_or_without_their_tensors_are_refused_naming_what_is_missing() {
+    // Mixtral's keys are read now; a file that has them must have the rest of the experts too.
     let err = refusal(&[("llama.expert_count", Value::U32(8))], &[]);
-    assert!(err.to_string().contains("llama.expert_count = 8"), "{err}");
+    assert!(err.to_string().contains("expert_used_count = 0"), "{err}");
+    let used = [
+        ("llama.expert_count", Value::U32(8)),
+        ("llama.expert_used_count", Value::U32(9)),
+    ];
+    let err = refusal(&used, &[]);
+    assert!(err.to_string().contains("expert_used_count = 9"), "{err}");
+    let used = [
+        ("llama.expert_count", Value::U32(8)),
+        ("llama.expert_used_count", Value::U32(2)),
+    ];
+    let err = refusal(&used, &[]);
+    assert!(
+        matches!(err, ModelError::MissingTensor { ref name } if name == "blk.0.ffn_gate_exps.weight" || name == "blk.0.ffn_gate_inp.weight"),
+        "{err}"
+    );
 }
 
 #[test]
