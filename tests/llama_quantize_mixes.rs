@@ -132,6 +132,15 @@ fn every_mix_of_the_tiny_qwen2_from_f16_is_llama_quantizes_file_byte_for_byte() 
 }
 
 #[test]
+fn every_mix_of_the_tiny_mixtures_of_experts_is_llama_quantizes_file_byte_for_byte() {
+    // The 3-D expert tensors quantized expert by expert, the routers kept in F32, and the
+    // mixes' expert rules (ffn_down_exps of an 8-expert model) as llama-quantize applies them.
+    for arch in ["qwen3moe", "qwen2moe", "mixtral"] {
+        assert_mixes_match_llama_quantize(arch, "F32");
+    }
+}
+
+#[test]
 fn every_mix_of_the_tiny_qwen3_from_f32_is_llama_quantizes_file_byte_for_byte() {
     assert_mixes_match_llama_quantize("qwen3", "F32");
 }
