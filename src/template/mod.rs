@@ -9,6 +9,9 @@
 //! every request. ChatML is used only when a file has no template at all, never as a fallback
 //! for a broken one (architecture document, "render chat template").
 //!
+//! `harmony` reads OpenAI's harmony format (gpt-oss) back out of a generated reply: its
+//! channels split into reasoning, content and tool calls, whole or streamed.
+//!
 //! It must not tokenize, parse API requests, or know models and generation: callers pass
 //! OpenAI-shaped JSON messages and get the prompt text back. Messages reach the template as
 //! given, as in transformers; in particular, tool-call `arguments` sent as a JSON string (the
@@ -18,6 +21,7 @@
 mod environment;
 mod error;
 mod guard;
+pub mod harmony;
 mod input;
 mod python;
 mod strftime;
