@@ -732,6 +732,7 @@ fn attn_meta() -> AttnMeta {
         kq_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
         softcap: None,
         n_swa: None,
+        sinks: None,
     }
 }
 
@@ -772,10 +773,13 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
         let n_swa = (nt > 1).then_some(2);
         // Two sequences also with a soft-cap low enough to bend the scores (Gemma 2's).
         let softcap = explicit.then_some(2.0);
+        // F16 caches also with a learned sink logit per head (gpt-oss's).
+        let sinks = (type_k == DType::F16).then(|| "sinks.weight".to_string());
         let meta = AttnMeta {
             kq_scale,
             softcap,
             n_swa,
+            sinks: sinks.clone(),
             ..attn_meta()
         };
         let out = b.attn("out", q, kv, pos, span, meta);
@@ -819,12 +823,17 @@ fn attention_cases(rng: &mut Rng) -> Vec<Case> {
         };
         cases.push(Case {
             name: format!(
-                "KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}, KV {}/{}, kq_scale {kq_scale}, softcap {softcap:?}, n_swa {n_swa:?}), {nt} token(s) x 3 steps",
+                "KvcacheStore + KvcacheLoad + Attn (GQA {N_HEAD}/{N_HEAD_KV}, head_dim {HEAD_DIM}, {form}, KV {}/{}, kq_scale {kq_scale}, softcap {softcap:?}, n_swa {n_swa:?}, sinks {}), {nt} token(s) x 3 steps",
                 type_k.name(),
-                type_v.name()
+                type_v.name(),
+                sinks.is_some()
             ),
             graph: b.build(),
-            weights: Arc::new(MemWeights::default()),
+            weights: Arc::new({
+                let mut w = MemWeights::default();
+                w.add_f32("sinks.weight", &[0.5, -1.0, 2.5, 0.0][..N_HEAD]);
+                w
+            }),
             steps,
         });
     }

@@ -383,6 +383,7 @@ fn liveness_never_reuses_a_buffer_that_is_read_later() {
         kq_scale: 0.5,
         softcap: None,
         n_swa: None,
+        sinks: None,
     };
     let attn = b.attn("attn", t6, load, pos, None, attn_meta);
     let out = b.add("out", attn, early);

@@ -301,6 +301,7 @@ impl GraphBuilder {
         let op = Op::Attn {
             mode: AttnMode::Gqa,
             explicit_span: span.is_some(),
+            sinks: meta.sinks.is_some(),
         };
         match span {
             Some((index, spans)) => self.node(

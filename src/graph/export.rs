@@ -22,7 +22,11 @@ pub fn op_detail(op: &Op) -> String {
     match op {
         Op::RmsNorm { eps } => format!("eps={eps:e}"),
         Op::QkNorm { head_dim, n_head, eps } => format!("head_dim={head_dim} n_head={n_head} eps={eps:e}"),
-        Op::Attn { mode, explicit_span } => format!("{mode:?} explicit_span={explicit_span}"),
+        Op::Attn {
+            mode,
+            explicit_span,
+            sinks,
+        } => format!("{mode:?} explicit_span={explicit_span} sinks={sinks}"),
         Op::KvcacheStore { layer }
         | Op::KvcacheLoad { layer }
         | Op::FusedQKV { layer }

@@ -160,7 +160,8 @@ impl CNode {
                 .collect(),
             NodeMeta::FusedFfn(m) => matmul(&m.gate).chain(matmul(&m.up)).collect(),
             NodeMeta::Rope(m) => m.freq_factors.iter().map(|n| (n, false)).collect(),
-            NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Attn(_) | NodeMeta::Kvcache(_) => Vec::new(),
+            NodeMeta::Attn(m) => m.sinks.iter().map(|n| (n, false)).collect(),
+            NodeMeta::None | NodeMeta::Input(_) | NodeMeta::Kvcache(_) => Vec::new(),
         }
     }
 

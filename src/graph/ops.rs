@@ -178,6 +178,9 @@ pub enum Op {
         mode: AttnMode,
         /// Set when the positions alone cannot bound the attended cells (see above).
         explicit_span: bool,
+        /// Set when each head's softmax has a learned sink logit ([`AttnMeta::sinks`]), so that a
+        /// backend whose attention has none can decline the node.
+        sinks: bool,
     },
     /// Writes K and V rows at the cells given by the KV-cells input; `src = [k, v, kv_cells]`.
     /// The output is the layer's K region; V is reached through `kv_pair(layer)`.
@@ -242,6 +245,7 @@ impl Op {
             Op::Attn {
                 mode: AttnMode::Gqa,
                 explicit_span: false,
+                sinks: false,
             },
             Op::KvcacheStore { layer: 0 },
             Op::KvcacheLoad { layer: 0 },
@@ -427,6 +431,10 @@ pub struct AttnMeta {
     /// Sliding-window attention (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`): a token at position p
     /// sees only the cells of positions above `p - n_swa`; `None` sees the whole prefix.
     pub n_swa: Option<usize>,
+    /// Attention sinks (gpt-oss's `attn_sinks.weight`): an F32 weight of one logit per query
+    /// head, added to that head's softmax denominator as `exp(sink - max)`; `None` for most
+    /// models.
+    pub sinks: Option<String>,
 }
 
 /// Geometry of a layer's persistent K and V regions: `n_ctx` cells of `n_kv_embd` values each.

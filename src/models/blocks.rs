@@ -203,6 +203,7 @@ pub fn attend(
         kq_scale: hp.kq_scale,
         softcap: hp.attn_softcap,
         n_swa: hp.swa_window(il),
+        sinks: None,
     };
     let attn = b.attn(&format!("attn-{il}"), q, kv, inp.positions, inp.layer(hp, il).1, meta);
     b.matmul(&format!("attn_out-{il}"), attn, wo)

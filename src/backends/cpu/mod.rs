@@ -928,6 +928,21 @@ impl CpuBackend {
                 let stride = m.n_head_kv * m.head_dim;
                 let n_kv = k.len() / stride.max(1);
                 let (hd, n_rows) = (m.head_dim, nt * m.n_head);
+                let mut scale = kernels::ScoreScale::new(m.kq_scale, m.softcap);
+                if let Some(name) = &m.sinks {
+                    let sinks = self.f32_weight(node, name)?;
+                    if sinks.len() != m.n_head {
+                        return Err(self.err(
+                            node,
+                            format!(
+                                "sinks '{name}' hold {} values, one for each of {} heads",
+                                sinks.len(),
+                                m.n_head
+                            ),
+                        ));
+                    }
+                    scale = scale.with_sinks(sinks);
+                }
                 let n_threads = self.device.n_threads;
                 if n_threads == 1 || n_rows <= 1 || hd == 0 || out.len() != n_rows * hd {
                     // One thread, nothing to split, or sizes the kernel will refuse.
@@ -942,7 +957,7 @@ impl CpuBackend {
                         hd,
                         stride,
                         n_kv,
-                        kernels::ScoreScale::new(m.kq_scale, m.softcap),
+                        scale,
                         out,
                     )
                     .map_err(kerr);
@@ -966,7 +981,7 @@ impl CpuBackend {
                             hd,
                             stride,
                             n_kv,
-                            kernels::ScoreScale::new(m.kq_scale, m.softcap),
+                            scale,
                             rows,
                             o,
                         ));

@@ -735,6 +735,9 @@ impl ComputeBackend for WgpuBackend {
 
     fn supports_op(&self, op: &Op, dtype: DType) -> bool {
         match op {
+            // No sinks in this attention yet (gpt-oss): declined, so the node is refused by name
+            // or runs on the CPU beside the device.
+            Op::Attn { sinks: true, .. } => false,
             Op::Input => true,
             Op::Add
             | Op::Mul

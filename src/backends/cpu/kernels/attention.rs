@@ -44,25 +44,45 @@ pub enum Visible<'a> {
 /// How a score `q · k` becomes a logit of the softmax: times `kq_scale`, and with a soft-cap
 /// (Gemma 2's `attn_logit_softcapping`) `cap * tanh(s / cap)` of that, computed as ggml's flash
 /// attention does: `cap * tanh(q·k * (kq_scale / cap))` (with [`tanh_f32`](super::math::tanh_f32)).
+/// With attention sinks (gpt-oss), each head's softmax also has one learned logit of its own,
+/// `sinks[h]`, which adds `exp(sinks[h] - max)` to the denominator and no value to the sum (as
+/// ggml's `soft_max_ext` and flash attention take them).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ScoreScale {
+pub struct ScoreScale<'a> {
     mul: f32,
     cap: Option<f32>,
+    sinks: Option<&'a [f32]>,
 }
 
-impl ScoreScale {
+impl<'a> ScoreScale<'a> {
     /// Scores times `kq_scale`, soft-capped at `softcap` when given.
     pub fn new(kq_scale: f32, softcap: Option<f32>) -> Self {
         match softcap {
             Some(cap) => ScoreScale {
                 mul: kq_scale / cap,
                 cap: Some(cap),
+                sinks: None,
             },
             None => ScoreScale {
                 mul: kq_scale,
                 cap: None,
+                sinks: None,
             },
         }
+    }
+
+    /// The same, each head's softmax with its sink logit (`sinks[h]`, one a query head).
+    pub fn with_sinks(self, sinks: &'a [f32]) -> ScoreScale<'a> {
+        ScoreScale {
+            sinks: Some(sinks),
+            ..self
+        }
+    }
+
+    /// Head `h`'s sink logit, if the attention has sinks.
+    #[inline(always)]
+    fn sink(self, h: usize) -> Option<f32> {
+        self.sinks.and_then(|s| s.get(h).copied())
     }
 
     #[inline(always)]
@@ -75,7 +95,7 @@ impl ScoreScale {
     }
 }
 
-impl From<f32> for ScoreScale {
+impl From<f32> for ScoreScale<'_> {
     /// Scores times `kq_scale`, no soft-cap.
     fn from(kq_scale: f32) -> Self {
         ScoreScale::new(kq_scale, None)
@@ -286,7 +306,7 @@ struct Operands<'a, KR, VR> {
     n_head_kv: usize,
     head_dim: usize,
     kv_stride: usize,
-    scale: ScoreScale,
+    scale: ScoreScale<'a>,
 }
 
 /// Head rows `heads` (token-major (token, head) pairs) into `out`, for the stored types of `k`
@@ -453,8 +473,11 @@ fn attend_cells<const WIDE: bool, KR: KvRows, VR: KvRows>(
     let qh = &q[row * head_dim..][..head_dim];
     let kv_off = (h / group) * head_dim;
     acc.fill(0.0);
-    let mut max = f32::NEG_INFINITY;
-    let mut sum = 0.0f32;
+    // A sink starts the running softmax as a cell of weight exp(0) = 1 and no value would.
+    let (mut max, mut sum) = match scale.sink(h) {
+        Some(sink) => (sink, 1.0f32),
+        None => (f32::NEG_INFINITY, 0.0f32),
+    };
     for start in (0..n_cells).step_by(BLOCK) {
         let cells = start..n_cells.min(start + BLOCK);
         let scores = &mut scores[..cells.len()];
@@ -815,6 +838,70 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_sink_adds_its_own_logit_to_each_heads_softmax_denominator_and_nothing_else() {
+        let mut r = XorShift(71);
+        // Across block boundaries too, and a sink far above every score (the output near 0).
+        let c = Case {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 32,
+            kv_stride: 64,
+            n_kv: 2 * BLOCK + 3,
+            positions: vec![0, 5, BLOCK as i32 + 1, 2 * BLOCK as i32 + 2],
+        };
+        let (q, k, v) = inputs(&mut r, &c);
+        let sinks = [0.7f32, -2.0, 3.5, 40.0];
+        let mut got = vec![f32::NAN; q.len()];
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        attention(
+            &q,
+            KvRegion::F32(&k),
+            KvRegion::F32(&v),
+            pre(&c.positions),
+            c.positions.len(),
+            c.n_head,
+            c.n_head_kv,
+            c.head_dim,
+            c.kv_stride,
+            c.n_kv,
+            ScoreScale::from(scale).with_sinks(&sinks),
+            &mut got,
+        )
+        .unwrap();
+        let group = c.n_head / c.n_head_kv;
+        for (t, &p) in c.positions.iter().enumerate() {
+            for h in 0..c.n_head {
+                let qh = &q[(t * c.n_head + h) * c.head_dim..][..c.head_dim];
+                let off = (h / group) * c.head_dim;
+                let scores: Vec<f64> = (0..=p as usize)
+                    .map(|j| {
+                        let kj = &k[j * c.kv_stride + off..][..c.head_dim];
+                        qh.iter().zip(kj).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale as f64
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(sinks[h] as f64, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let denom = e.iter().sum::<f64>() + (sinks[h] as f64 - max).exp();
+                for d in 0..c.head_dim {
+                    let want: f64 = e
+                        .iter()
+                        .enumerate()
+                        .map(|(j, w)| w * v[j * c.kv_stride + off + d] as f64)
+                        .sum::<f64>()
+                        / denom;
+                    let have = got[(t * c.n_head + h) * c.head_dim + d] as f64;
+                    assert!(
+                        (have - want).abs() <= 1e-5 * want.abs().max(1.0),
+                        "token {t} head {h} [{d}]: {have} vs {want}"
+                    );
+                }
+            }
+        }
+        // Without sinks the same call is the plain softmax, which differs.
+        assert_ne!(got, run(&c, &q, &k, &v));
     }
 
     #[test]
