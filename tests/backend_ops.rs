@@ -415,11 +415,13 @@ fn elementwise_cases(rng: &mut Rng) -> Vec<Case> {
     let nt = 3;
     let mut cases = Vec::new();
     type Build = fn(&mut GraphBuilder, usize, usize) -> usize;
-    let ops: [(&str, Build); 9] = [
+    let ops: [(&str, Build); 10] = [
         ("Add", |b, x, y| b.add("out", x, y)),
         ("Mul", |b, x, y| b.mul("out", x, y)),
         ("Silu", |b, x, _| b.silu("out", x)),
         ("Sigmoid", |b, x, _| b.sigmoid("out", x)),
+        // gpt-oss's, with x past its limit of 7 both ways.
+        ("SwigluOai 1.702 7", |b, x, y| b.swiglu_oai("out", x, y, 1.702, 7.0)),
         ("Scale 0.22", |b, x, _| b.scale("out", x, 0.22)),
         ("Gelu", |b, x, _| b.gelu("out", x)),
         ("Softcap 30", |b, x, _| b.softcap("out", x, 30.0)),

@@ -188,6 +188,11 @@ impl GraphBuilder {
         )
     }
 
+    /// gpt-oss's clamped SwiGLU of `gate` and `up` ([`Op::SwigluOai`]).
+    pub fn swiglu_oai(&mut self, name: &str, gate: NodeId, up: NodeId, alpha: f32, limit: f32) -> NodeId {
+        self.binary(name, Op::SwigluOai { alpha, limit }, gate, up)
+    }
+
     /// Element-wise sigmoid ([`Op::Sigmoid`]).
     pub fn sigmoid(&mut self, name: &str, x: NodeId) -> NodeId {
         let shape = self.shape(x);

@@ -32,6 +32,7 @@ pub fn op_detail(op: &Op) -> String {
         | Op::FusedQKV { layer }
         | Op::FusedQkvNorm { layer } => format!("layer={layer}"),
         Op::TopK { k } => format!("k={k}"),
+        Op::SwigluOai { alpha, limit } => format!("alpha={alpha} limit={limit}"),
         Op::MoeWeights { norm, scale } => format!("norm={norm} scale={scale}"),
         _ => String::new(),
     }

@@ -93,6 +93,14 @@ pub enum Op {
     Silu,
     /// `silu(src[0]) * src[1]`, produced by the fusion pass.
     SwiGLU,
+    /// gpt-oss's clamped SwiGLU of `src = [gate, up]` (ggml's `swiglu_oai`): with `g = min(gate,
+    /// limit)` and `u = clamp(up, -limit, limit)`, `g / (1 + exp(-alpha g)) * (u + 1)`.
+    SwigluOai {
+        /// The sigmoid's slope (1.702 for gpt-oss).
+        alpha: f32,
+        /// The clamp (7 for gpt-oss).
+        limit: f32,
+    },
     /// `1 / (1 + exp(-x))` of `src[0]`, element-wise (ggml's `sigmoid`: Qwen2-MoE's shared-expert
     /// gate).
     Sigmoid,
@@ -221,6 +229,7 @@ impl Op {
             Op::Mul,
             Op::Silu,
             Op::SwiGLU,
+            Op::SwigluOai { alpha: 1.0, limit: 1.0 },
             Op::Sigmoid,
             Op::Softmax,
             Op::TopK { k: 1 },
@@ -260,6 +269,7 @@ impl Op {
                 | Op::Mul
                 | Op::Silu
                 | Op::SwiGLU
+                | Op::SwigluOai { .. }
                 | Op::Sigmoid
                 | Op::Softmax
                 | Op::TopK { .. }
@@ -293,6 +303,7 @@ impl Op {
             Op::Mul => "Mul",
             Op::Silu => "Silu",
             Op::SwiGLU => "SwiGLU",
+            Op::SwigluOai { .. } => "SwigluOai",
             Op::Sigmoid => "Sigmoid",
             Op::Softmax => "Softmax",
             Op::TopK { .. } => "TopK",

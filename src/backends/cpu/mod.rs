@@ -579,6 +579,7 @@ impl ComputeBackend for CpuBackend {
             | Op::Softcap { .. }
             | Op::Gelu
             | Op::SwiGLU
+            | Op::SwigluOai { .. }
             | Op::Sigmoid
             | Op::Softmax
             | Op::MoeWeights { .. }
@@ -806,6 +807,17 @@ impl CpuBackend {
                 } else {
                     kernels::silu(self.buffer(node, in_bufs[0])?, out).map_err(kerr)
                 }
+            }
+            (Op::SwigluOai { alpha, limit }, _) => {
+                // An operand that is the output itself (an allocator alias) is read from a copy.
+                let operand = |i: usize| -> Result<std::borrow::Cow<'_, [f32]>, BackendError> {
+                    Ok(match aliased(i) {
+                        true => std::borrow::Cow::Owned(out.to_vec()),
+                        false => std::borrow::Cow::Borrowed(self.buffer(node, in_bufs[i])?),
+                    })
+                };
+                let (gate, up) = (operand(0)?, operand(1)?);
+                kernels::swiglu_oai(&gate, &up, *alpha, *limit, out).map_err(kerr)
             }
             (Op::Sigmoid, _) => {
                 if aliased(0) {

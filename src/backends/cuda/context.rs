@@ -716,7 +716,8 @@ impl CudaBackend {
                 | Op::TopK { .. }
                 | Op::MoeWeights { .. }
                 | Op::MatMulId
-                | Op::MoeSum),
+                | Op::MoeSum
+                | Op::SwigluOai { .. }),
                 _,
             ) => Err(BackendError::Unsupported {
                 backend: "cuda".into(),
@@ -845,7 +846,13 @@ impl ComputeBackend for CudaBackend {
             // Mixture-of-experts routing and expert products have no kernels yet: a graph with
             // experts runs them on the CPU beside the device (its split is reported), or, on the
             // device alone, is refused naming the op.
-            Op::Sigmoid | Op::Softmax | Op::TopK { .. } | Op::MoeWeights { .. } | Op::MatMulId | Op::MoeSum => false,
+            Op::Sigmoid
+            | Op::Softmax
+            | Op::TopK { .. }
+            | Op::MoeWeights { .. }
+            | Op::MatMulId
+            | Op::MoeSum
+            | Op::SwigluOai { .. } => false,
         }
     }
 

@@ -760,7 +760,13 @@ impl ComputeBackend for WgpuBackend {
             // Mixture-of-experts routing and expert products have no shaders yet: a graph with
             // experts runs them on the CPU beside the device (its split is reported), or, on the
             // device alone, is refused naming the op.
-            Op::Sigmoid | Op::Softmax | Op::TopK { .. } | Op::MoeWeights { .. } | Op::MatMulId | Op::MoeSum => false,
+            Op::Sigmoid
+            | Op::Softmax
+            | Op::TopK { .. }
+            | Op::MoeWeights { .. }
+            | Op::MatMulId
+            | Op::MoeSum
+            | Op::SwigluOai { .. } => false,
         }
     }
 
@@ -895,7 +901,8 @@ impl ComputeBackend for WgpuBackend {
                 | Op::TopK { .. }
                 | Op::MoeWeights { .. }
                 | Op::MatMulId
-                | Op::MoeSum),
+                | Op::MoeSum
+                | Op::SwigluOai { .. }),
                 _,
             ) => Err(BackendError::Unsupported {
                 backend: "wgpu".into(),

@@ -68,6 +68,26 @@ pub fn silu_inplace(x: &mut [f32]) {
     })
 }
 
+/// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): `g = min(gate, limit)`, `u = clamp(up,
+/// -limit, limit)`, `out = g / (1 + exp(alpha * -g)) * (u + 1)`, with ggml-cpu's comparisons (a
+/// NaN passes through as in `std::min` and `std::clamp`) and its scalar `expf`.
+pub fn swiglu_oai(gate: &[f32], up: &[f32], alpha: f32, limit: f32, out: &mut [f32]) -> Result<(), KernelError> {
+    check_len("swiglu_oai", "up", up.len(), gate.len())?;
+    check_len("swiglu_oai", "out", out.len(), gate.len())?;
+    for ((o, &x), &y) in out.iter_mut().zip(gate).zip(up) {
+        let x = if limit < x { limit } else { x };
+        let y = if y < -limit {
+            -limit
+        } else if limit < y {
+            limit
+        } else {
+            y
+        };
+        *o = x / (1.0 + (alpha * -x).exp()) * (y + 1.0);
+    }
+    Ok(())
+}
+
 /// `out = 1 / (1 + exp(-x))` element-wise (ggml's `sigmoid`).
 pub fn sigmoid(x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     check_len("sigmoid", "out", out.len(), x.len())?;
@@ -280,6 +300,26 @@ fn broadcast_update_with(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn swiglu_oai_clamps_the_gate_above_and_up_both_ways_then_gates_with_a_steeper_sigmoid() {
+        let gate = [10.0f32, 0.0, -1.0, 3.0, -30.0];
+        let up = [-9.0f32, 5.0, 0.5, 8.0, 2.0];
+        let mut out = [0.0f32; 5];
+        swiglu_oai(&gate, &up, 1.702, 7.0, &mut out).unwrap();
+        for (i, (&g, &u)) in gate.iter().zip(&up).enumerate() {
+            let g = f64::from(g).min(7.0);
+            let u = f64::from(u).clamp(-7.0, 7.0);
+            let want = g / (1.0 + (-1.702 * g).exp()) * (u + 1.0);
+            let have = f64::from(out[i]);
+            assert!(
+                (have - want).abs() <= 1e-6 * want.abs().max(1e-3),
+                "{i}: {have} vs {want}"
+            );
+        }
+        // The clamps bite: a gate of 10 acts as 7, an up of -9 as -7.
+        assert!((f64::from(out[0]) - 7.0 / (1.0 + (-1.702f64 * 7.0).exp()) * -6.0).abs() < 1e-4);
+    }
     use super::*;
 
     #[test]

@@ -29,7 +29,7 @@ pub use attention::{attention, attention_heads, ScoreScale, Visible};
 pub use elementwise::{
     add, add_inplace, add_row_broadcast, add_row_broadcast_inplace, gelu, gelu_inplace, mul, mul_inplace,
     mul_row_broadcast, mul_row_broadcast_inplace, scale, scale_inplace, sigmoid, sigmoid_inplace, silu, silu_inplace,
-    softcap, softcap_inplace, swiglu, swiglu_inplace,
+    softcap, softcap_inplace, swiglu, swiglu_inplace, swiglu_oai,
 };
 pub use get_rows::get_rows;
 pub use kv_region::{region_values, rope_shift, F16Rows, KvRegion, KvRegionMut, KvRows, Q8Rows, SCRATCH_SLACK};
