@@ -1612,14 +1612,17 @@ fn the_cpus_expert_product_is_each_chosen_experts_own_matmul_bit_for_bit() {
     }) {
         let mut weights = MemWeights::default();
         weights.add(&mut rng, "w.weight", ty, &[n_in as u64, n_out as u64, n_expert as u64]);
+        // Each expert's own bias row (ggml's `add_id`).
+        weights.add(&mut rng, "w.bias", GgmlType::F32, &[(n_out * n_expert) as u64]);
         let all = weights.tensors["w.weight"].2.clone();
+        let bias = bytemuck_f32(&weights.tensors["w.bias"].2);
         let x = rng.vec(n_in * nt, 1.0);
         let ids = expert_ids(&mut rng, n_expert, k, nt);
         let mut b = GraphBuilder::new();
         let xi = b.input("x", [n_in, nt, 1, 1], DType::F32);
         let ii = b.input("ids", [k, nt, 1, 1], DType::I32);
         let meta = MatMulIdMeta {
-            mm: matmul_meta("w.weight", ty, None, n_in, n_out),
+            mm: matmul_meta("w.weight", ty, Some("w.bias"), n_in, n_out),
             n_expert,
         };
         let out = b.matmul_id("out", xi, ii, meta);
@@ -1632,6 +1635,7 @@ fn the_cpus_expert_product_is_each_chosen_experts_own_matmul_bit_for_bit() {
         for e in 0..n_expert {
             // Expert e alone, as an ordinary weight of its own, over every token.
             let mut own = MemWeights::default();
+            own.add_f32("e.bias", &bias[e * n_out..(e + 1) * n_out]);
             own.tensors.insert(
                 "e.weight".into(),
                 (
@@ -1642,7 +1646,7 @@ fn the_cpus_expert_product_is_each_chosen_experts_own_matmul_bit_for_bit() {
             );
             let mut b = GraphBuilder::new();
             let xi = b.input("x", [n_in, nt, 1, 1], DType::F32);
-            let y = b.matmul("y", xi, matmul_meta("e.weight", ty, None, n_in, n_out));
+            let y = b.matmul("y", xi, matmul_meta("e.weight", ty, Some("e.bias"), n_in, n_out));
             b.output(y);
             let plain = run_cpu(&case("e".into(), b.build(), own, vec![("x", Data::F32(x.clone()))]), 1);
             for (slot, &id) in ids.iter().enumerate() {
@@ -1669,7 +1673,8 @@ fn the_cpus_expert_product_is_each_chosen_experts_own_matmul_bit_for_bit() {
                         .iter()
                         .zip(&x[t * n_in..(t + 1) * n_in])
                         .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                        .sum();
+                        .sum::<f64>()
+                        + f64::from(bias[id as usize * n_out + o]);
                     let have = f64::from(got[0][slot * n_out + o]);
                     assert!((have - want).abs() <= 1e-4, "slot {slot} row {o}: {have} vs {want}");
                 }

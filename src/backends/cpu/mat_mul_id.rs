@@ -114,24 +114,54 @@ impl CpuBackend {
         for e in 0..n_expert {
             start[e + 1] += start[e];
         }
-        let mut order = vec![0usize; ids.len()];
-        let mut next = start.clone();
-        for (slot, &id) in ids.iter().enumerate() {
-            order[next[id as usize]] = slot;
-            next[id as usize] += 1;
-        }
-        if start.windows(2).all(|g| g[1] - g[0] <= 1) {
+        let weight = (w.data, wtype, expert_bytes, repacked);
+        let result = if start.windows(2).all(|g| g[1] - g[0] <= 1) {
             // A decode step: every chosen expert has one row. Quantize the input rows once and
             // share all the experts' output rows among the threads in one parallel run.
-            let weight = (w.data, wtype, expert_bytes, repacked);
-            let result = self.one_row_per_expert(node, weight, &x, per_token, &ids, bias, out);
-            self.buffers[in_bufs[0].id] = x;
-            return result;
+            self.one_row_per_expert(node, weight, &x, per_token, &ids, out)
+        } else {
+            let mut order = vec![0usize; ids.len()];
+            let mut next = start.clone();
+            for (slot, &id) in ids.iter().enumerate() {
+                order[next[id as usize]] = slot;
+                next[id as usize] += 1;
+            }
+            self.grouped_by_expert(node, weight, &x, per_token, &ids, (&start, &order), out)
+        };
+        self.buffers[in_bufs[0].id] = x;
+        result?;
+        // Each slot's row of its expert's bias (ggml's `add_id`), after its product.
+        if let Some(b) = bias {
+            for (o, &id) in out.chunks_exact_mut(n_out).zip(&ids) {
+                let e = id as usize;
+                for (v, &bv) in o.iter_mut().zip(&b[e * n_out..(e + 1) * n_out]) {
+                    *v += bv;
+                }
+            }
         }
+        Ok(())
+    }
+
+    /// [`Self::mat_mul_id`] for a prompt: each expert's rows (`order[start[e]..start[e + 1]]`,
+    /// slots in token order) gathered and run as one ordinary product, the matrix-matrix panel
+    /// where there are enough of them, and scattered back to their slots.
+    #[allow(clippy::too_many_arguments)]
+    fn grouped_by_expert(
+        &mut self,
+        node: &CNode,
+        (w, wtype, expert_bytes, repacked): (&[u8], crate::quant::GgmlType, usize, Option<&Repacked>),
+        x: &[f32],
+        per_token: usize,
+        ids: &[i32],
+        (start, order): (&[usize], &[usize]),
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let [n_out, k, _, _] = node.out_shape;
+        let n_in = x.len() / (ids.len() / k * per_token);
         let mut rows = std::mem::take(&mut self.fused_k);
         let mut ys = std::mem::take(&mut self.fused_v);
         let result = (|| {
-            for e in 0..n_expert {
+            for e in 0..start.len() - 1 {
                 let group = &order[start[e]..start[e + 1]];
                 if group.is_empty() {
                     continue;
@@ -142,25 +172,18 @@ impl CpuBackend {
                     rows.extend_from_slice(&x[r * n_in..(r + 1) * n_in]);
                 }
                 ys.resize(group.len() * n_out, 0.0);
-                let we = &w.data[e * expert_bytes..(e + 1) * expert_bytes];
+                let we = &w[e * expert_bytes..(e + 1) * expert_bytes];
                 self.device
                     .expert_bytes_read
                     .fetch_add(expert_bytes as u64, std::sync::atomic::Ordering::Relaxed);
                 let packed = repacked.map(|r| (r, e * n_out));
                 self.matmul(node, we, wtype, packed, n_in, n_out, &rows, group.len(), &mut ys)?;
                 for (&slot, y) in group.iter().zip(ys.chunks_exact(n_out)) {
-                    let o = &mut out[slot * n_out..(slot + 1) * n_out];
-                    o.copy_from_slice(y);
-                    if let Some(b) = bias {
-                        for (v, &bv) in o.iter_mut().zip(&b[e * n_out..(e + 1) * n_out]) {
-                            *v += bv;
-                        }
-                    }
+                    out[slot * n_out..(slot + 1) * n_out].copy_from_slice(y);
                 }
             }
             Ok(())
         })();
-        self.buffers[in_bufs[0].id] = x;
         self.fused_k = rows;
         self.fused_v = ys;
         result
@@ -178,7 +201,6 @@ impl CpuBackend {
         x: &[f32],
         per_token: usize,
         ids: &[i32],
-        bias: Option<&[f32]>,
         out: &mut [f32],
     ) -> Result<(), BackendError> {
         let [n_out, k, _, _] = node.out_shape;
@@ -241,15 +263,6 @@ impl CpuBackend {
                 });
             }
         });
-        failed.into_result().map_err(kerr)?;
-        if let Some(b) = bias {
-            for (slot, o) in out.chunks_exact_mut(n_out).enumerate() {
-                let e = ids[slot] as usize;
-                for (v, &bv) in o.iter_mut().zip(&b[e * n_out..(e + 1) * n_out]) {
-                    *v += bv;
-                }
-            }
-        }
-        Ok(())
+        failed.into_result().map_err(kerr)
     }
 }
