@@ -26,7 +26,17 @@ impl CpuBackend {
                 weight: m.weight_name.clone(),
             })?;
         let device = std::sync::Arc::clone(&self.device);
-        let repacked = device.repacked.get(&m.weight_name).map(|r| (r, 0));
+        let repacked = device.repacked.get(&m.weight_name);
+        if let Some(r) = repacked.filter(|r| r.n_out != m.out_dim) {
+            return Err(self.err(
+                node,
+                format!(
+                    "the repacked weight has {} rows, the product needs {}",
+                    r.n_out, m.out_dim
+                ),
+            ));
+        }
+        let repacked = repacked.map(|r| (r, 0));
         self.matmul(node, w.data, w.ggml_type, repacked, m.in_dim, m.out_dim, x, nt, y)?;
         if let Some(bias) = &m.bias_name {
             kernels::add_row_broadcast_inplace(y, self.f32_weight(node, bias)?).map_err(|e| self.err(node, e))?;

@@ -79,6 +79,15 @@ impl CpuBackend {
         // from row e * n_out.
         let device = std::sync::Arc::clone(&self.device);
         let repacked = device.repacked.get(&m.mm.weight_name);
+        if let Some(r) = repacked.filter(|r| r.n_out != n_out * n_expert) {
+            return Err(self.err(
+                node,
+                format!(
+                    "the repacked experts have {} rows, {n_expert} x {n_out} expected",
+                    r.n_out
+                ),
+            ));
+        }
         let ids = ids_of(self.buffer(node, in_bufs[1])?).to_vec();
         if ids.len() != k * nt {
             return Err(self.err(node, format!("{} expert ids for {k} slots of {nt} tokens", ids.len())));

@@ -442,7 +442,9 @@ impl CpuBackend {
     }
 
     /// `y = x @ W^T` over all threads; y is token-major `[n_out, n_tokens]`. `repacked` is the
-    /// device's repacked copy of `w`, when it has one: the product then reads that instead.
+    /// device's repacked copy of `w`, when it has one, and the row of it where `w`'s rows start
+    /// (an expert's, within its tensor's): the product then reads that instead. The caller
+    /// checks that the copy is of `w`'s whole tensor.
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         &mut self,
