@@ -657,6 +657,7 @@ fn rope_meta(style: RopeStyle, n_head: usize, head_dim: usize, n_rot: usize) -> 
         freq_scale: 1.0,
         freq_factors: None,
         attn_factor: 1.0,
+        yarn: None,
     }
 }
 

@@ -516,6 +516,7 @@ fn rope_meta() -> RopeMeta {
         freq_scale: 1.0,
         freq_factors: None,
         attn_factor: 1.0,
+        yarn: None,
     }
 }
 

@@ -65,6 +65,11 @@ fn session(path: &std::path::Path, threads: usize) -> (Session, Model) {
     (Session::new(&model, 512), model)
 }
 
+/// The fixtures whose FFNs are experts.
+fn has_experts(arch: &str) -> bool {
+    arch.contains("moe") || arch == "mixtral" || arch == "gpt-oss"
+}
+
 fn check_model(arch: &str, ty: &str) {
     let b = match arch {
         // Tighter than Q4_0's usual bounds (measured: 0.27, 0.999984), so that an attention
@@ -79,7 +84,7 @@ fn check_model(arch: &str, ty: &str) {
     let stem = format!("tiny-{arch}-{ty}");
     let dir = common::fixtures().join("tiny-reference").join(&stem);
     let (mut session, model) = session(&common::tiny_model(arch, ty), 2);
-    if arch.contains("moe") || arch == "mixtral" {
+    if has_experts(arch) {
         // The expert fixtures' references were made with an f32 cache and no flash attention
         // (`DUMP_EXACT`): a router choosing between two nearly equal experts must not hinge on
         // either side's f16 rounding of K and V.
@@ -109,11 +114,17 @@ fn check_model(arch: &str, ty: &str) {
         session.reset();
         let ours = match session.eval(&tokens, tokens.len()) {
             Ok(logits) => logits.to_vec(),
-            Err(e) if (arch.contains("moe") || arch == "mixtral") && device_backend() => {
+            Err(e) if has_experts(arch) && device_backend() => {
                 // The device backends have no expert kernels yet and say so by the node's op,
                 // as they must: no silent fallback to another backend.
                 let e = e.to_string();
-                assert!(e.contains("no backend can run node 'ffn_moe_"), "{stem}: {e}");
+                // gpt-oss's YaRN RoPE and attention sinks come before its experts.
+                let first = if arch == "gpt-oss" {
+                    "no backend can run node '"
+                } else {
+                    "no backend can run node 'ffn_moe_"
+                };
+                assert!(e.contains(first), "{stem}: {e}");
                 eprintln!("{stem}: refused by the device backend, as declared: {e}");
                 return;
             }
@@ -270,6 +281,8 @@ tiny_model_tests! {
     tiny_qwen2moe_with_a_shared_expert_q8_0_matches_llama_cpp: "qwen2moe", "Q8_0";
     tiny_mixtral_f32_matches_llama_cpp: "mixtral", "F32";
     tiny_mixtral_q4_0_matches_llama_cpp: "mixtral", "Q4_0";
+    tiny_gpt_oss_with_sinks_yarn_and_a_window_f32_matches_llama_cpp: "gpt-oss", "F32";
+    tiny_gpt_oss_with_mxfp4_experts_matches_llama_cpp: "gpt-oss", "MXFP4";
 }
 
 /// Decode logits with the build-time fusions (FusedQKV / FusedQkvNorm, FusedFFN) and without.

@@ -64,13 +64,17 @@ impl GraphAllocator {
             })
     }
 
-    /// The first backend (by priority) that can run `node`: its op producing its dtype, over
-    /// weights of its types.
+    /// The first backend (by priority) that can run `node`: its op producing its dtype, with
+    /// its payload, over weights of its types.
     pub fn supports(&self, node: &super::CNode) -> Option<Backend> {
         let types = node.weight_types();
         self.backends
             .iter()
-            .find(|b| b.supports_op(&node.op, node.out_dtype) && types.iter().all(|&t| b.supports_weight(t)))
+            .find(|b| {
+                b.supports_op(&node.op, node.out_dtype)
+                    && b.supports_meta(&node.meta)
+                    && types.iter().all(|&t| b.supports_weight(t))
+            })
             .map(|b| b.handle())
     }
 

@@ -7,7 +7,7 @@
 //! prepared for the device, threads, device handles) belongs to the device; what a sequence's
 //! forward pass writes (activations, KV) belongs to a context, so sessions never share a buffer.
 
-use super::ops::{FusedOp, Op, RopeMeta};
+use super::ops::{FusedOp, NodeMeta, Op, RopeMeta};
 use super::{BufRef, CNode, DType, TensorSource, WeightUse};
 use std::fmt;
 
@@ -205,6 +205,14 @@ pub trait ComputeBackend: Send {
     fn name(&self) -> &str;
     /// The capability matrix: can this backend execute `op` producing `dtype`?
     fn supports_op(&self, op: &Op, dtype: DType) -> bool;
+    /// Whether the backend computes everything `meta` asks of a node whose op it supports,
+    /// where the payload changes the computation (a RoPE with YaRN's blend): a backend that
+    /// would ignore part of a payload declines it here, so the node is placed elsewhere or
+    /// refused by name. Every payload by default.
+    fn supports_meta(&self, meta: &NodeMeta) -> bool {
+        let _ = meta;
+        true
+    }
     /// Whether the backend has the fused kernel `fused`, so the fusion pass may produce it.
     fn supports_fused(&self, fused: FusedOp) -> bool;
     /// Whether the backend's products and embedding rows read weights of type `ty`: a node

@@ -31,7 +31,7 @@ pub use builder::GraphBuilder;
 pub use cache::GraphCache;
 pub use ops::{
     AttnMeta, AttnMode, EmbedMeta, FusedFfnMeta, FusedOp, FusedQkvMeta, InputKind, KvcacheMeta, MatMulIdMeta,
-    MatMulMeta, NodeMeta, NormMeta, Op, RopeMeta, RopeStyle,
+    MatMulMeta, NodeMeta, NormMeta, Op, RopeMeta, RopeStyle, YarnMeta,
 };
 pub use params::{CParams, GraphParams, GraphType};
 pub use weights::{TensorSource, Weight, WeightUse};

@@ -402,8 +402,49 @@ pub struct RopeMeta {
     /// Llama 3.1's `rope_freqs.weight`), named as every weight is; `None` divides by 1.
     pub freq_factors: Option<String>,
     /// Multiplies every cos and sin (ggml's `attn_factor`, YaRN's and LongRoPE's magnitude
-    /// scaling: Phi-3's `rope.scaling.attn_factor`); 1 for most models.
+    /// scaling: Phi-3's `rope.scaling.attn_factor`); 1 for most models. With YaRN it already
+    /// holds the `1 + 0.1 ln(1 / freq_scale)` ggml's kernel multiplies in, so every backend
+    /// scales by this one value and a K-shift (1 here) only rotates.
     pub attn_factor: f32,
+    /// YaRN's extension (`rope.scaling.type = yarn`): pairs between the correction dimensions
+    /// blend the scaled angle with the unscaled one; `None` without.
+    pub yarn: Option<YarnMeta>,
+}
+
+/// YaRN's per-pair blend of a RoPE node (ggml's `rope_yarn`), fixed when the graph is built.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct YarnMeta {
+    /// How much of the unscaled angle the ramp mixes in (llama.cpp's `yarn_ext_factor`: 1 for a
+    /// YaRN model).
+    pub ext_factor: f32,
+    /// The pairs where the ramp runs from 1 (below `corr_dims[0]`: the unscaled angle) to 0
+    /// (above `corr_dims[1]`: the scaled one), from [`YarnMeta::corr_dims`].
+    pub corr_dims: [f32; 2],
+}
+
+impl YarnMeta {
+    /// ggml's `ggml_rope_yarn_corr_dims`: the first and last pair whose wavelength lies between
+    /// `n_ctx_orig / beta_fast` and `n_ctx_orig / beta_slow` rotations, in f32 as ggml computes
+    /// them (the same rounding gives the same ramp).
+    pub fn corr_dims(n_rot: usize, n_ctx_orig: usize, freq_base: f32, beta_fast: f32, beta_slow: f32) -> [f32; 2] {
+        let dim = |beta: f32| {
+            n_rot as f32 * (n_ctx_orig as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * freq_base.ln())
+        };
+        [
+            dim(beta_fast).floor().max(0.0),
+            dim(beta_slow).ceil().min(n_rot as f32 - 1.0),
+        ]
+    }
+
+    /// Pair `i`'s angle from its unscaled one `extrap` and scaled one `interp` (ggml's
+    /// `rope_yarn` with `rope_yarn_ramp`).
+    #[inline]
+    pub fn angle(&self, i: usize, extrap: f32, interp: f32) -> f32 {
+        let [low, high] = self.corr_dims;
+        let y = (i as f32 - low) / (high - low).max(0.001);
+        let ramp_mix = (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor;
+        interp * (1.0 - ramp_mix) + extrap * ramp_mix
+    }
 }
 
 impl RopeMeta {
@@ -416,9 +457,15 @@ impl RopeMeta {
     /// Pair `i`'s angle from its unscaled one `theta` (`p * theta_scale^i`), as ggml's
     /// `rope_yarn` computes it without YaRN extension: `freq_scale * (theta / factor_i)`.
     /// Multiplying and dividing by 1 is exact, so an unscaled model's angles are `theta` itself.
+    /// With YaRN, pair `i`'s angle blends this with the unscaled `theta / factor_i`.
     #[inline]
-    pub fn angle(&self, theta: f32, factor: f32) -> f32 {
-        self.freq_scale * (theta / factor)
+    pub fn angle(&self, i: usize, theta: f32, factor: f32) -> f32 {
+        let extrap = theta / factor;
+        let interp = self.freq_scale * extrap;
+        match &self.yarn {
+            Some(y) => y.angle(i, extrap, interp),
+            None => interp,
+        }
     }
 }
 

@@ -203,7 +203,7 @@ pub fn attend(
         kq_scale: hp.kq_scale,
         softcap: hp.attn_softcap,
         n_swa: hp.swa_window(il),
-        sinks: None,
+        sinks: hp.attn_sinks.then(|| format!("blk.{il}.attn_sinks.weight")),
     };
     let attn = b.attn(&format!("attn-{il}"), q, kv, inp.positions, inp.layer(hp, il).1, meta);
     b.matmul(&format!("attn_out-{il}"), attn, wo)
@@ -212,8 +212,8 @@ pub fn attend(
 /// The [`RopeMeta`] of layer `il`'s RoPE over `n_head` heads (n_head for Q, n_head_kv for K) in a
 /// context of `n_ctx_seq` cells per sequence, which picks LongRoPE's factors as llama.cpp's
 /// `get_rope_factors` does: the long ones above the original context, else the short ones. A
-/// windowed layer rotates with its own base and no linear scaling (llama.cpp's
-/// `get_rope_freq_base` / `get_rope_freq_scale`).
+/// windowed layer rotates with its own base and scale (llama.cpp's `get_rope_freq_base` /
+/// `get_rope_freq_scale`).
 pub fn rope_meta(hp: &HParams, il: usize, n_head: usize, n_ctx_seq: usize) -> RopeMeta {
     let freq_factors = hp.rope_freq_factors.clone().or_else(|| {
         hp.rope_long_short.as_ref().map(|l| match n_ctx_seq > l.n_ctx_orig {
@@ -221,19 +221,32 @@ pub fn rope_meta(hp: &HParams, il: usize, n_head: usize, n_ctx_seq: usize) -> Ro
             false => l.short.clone(),
         })
     });
+    let (freq_base, freq_scale) = match hp.is_swa(il) {
+        true => (hp.rope_freq_base_swa, hp.rope_freq_scale_swa),
+        false => (hp.rope_freq_base, hp.rope_freq_scale),
+    };
+    // YaRN's magnitude: ggml's kernel multiplies its `attn_factor` by `1 + 0.1 ln(1 / scale)`;
+    // the product is taken here, once, in the same f32 order.
+    let (attn_factor, yarn) = match &hp.rope_yarn {
+        Some(y) => (
+            hp.rope_attn_factor * (1.0 + 0.1 * (1.0 / freq_scale).ln()),
+            Some(YarnMeta {
+                ext_factor: y.ext_factor,
+                corr_dims: YarnMeta::corr_dims(hp.n_rot, y.n_ctx_orig, freq_base, y.beta_fast, y.beta_slow),
+            }),
+        ),
+        None => (hp.rope_attn_factor, None),
+    };
     RopeMeta {
         style: hp.rope_style,
         n_head,
         head_dim: hp.head_dim,
         n_rot: hp.n_rot,
-        freq_base: if hp.is_swa(il) {
-            hp.rope_freq_base_swa
-        } else {
-            hp.rope_freq_base
-        },
-        freq_scale: if hp.is_swa(il) { 1.0 } else { hp.rope_freq_scale },
+        freq_base,
+        freq_scale,
         freq_factors,
-        attn_factor: hp.rope_attn_factor,
+        attn_factor,
+        yarn,
     }
 }
 

@@ -69,13 +69,37 @@ pub struct HParams {
     pub n_swa: usize,
     /// Which layers attend through the window (llama.cpp's `is_swa`); empty for none.
     pub swa_layers: Vec<bool>,
-    /// RoPE base of the windowed layers (`rope.freq_base_swa`, llama.cpp's default 10000); their
-    /// RoPE has no linear scaling (llama.cpp's `rope_freq_scale_train_swa` is 1).
+    /// RoPE base of the windowed layers (`rope.freq_base_swa`, llama.cpp's default 10000).
     pub rope_freq_base_swa: f32,
+    /// RoPE scale of the windowed layers (llama.cpp's `rope_freq_scale_train_swa`): 1 (no
+    /// linear scaling) unless the architecture scales them as the others (gpt-oss).
+    pub rope_freq_scale_swa: f32,
+    /// YaRN (`rope.scaling.type = yarn`): how the scaled rotation blends with the unscaled one;
+    /// `None` for other models. Set by the architectures that read it.
+    pub rope_yarn: Option<YarnParams>,
+    /// Whether every layer has learned attention sinks (gpt-oss's `blk.N.attn_sinks.weight`, F32
+    /// `[n_head]`). Set by the architectures that have them.
+    pub attn_sinks: bool,
     /// The FFN's experts, for a mixture-of-experts model (llama.cpp's `n_expert`,
     /// `n_expert_used`, `n_ff_exp`): set by the architectures that have them, `None` for a
     /// dense FFN.
     pub experts: Option<super::moe::ExpertParams>,
+}
+
+/// YaRN's parameters as llama.cpp's context derives them from the file (`llama_context`'s
+/// `yarn_*` cparams at their defaults).
+#[derive(Clone, Debug, PartialEq)]
+pub struct YarnParams {
+    /// The blend's strength (`yarn_ext_factor`): 1 for a YaRN model.
+    pub ext_factor: f32,
+    /// Rotations over the original context above which a pair keeps its unscaled angle
+    /// (`yarn_beta_fast`, 32).
+    pub beta_fast: f32,
+    /// Rotations below which a pair takes the scaled angle (`yarn_beta_slow`, 1).
+    pub beta_slow: f32,
+    /// The context the model was trained at before scaling
+    /// (`rope.scaling.original_context_length`, else `context_length`).
+    pub n_ctx_orig: usize,
 }
 
 /// LongRoPE's two sets of per-pair frequency factors (llama.cpp's `get_rope_factors`).
@@ -185,6 +209,9 @@ impl HParams {
             n_swa: 0,
             swa_layers: Vec::new(),
             rope_freq_base_swa: 10_000.0,
+            rope_freq_scale_swa: 1.0,
+            rope_yarn: None,
+            attn_sinks: false,
             experts: None,
         })
     }
@@ -235,4 +262,31 @@ fn opt_float(m: &Metadata, arch: &str, suffix: &str) -> Result<Option<f32>, Mode
         return Ok(None);
     }
     Ok(Some(m.get_float(&key)?))
+}
+
+/// Which layers are local (windowed), as llama.cpp's `load_swa_pattern(ml, default)`: a
+/// per-layer boolean array, or a period n (Gemma 3's default 6, Gemma 2's and gpt-oss's 2) whose last layer of
+/// each period is global.
+pub(crate) fn swa_pattern(file: &GgufFile, arch: &str, hp: &HParams, default: usize) -> Result<Vec<bool>, ModelError> {
+    let m = file.metadata();
+    let key = format!("{arch}.attention.sliding_window_pattern");
+    if m.contains(&key) {
+        if let Ok(crate::gguf::Array::Bool(flags)) = m.get_array(&key) {
+            if flags.len() != hp.n_layer {
+                return Err(ModelError::BadHParam {
+                    name: "attention.sliding_window_pattern",
+                    value: flags.len() as u64,
+                    reason: format!("has {} flags for {} layers", flags.len(), hp.n_layer),
+                });
+            }
+            return Ok(flags.clone());
+        }
+    }
+    let n_pattern = match m.contains(&key) {
+        true => m.get_uint(&key)? as usize,
+        false => default,
+    };
+    Ok((0..hp.n_layer)
+        .map(|il| n_pattern == 0 || il % n_pattern < n_pattern - 1)
+        .collect())
 }

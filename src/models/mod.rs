@@ -6,6 +6,7 @@ pub mod blocks;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod granite;
 pub mod hparams;
 pub mod llama;
@@ -144,6 +145,7 @@ pub const ARCHITECTURES: &[(&str, LoadFn)] = &[
     ("gemma", |file| Ok(Box::new(gemma::load(file)?))),
     ("gemma2", |file| Ok(Box::new(gemma2::load(file)?))),
     ("gemma3", |file| Ok(Box::new(gemma3::Gemma3::load(file)?))),
+    ("gpt-oss", |file| Ok(Box::new(gpt_oss::GptOss::load(file)?))),
     ("granite", |file| Ok(Box::new(granite::Granite::load(file)?))),
     ("llama", |file| Ok(Box::new(llama::Llama::load(file)?))),
     ("phi3", |file| Ok(Box::new(phi3::Phi3::load(file)?))),
@@ -236,6 +238,95 @@ pub(crate) fn rope_scaling(file: &GgufFile, arch: &str) -> Result<f32, ModelErro
         }
     }
     Ok(1.0)
+}
+
+/// The RoPE scaling of an `arch` file that may use YaRN, as llama.cpp's context derives it:
+/// `rope.scaling.type` `none`, `linear` (the default) or `yarn`, `freq_scale = 1 / factor` (for
+/// the windowed layers too). For YaRN the blend runs over `rope.scaling.original_context_length`
+/// (else the training context) with llama.cpp's betas 32 and 1, and `hp.rope_attn_factor`
+/// becomes llama.cpp's `yarn_attn_factor`: `get_mscale(factor) / (1 + 0.1 ln factor)` times
+/// `rope.scaling.attn_factor`, in its f32 order. The `yarn_*` keys llama.cpp does not read for
+/// these models are accepted only at the values it uses instead, and refused by name otherwise.
+pub(crate) fn yarn_scaling(file: &GgufFile, arch: &str, hp: &mut HParams) -> Result<(), ModelError> {
+    let m = file.metadata();
+    let key = |suffix: &str| format!("{arch}.{suffix}");
+    let kind = match m.contains(&key("rope.scaling.type")) {
+        true => m.get_str(&key("rope.scaling.type"))?.to_string(),
+        false => "linear".to_string(),
+    };
+    let mut freq_scale = 1.0f32;
+    for suffix in ["rope.scaling.factor", "rope.scale_linear"] {
+        if m.contains(&key(suffix)) {
+            let factor = m.get_float(&key(suffix))?;
+            if factor != 0.0 {
+                freq_scale = 1.0 / hparams::positive_float("rope_scaling_factor", factor)?;
+            }
+            break;
+        }
+    }
+    if m.contains(&key("rope.scaling.attn_factor")) {
+        let f = m.get_float(&key("rope.scaling.attn_factor"))?;
+        hp.rope_attn_factor = hparams::positive_float("rope.scaling.attn_factor", f)?;
+    }
+    for (suffix, expected) in [
+        ("rope.scaling.yarn_beta_fast", 32.0f32),
+        ("rope.scaling.yarn_beta_slow", 1.0),
+        ("rope.scaling.yarn_ext_factor", 1.0),
+        ("rope.scaling.yarn_attn_factor", 1.0),
+    ] {
+        if m.contains(&key(suffix)) {
+            let value = m.get_float(&key(suffix))?;
+            if value != expected {
+                return Err(ModelError::Unsupported {
+                    what: format!("{} = {value}", key(suffix)),
+                    reason: format!("llama.cpp computes {arch} models with {expected} here and minfer does the same"),
+                });
+            }
+        }
+    }
+    match kind.as_str() {
+        "none" => freq_scale = 1.0,
+        "linear" => {}
+        "yarn" => {
+            let n_ctx_orig = match m.contains(&key("rope.scaling.original_context_length")) {
+                true => m.get_uint(&key("rope.scaling.original_context_length"))? as usize,
+                false => hp.n_ctx_train,
+            };
+            if n_ctx_orig == 0 {
+                return Err(ModelError::BadHParam {
+                    name: "rope.scaling.original_context_length",
+                    value: 0,
+                    reason: "must be positive".into(),
+                });
+            }
+            let factor = 1.0 / freq_scale;
+            let mscale = if factor <= 1.0 {
+                1.0
+            } else {
+                0.1 * 1.0 * factor.ln() + 1.0
+            };
+            // llama.cpp divides back out the magnitude ggml's kernel multiplies in (llama.cpp
+            // PR 17945); the kernel's own factor is applied per layer in `blocks::rope_meta`.
+            hp.rope_attn_factor *= mscale * (1.0 / (1.0 + 0.1 * factor.ln()));
+            hp.rope_yarn = Some(hparams::YarnParams {
+                ext_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                n_ctx_orig,
+            });
+        }
+        other => {
+            return Err(ModelError::Unsupported {
+                what: format!("{} = '{other}'", key("rope.scaling.type")),
+                reason: format!(
+                    "RoPE scaling '{other}' is not supported for {arch} models (none, linear and yarn are)"
+                ),
+            })
+        }
+    }
+    hp.rope_freq_scale = freq_scale;
+    hp.rope_freq_scale_swa = freq_scale;
+    Ok(())
 }
 
 /// `rope_freqs.weight`, the per-pair divisors of RoPE's angles (Llama 3.1's long-context
@@ -332,7 +423,13 @@ pub(crate) fn check_used_tensors(file: &GgufFile, arch: &'static str, used: &[St
 /// Check that `name` is an F32 vector of `len` finite values (a norm weight or a bias: small,
 /// read whole at load).
 pub(crate) fn f32_vector(file: &GgufFile, name: &str, len: u64) -> Result<(), ModelError> {
-    let ty = check_tensor(file, name, &[len])?;
+    f32_tensor(file, name, &[len])
+}
+
+/// Check that `name` is an F32 tensor of GGUF shape `shape` whose values are all finite (a norm
+/// weight, a bias, the experts' bias matrices: small, read whole at load).
+pub(crate) fn f32_tensor(file: &GgufFile, name: &str, shape: &[u64]) -> Result<(), ModelError> {
+    let ty = check_tensor(file, name, shape)?;
     if ty != GgmlType::F32 {
         return Err(ModelError::UnsupportedType {
             name: name.to_string(),

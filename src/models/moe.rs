@@ -1,12 +1,14 @@
 //! The mixture-of-experts FFN (llama.cpp's `build_moe_ffn`), shared by the architectures with
-//! experts (Qwen3-MoE, Qwen2-MoE, Mixtral's llama): the expert hyper-parameters, a layer's expert
-//! weights checked at load, and the block — router, top-k, the experts' products indexed by the
-//! chosen ids, their weighted sum, and Qwen2-MoE's gated shared expert. A layer's FFN is either
+//! experts (Qwen3-MoE, Qwen2-MoE, Mixtral's llama, gpt-oss): the expert hyper-parameters, a
+//! layer's expert weights checked at load, and the block — router (gpt-oss's with a bias),
+//! softmax gating or gpt-oss's softmax over the chosen logits, top-k, the experts' products
+//! indexed by the chosen ids (gpt-oss's with per-expert biases), SiLU or gpt-oss's clamped
+//! SwiGLU, their weighted sum, and Qwen2-MoE's gated shared expert. A layer's FFN is either
 //! dense or experts ([`Ffn`]); an architecture loads one or the other and the block builds it.
 //! This module describes the computation; it runs nothing.
 
 use super::blocks::{self, matmul_meta, WeightRef};
-use super::{check_arch_keys, check_tensor, layer_weight, ArchKey, HParams, ModelError};
+use super::{check_arch_keys, check_tensor, f32_tensor, layer_f32, layer_weight, ArchKey, HParams, ModelError};
 use crate::gguf::GgufFile;
 use crate::graph::{GraphBuilder, GraphParams, MatMulIdMeta, NodeId};
 
@@ -24,6 +26,35 @@ pub struct ExpertParams {
     /// Whether the chosen experts' weights are normalized to sum 1 (Mixtral and Qwen3-MoE; not
     /// Qwen2-MoE): fixed per architecture in llama.cpp's graphs.
     pub norm_w: bool,
+    /// How the router's logits become the chosen experts' weights: fixed per architecture.
+    pub gating: Gating,
+    /// The experts' activation: fixed per architecture.
+    pub activation: Activation,
+    /// Whether the router and the experts' three products have biases (gpt-oss).
+    pub biases: bool,
+}
+
+/// llama.cpp's `llama_expert_gating_func_type`, the kinds minfer's architectures use.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Gating {
+    /// Softmax over all experts, then the top k of the probabilities (`SOFTMAX`).
+    Softmax,
+    /// The top k of the logits, then softmax over those k (`SOFTMAX_WEIGHT`, gpt-oss).
+    SoftmaxWeight,
+}
+
+/// The activation between an expert's gate and up products (llama.cpp's `llm_ffn_op_type`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    /// `silu(gate) * up` (`LLM_FFN_SILU`).
+    Silu,
+    /// gpt-oss's clamped SwiGLU (`LLM_FFN_SWIGLU_OAI_MOE`, ggml's `swiglu_oai`).
+    SwigluOai {
+        /// The sigmoid's slope (1.702).
+        alpha: f32,
+        /// The clamp (7).
+        limit: f32,
+    },
 }
 
 impl ExpertParams {
@@ -75,6 +106,9 @@ impl ExpertParams {
             n_ff_exp,
             n_ff_shexp: 0,
             norm_w,
+            gating: Gating::Softmax,
+            activation: Activation::Silu,
+            biases: false,
         }))
     }
 }
@@ -130,6 +164,19 @@ pub struct SharedExpert {
     pub down: WeightRef,
 }
 
+/// The biases of a layer's router and experts (gpt-oss), F32.
+#[derive(Clone, Debug)]
+pub struct ExpertBiases {
+    /// The router's, `[n_expert]`.
+    pub gate_inp: String,
+    /// The gate products', `[n_ff_exp, n_expert]`: row `e` for expert `e`.
+    pub gate: String,
+    /// The up products', `[n_ff_exp, n_expert]`.
+    pub up: String,
+    /// The down products', `[n_embd, n_expert]`.
+    pub down: String,
+}
+
 /// One layer's experts.
 #[derive(Clone, Debug)]
 pub struct Experts {
@@ -143,11 +190,13 @@ pub struct Experts {
     pub down: WeightRef,
     /// Qwen2-MoE's shared expert; `None` for the others.
     pub shared: Option<SharedExpert>,
+    /// gpt-oss's biases; `None` for the others.
+    pub biases: Option<ExpertBiases>,
 }
 
 impl Experts {
     /// Layer `il`'s expert tensors, checked against `hp` and `ex` (the shared expert's when
-    /// `ex.n_ff_shexp > 0`).
+    /// `ex.n_ff_shexp > 0`, the biases when `ex.biases`).
     pub fn load(file: &GgufFile, il: usize, hp: &HParams, ex: &ExpertParams) -> Result<Self, ModelError> {
         let (e, n, ff) = (hp.n_embd as u64, ex.n_expert as u64, ex.n_ff_exp as u64);
         let shared = if ex.n_ff_shexp > 0 {
@@ -162,12 +211,28 @@ impl Experts {
         } else {
             None
         };
+        // A bias matrix: row `e` of it for expert `e`.
+        let layer_f32_matrix = |il: usize, suffix: &str, shape: &[u64]| -> Result<String, ModelError> {
+            let name = format!("blk.{il}.{suffix}");
+            f32_tensor(file, &name, shape)?;
+            Ok(name)
+        };
+        let biases = match ex.biases {
+            true => Some(ExpertBiases {
+                gate_inp: layer_f32(file, il, "ffn_gate_inp.bias", n)?,
+                gate: layer_f32_matrix(il, "ffn_gate_exps.bias", &[ff, n])?,
+                up: layer_f32_matrix(il, "ffn_up_exps.bias", &[ff, n])?,
+                down: layer_f32_matrix(il, "ffn_down_exps.bias", &[e, n])?,
+            }),
+            false => None,
+        };
         Ok(Experts {
             gate_inp: layer_weight(file, il, "ffn_gate_inp.weight", &[e, n])?,
             gate: layer_weight(file, il, "ffn_gate_exps.weight", &[e, ff, n])?,
             up: layer_weight(file, il, "ffn_up_exps.weight", &[e, ff, n])?,
             down: layer_weight(file, il, "ffn_down_exps.weight", &[ff, e, n])?,
             shared,
+            biases,
         })
     }
 
@@ -181,6 +246,9 @@ impl Experts {
         ];
         if let Some(s) = &self.shared {
             names.extend([&s.gate_inp.0, &s.gate.0, &s.up.0, &s.down.0].map(String::clone));
+        }
+        if let Some(b) = &self.biases {
+            names.extend([&b.gate_inp, &b.gate, &b.up, &b.down].map(String::clone));
         }
         names
     }
@@ -253,39 +321,66 @@ pub fn ffn(
 }
 
 /// The experts' output `[n_embd, n_tokens]` for the normed input `x`: llama.cpp's
-/// `build_moe_ffn` with softmax gating and SiLU, plus the shared expert where there is one.
+/// `build_moe_ffn` with the architecture's gating, activation and biases, plus the shared
+/// expert where there is one.
 pub fn experts(b: &mut GraphBuilder, hp: &HParams, il: usize, x: NodeId, w: &Experts) -> NodeId {
     let ex = hp
         .experts
         .as_ref()
         .expect("a layer with experts has expert hyper-parameters");
     let n_embd = hp.n_embd;
+    let bias = |pick: fn(&ExpertBiases) -> &String| w.biases.as_ref().map(pick);
     let logits = b.matmul(
         &format!("ffn_moe_logits-{il}"),
         x,
-        matmul_meta(&w.gate_inp, None, n_embd, ex.n_expert),
+        matmul_meta(&w.gate_inp, bias(|b| &b.gate_inp), n_embd, ex.n_expert),
     );
-    let probs = b.softmax(&format!("ffn_moe_probs-{il}"), logits);
-    let ids = b.top_k(&format!("ffn_moe_topk-{il}"), probs, ex.n_expert_used);
-    let weights = b.moe_weights(&format!("ffn_moe_weights-{il}"), probs, ids, ex.norm_w, 1.0);
-    let id_meta = |w: &WeightRef, in_dim, out_dim| MatMulIdMeta {
-        mm: matmul_meta(w, None, in_dim, out_dim),
+    let (ids, weights) = match ex.gating {
+        Gating::Softmax => {
+            let probs = b.softmax(&format!("ffn_moe_probs-{il}"), logits);
+            let ids = b.top_k(&format!("ffn_moe_topk-{il}"), probs, ex.n_expert_used);
+            (
+                ids,
+                b.moe_weights(&format!("ffn_moe_weights-{il}"), probs, ids, ex.norm_w, 1.0),
+            )
+        }
+        Gating::SoftmaxWeight => {
+            let ids = b.top_k(&format!("ffn_moe_topk-{il}"), logits, ex.n_expert_used);
+            let chosen = b.moe_weights(&format!("ffn_moe_weights-{il}"), logits, ids, false, 1.0);
+            // Their softmax sums to 1 already: `norm_w` has nothing left to do.
+            (ids, b.softmax(&format!("ffn_moe_weights_softmax-{il}"), chosen))
+        }
+    };
+    let id_meta = |w: &WeightRef, bias: Option<&String>, in_dim, out_dim| MatMulIdMeta {
+        mm: matmul_meta(w, bias, in_dim, out_dim),
         n_expert: ex.n_expert,
     };
-    let up = b.matmul_id(&format!("ffn_moe_up-{il}"), x, ids, id_meta(&w.up, n_embd, ex.n_ff_exp));
+    let up = b.matmul_id(
+        &format!("ffn_moe_up-{il}"),
+        x,
+        ids,
+        id_meta(&w.up, bias(|b| &b.up), n_embd, ex.n_ff_exp),
+    );
     let gate = b.matmul_id(
         &format!("ffn_moe_gate-{il}"),
         x,
         ids,
-        id_meta(&w.gate, n_embd, ex.n_ff_exp),
+        id_meta(&w.gate, bias(|b| &b.gate), n_embd, ex.n_ff_exp),
     );
-    let act = b.silu(&format!("ffn_moe_silu-{il}"), gate);
-    let act = b.mul(&format!("ffn_moe_swiglu-{il}"), act, up);
+    let act = match ex.activation {
+        Activation::Silu => {
+            let act = b.silu(&format!("ffn_moe_silu-{il}"), gate);
+            b.mul(&format!("ffn_moe_swiglu-{il}"), act, up)
+        }
+        Activation::SwigluOai { alpha, limit } => {
+            b.swiglu_oai(&format!("ffn_moe_swiglu_oai-{il}"), gate, up, alpha, limit)
+        }
+    };
     let down = b.matmul_id(
         &format!("ffn_moe_down-{il}"),
         act,
         ids,
-        id_meta(&w.down, ex.n_ff_exp, n_embd),
+        id_meta(&w.down, bias(|b| &b.down), ex.n_ff_exp, n_embd),
     );
     let out = b.moe_sum(&format!("ffn_moe_out-{il}"), down, weights);
     let Some(s) = &w.shared else {

@@ -818,6 +818,15 @@ impl ComputeBackend for CudaBackend {
         "cuda"
     }
 
+    fn supports_meta(&self, meta: &NodeMeta) -> bool {
+        // No YaRN blend in this RoPE kernel yet (gpt-oss): declined, as sinks are.
+        match meta {
+            NodeMeta::Rope(r) => r.yarn.is_none(),
+            NodeMeta::FusedQkv(m) => m.rope.yarn.is_none(),
+            _ => true,
+        }
+    }
+
     fn supports_op(&self, op: &Op, dtype: DType) -> bool {
         // Every op, named: a new one is a compile error here until it is handled or refused.
         match op {

@@ -733,6 +733,15 @@ impl ComputeBackend for WgpuBackend {
         "wgpu"
     }
 
+    fn supports_meta(&self, meta: &NodeMeta) -> bool {
+        // No YaRN blend in this RoPE kernel yet (gpt-oss): declined, as sinks are.
+        match meta {
+            NodeMeta::Rope(r) => r.yarn.is_none(),
+            NodeMeta::FusedQkv(m) => m.rope.yarn.is_none(),
+            _ => true,
+        }
+    }
+
     fn supports_op(&self, op: &Op, dtype: DType) -> bool {
         match op {
             // No sinks in this attention yet (gpt-oss): declined, so the node is refused by name

@@ -179,7 +179,7 @@ impl Gemma3 {
         }
         if hp.n_swa > 0 {
             let default_pattern = if generation == Generation::Gemma2 { 2 } else { 6 };
-            hp.swa_layers = swa_pattern(file, arch, &hp, default_pattern)?;
+            hp.swa_layers = crate::models::hparams::swa_pattern(file, arch, &hp, default_pattern)?;
             if m.contains(&key("rope.freq_base_swa")) {
                 hp.rope_freq_base_swa = positive_float("rope.freq_base_swa", m.get_float(&key("rope.freq_base_swa"))?)?;
             }
@@ -250,33 +250,6 @@ impl Gemma3 {
             layers,
         })
     }
-}
-
-/// Which layers are local (windowed), as llama.cpp's `load_swa_pattern(ml, default)`: a
-/// per-layer boolean array, or a period n (Gemma 3's default 6, Gemma 2's 2) whose last layer of
-/// each period is global.
-fn swa_pattern(file: &GgufFile, arch: &str, hp: &HParams, default: usize) -> Result<Vec<bool>, ModelError> {
-    let m = file.metadata();
-    let key = format!("{arch}.attention.sliding_window_pattern");
-    if m.contains(&key) {
-        if let Ok(crate::gguf::Array::Bool(flags)) = m.get_array(&key) {
-            if flags.len() != hp.n_layer {
-                return Err(ModelError::BadHParam {
-                    name: "attention.sliding_window_pattern",
-                    value: flags.len() as u64,
-                    reason: format!("has {} flags for {} layers", flags.len(), hp.n_layer),
-                });
-            }
-            return Ok(flags.clone());
-        }
-    }
-    let n_pattern = match m.contains(&key) {
-        true => m.get_uint(&key)? as usize,
-        false => default,
-    };
-    Ok((0..hp.n_layer)
-        .map(|il| n_pattern == 0 || il % n_pattern < n_pattern - 1)
-        .collect())
 }
 
 impl ModelDef for Gemma3 {

@@ -1,7 +1,8 @@
-//! Rotary position embedding, in place, as ggml's `rope_ext` without YaRN extension
-//! (`ext_factor = 0`): linear position scaling (`freq_scale`), per-pair frequency factors (Llama
-//! 3.1's `rope_freqs`, Phi-3's LongRoPE factors) and the magnitude factor `attn_factor` included. Owns the rotation angles and the pairing
-//! of dimensions; must not know which model wants which style.
+//! Rotary position embedding, in place, as ggml's `rope_ext`: linear position scaling
+//! (`freq_scale`), YaRN's blend of scaled and unscaled angles (`ext_factor` over the correction
+//! dimensions), per-pair frequency factors (Llama 3.1's `rope_freqs`, Phi-3's LongRoPE factors)
+//! and the magnitude factor `attn_factor`. Owns the rotation angles and the pairing of
+//! dimensions; must not know which model wants which style.
 
 use super::{check_len, size, KernelError};
 use crate::graph::RopeMeta;
@@ -12,8 +13,9 @@ pub use crate::graph::RopeStyle;
 /// dimensions from `n_rot` on are left unchanged. `factors` holds the values of the weight
 /// `r.freq_factors` names (n_rot / 2 of them), resolved by the caller.
 ///
-/// Pair `i` turns by `freq_scale * (theta_i / factor_i)` with `theta_i = p * freq_base^(-2i /
-/// n_rot)`, computed as ggml's rope cache does: `theta_scale = powf(freq_base, -2 / n_rot)`,
+/// Pair `i` turns by `freq_scale * (theta_i / factor_i)` (with YaRN, blended with
+/// `theta_i / factor_i` by [`crate::graph::YarnMeta::angle`]) with `theta_i = p *
+/// freq_base^(-2i / n_rot)`, computed as ggml's rope cache does: `theta_scale = powf(freq_base, -2 / n_rot)`,
 /// `theta_0 = p` and `theta_{i+1} = theta_i * theta_scale`, all in f32, so the angles carry
 /// ggml's rounding rather than the exact powers.
 pub fn rope(
@@ -52,7 +54,7 @@ pub fn rope(
         // per-token cache is, without a buffer to hold them.
         let mut theta = p as f32;
         for i in 0..n_rot / 2 {
-            let angle = r.angle(theta, factors.map_or(1.0, |f| f[i]));
+            let angle = r.angle(i, theta, factors.map_or(1.0, |f| f[i]));
             // ggml scales cos and sin themselves (by 1: unchanged).
             let (sin_theta, cos_theta) = (angle.sin() * r.attn_factor, angle.cos() * r.attn_factor);
             let i0 = i * stride;
@@ -83,6 +85,7 @@ mod tests {
             freq_scale: 1.0,
             freq_factors: None,
             attn_factor: 1.0,
+            yarn: None,
         }
     }
 
@@ -238,5 +241,44 @@ mod tests {
         assert_eq!(err.to_string(), "rope: x has length 64, expected 128");
         let err = plain(&mut x, &[0, 1], 1, 2, 32, 32, 1e4, RopeStyle::Normal).unwrap_err();
         assert_eq!(err.to_string(), "rope: positions has length 2, expected 1");
+    }
+
+    #[test]
+    fn yarn_blends_scaled_and_unscaled_angles_along_ggmls_ramp() {
+        // gpt-oss's rotation: base 150000, factor 32 over an original context of 4096, betas
+        // 32 and 1, 64-wide heads.
+        let (head_dim, n_rot, base, freq_scale) = (64, 64, 150_000.0f32, 1.0f32 / 32.0);
+        let corr_dims = crate::graph::YarnMeta::corr_dims(n_rot, 4096, base, 32.0, 1.0);
+        let r = RopeMeta {
+            freq_scale,
+            attn_factor: 1.25,
+            yarn: Some(crate::graph::YarnMeta {
+                ext_factor: 1.0,
+                corr_dims,
+            }),
+            ..meta(head_dim, n_rot, base, RopeStyle::Normal)
+        };
+        // The correction dimensions in f64: pairs below low keep the unscaled angle, above high
+        // the scaled one.
+        let dim =
+            |beta: f64| n_rot as f64 * (4096.0 / (beta * 2.0 * std::f64::consts::PI)).ln() / (2.0 * (base as f64).ln());
+        assert_eq!(corr_dims, [dim(32.0).floor() as f32, dim(1.0).ceil() as f32]);
+        let (low, high) = (corr_dims[0] as f64, corr_dims[1] as f64);
+        assert!(0.0 < low && low < high && high < (n_rot / 2) as f64, "{corr_dims:?}");
+        let p = 1000;
+        let mut x = vec![0f32; head_dim];
+        for i in 0..head_dim / 2 {
+            x[2 * i] = 1.0;
+        }
+        rope(&mut x, &[p], 1, 1, &r, None).unwrap();
+        for i in 0..n_rot / 2 {
+            let extrap = p as f64 * (base as f64).powf(-2.0 * i as f64 / n_rot as f64);
+            let ramp = 1.0 - ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+            let theta = extrap * freq_scale as f64 * (1.0 - ramp) + extrap * ramp;
+            // f32 angles built by 31 roundings of up to 1000 radians: within a few 1e-3.
+            let tol = 1e-2;
+            assert!((x[2 * i] as f64 - 1.25 * theta.cos()).abs() <= tol, "pair {i}");
+            assert!((x[2 * i + 1] as f64 - 1.25 * theta.sin()).abs() <= tol, "pair {i}");
+        }
     }
 }
