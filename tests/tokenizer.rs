@@ -1,5 +1,6 @@
 //! The byte-level BPE tokenizer against llama.cpp's tokenization of the real model, plus
-//! round-trip and streaming properties over random (even invalid UTF-8) byte strings.
+//! round-trip and streaming properties over random (even invalid UTF-8) byte strings, and the
+//! hand-written pre-tokenizers' splits against reference splits (a regex engine's, llama.cpp's).
 
 mod common;
 
@@ -296,4 +297,28 @@ fn the_hand_written_qwen2_splitter_agrees_with_the_regex_on_random_text() {
         checked += 1;
     }
     assert_eq!(checked, 5000);
+}
+
+#[test]
+fn the_gpt4o_splitter_cuts_every_reference_text_where_llama_cpp_does() {
+    let cases = std::fs::read_to_string(common::fixtures().join("tokenizer/pretokenize_gpt4o.jsonl")).unwrap();
+    let mut n = 0;
+    for line in cases.lines() {
+        let case: serde_json::Value = serde_json::from_str(line).unwrap();
+        let text = case["text"].as_str().unwrap();
+        let mut expected = Vec::new();
+        let mut at = 0;
+        for len in case["words"].as_array().unwrap() {
+            let end = at + len.as_u64().unwrap() as usize;
+            expected.push(&text[at..end]);
+            at = end;
+        }
+        let mut ranges = Vec::new();
+        minfer::tokenizer::PreTokenizer::Gpt4o.split(text.as_bytes(), &mut ranges);
+        let ours: Vec<&str> = ranges.into_iter().map(|r| &text[r]).collect();
+        assert_eq!(ours, expected, "text {text:?}");
+        n += 1;
+    }
+    // The hand-written cases and the 3000 random strings of scripts/llama-cpp-pretokenize.cpp.
+    assert!(n >= 3000, "only {n} cases");
 }

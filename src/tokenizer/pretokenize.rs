@@ -11,8 +11,19 @@
 //! llama.cpp's `unicode_regex_split_custom_gpt2` scans it (contractions lower-case only; a space
 //! joins only the word after it). `smollm` (and `starcoder`, `refact`, `command-r`, ...) first
 //! cuts every `\p{N}` character out as a word of its own, then splits the text between with
-//! GPT-2's rule. The
-//! scanner works on bytes that need not be valid UTF-8: an invalid byte is one unit of class
+//! GPT-2's rule.
+//!
+//! `gpt-4o` (gpt-oss's o200k vocabulary; llama.cpp gives `llama4`, `kanana2`, `talkie` and
+//! `minimax-m2` the same regex) is tiktoken's o200k rule as llama.cpp rewrote it for
+//! `std::regex`:
+//! `[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
+//! Upper and lower case are only ASCII's there: llama.cpp has no scanner of its own for this
+//! regex and runs it over text where every non-ASCII letter is one and the same byte, which is
+//! both `[^a-z]` and `[^A-Z]`. So `ÉA` splits as `É`, `A` (tiktoken keeps it whole), and combining
+//! marks are no letters (tiktoken's `\p{M}` joins them to their word). `split_gpt4o` follows
+//! `std::regex`'s backtracking to the same words.
+//!
+//! Every scanner works on bytes that need not be valid UTF-8: an invalid byte is one unit of class
 //! `Other`, so any byte string round-trips through the tokenizer.
 
 use super::unicode::{classify, CharClass};
@@ -38,6 +49,10 @@ pub enum PreTokenizer {
     DeepseekCoder,
     /// `falcon`: punctuation runs, GPT-2's regex, then runs of three digits (see [`FALCON`]).
     Falcon,
+    /// `gpt-4o` and its aliases: words split before an ASCII capital that follows lower case,
+    /// contractions kept on their word, digits in runs of up to three, punctuation with the
+    /// newlines and slashes after it (see the module docs).
+    Gpt4o,
 }
 
 /// The `tokenizer.ggml.pre` names of each pre-tokenizer, as llama.cpp's `llama_vocab` maps them
@@ -79,6 +94,11 @@ const NAMES: &[(&str, PreTokenizer)] = &[
     ("exaone", PreTokenizer::DigitsThenGpt2),
     ("minerva-7b", PreTokenizer::DigitsThenGpt2),
     ("mellum2", PreTokenizer::DigitsThenGpt2),
+    ("gpt-4o", PreTokenizer::Gpt4o),
+    ("llama4", PreTokenizer::Gpt4o),
+    ("kanana2", PreTokenizer::Gpt4o),
+    ("talkie", PreTokenizer::Gpt4o),
+    ("minimax-m2", PreTokenizer::Gpt4o),
 ];
 
 impl PreTokenizer {
@@ -93,7 +113,8 @@ impl PreTokenizer {
     }
 
     /// Whether a whole word that is a token is taken as it is, without merges (llama.cpp's
-    /// `ignore_merges`, set for Llama 3's pre-tokenizers).
+    /// `ignore_merges`, set for Llama 3's pre-tokenizers; not for `gpt-4o`, although tiktoken
+    /// itself looks whole words up first).
     pub fn ignores_merges(self) -> bool {
         self == PreTokenizer::Llama3
     }
@@ -111,6 +132,7 @@ impl PreTokenizer {
             PreTokenizer::DeepseekLlm => split_steps(text, DEEPSEEK_LLM, out),
             PreTokenizer::DeepseekCoder => split_steps(text, DEEPSEEK_CODER, out),
             PreTokenizer::Falcon => split_steps(text, FALCON, out),
+            PreTokenizer::Gpt4o => split_gpt4o(text, out),
             PreTokenizer::DigitsThenGpt2 => {
                 let u = units(text);
                 let mut run_start = 0;
@@ -250,26 +272,123 @@ fn split_qwen2(text: &[u8], max_digits: usize, marks_are_letters: bool, out: &mu
             continue;
         }
 
-        // Whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+
-        let mut end = pos;
-        let mut last_newline_end = None;
-        while class(end) == Some(CharClass::Whitespace) {
-            if is_crlf(end) {
-                last_newline_end = Some(end + 1);
-            }
-            end += 1;
+        pos = space_end(&class, &is_crlf, pos, n);
+        out.push(byte_at(start)..byte_at(pos));
+    }
+}
+
+/// Where `\s*[\r\n]+|\s+(?!\S)|\s+` matched at unit `pos` ends (of `n` units): through the
+/// last newline of the whitespace run, else all of the run but the space before a word, else
+/// (nothing matches) the one unit at `pos`.
+fn space_end(
+    class: &dyn Fn(usize) -> Option<CharClass>,
+    is_crlf: &dyn Fn(usize) -> bool,
+    pos: usize,
+    n: usize,
+) -> usize {
+    let mut end = pos;
+    let mut last_newline_end = None;
+    while class(end) == Some(CharClass::Whitespace) {
+        if is_crlf(end) {
+            last_newline_end = Some(end + 1);
         }
-        let run = end - pos;
-        pos = if let Some(nl_end) = last_newline_end {
-            nl_end
-        } else if run > 1 && end < n {
-            // Leave the last space to the word that follows it.
-            end - 1
-        } else if run > 0 {
-            end
+        end += 1;
+    }
+    let run = end - pos;
+    if let Some(nl_end) = last_newline_end {
+        nl_end
+    } else if run > 1 && end < n {
+        // Leave the last space to the word that follows it.
+        end - 1
+    } else if run > 0 {
+        end
+    } else {
+        pos + 1
+    }
+}
+
+/// The `gpt-4o` rule (module docs), as `std::regex` matches it over llama.cpp's collapsed text.
+fn split_gpt4o(text: &[u8], out: &mut Vec<std::ops::Range<usize>>) {
+    let u = units(text);
+    let n = u.len();
+    let byte_at = |i: usize| if i < n { u[i].start } else { text.len() };
+    let class = |i: usize| u.get(i).map(|x| x.class);
+    let ch = |i: usize| u.get(i).and_then(|x| x.ch);
+    let is_crlf = |i: usize| matches!(ch(i), Some('\r' | '\n'));
+    let letter = |i: usize| class(i) == Some(CharClass::Letter);
+    // `(?=[\p{L}])([^a-z])` and `(?=[\p{L}])([^A-Z])`: a non-ASCII letter is both.
+    let upper = |i: usize| letter(i) && !matches!(ch(i), Some('a'..='z'));
+    let lower = |i: usize| letter(i) && !matches!(ch(i), Some('A'..='Z'));
+
+    let mut pos = 0;
+    while pos < n {
+        let start = pos;
+        let cls = u[pos].class;
+
+        // [^\r\n\p{L}\p{N}]? then `U*L+` or `U+L*`, then a contraction: the optional
+        // character is taken whenever a letter follows it.
+        let letters_at = if cls == CharClass::Letter {
+            Some(pos)
+        } else if !is_crlf(pos) && cls != CharClass::Number && letter(pos + 1) {
+            Some(pos + 1)
         } else {
-            pos + 1
+            None
         };
+        if let Some(s) = letters_at {
+            let mut upper_end = s;
+            while upper(upper_end) {
+                upper_end += 1;
+            }
+            let mut end = if lower(upper_end) {
+                // `U*` then `L+` from an ASCII lower-case letter on.
+                let mut e = upper_end;
+                while lower(e) {
+                    e += 1;
+                }
+                e
+            } else if let Some(last) = (s..upper_end).rev().find(|&i| lower(i)) {
+                // `U*` gives back letters until `L+` can take one: the last non-ASCII letter,
+                // which ends the word before any ASCII capitals after it.
+                last + 1
+            } else {
+                // Only ASCII capitals: `U+L*`.
+                upper_end
+            };
+            if ch(end) == Some('\'') {
+                if let Some(e) = contraction_end(&ch, end, true) {
+                    end = e;
+                }
+            }
+            out.push(byte_at(start)..byte_at(end));
+            pos = end;
+            continue;
+        }
+
+        // \p{N}{1,3}
+        if cls == CharClass::Number {
+            pos += 1;
+            while pos - start < 3 && class(pos) == Some(CharClass::Number) {
+                pos += 1;
+            }
+            out.push(byte_at(start)..byte_at(pos));
+            continue;
+        }
+
+        // ' ?[^\s\p{L}\p{N}]+[\r\n/]*'
+        let punct_at = if ch(pos) == Some(' ') { pos + 1 } else { pos };
+        if class(punct_at) == Some(CharClass::Other) {
+            pos = punct_at;
+            while class(pos) == Some(CharClass::Other) {
+                pos += 1;
+            }
+            while is_crlf(pos) || ch(pos) == Some('/') {
+                pos += 1;
+            }
+            out.push(byte_at(start)..byte_at(pos));
+            continue;
+        }
+
+        pos = space_end(&class, &is_crlf, pos, n);
         out.push(byte_at(start)..byte_at(pos));
     }
 }
@@ -678,12 +797,40 @@ mod tests {
     }
 
     #[test]
+    fn gpt4o_splits_at_ascii_case_and_keeps_contractions_on_their_word() {
+        let w = |t| words_of(PreTokenizer::Gpt4o, t);
+        assert_eq!(
+            w("CamelCase parseHTTPResponse"),
+            ["Camel", "Case", " parse", "HTTPResponse"]
+        );
+        assert_eq!(w("DON'T they'Re I'M"), ["DON'T", " they'Re", " I'M"]);
+        assert_eq!(w("x = 1234567;"), ["x", " =", " ", "123", "456", "7", ";"]);
+        // Punctuation takes the newlines and slashes after it; a space before a word joins it.
+        assert_eq!(w("a/b/c\n"), ["a", "/b", "/c", "\n"]);
+        assert_eq!(w("x.//\n/y"), ["x", ".//\n/", "y"]);
+        assert_eq!(w("a  \n\n  b"), ["a", "  \n\n", " ", " b"]);
+        assert!(!PreTokenizer::Gpt4o.ignores_merges());
+    }
+
+    #[test]
+    fn gpt4o_treats_a_non_ascii_letter_as_both_cases_and_a_mark_as_punctuation() {
+        let w = |t| words_of(PreTokenizer::Gpt4o, t);
+        // `U*` gives `É` back to `L+`, so the ASCII capitals after it are a word of their own.
+        assert_eq!(w("ÉA ÉAb aÉB Été"), ["É", "A", " ÉAb", " aÉ", "B", " Été"]);
+        assert_eq!(w("ÀÉÎ's"), ["ÀÉÎ's"]);
+        // A combining mark is no letter: it leads the letters after it, or stands as punctuation.
+        assert_eq!(w("e\u{301}e A\u{301}"), ["e", "\u{301}e", " A", "\u{301}"]);
+    }
+
+    #[test]
     fn every_name_maps_to_its_rule_and_others_are_unknown() {
         assert_eq!(PreTokenizer::from_name("smollm"), Some(PreTokenizer::DigitsThenGpt2));
         assert_eq!(PreTokenizer::from_name("gpt-2"), Some(PreTokenizer::Gpt2));
         assert_eq!(PreTokenizer::from_name("qwen2"), Some(PreTokenizer::Qwen2));
         assert_eq!(PreTokenizer::from_name("llama-bpe-ish"), None);
         assert!(PreTokenizer::names().any(|n| n == "starcoder"));
+        assert_eq!(PreTokenizer::from_name("gpt-4o"), Some(PreTokenizer::Gpt4o));
+        assert_eq!(PreTokenizer::from_name("minimax-m2"), Some(PreTokenizer::Gpt4o));
     }
 
     #[test]
