@@ -162,12 +162,7 @@ impl PanelKernel {
             aux_words: 1,
             terms: if with_min { terms_q8_1 } else { terms_q8_0 },
             run: run_block32::<KIND>,
-            // IQ4_NL and MXFP4 have no repacked records: their panels unpack the file's blocks.
-            run_repacked: if matches!(KIND, kernel::IQ4_NL | kernel::MXFP4) {
-                None
-            } else {
-                Some(run_repacked::<KIND>)
-            },
+            run_repacked: Some(run_repacked::<KIND>),
             min_tokens: MIN_TOKENS,
         }
     }
@@ -1035,7 +1030,7 @@ mod tests {
             ran += 1;
         }
         if simd::isa() == Isa::Avx512 && cpu_has_bw() {
-            assert_eq!(ran, 7, "every repacked type ran");
+            assert_eq!(ran, 9, "every repacked type ran");
         }
     }
 

@@ -1,5 +1,5 @@
 //! Weights repacked for the 16-row kernels, as ggml-cpu's `repack` buffers: the 32-value block
-//! types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K and Q6_K rearranged once at load so that a
+//! types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), Q4_K and Q6_K rearranged once at load so that a
 //! kernel reads each block of 16 rows straight into the row-interleaved vectors of
 //! `crate::quant::gemm`'s panels (one i32 lane per row), with no unpacking into a buffer and no
 //! horizontal reduction. A decode step then multiplies a block of 16 rows with a handful of
@@ -10,13 +10,15 @@
 //! 16 blocks is 16 blocks' bytes), so a repacked matrix reads as much memory as the file's. Rows go
 //! in groups of [`GROUP`]; group `G`'s block `b` is the record at `(G * nb + b) * record_bytes(ty)`:
 //!
-//! - levels: for Q4_0, Q4_1, Q5_0, Q5_1 four 64-byte vectors, vector `k` holding bytes
+//! - levels: for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 four 64-byte vectors (the last two's
+//!   nibbles index their tables), vector `k` holding bytes
 //!   `4k..4k + 4` of each row's `qs` in lane `r` (the low nibbles are values `4k..`, the high
 //!   ones values `16 + 4k..`); for Q8_0 eight 64-byte vectors, vector `g` holding values
 //!   `4g..4g + 4` of each row plus 128 (unsigned, for `vpdpbusd`);
 //! - fifth bits (Q5_0, Q5_1): eight little-endian u64 masks, bit `4r + i` of mask `g` being bit
 //!   `4g + i` of row `r`'s `qh`;
-//! - the 16 rows' f16 scales `d`, then (Q4_1, Q5_1) their f16 minimums `m`.
+//! - the 16 rows' f16 scales `d` (MXFP4: their E8M0 exponent bytes `e`), then (Q4_1, Q5_1)
+//!   their f16 minimums `m`.
 //!
 //! Q4_K goes by super-block, a record per 16 rows' super-block: 32 vectors of nibbles, vector
 //! `8c + k` holding bytes `32c + 4k..32c + 4k + 4` of each row's `qs` (low nibbles: values
@@ -49,9 +51,13 @@ pub fn supports(ty: GgmlType) -> bool {
 /// Bytes of one record (16 rows' block or super-block) of `ty`, if it has a layout.
 pub const fn record_bytes(ty: GgmlType) -> Option<usize> {
     match ty {
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-            Some(GROUP * ty.type_size())
-        }
+        GgmlType::Q4_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_0
+        | GgmlType::Q5_1
+        | GgmlType::Q8_0
+        | GgmlType::IQ4_NL
+        | GgmlType::MXFP4 => Some(GROUP * ty.type_size()),
         GgmlType::Q4_K => Some(Q4_K_RECORD),
         GgmlType::Q6_K => Some(Q6_K_RECORD),
         _ => None,
@@ -83,8 +89,10 @@ pub const Q6_K_D: usize = Q6_K_SCALES + 256;
 const _: () = assert!(Q6_K_RECORD == GROUP * 210);
 
 /// Where the parts of a block sit in the original layout: the `qs` bytes, the `qh` word (Q5),
-/// and the minimum `m` (Q4_1, Q5_1); the scale `d` is always first.
+/// and the minimum `m` (Q4_1, Q5_1); the scale is always first, `scale` bytes of it (the f16
+/// `d`, MXFP4's exponent byte).
 struct Fields {
+    scale: usize,
     qs: usize,
     qh: Option<usize>,
     m: Option<usize>,
@@ -92,9 +100,19 @@ struct Fields {
 }
 
 fn fields(ty: GgmlType) -> Option<Fields> {
-    let f = |qs, qh, m, qs_len| Fields { qs, qh, m, qs_len };
+    let f = |qs, qh, m, qs_len| Fields {
+        scale: 2,
+        qs,
+        qh,
+        m,
+        qs_len,
+    };
     match ty {
-        GgmlType::Q4_0 => Some(f(2, None, None, 16)),
+        GgmlType::Q4_0 | GgmlType::IQ4_NL => Some(f(2, None, None, 16)),
+        GgmlType::MXFP4 => Some(Fields {
+            scale: 1,
+            ..f(1, None, None, 16)
+        }),
         GgmlType::Q4_1 => Some(f(4, None, Some(2), 16)),
         GgmlType::Q5_0 => Some(f(6, Some(2), None, 16)),
         GgmlType::Q5_1 => Some(f(8, Some(4), Some(2), 16)),
@@ -287,9 +305,9 @@ fn record_block32(ty: GgmlType, f: &Fields, blocks: &[&[u8]; GROUP], rec: &mut [
         at += 64;
     }
     for (r, blk) in blocks.iter().enumerate() {
-        rec[at + 2 * r..at + 2 * r + 2].copy_from_slice(&blk[..2]);
+        rec[at + f.scale * r..][..f.scale].copy_from_slice(&blk[..f.scale]);
     }
-    at += 32;
+    at += GROUP * f.scale;
     if let Some(m) = f.m {
         for (r, blk) in blocks.iter().enumerate() {
             rec[at + 2 * r..at + 2 * r + 2].copy_from_slice(&blk[m..m + 2]);

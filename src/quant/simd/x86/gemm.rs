@@ -261,7 +261,12 @@ const fn record_levels_bytes(kind: u8) -> usize {
 
 /// Bytes of a repacked record: 16 blocks.
 pub(crate) const fn record_bytes(kind: u8) -> usize {
-    record_levels_bytes(kind) + if has_min(kind) { 64 } else { 32 }
+    record_levels_bytes(kind)
+        + match kind {
+            MXFP4 => 16,
+            _ if has_min(kind) => 64,
+            _ => 32,
+        }
 }
 
 /// Whether `crate::quant::repack` writes records of `ty` as long as [`record_bytes`] of `kind`.
@@ -275,6 +280,7 @@ const _: () = {
     assert!(same_record(GgmlType::Q4_0, Q4_0) && same_record(GgmlType::Q4_1, Q4_1));
     assert!(same_record(GgmlType::Q5_0, Q5_0) && same_record(GgmlType::Q5_1, Q5_1));
     assert!(same_record(GgmlType::Q8_0, Q8_0));
+    assert!(same_record(GgmlType::IQ4_NL, IQ4_NL) && same_record(GgmlType::MXFP4, MXFP4));
 };
 
 /// The eight level vectors of the repacked record at `rec`, as [`unpack_panel`] lays out a
@@ -295,6 +301,17 @@ unsafe fn record_levels<const KIND: u8>(rec: *const u8) -> [__m512i; 8] {
             _mm512_and_si512(_mm512_srli_epi16(v[g - 4], 4), low)
         }
     });
+    if KIND == IQ4_NL || KIND == MXFP4 {
+        // The nibbles index the table of levels (128 up), as `levels` reads a block.
+        let table = match KIND {
+            IQ4_NL => &IQ4_NL_128,
+            _ => &MXFP4_128,
+        };
+        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
+        for l in l.iter_mut() {
+            *l = _mm512_shuffle_epi8(table, *l);
+        }
+    }
     if KIND == Q5_0 || KIND == Q5_1 {
         let five = _mm512_set1_epi8(0x10);
         for (g, l) in l.iter_mut().enumerate() {
@@ -310,7 +327,16 @@ unsafe fn record_levels<const KIND: u8>(rec: *const u8) -> [__m512i; 8] {
 #[target_feature(enable = "avx512f")]
 unsafe fn record_scales<const KIND: u8>(rec: *const u8) -> (__m512, __m512) {
     let at = record_levels_bytes(KIND);
-    let dxv = _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(at).cast()));
+    let dxv = if KIND == MXFP4 {
+        // `e8m0_to_f32_half` on 16 lanes: `(e - 1) << 23`, the two smallest as subnormals.
+        let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(rec.add(at).cast()));
+        let normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        let subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+        let small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+        _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal))
+    } else {
+        _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(at).cast()))
+    };
     let mxv = if has_min(KIND) {
         _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(at + 32).cast()))
     } else {
