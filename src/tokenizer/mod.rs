@@ -160,6 +160,8 @@ pub struct Tokenizer {
     eot: Option<u32>,
     pad: Option<u32>,
     add_bos: bool,
+    /// The tokens that end a generation ([`eog_tokens`]), as llama.cpp's `special_eog_ids`.
+    eog: std::collections::HashSet<u32>,
 }
 
 fn string_array<'a>(m: &'a Metadata, key: &'static str) -> Result<&'a [String], TokenizerError> {
@@ -284,11 +286,23 @@ impl Tokenizer {
         // llama.cpp adds BOS for `gemma4` whatever the file says (its workaround for Gemma 4).
         let add_bos = add_bos || model == "gemma4";
 
+        let eos = token_id("tokenizer.ggml.eos_token_id")?;
+        let eot = token_id("tokenizer.ggml.eot_token_id")?;
+        let eom = token_id("tokenizer.ggml.eom_token_id")?;
+        let mut fim = Vec::with_capacity(FIM_EOG.len());
+        for (key, candidates) in FIM_EOG {
+            fim.push(match token_id(key)? {
+                Some(id) => Some(id),
+                None => candidates.iter().find_map(|t| text_to_id.get(*t).copied()),
+            });
+        }
+        let eog = eog_tokens(&texts, &text_to_id, fim, [eos, eot, eom]);
         Ok(Tokenizer {
             bos: token_id("tokenizer.ggml.bos_token_id")?,
-            eos: token_id("tokenizer.ggml.eos_token_id")?,
-            eot: token_id("tokenizer.ggml.eot_token_id")?,
+            eos,
+            eot,
             pad: token_id("tokenizer.ggml.padding_token_id")?,
+            eog,
             texts,
             types,
             pieces,
@@ -408,17 +422,18 @@ impl Tokenizer {
         self.text_to_id.get(text).copied()
     }
 
-    /// Whether generation stops at this token: EOS, EOT, and the control tokens llama.cpp
-    /// also treats as end of generation (`<|endoftext|>`, `<|im_end|>`, `<|eot_id|>`, ...).
+    /// Whether generation stops at this token: llama.cpp's end-of-generation set
+    /// ([`eog_tokens`]): EOS, EOT, EOM and the turn-ending control tokens (`<|im_end|>`,
+    /// `<|eot_id|>`, harmony's `<|return|>` and `<|call|>`, ...).
     pub fn is_eog(&self, id: u32) -> bool {
-        if Some(id) == self.eos || Some(id) == self.eot {
-            return true;
-        }
-        self.types.get(id as usize) == Some(&TokenType::Control)
-            && matches!(
-                self.texts[id as usize].as_str(),
-                "<|endoftext|>" | "<|im_end|>" | "<|eot_id|>" | "<|end_of_text|>" | "<end_of_turn>" | "<|end|>"
-            )
+        self.eog.contains(&id)
+    }
+
+    /// Every end-of-generation token, in id order.
+    pub fn eog(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.eog.iter().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Tokenize `text`. With `add_special`, a BOS token is prepended when the model asks for
@@ -620,6 +635,81 @@ impl Tokenizer {
     }
 }
 
+/// Token texts that end a generation, whatever the token's type: llama.cpp's list
+/// (`llama_vocab::impl::load`, llama.cpp 0c1e570), in its order.
+const EOG_TEXTS: [&str; 22] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>", // o200k_harmony (gpt-oss)
+    "<|call|>",   // o200k_harmony
+    "<|flush|>",  // solar-open
+    "<|calls|>",  // solar-open
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>", // paddleocr
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+
+/// The fill-in-the-middle pad, repository and file-separator tokens, which llama.cpp also ends
+/// a generation at: the metadata's ids where given, else the first of these texts the
+/// vocabulary has (llama.cpp's lists).
+const FIM_EOG: [(&str, &[&str]); 3] = [
+    (
+        "tokenizer.ggml.fim_pad_token_id",
+        &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
+    ),
+    (
+        "tokenizer.ggml.fim_rep_token_id",
+        &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"],
+    ),
+    ("tokenizer.ggml.fim_sep_token_id", &["<|file_sep|>"]),
+];
+
+/// The end-of-generation set, built as llama.cpp builds `special_eog_ids`: the FIM pad,
+/// repository and separator tokens (`fim`), every token whose text is in [`EOG_TEXTS`], and EOS,
+/// EOT and EOM (`special`). Then two of llama.cpp's rules by text. Harmony (gpt-oss's
+/// o200k_harmony) ends its turns with `<|return|>` or `<|call|>`, solar-open with `<|flush|>` or
+/// `<|calls|>`, and both close each message of a turn (the reasoning before the answer) with
+/// `<|end|>`: a set holding a call token (`<|call|>` or `<|calls|>`) and `<|return|>` or
+/// `<|flush|>` drops `<|end|>`, even where it is EOS or EOT, so that the model goes on from its
+/// reasoning to its answer. Gemma 4 and PLaMo write `</s>` as text, so a set with `<|tool_response>`
+/// or `<|plamo:eos|>` drops `</s>`.
+///
+/// llama.cpp also retypes the tokens it finds by text as control tokens; minfer keeps the
+/// vocabulary's types, which decides only how they tokenize and print, never whether they end
+/// a generation.
+fn eog_tokens(
+    texts: &[String],
+    text_to_id: &HashMap<String, u32>,
+    fim: impl IntoIterator<Item = Option<u32>>,
+    special: [Option<u32>; 3],
+) -> std::collections::HashSet<u32> {
+    let mut eog: std::collections::HashSet<u32> = fim.into_iter().flatten().collect();
+    eog.extend(EOG_TEXTS.iter().filter_map(|text| text_to_id.get(*text).copied()));
+    eog.extend(special.into_iter().flatten());
+    let holds = |eog: &std::collections::HashSet<u32>, text: &str| eog.iter().any(|&id| texts[id as usize] == text);
+    let call = holds(&eog, "<|call|>") || holds(&eog, "<|calls|>");
+    if call && (holds(&eog, "<|return|>") || holds(&eog, "<|flush|>")) {
+        eog.retain(|&id| texts[id as usize] != "<|end|>");
+    }
+    if holds(&eog, "<|tool_response>") || holds(&eog, "<|plamo:eos|>") {
+        eog.retain(|&id| texts[id as usize] != "</s>");
+    }
+    eog
+}
+
 /// The merge table of `tokenizer.ggml.merges` (`left right` by rank) over the vocabulary's ids.
 fn merges_of(m: &Metadata, text_to_id: &HashMap<String, u32>) -> Result<bpe::Merges, TokenizerError> {
     let mut merges = bpe::Merges::default();
@@ -704,4 +794,109 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::Value;
+
+    /// A byte-level BPE vocabulary of `specials` (text, type) after two normal tokens, with EOS
+    /// and EOT where given.
+    fn vocabulary(specials: &[(&str, TokenType)], eos: Option<&str>, eot: Option<&str>) -> Tokenizer {
+        let mut texts = vec!["a".to_string(), "b".to_string()];
+        let mut types = vec![TokenType::Normal as i32; 2];
+        for (text, ty) in specials {
+            texts.push(text.to_string());
+            types.push(*ty as i32);
+        }
+        let id = |text: &str| Value::U32(texts.iter().position(|t| t == text).unwrap() as u32);
+        let mut m = Metadata::new();
+        m.set("tokenizer.ggml.model", Value::String("gpt2".into()));
+        m.set("tokenizer.ggml.pre", Value::String("qwen2".into()));
+        m.set("tokenizer.ggml.merges", Value::Array(Array::String(Vec::new())));
+        m.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+        if let Some(eos) = eos {
+            m.set("tokenizer.ggml.eos_token_id", id(eos));
+        }
+        if let Some(eot) = eot {
+            m.set("tokenizer.ggml.eot_token_id", id(eot));
+        }
+        m.set("tokenizer.ggml.tokens", Value::Array(Array::String(texts)));
+        Tokenizer::from_metadata(&m).unwrap()
+    }
+
+    fn eog_texts(t: &Tokenizer) -> Vec<&str> {
+        t.eog().into_iter().map(|id| t.token_text(id).unwrap()).collect()
+    }
+
+    use TokenType::{Control, Normal, UserDefined};
+
+    /// gpt-oss's special tokens, as its GGUF files type them.
+    const HARMONY: [(&str, TokenType); 8] = [
+        ("<|endoftext|>", Control),
+        ("<|start|>", Control),
+        ("<|channel|>", Control),
+        ("<|message|>", Control),
+        ("<|end|>", Control),
+        ("<|return|>", Control),
+        ("<|call|>", Control),
+        ("<|constrain|>", Control),
+    ];
+
+    #[test]
+    fn a_harmony_vocabulary_ends_at_return_and_call_but_not_at_end() {
+        let t = vocabulary(&HARMONY, Some("<|return|>"), None);
+        assert_eq!(eog_texts(&t), ["<|endoftext|>", "<|return|>", "<|call|>"]);
+        // Even as EOT (llama.cpp finds `<|end|>` as EOT by its text), it ends no generation.
+        let t = vocabulary(&HARMONY, Some("<|return|>"), Some("<|end|>"));
+        assert!(!t.is_eog(t.token_id("<|end|>").unwrap()));
+        // Without `<|call|>`, `<|end|>` is the turn end it is for Phi-3.
+        let phi3 = vocabulary(
+            &[("<|endoftext|>", Control), ("<|end|>", Control)],
+            Some("<|endoftext|>"),
+            None,
+        );
+        assert_eq!(eog_texts(&phi3), ["<|endoftext|>", "<|end|>"]);
+        let solar = [("<|end|>", Control), ("<|flush|>", Control), ("<|calls|>", Control)];
+        assert_eq!(eog_texts(&vocabulary(&solar, None, None)), ["<|flush|>", "<|calls|>"]);
+    }
+
+    #[test]
+    fn end_of_generation_texts_count_whatever_their_type_as_in_llama_cpp() {
+        // Qwen's vocabularies hold `</s>` as a normal token, which llama.cpp ends at; its FIM
+        // pad, repository and separator tokens end a generation too.
+        let qwen = [
+            ("</s>", Normal),
+            ("<|endoftext|>", Control),
+            ("<|im_start|>", Control),
+            ("<|im_end|>", Control),
+            ("<|fim_pad|>", Control),
+            ("<|repo_name|>", Control),
+            ("<|file_sep|>", Control),
+            ("<tool_call>", UserDefined),
+        ];
+        let t = vocabulary(&qwen, Some("<|endoftext|>"), None);
+        assert_eq!(
+            eog_texts(&t),
+            [
+                "</s>",
+                "<|endoftext|>",
+                "<|im_end|>",
+                "<|fim_pad|>",
+                "<|repo_name|>",
+                "<|file_sep|>"
+            ]
+        );
+        // Gemma 4 writes `</s>` as text: with `<|tool_response>` in the set, it is no end.
+        let gemma4 = [
+            ("</s>", UserDefined),
+            ("<turn|>", Control),
+            ("<|tool_response>", UserDefined),
+        ];
+        assert_eq!(
+            eog_texts(&vocabulary(&gemma4, None, None)),
+            ["<turn|>", "<|tool_response>"]
+        );
+    }
 }
