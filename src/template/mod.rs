@@ -10,7 +10,8 @@
 //! for a broken one (architecture document, "render chat template").
 //!
 //! `harmony` reads OpenAI's harmony format (gpt-oss) back out of a generated reply: its
-//! channels split into reasoning, content and tool calls, whole or streamed.
+//! channels split into reasoning, content and tool calls, whole or streamed. Whether a model
+//! speaks harmony is decided here, once, from its template ([`ChatTemplate::is_harmony`]).
 //!
 //! It must not tokenize, parse API requests, or know models and generation: callers pass
 //! OpenAI-shaped JSON messages and get the prompt text back. Messages reach the template as
@@ -81,7 +82,14 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     builtin_chatml: bool,
+    harmony: bool,
 }
+
+/// What a template that writes OpenAI's harmony format prints: messages as
+/// `<|start|>ROLE<|channel|>CHANNEL<|message|>…`, and a reply asked for after
+/// `<|start|>assistant`. llama.cpp picks its gpt-oss handling from `<|channel|>` in the template
+/// alone; the other two keep a template that merely mentions the token from counting.
+const HARMONY_MARKERS: [&str; 3] = ["<|channel|>", "<|message|>", "<|start|>assistant"];
 
 impl ChatTemplate {
     /// The file's template, or ChatML when the file has no `tokenizer.chat_template` key.
@@ -128,12 +136,14 @@ impl ChatTemplate {
         let mut env = environment::environment();
         env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(|err| describe(&err))?;
+        let harmony = HARMONY_MARKERS.iter().all(|m| source.contains(m));
         Ok(Self {
             env,
             source,
             bos_token,
             eos_token,
             builtin_chatml,
+            harmony,
         })
     }
 
@@ -145,6 +155,16 @@ impl ChatTemplate {
     /// Whether this is the built-in ChatML template (the file had none).
     pub fn is_builtin_chatml(&self) -> bool {
         self.builtin_chatml
+    }
+
+    /// Whether the model speaks OpenAI's harmony format (gpt-oss): its template writes
+    /// harmony's channels and messages ([`HARMONY_MARKERS`]). This is the one place that
+    /// decides it, from the template and never from the model's name, so a fine-tune keeps it
+    /// and a `--chat-template-file` in harmony gives it to any model. A harmony model's replies
+    /// are printed with its control tokens and read back with [`harmony`]; its template reads
+    /// `reasoning_effort` and an assistant turn's `thinking`.
+    pub fn is_harmony(&self) -> bool {
+        self.harmony
     }
 
     /// The text the template's `bos_token` variable holds.
@@ -383,6 +403,18 @@ mod tests {
     fn a_template_that_renders_nothing_is_refused() {
         let err = ChatTemplate::new("{# nothing #}", "", "").unwrap_err();
         assert!(matches!(err, TemplateError::Probe { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_template_that_writes_harmony_channels_speaks_harmony_and_chatml_does_not() {
+        let harmony = "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}\
+                       {% if add_generation_prompt %}<|start|>assistant{% endif %}\
+                       {# final answers: <|channel|>final #}";
+        assert!(ChatTemplate::new(harmony, "", "").unwrap().is_harmony());
+        assert!(!ChatTemplate::chatml().is_harmony());
+        // Naming the channel token is not enough: the template must also write the messages.
+        let mentions = "{% for m in messages %}{{ m.content | replace('<|channel|>', '') }}{% endfor %}";
+        assert!(!ChatTemplate::new(mentions, "", "").unwrap().is_harmony());
     }
 
     #[test]
