@@ -137,6 +137,55 @@ fn llama_mistral_phi_granite_smollm_and_gemma_templates_render_like_transformers
     );
 }
 
+/// Today's date as the templates' `strftime_now("%Y-%m-%d")` prints it, read twice around `f`
+/// so that a render that straddles midnight is run again.
+fn on_one_date<T>(mut f: impl FnMut() -> T) -> (String, T) {
+    let clock = ChatTemplate::new("{{ strftime_now('%Y-%m-%d') }}", "", "").unwrap();
+    let today = || clock.render(&[user("x")], None, false, &no_extra()).unwrap();
+    loop {
+        let before = today();
+        let value = f();
+        if today() == before {
+            return (before, value);
+        }
+    }
+}
+
+#[test]
+fn the_gpt_oss_template_renders_reasoning_tool_calls_and_reasoning_effort_like_transformers() {
+    let cases = jsonl("chat_templates_gpt_oss.jsonl");
+    assert_eq!(cases.len(), 8);
+    let source = read(chat_fixtures().join("templates/openai-gpt-oss-120b.jinja"));
+    let template = ChatTemplate::new(&source, "", "").unwrap();
+    assert!(template.is_harmony());
+    for case in &cases {
+        let name = case["name"].as_str().unwrap();
+        let (today, result) = on_one_date(|| render_case(&template, case));
+        match (case["rendered"].as_str(), result) {
+            // transformers rendered on a frozen clock; the template prints the date once.
+            (Some(expected), Ok(rendered)) => {
+                let frozen = format!("Current date: {}\n", case["date"].as_str().unwrap());
+                assert_eq!(expected.matches(&frozen).count(), 1, "{name}");
+                let expected = expected.replace(&frozen, &format!("Current date: {today}\n"));
+                assert_eq!(rendered, expected, "case {name}");
+            }
+            (None, Err(err)) => {
+                let raised = case["error"].as_str().unwrap();
+                assert!(err.to_string().contains(raised), "{name}: {err}");
+            }
+            (expected, result) => panic!("{name}: transformers {expected:?}, minfer {result:?}"),
+        }
+    }
+    // Each reasoning level the server accepts reaches the template's system message.
+    let low = cases.iter().find(|c| c["name"] == "tool_round_trip_low").unwrap();
+    for effort in ["low", "medium", "high"] {
+        let mut case = low.clone();
+        case["extra"]["reasoning_effort"] = json!(effort);
+        let rendered = render_case(&template, &case).unwrap();
+        assert!(rendered.contains(&format!("\n\nReasoning: {effort}\n\n")), "{effort}");
+    }
+}
+
 /// llama.cpp's whole collection of real templates (`scripts/fetch-llama-vocab.sh` fetches it):
 /// every one compiles or is refused with an error, and renders each reference conversation or
 /// refuses it with an error — never a panic.
@@ -420,7 +469,7 @@ fn the_largest_conversation_a_request_can_carry_renders_within_the_fuel_budget()
         let path = entry.unwrap().path();
         sources.push((path.file_name().unwrap().to_string_lossy().to_string(), read(path)));
     }
-    assert_eq!(sources.len(), 22);
+    assert_eq!(sources.len(), 23);
     let mut rendered_by = 0;
     for (name, source) in &sources {
         // A template that refuses this conversation for its own reasons (Mistral's nine-character
