@@ -1141,3 +1141,93 @@ fn infill_on_the_real_model_is_the_clis_greedy_fill_in_the_middle() {
     let expected = 3 + plain.tokenizer().encode("x = '<|fim_middle|>'\n", false, false).len();
     assert_eq!(r2["tokens_evaluated"], expected);
 }
+
+/// gpt-oss's tiny model speaks harmony (its template writes it). Its weights are random, so a
+/// grammar of harmony's own tokens makes it write a reply: reasoning and a tool call, then
+/// reasoning and a final answer. The chat endpoint reads them apart, whole and streamed, with
+/// no marker left for the client; `/completion` returns the same text, markers and all; the
+/// generation ends after the call or the answer and not at the `<|end|>` between messages.
+#[test]
+fn a_harmony_model_replies_with_reasoning_content_tool_calls_and_raw_completions() {
+    use serde_json::{json, Value};
+    let server = Server::start(&common::tiny_model("gpt-oss", "F32"), &["--n-slots", "1"], &[]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}}]);
+    let messages = json!([{"role": "user", "content": "Weather in Paris?"}]);
+    let call = r#"root ::= <|channel|> "analysis" <|message|> "Need the weather." <|end|> <|start|> "assistant" <|channel|> "commentary to=functions.get_weather " <|constrain|> "json" <|message|> "{\"location\":\"Paris\"}""#;
+    let answer = r#"root ::= <|channel|> "analysis" <|message|> "Easy." <|end|> <|start|> "assistant" <|channel|> "final" <|message|> "It is 20 C.""#;
+    let request = |grammar: &str, stream: bool| {
+        json!({"messages": messages, "tools": tools, "grammar": grammar, "max_tokens": 200,
+               "temperature": 0, "stream": stream, "reasoning_effort": "high"})
+    };
+
+    let (status, r) = server.json("/v1/chat/completions", request(call, false));
+    assert_eq!(status, 200, "{r}");
+    let choice = &r["choices"][0];
+    assert_eq!(choice["message"]["reasoning_content"], "Need the weather.");
+    assert_eq!(choice["message"]["content"], Value::Null);
+    assert_eq!(
+        choice["message"]["tool_calls"][0]["function"],
+        json!({"name": "get_weather", "arguments": "{\"location\":\"Paris\"}"})
+    );
+    assert_eq!(choice["finish_reason"], "tool_calls");
+
+    let (status, r) = server.json("/v1/chat/completions", request(answer, false));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["choices"][0]["message"]["reasoning_content"], "Easy.");
+    assert_eq!(r["choices"][0]["message"]["content"], "It is 20 C.");
+    assert_eq!(r["choices"][0]["finish_reason"], "stop");
+
+    // Streamed: the same fields as deltas, and no marker in any frame.
+    for (grammar, reasoning, content, calls) in
+        [(call, "Need the weather.", "", 1), (answer, "Easy.", "It is 20 C.", 0)]
+    {
+        let (status, body) = server.post("/v1/chat/completions", &request(grammar, true).to_string());
+        assert_eq!(status, 200, "{body}");
+        for marker in ["<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"] {
+            assert!(!body.contains(marker), "{marker} in {body}");
+        }
+        let frames = sse_frames(&body);
+        let delta = |field: &str| -> String {
+            frames
+                .iter()
+                .filter_map(|f| f["choices"][0]["delta"][field].as_str())
+                .collect()
+        };
+        assert_eq!(delta("reasoning_content"), reasoning);
+        assert_eq!(delta("content"), content);
+        let n_calls = frames
+            .iter()
+            .filter_map(|f| f["choices"][0]["delta"]["tool_calls"].as_array())
+            .count();
+        assert_eq!(n_calls, calls);
+    }
+
+    // `/completion` on the prompt the chat endpoint reads returns the text as generated.
+    let (_, prompt) = server.json(
+        "/apply-template",
+        json!({"messages": messages, "tools": tools, "reasoning_effort": "high"}),
+    );
+    let prompt = prompt["prompt"].as_str().unwrap();
+    assert!(
+        prompt.contains("\nReasoning: high\n") && prompt.ends_with("<|start|>assistant"),
+        "{prompt}"
+    );
+    let (status, r) = server.json(
+        "/completion",
+        json!({"prompt": prompt, "grammar": answer, "n_predict": 200, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        r["content"],
+        "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is 20 C."
+    );
+    assert_eq!(r["stop_type"], "eos");
+
+    let (status, r) = server.json(
+        "/v1/chat/completions",
+        json!({"messages": messages, "reasoning_effort": "extreme"}),
+    );
+    assert_eq!(status, 400, "{r}");
+    assert_eq!(r["error"]["param"], "reasoning_effort");
+}

@@ -5,8 +5,9 @@
 //! session holds every slot's KV sequence over the one loaded [`Model`] (its backend set and
 //! thread pool), and tokens come back over channels. The parts: `request` reads OpenAI
 //! bodies, `routes` holds the handlers, `slots` the scheduler, `response` the JSON and SSE
-//! shapes, `tool_calls` the `<tool_call>` parser, `metrics` the Prometheus counters,
-//! `lifecycle` what `/ready` answers, `error` the error shapes. This module wires them together
+//! shapes (a harmony model's reply read apart there), `tool_calls` the `<tool_call>` parser,
+//! `metrics` the Prometheus counters, `lifecycle` what `/ready` answers, `error` the error
+//! shapes. This module wires them together
 //! and owns start-up (bind first, then load the model while `/health` and `/ready` answer),
 //! the connections (accepted here and served by hyper, under a header-read timeout and a bound
 //! on how many are open) and graceful shutdown (not ready, then the listener closed, then

@@ -5,7 +5,8 @@
 //! Fields are read by hand rather than derived, so that a wrong type is reported by its name
 //! instead of by a byte offset. Unknown fields are ignored, as OpenAI's own clients send fields
 //! minfer has no use for (`metadata`, `parallel_tool_calls`); `user` is only echoed, as the
-//! session id a load balancer may hash on. This file must not render
+//! session id a load balancer may hash on. `chat_template_kwargs` and `reasoning_effort` are
+//! the chat template's variables, checked here and rendered by the handler. This file must not render
 //! templates, tokenize or touch the scheduler: it only checks shapes and ranges.
 
 use super::error::ApiError;
@@ -65,6 +66,9 @@ pub struct ChatRequest {
     /// The tool definitions to render, `None` when absent or `tool_choice` is `"none"`.
     pub tools: Option<Vec<Json>>,
     pub tool_choice: ToolChoice,
+    /// Variables for the chat template beside the conversation: llama-server's
+    /// `chat_template_kwargs`, each key a variable, and `reasoning_effort` ([`template_kwargs`]).
+    pub template_kwargs: Map<String, Json>,
 }
 
 /// Whether the reply must call a tool. `"none"` is not here: it removes the tools instead.
@@ -726,7 +730,79 @@ pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
         messages,
         tools,
         tool_choice,
+        template_kwargs: template_kwargs(&f)?,
     })
+}
+
+/// The values `reasoning_effort` may take: what gpt-oss's template prints as its reasoning
+/// level (`Reasoning: high`), and OpenAI's own.
+pub const REASONING_EFFORTS: [&str; 3] = ["low", "medium", "high"];
+
+/// Variables that only the renderer sets: the conversation itself.
+const RENDERER_VARIABLES: [&str; 4] = ["messages", "tools", "documents", "add_generation_prompt"];
+
+/// The chat template's extra variables, as llama-server passes them: every key of
+/// `chat_template_kwargs` (an object) as a variable of that name, then the body's
+/// `reasoning_effort`, which replaces the kwarg of that name. `reasoning_effort` is one of
+/// [`REASONING_EFFORTS`] wherever it is given, and `enable_thinking` a boolean (a string
+/// `"false"` would read as true); a kwarg may not stand for the conversation the renderer
+/// passes. Each refusal names the field and the value.
+fn template_kwargs(f: &Fields) -> Result<Map<String, Json>, ApiError> {
+    const KWARGS: &str = "chat_template_kwargs";
+    let mut kwargs = match f.get(KWARGS) {
+        None => Map::new(),
+        Some(Json::Object(map)) => map.clone(),
+        Some(other) => return Err(f.wrong(KWARGS, "an object of template variables", other)),
+    };
+    kwargs.retain(|_, v| !v.is_null());
+    for (name, value) in &kwargs {
+        let path = format!("{KWARGS}.{name}");
+        if RENDERER_VARIABLES.contains(&name.as_str()) {
+            return Err(ApiError::field(
+                &path,
+                format!("{path} cannot be passed: the server sets '{name}' from the request itself"),
+            ));
+        }
+        match (name.as_str(), value) {
+            ("reasoning_effort", v) => {
+                reasoning_effort(&path, v)?;
+            }
+            ("enable_thinking", Json::Bool(_)) => {}
+            ("enable_thinking", other) => {
+                return Err(ApiError::field(
+                    &path,
+                    format!("{path} must be a boolean, not {}", kind(other)),
+                ))
+            }
+            _ => {}
+        }
+    }
+    if let Some(v) = f.get("reasoning_effort") {
+        kwargs.insert(
+            "reasoning_effort".into(),
+            Json::from(reasoning_effort("reasoning_effort", v)?),
+        );
+    }
+    Ok(kwargs)
+}
+
+/// A `reasoning_effort` value at `path`, checked against [`REASONING_EFFORTS`].
+fn reasoning_effort<'a>(path: &str, value: &'a Json) -> Result<&'a str, ApiError> {
+    match value {
+        Json::String(s) if REASONING_EFFORTS.contains(&s.as_str()) => Ok(s),
+        Json::String(s) => Err(ApiError::field(
+            path,
+            format!("{path} '{s}' is not one of {}", REASONING_EFFORTS.join(", ")),
+        )),
+        other => Err(ApiError::field(
+            path,
+            format!(
+                "{path} must be one of {}, not {}",
+                REASONING_EFFORTS.join(", "),
+                kind(other)
+            ),
+        )),
+    }
 }
 
 /// One message, checked; `developer` (OpenAI's newer name for system) becomes `system`, and
@@ -1385,6 +1461,73 @@ mod tests {
         ]}))
         .unwrap();
         assert_eq!(r.messages[1]["tool_calls"][0]["function"]["arguments"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn chat_template_kwargs_become_template_variables_and_reasoning_effort_replaces_its_kwarg() {
+        let kwargs = |extra: Json| {
+            let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            chat(&body)
+        };
+        assert!(kwargs(json!({})).unwrap().template_kwargs.is_empty());
+        let r = kwargs(json!({"chat_template_kwargs": {"enable_thinking": false, "builtin_tools": ["python"], "reasoning_effort": "low"}}))
+            .unwrap();
+        assert_eq!(
+            Json::Object(r.template_kwargs),
+            json!({"enable_thinking": false, "builtin_tools": ["python"], "reasoning_effort": "low"})
+        );
+        // The body's field wins over the kwarg, as in llama-server.
+        let r =
+            kwargs(json!({"chat_template_kwargs": {"reasoning_effort": "low"}, "reasoning_effort": "high"})).unwrap();
+        assert_eq!(r.template_kwargs["reasoning_effort"], "high");
+        for effort in REASONING_EFFORTS {
+            assert_eq!(
+                kwargs(json!({"reasoning_effort": effort})).unwrap().template_kwargs["reasoning_effort"],
+                effort
+            );
+        }
+        // A null field is an absent one.
+        assert!(kwargs(json!({"reasoning_effort": null, "chat_template_kwargs": null}))
+            .unwrap()
+            .template_kwargs
+            .is_empty());
+    }
+
+    #[test]
+    fn a_reasoning_effort_or_kwarg_the_template_cannot_take_is_refused_naming_the_field_and_value() {
+        let refused = |extra: Json| {
+            let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            let err = chat(&body).unwrap_err();
+            (err.param.unwrap_or_default(), err.message)
+        };
+        let (param, message) = refused(json!({"reasoning_effort": "extreme"}));
+        assert_eq!(param, "reasoning_effort");
+        assert!(
+            message.contains("'extreme'") && message.contains("low, medium, high"),
+            "{message}"
+        );
+        let (param, message) = refused(json!({"chat_template_kwargs": {"reasoning_effort": "max"}}));
+        assert_eq!(param, "chat_template_kwargs.reasoning_effort");
+        assert!(message.contains("'max'"), "{message}");
+        assert_eq!(refused(json!({"reasoning_effort": 3})).0, "reasoning_effort");
+        assert_eq!(
+            refused(json!({"chat_template_kwargs": "high"})).0,
+            "chat_template_kwargs"
+        );
+        assert_eq!(
+            refused(json!({"chat_template_kwargs": {"enable_thinking": "false"}})).0,
+            "chat_template_kwargs.enable_thinking"
+        );
+        assert_eq!(
+            refused(json!({"chat_template_kwargs": {"messages": []}})).0,
+            "chat_template_kwargs.messages"
+        );
     }
 
     #[test]

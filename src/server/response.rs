@@ -4,6 +4,13 @@
 //! llama-server's own `/completion` and `/infill` answers (`content`, `stop`, the token counts;
 //! streamed as `{"content", "stop": false}` frames and a final object, without `[DONE]`).
 //!
+//! A harmony model's chat reply (gpt-oss: [`Reply::harmony`]) is read back with
+//! [`crate::template::harmony`]: the `analysis` channel becomes `reasoning_content` (llama-server's
+//! field), the `final` channel and preambles `content`, and messages to `functions.NAME`
+//! `tool_calls`, whole or as deltas; text that is not harmony is content, so no reply is lost
+//! and none fails. The completions endpoints return such a reply's text as generated, markers
+//! and all, as llama-server does.
+//!
 //! This file builds JSON and SSE text only; it never touches sockets, slots or requests, and it
 //! holds the one place where finish reasons, usage and log-probabilities get their OpenAI form.
 
@@ -11,6 +18,7 @@ use super::error::ApiError;
 use super::slots::{Event, TokenLogprob};
 use super::tool_calls::{self, Piece, ToolCallStream};
 use crate::engine::StopReason;
+use crate::template::harmony::{self, Delta, HarmonyStream};
 use crate::tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
 use std::collections::BTreeMap;
@@ -36,6 +44,9 @@ pub struct Reply {
     /// Choices per prompt (`n`), so that usage counts each prompt once.
     pub n: usize,
     pub tokenizer: Arc<Tokenizer>,
+    /// The model speaks harmony ([`crate::template::ChatTemplate::is_harmony`]): its tokens are
+    /// printed with their control tokens, and a chat reply is read as harmony.
+    pub harmony: bool,
 }
 
 #[derive(Default)]
@@ -46,6 +57,7 @@ struct Choice {
     /// Streaming only: the role delta went out, and the tool-call parser's state.
     role_sent: bool,
     tool_stream: ToolCallStream,
+    harmony_stream: HarmonyStream,
     n_calls: usize,
     /// The run's token counts, once it is done.
     n_prompt: usize,
@@ -97,6 +109,52 @@ fn tool_call_id() -> String {
     )
 }
 
+/// One part of a chat reply, as a stream sends it.
+enum Part {
+    Content(String),
+    Reasoning(String),
+    Call(tool_calls::ToolCall),
+}
+
+impl From<Piece> for Part {
+    fn from(piece: Piece) -> Self {
+        match piece {
+            Piece::Content(text) => Part::Content(text),
+            Piece::Call(call) => Part::Call(call),
+        }
+    }
+}
+
+impl From<Delta> for Part {
+    fn from(delta: Delta) -> Self {
+        match delta {
+            Delta::Content(text) => Part::Content(text),
+            Delta::Reasoning(text) => Part::Reasoning(text),
+            Delta::Call(call) => Part::Call(tool_calls::ToolCall {
+                name: call.name,
+                arguments: call.arguments,
+            }),
+        }
+    }
+}
+
+/// A whole harmony reply as a chat `message`'s fields: content (null beside calls when there is
+/// none, as OpenAI sends it), `reasoning_content` when there is reasoning, and the calls.
+fn harmony_message(text: &str) -> (Option<String>, Option<String>, Vec<tool_calls::ToolCall>) {
+    let reply = harmony::parse(text);
+    let calls: Vec<tool_calls::ToolCall> = reply
+        .tool_calls
+        .into_iter()
+        .map(|c| tool_calls::ToolCall {
+            name: c.name,
+            arguments: c.arguments,
+        })
+        .collect();
+    let content = (!reply.content.is_empty() || calls.is_empty()).then_some(reply.content);
+    let reasoning = (!reply.reasoning.is_empty()).then_some(reply.reasoning);
+    (content, reasoning, calls)
+}
+
 fn tool_call_json(call: &tool_calls::ToolCall) -> Json {
     json!({
         "id": tool_call_id(),
@@ -106,8 +164,9 @@ fn tool_call_json(call: &tool_calls::ToolCall) -> Json {
 }
 
 impl Reply {
+    /// A token's text as the reply printed it (a harmony model's with its control tokens).
     fn piece(&self, token: u32) -> (String, Vec<u8>) {
-        let bytes = self.tokenizer.token_to_piece(token, false).to_vec();
+        let bytes = self.tokenizer.token_to_piece(token, self.harmony).to_vec();
         (String::from_utf8_lossy(&bytes).into_owned(), bytes)
     }
 
@@ -254,12 +313,18 @@ impl Collector {
             .iter()
             .map(|(&index, c)| match reply.endpoint {
                 Endpoint::Chat => {
-                    let (content, calls) = if !reply.tools.is_empty() {
-                        tool_calls::parse(&c.text, &reply.tools)
+                    let (content, reasoning, calls) = if reply.harmony {
+                        harmony_message(&c.text)
+                    } else if !reply.tools.is_empty() {
+                        let (content, calls) = tool_calls::parse(&c.text, &reply.tools);
+                        (content, None, calls)
                     } else {
-                        (Some(c.text.clone()), Vec::new())
+                        (Some(c.text.clone()), None, Vec::new())
                     };
                     let mut message = json!({"role": "assistant", "content": content, "refusal": null});
+                    if let Some(reasoning) = reasoning {
+                        message["reasoning_content"] = json!(reasoning);
+                    }
                     if !calls.is_empty() {
                         message["tool_calls"] = Json::Array(calls.iter().map(tool_call_json).collect());
                     }
@@ -348,6 +413,12 @@ impl Streamer {
         frame(&body)
     }
 
+    /// Whether the text is read as harmony: a harmony model's chat reply (completions return it
+    /// as generated).
+    fn reads_harmony(&self) -> bool {
+        self.reply.harmony && self.reply.endpoint == Endpoint::Chat
+    }
+
     /// The role delta that opens a chat choice, once.
     fn open(&mut self, index: usize, out: &mut String) {
         let chat = self.reply.endpoint == Endpoint::Chat;
@@ -374,14 +445,18 @@ impl Streamer {
         }
     }
 
-    fn pieces(&mut self, index: usize, pieces: Vec<Piece>, out: &mut String) {
-        for piece in pieces {
-            match piece {
-                Piece::Content(text) => {
+    fn parts(&mut self, index: usize, parts: impl IntoIterator<Item = Part>, out: &mut String) {
+        for part in parts {
+            match part {
+                Part::Content(text) => {
                     let lps = self.pending_logprobs(index, text.len());
                     out.push_str(&self.chunk(index, json!({"content": text}), lps, None));
                 }
-                Piece::Call(call) => {
+                Part::Reasoning(text) => {
+                    let lps = self.pending_logprobs(index, text.len());
+                    out.push_str(&self.chunk(index, json!({"reasoning_content": text}), lps, None));
+                }
+                Part::Call(call) => {
                     let choice = self.choice(index);
                     let k = choice.n_calls;
                     choice.n_calls += 1;
@@ -401,12 +476,16 @@ impl Streamer {
             Event::Logprob { index, logprob } => self.choice(index).logprobs.push(logprob),
             Event::Text { index, text } => {
                 self.open(index, &mut out);
-                let pieces = if !self.reply.tools.is_empty() {
-                    self.choice(index).tool_stream.push(&text)
+                let parts: Vec<Part> = if self.reads_harmony() {
+                    let deltas = self.choice(index).harmony_stream.push(&text);
+                    deltas.into_iter().map(|(_, d)| d.into()).collect()
+                } else if !self.reply.tools.is_empty() {
+                    let pieces = self.choice(index).tool_stream.push(&text);
+                    pieces.into_iter().map(Part::from).collect()
                 } else {
-                    vec![Piece::Content(text)]
+                    vec![Part::Content(text)]
                 };
-                self.pieces(index, pieces, &mut out);
+                self.parts(index, parts, &mut out);
             }
             Event::Done {
                 index,
@@ -416,9 +495,12 @@ impl Streamer {
                 n_generated,
             } => {
                 self.open(index, &mut out);
-                if !self.reply.tools.is_empty() {
+                if self.reads_harmony() {
+                    let deltas = self.choice(index).harmony_stream.finish();
+                    self.parts(index, deltas.into_iter().map(|(_, d)| d.into()), &mut out);
+                } else if !self.reply.tools.is_empty() {
                     let pieces = self.choice(index).tool_stream.finish();
-                    self.pieces(index, pieces, &mut out);
+                    self.parts(index, pieces.into_iter().map(Part::from), &mut out);
                 }
                 self.usage.add(index, self.reply.n, n_prompt, n_cached, n_generated);
                 let lps = self.pending_logprobs(index, 0);
@@ -493,6 +575,15 @@ mod tests {
             include_usage: true,
             n: 1,
             tokenizer: Arc::new(Tokenizer::from_metadata(file.metadata()).unwrap()),
+            harmony: false,
+        }
+    }
+
+    /// A reply of a model that speaks harmony.
+    fn harmony_reply(endpoint: Endpoint, tools: &[&str]) -> Reply {
+        Reply {
+            harmony: true,
+            ..reply(endpoint, tools)
         }
     }
 
@@ -587,5 +678,191 @@ mod tests {
             refused.push(Event::Refused("x".into())).unwrap_err().status.as_u16(),
             400
         );
+    }
+
+    /// gpt-oss's reply to a weather question with a tool offered, as the server's text holds it
+    /// (the closing `<|call|>` ends the generation and is no part of the text): reasoning, a
+    /// preamble to the user, and the call.
+    const HARMONY_CALL: &str = "<|channel|>analysis<|message|>The user wants the weather in Paris. \
+        I should call get_weather.<|end|><|start|>assistant<|channel|>commentary<|message|>Let me check.\
+        <|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json\
+        <|message|>{\"location\":\"Paris\"}";
+
+    /// The next turn's reply, once the tool answered: reasoning, then the final answer (its
+    /// `<|return|>` ends the generation).
+    const HARMONY_ANSWER: &str = "<|channel|>analysis<|message|>The tool says 20 degrees.<|end|>\
+        <|start|>assistant<|channel|>final<|message|>It is 20 °C in Paris.";
+
+    fn collect(reply: Reply, text: &str, reason: StopReason) -> Json {
+        let mut c = Collector::new(reply);
+        c.push(Event::Text {
+            index: 0,
+            text: text.into(),
+        })
+        .unwrap();
+        c.push(done(reason, 30)).unwrap();
+        c.finish(1).unwrap()
+    }
+
+    /// The stream's frames for `text` sent in pieces of `size` characters, and the message its
+    /// deltas add up to (`content`, `reasoning_content`, the calls' names and arguments).
+    fn stream(reply: Reply, text: &str, size: usize, reason: StopReason) -> (Vec<Json>, Json) {
+        let mut s = Streamer::new(reply);
+        let mut out = String::new();
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(size) {
+            out += &s.push(Event::Text {
+                index: 0,
+                text: piece.iter().collect(),
+            });
+        }
+        out += &s.push(done(reason, 30));
+        out += &s.finish();
+        let f = frames(&out);
+        let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
+        for frame in &f {
+            let delta = &frame["choices"][0]["delta"];
+            content += delta["content"].as_str().unwrap_or("");
+            reasoning += delta["reasoning_content"].as_str().unwrap_or("");
+            for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                calls.push(call["function"].clone());
+            }
+        }
+        let finish = f
+            .iter()
+            .rev()
+            .find_map(|f| f["choices"][0]["finish_reason"].as_str())
+            .unwrap_or("");
+        (
+            f.clone(),
+            json!({"content": content, "reasoning_content": reasoning, "calls": calls, "finish": finish}),
+        )
+    }
+
+    #[test]
+    fn a_harmony_reply_with_reasoning_and_a_tool_call_fills_reasoning_content_content_and_tool_calls() {
+        let body = collect(
+            harmony_reply(Endpoint::Chat, &["get_weather"]),
+            HARMONY_CALL,
+            StopReason::EndOfGeneration,
+        );
+        let choice = &body["choices"][0];
+        let message = &choice["message"];
+        assert_eq!(
+            message["reasoning_content"],
+            "The user wants the weather in Paris. I should call get_weather."
+        );
+        assert_eq!(message["content"], "Let me check.");
+        assert_eq!(message["tool_calls"].as_array().unwrap().len(), 1);
+        assert_eq!(message["tool_calls"][0]["type"], "function");
+        assert_eq!(
+            message["tool_calls"][0]["function"],
+            json!({"name": "get_weather", "arguments": "{\"location\":\"Paris\"}"})
+        );
+        assert_eq!(choice["finish_reason"], "tool_calls");
+
+        let body = collect(
+            harmony_reply(Endpoint::Chat, &["get_weather"]),
+            HARMONY_ANSWER,
+            StopReason::EndOfGeneration,
+        );
+        let choice = &body["choices"][0];
+        assert_eq!(
+            choice["message"],
+            json!({"role": "assistant", "content": "It is 20 °C in Paris.", "refusal": null,
+                   "reasoning_content": "The tool says 20 degrees."})
+        );
+        assert_eq!(choice["finish_reason"], "stop");
+    }
+
+    #[test]
+    fn a_streamed_harmony_reply_sends_reasoning_content_and_tool_call_deltas_that_add_up_to_the_whole_reply() {
+        for (text, tools) in [(HARMONY_CALL, &["get_weather"][..]), (HARMONY_ANSWER, &[][..])] {
+            let whole = collect(harmony_reply(Endpoint::Chat, tools), text, StopReason::EndOfGeneration);
+            let message = &whole["choices"][0]["message"];
+            let expected = json!({
+                "content": message["content"].as_str().unwrap_or(""),
+                "reasoning_content": message["reasoning_content"],
+                "calls": message["tool_calls"].as_array().map_or(vec![], |c| c.iter().map(|c| c["function"].clone()).collect()),
+                "finish": whole["choices"][0]["finish_reason"],
+            });
+            for size in [1, 2, 5, 11, 1000] {
+                let (frames, got) = stream(
+                    harmony_reply(Endpoint::Chat, tools),
+                    text,
+                    size,
+                    StopReason::EndOfGeneration,
+                );
+                assert_eq!(got, expected, "pieces of {size}");
+                // The role opens the stream, and no marker reaches the client.
+                assert_eq!(
+                    frames[0]["choices"][0]["delta"],
+                    json!({"role": "assistant", "content": ""})
+                );
+                let sent = serde_json::to_string(&frames).unwrap();
+                assert!(harmony::MARKERS.iter().all(|m| !sent.contains(m)), "{sent}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_reply_that_is_not_well_formed_harmony_comes_back_as_plain_content_never_an_error() {
+        let text = "<|channel|>secret<|message|>Hello<|end|>";
+        let body = collect(harmony_reply(Endpoint::Chat, &[]), text, StopReason::EndOfGeneration);
+        assert_eq!(body["choices"][0]["message"]["content"], "secretHello");
+        assert!(body["choices"][0]["message"].get("reasoning_content").is_none());
+        assert_eq!(body["choices"][0]["finish_reason"], "stop");
+        let (_, streamed) = stream(harmony_reply(Endpoint::Chat, &[]), text, 3, StopReason::EndOfGeneration);
+        assert_eq!(streamed["content"], "secretHello");
+        // No harmony at all (a reply under a JSON schema cannot print control tokens).
+        let json_reply = "{\"answer\": 4}";
+        let body = collect(
+            harmony_reply(Endpoint::Chat, &[]),
+            json_reply,
+            StopReason::EndOfGeneration,
+        );
+        assert_eq!(body["choices"][0]["message"]["content"], json_reply);
+        // Cut short inside the reasoning: what there is, and `length`.
+        let body = collect(
+            harmony_reply(Endpoint::Chat, &[]),
+            "<|channel|>analysis<|message|>Let me",
+            StopReason::MaxTokens,
+        );
+        assert_eq!(body["choices"][0]["message"]["reasoning_content"], "Let me");
+        assert_eq!(body["choices"][0]["message"]["content"], "");
+        assert_eq!(body["choices"][0]["finish_reason"], "length");
+    }
+
+    #[test]
+    fn completions_of_a_harmony_model_return_the_text_as_generated_markers_and_all() {
+        for endpoint in [Endpoint::Completion, Endpoint::Native] {
+            let body = collect(
+                harmony_reply(endpoint, &[]),
+                HARMONY_ANSWER,
+                StopReason::EndOfGeneration,
+            );
+            let text = if endpoint == Endpoint::Native {
+                &body["content"]
+            } else {
+                &body["choices"][0]["text"]
+            };
+            assert_eq!(text, HARMONY_ANSWER);
+            let (frames, _) = stream(
+                harmony_reply(endpoint, &[]),
+                HARMONY_ANSWER,
+                4,
+                StopReason::EndOfGeneration,
+            );
+            let streamed: String = frames
+                .iter()
+                .map(|f| {
+                    f["choices"][0]["text"]
+                        .as_str()
+                        .or_else(|| f["content"].as_str())
+                        .unwrap_or("")
+                })
+                .collect();
+            assert_eq!(streamed, HARMONY_ANSWER);
+        }
     }
 }

@@ -491,17 +491,59 @@ async fn embeddings() -> ApiError {
 }
 
 /// A chat request's messages and tools through the model's template, control-token text in
-/// the messages kept as text; what `/v1/chat/completions` reads and `/apply-template` shows.
+/// the messages kept as text, with the request's template variables (`chat_template_kwargs`,
+/// `reasoning_effort`); what `/v1/chat/completions` reads and `/apply-template` shows. A harmony
+/// template gets the messages as it reads them ([`harmony_messages`]).
 fn render_chat(
     state: &AppState,
     messages: &[Value],
     tools: Option<&[Value]>,
+    kwargs: &serde_json::Map<String, Value>,
 ) -> Result<crate::template::Rendered, ApiError> {
-    state
-        .model
-        .template()
-        .render_guarded(messages, tools, true, &serde_json::Map::new(), &state.control_texts)
+    let template = state.model.template();
+    let adjusted;
+    let messages = if template.is_harmony() {
+        adjusted = harmony_messages(messages);
+        &adjusted
+    } else {
+        messages
+    };
+    template
+        .render_guarded(messages, tools, true, kwargs, &state.control_texts)
         .map_err(|e| ApiError::field("messages", format!("the chat template cannot render the messages: {e}")))
+}
+
+/// The conversation as gpt-oss's template reads it, as llama.cpp's server passes it: an
+/// assistant turn's reasoning (OpenAI-style `reasoning_content`, what this server returns) in
+/// the template's `thinking`, and, beside tool calls, no `content` (the template refuses both
+/// content and thinking on a call, and prints the reasoning before the call only as
+/// `thinking`). A null `content` on an assistant turn is left out too: the template tests it
+/// for harmony's markers, which cannot be done on null, and prints the turn the same without it.
+fn harmony_messages(messages: &[Value]) -> Vec<Value> {
+    messages
+        .iter()
+        .map(|message| {
+            let mut message = message.clone();
+            if let Some(m) = message
+                .as_object_mut()
+                .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+            {
+                if let Some(reasoning) = m.get("reasoning_content").filter(|r| r.is_string()).cloned() {
+                    m.insert("thinking".into(), reasoning);
+                    if m.get("tool_calls")
+                        .and_then(Value::as_array)
+                        .is_some_and(|c| !c.is_empty())
+                    {
+                        m.remove("content");
+                    }
+                }
+                if m.get("content").is_some_and(Value::is_null) {
+                    m.remove("content");
+                }
+            }
+            message
+        })
+        .collect()
 }
 
 /// llama-server's `/apply-template`: the chat request's messages through the model's template,
@@ -511,7 +553,7 @@ async fn apply_template(State(app): State<App>, req: Request) -> Response {
         let req = read_request(&app, req, request::chat).await?;
         let state = Arc::clone(&app);
         blocking(move || {
-            let rendered = render_chat(&state, &req.messages, req.tools.as_deref())?;
+            let rendered = render_chat(&state, &req.messages, req.tools.as_deref(), &req.template_kwargs)?;
             Ok(Json(json!({ "prompt": rendered.text })).into_response())
         })
         .await
@@ -714,8 +756,12 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
             .collect();
         // With tools, the reply follows their grammar: a valid call where one is required,
         // text or a valid call otherwise. A format the request asks for takes the place of the
-        // optional call; with a required one it is a contradiction.
+        // optional call; with a required one it is a contradiction. A harmony model writes its
+        // calls in its own messages, which the `<tool_call>` grammar would forbid (no grammar
+        // text can produce a control token): its calls are read from the reply instead, and
+        // one that must be made cannot be enforced yet.
         let mut common = req.common;
+        let harmony = app.model.template().is_harmony();
         if req.tools.is_some() {
             match (&req.tool_choice, &common.grammar) {
                 (ToolChoice::Auto, Some(_)) => {}
@@ -723,6 +769,14 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
                     return Err(ApiError::field(
                         field.clone(),
                         format!("{field} cannot be combined with a tool_choice that requires a call"),
+                    ))
+                }
+                (ToolChoice::Auto, None) if harmony => {}
+                (_, None) if harmony => {
+                    return Err(ApiError::field(
+                        "tool_choice",
+                        "tool_choice can only be 'auto' or 'none' for a model that speaks harmony (gpt-oss): \
+                         a call it must make cannot be enforced on its channels yet",
                     ))
                 }
                 (choice, None) => {
@@ -733,7 +787,7 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
         }
         let state = Arc::clone(&app);
         let (text, tokens) = blocking(move || {
-            let rendered = render_chat(&state, &req.messages, req.tools.as_deref())?;
+            let rendered = render_chat(&state, &req.messages, req.tools.as_deref(), &req.template_kwargs)?;
             let tokens = state.model.encode_rendered(&rendered);
             Ok((rendered.text, tokens))
         })
@@ -909,6 +963,10 @@ async fn start(
         }
     };
     let n_choices = runs.len();
+    // A harmony model's replies keep their control tokens (`<|channel|>`, `<|message|>`,
+    // `<|end|>`, ...), which llama.cpp prints for it too: the chat reply is read back from them
+    // and the completions endpoints return them, as llama-server does.
+    let harmony = app.model.template().is_harmony();
     let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(Arc::clone(&cancel));
@@ -920,7 +978,7 @@ async fn start(
             ignore_eos: common.ignore_eos,
             sampling: common.sampling,
             grammar,
-            special: false,
+            special: harmony,
             context_shift: None,
         },
         logprobs: common.logprobs,
@@ -946,6 +1004,7 @@ async fn start(
         include_usage: common.include_usage,
         n: common.n,
         tokenizer: app.model.shared_tokenizer(),
+        harmony,
     };
     if !common.stream {
         let mut collector = Collector::new(reply);
@@ -989,4 +1048,54 @@ async fn start(
         .body(Body::from_stream(frames))
         .map(with_session)
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::template::ChatTemplate;
+
+    fn gpt_oss() -> ChatTemplate {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/chat/templates/openai-gpt-oss-120b.jinja");
+        ChatTemplate::new(&std::fs::read_to_string(path).unwrap(), "", "").unwrap()
+    }
+
+    #[test]
+    fn a_harmony_template_reads_an_openai_assistant_turns_reasoning_content_as_its_thinking() {
+        let template = gpt_oss();
+        let call = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]);
+        // What an OpenAI client sends back: this server's `reasoning_content`, null content.
+        let openai = [
+            json!({"role": "user", "content": "Hi"}),
+            json!({"role": "assistant", "content": null, "reasoning_content": "Need f.", "tool_calls": call}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "2"}),
+        ];
+        let thinking = [
+            openai[0].clone(),
+            json!({"role": "assistant", "thinking": "Need f.", "tool_calls": call}),
+            openai[2].clone(),
+        ];
+        let render = |messages: &[Value]| template.render(messages, None, true, &serde_json::Map::new());
+        let expected = render(&thinking).unwrap();
+        assert!(
+            expected.contains("<|channel|>analysis<|message|>Need f.<|end|>"),
+            "{expected}"
+        );
+        assert_eq!(render(&harmony_messages(&openai)).unwrap(), expected);
+        // As sent, the template cannot test null content for its markers.
+        assert!(render(&openai).is_err());
+        // Content beside a call without reasoning is the template's own analysis text; a final
+        // answer keeps its content, and other roles are left alone.
+        let kept = [
+            json!({"role": "assistant", "content": "Thinking aloud.", "tool_calls": call}),
+            json!({"role": "assistant", "content": "Done.", "reasoning_content": "ok"}),
+            json!({"role": "user", "content": null, "reasoning_content": "x"}),
+        ];
+        let adjusted = harmony_messages(&kept);
+        assert_eq!(adjusted[0], kept[0]);
+        assert_eq!(adjusted[1]["content"], "Done.");
+        assert_eq!(adjusted[1]["thinking"], "ok");
+        assert_eq!(adjusted[2], kept[2]);
+    }
 }
