@@ -670,9 +670,17 @@ fn tensors_read_per_token(file: &GgufFile) -> impl Iterator<Item = &minfer::gguf
         .filter(move |t| tied || t.name != "token_embd.weight")
 }
 
-/// Bytes of weights one generated token reads: every tensor but an untied embedding table.
+/// Bytes of weights one generated token reads: every tensor but an untied embedding table, and
+/// of a mixture of experts' expert tensors only the used share (a token's chosen experts).
 pub fn weight_bytes_per_token(file: &GgufFile) -> u64 {
-    tensors_read_per_token(file).map(|t| t.size).sum()
+    let arch = file.metadata().get_str("general.architecture").unwrap_or_default();
+    let share = super::info::expert_share(file, arch);
+    tensors_read_per_token(file)
+        .map(|t| match share {
+            Some((used, n)) if t.name.contains("_exps.") => (t.size as u128 * used as u128 / n as u128) as u64,
+            _ => t.size,
+        })
+        .sum()
 }
 
 /// The generation rate, tokens/s, that `bytes` of weights per token allow: over the device's
@@ -1044,6 +1052,20 @@ mod tests {
         let expected = if tied { all } else { all - embd };
         assert_eq!(weight_bytes_per_token(&file), expected);
         assert!(weight_bytes_per_token(&file) > 0);
+    }
+
+    #[test]
+    fn a_token_reads_only_its_chosen_experts_share_of_the_expert_tensors() {
+        // The tiny gpt-oss: 4 of 8 experts used, an untied head.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
+        let file = GgufFile::open(dir.join("tiny-gpt-oss-F32.gguf")).unwrap();
+        let size = |pick: &dyn Fn(&str) -> bool| -> u64 {
+            file.tensors().iter().filter(|t| pick(&t.name)).map(|t| t.size).sum()
+        };
+        let experts = size(&|n| n.contains("_exps."));
+        let dense = size(&|n| !n.contains("_exps.") && n != "token_embd.weight");
+        assert!(experts > 0 && experts.is_multiple_of(2));
+        assert_eq!(weight_bytes_per_token(&file), dense + experts / 2);
     }
 
     fn row(n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -> BenchResult {

@@ -57,21 +57,23 @@ fn window_cache(w: &mut String, file: &GgufFile) {
     );
 }
 
+/// A mixture-of-experts file's `(expert_used_count, expert_count)`: a decode step reads that
+/// share of each expert tensor (`*_exps.*`). `None` for a dense model.
+pub(crate) fn expert_share(file: &GgufFile, arch: &str) -> Option<(u64, u64)> {
+    let m = file.metadata();
+    let n_expert = m.get_uint(&format!("{arch}.expert_count")).ok()?;
+    let n_used = m.get_uint(&format!("{arch}.expert_used_count")).ok()?;
+    (n_expert > 0 && n_used > 0 && n_used <= n_expert).then_some((n_used, n_expert))
+}
+
 /// For a mixture-of-experts file (its `*_exps.*` tensors, `{arch}.expert_count` and
 /// `expert_used_count`): the parameters a token works with, and the bytes a decode step reads —
 /// every dense weight but the embedding (one row of it), and the used share of each expert
 /// tensor (only the chosen experts' rows are read).
 fn experts(w: &mut String, file: &GgufFile, arch: &str) {
-    let m = file.metadata();
-    let (Ok(n_expert), Ok(n_used)) = (
-        m.get_uint(&format!("{arch}.expert_count")),
-        m.get_uint(&format!("{arch}.expert_used_count")),
-    ) else {
+    let Some((n_used, n_expert)) = expert_share(file, arch) else {
         return;
     };
-    if n_expert == 0 || n_used == 0 || n_used > n_expert {
-        return;
-    }
     let share = |n: u64| (n as u128 * n_used as u128 / n_expert as u128) as u64;
     let (mut params, mut bytes, mut expert_params) = (0u64, 0u64, 0u64);
     for t in file.tensors() {
