@@ -377,13 +377,16 @@ fn flash_attention_and_gpu_layer_flags_are_honoured_where_they_can_be_and_refuse
     for extra in [["-fa", "on"], ["-fa", "1"], ["-ngl", "0"]] {
         assert_eq!(minfer_ok(&base, &extra).stdout, reference.stdout, "{extra:?}");
     }
+    // -ngl 99 with no usable GPU (this machine): llama.cpp's warning, and the CPU's text.
+    if minfer::engine::usable_gpu().is_err() {
+        let out = minfer_ok(&base, &["-ngl", "99"]);
+        assert_eq!(out.stdout, reference.stdout);
+        assert!(stderr(&out).contains("no GPU is usable here"), "{}", stderr(&out));
+        // Naming the backend asks for the device: refused when it cannot be had.
+        assert_refused(&["-m", m, "-p", "Hello", "-ngl", "99", "--backend", "cuda,cpu"], "cuda");
+    }
     for (args, says) in [
         (vec!["-m", m, "-p", "Hello", "-fa", "off"], "-fa off cannot be honoured"),
-        (
-            vec!["-m", m, "-p", "Hello", "-ngl", "99"],
-            "-ngl 99 asks for GPU layers",
-        ),
-        (vec!["bench", "-m", m, "-ngl", "99"], "-ngl 99 asks for GPU layers"),
         (vec!["serve", m, "-fa", "0"], "-fa 0 cannot be honoured"),
     ] {
         assert_refused(&args, says);
@@ -549,4 +552,41 @@ fn llama_cpp_sampler_flags_run_reproducibly_and_bad_values_are_refused_by_flag()
         let args: Vec<&str> = base.iter().chain(&extra).copied().collect();
         assert_refused(&args, says);
     }
+}
+
+#[test]
+fn llama_cpp_defaults_escapes_a_one_turn_system_prompt_and_an_empty_prompt_refused() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let m = model.to_str().unwrap();
+    let base = ["-m", m, "-n", "4", "--greedy", "--n-ctx", "512"];
+    // Escapes are on by default (llama.cpp's -e): `\n` in the prompt is a newline.
+    let escaped = minfer_ok(&base, &["-p", r"Hello\nthere"]);
+    let newline = minfer_ok(&base, &["-p", "Hello\nthere", "--no-escape"]);
+    assert_eq!(escaped.stdout, newline.stdout);
+    // -sys without -cnv: one turn after a system turn, as the template renders them.
+    let dir = tempfile::tempdir().unwrap();
+    let messages = dir.path().join("m.json");
+    std::fs::write(
+        &messages,
+        r#"[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]"#,
+    )
+    .unwrap();
+    let rendered = minfer_ok(&["render", m, "--messages", messages.to_str().unwrap()], &[]).stdout;
+    let rendered = String::from_utf8(rendered).unwrap();
+    let with_sys = minfer_ok(&base, &["-sys", "Be brief.", "-p", "Hello"]);
+    let raw = minfer_ok(&base, &["--no-template", "--no-escape", "-p", &rendered]);
+    assert_eq!(with_sys.stdout, raw.stdout);
+    // Nothing on standard input is an error, not a reply to an empty turn.
+    let out = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .args(base)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && stderr(&out).contains("the prompt is empty"),
+        "{}",
+        stderr(&out)
+    );
+    // A mistyped subcommand gets a did-you-mean.
+    assert_refused(&["serv", m], "did you mean `minfer serve`");
 }

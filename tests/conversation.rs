@@ -390,3 +390,24 @@ fn the_model_alone_on_a_terminal_starts_a_conversation() {
     let status = wait(&mut pty.child, Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "stderr: {}", pty.stderr());
 }
+
+#[test]
+fn a_p_prompt_is_the_first_turn_and_an_unknown_command_is_never_sent_to_the_model() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let m = model.to_str().unwrap();
+    let base = ["-m", m, "-cnv", "--greedy", "-n", "4", "--n-ctx", "512"];
+    // -p is answered before anything is read; then the piped turns.
+    let mut with_p = base.to_vec();
+    with_p.extend(["-p", "Hello"]);
+    let (first, log) = run(&with_p, b"/bogus\n/read /no/such/file\n");
+    assert_eq!(log.matches("Prefill: ").count(), 1, "one reply, to -p: {log}");
+    assert!(log.contains("unknown command /bogus"), "{log}");
+    assert!(log.contains("/read /no/such/file"), "{log}");
+    // The same first turn typed gives the same reply.
+    let (typed, _) = run(&base, b"Hello\n");
+    assert_eq!(first, typed);
+    // /regen writes the last reply again: greedy, the same text twice.
+    let (twice, log) = run(&base, b"Hello\n/regen\n");
+    assert_eq!(log.matches("Prefill: ").count(), 2, "{log}");
+    assert_eq!(twice, format!("{typed}{typed}"));
+}

@@ -52,7 +52,7 @@ pub use generate::{
 pub use imatrix::{compute_imatrix, ChunkDone, ImatrixComputeError, ImatrixOptions};
 pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use kv_window::{kv_cache_bytes, KvWindow};
-pub use model::{encode_prompt, max_threads, LoadError, Model, ModelOptions};
+pub use model::{encode_prompt, max_threads, usable_gpu, LoadError, Model, ModelOptions};
 pub use sequence::{Sequence, Step};
 pub use session::{LayerRows, Session, SessionOptions};
 pub use speculative::{

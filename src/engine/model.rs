@@ -126,27 +126,31 @@ pub struct Model {
 fn placement(backend: Option<&str>, n_gpu_layers: Option<usize>) -> Result<(Option<&str>, Option<usize>), LoadError> {
     match n_gpu_layers {
         Some(0) if backend.is_none() => Ok((Some("cpu"), None)),
-        Some(n) if n > 0 && backend.is_none() => {
-            let gpus = crate::graph::registry::entries()
-                .iter()
-                .filter(|e| e.handle != Backend::CPU && e.compiled);
-            let mut reasons = Vec::new();
-            for gpu in gpus {
-                match crate::backends::probe(gpu.handle) {
-                    Ok(()) => return Ok((backend, Some(n))),
-                    Err(why) => reasons.push(format!("{}: {why}", gpu.name)),
-                }
-            }
-            if reasons.is_empty() {
-                reasons.push("this build contains no GPU backend".into());
-            }
-            Err(LoadError::NoGpu {
-                n_gpu_layers: n,
-                why: reasons.join("; "),
-            })
-        }
+        Some(n) if n > 0 && backend.is_none() => match usable_gpu() {
+            Ok(_) => Ok((backend, Some(n))),
+            Err(why) => Err(LoadError::NoGpu { n_gpu_layers: n, why }),
+        },
         n => Ok((backend, n)),
     }
+}
+
+/// The first GPU backend of the registry's order whose probe passes (a software adapter such as
+/// lavapipe never does), or every GPU backend's reason it is not usable: what `-ngl N` needs.
+pub fn usable_gpu() -> Result<&'static str, String> {
+    let gpus = crate::graph::registry::entries()
+        .iter()
+        .filter(|e| e.handle != Backend::CPU && e.compiled);
+    let mut reasons = Vec::new();
+    for gpu in gpus {
+        match crate::backends::probe(gpu.handle) {
+            Ok(()) => return Ok(gpu.name),
+            Err(why) => reasons.push(format!("{}: {why}", gpu.name)),
+        }
+    }
+    if reasons.is_empty() {
+        reasons.push("this build contains no GPU backend".into());
+    }
+    Err(reasons.join("; "))
 }
 
 impl Model {

@@ -65,6 +65,9 @@ pub fn read_request_body(kind: BodyKind, body: &[u8]) -> Result<(), ApiError> {
 pub struct ServerConfig {
     /// The GGUF file (any part of a split model).
     pub model: PathBuf,
+    /// The model's name in `/v1/models` and every response (llama-server's `--alias`); the
+    /// file's name without its extension when `None`.
+    pub alias: Option<String>,
     /// Address to listen on.
     pub host: String,
     /// 0 picks a free port; the address is printed once bound.
@@ -255,10 +258,12 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
     let n_ctx = model.clamp_n_ctx(config.session.n_ctx);
     let session = Session::with_options(&model, &config.session).map_err(|e| ServerError::Config(e.to_string()))?;
     let n_vocab = model.hparams().n_vocab;
-    let model_id = config
-        .model
-        .file_stem()
-        .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
+    let model_id = config.alias.clone().unwrap_or_else(|| {
+        config
+            .model
+            .file_stem()
+            .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned())
+    });
     let control_texts = if config.special_in_content {
         Vec::new()
     } else {

@@ -26,10 +26,13 @@ pub(crate) struct RunArgs {
     /// Read the prompt from FILE (llama.cpp's -f; '-' for standard input).
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub(crate) prompt_file: Option<PathBuf>,
-    /// Process escapes (\n, \t, \\, \", \', \xHH) in the prompt and the stop strings, as
-    /// llama.cpp's -e does.
+    /// Process escapes (\n, \t, \\, \", \', \xHH) in the prompt and the stop strings: the
+    /// default, as in llama.cpp (-e); --no-escape turns it off.
     #[arg(short = 'e', long)]
     pub(crate) escape: bool,
+    /// Take the prompt and the stop strings as written, backslashes and all.
+    #[arg(long, conflicts_with = "escape")]
+    pub(crate) no_escape: bool,
     /// Send the prompt as raw text, without the chat template.
     #[arg(long)]
     pub(crate) no_template: bool,
@@ -49,26 +52,43 @@ pub(crate) struct RunArgs {
     /// Stop with an error when the context is full, instead of shifting it.
     #[arg(long)]
     pub(crate) no_context_shift: bool,
-    /// A conversation in the terminal (llama.cpp's -cnv): type a turn, read the reply, go on.
+    /// A conversation in the terminal (llama.cpp's -cnv): type a turn, read the reply, go on. A
+    /// prompt given with -p or -f is its first turn.
     #[arg(long, alias = "conversation", conflicts_with_all = ["prompt", "no_template"])]
     pub(crate) cnv: bool,
+    /// Never start a conversation, even with no prompt on a terminal (llama.cpp's -no-cnv): the
+    /// prompt is read from standard input.
+    #[arg(long, alias = "no-conversation", conflicts_with = "cnv")]
+    pub(crate) no_cnv: bool,
+    /// Answer one turn and exit (llama.cpp's -st): the prompt, or standard input, is answered
+    /// once, as with --no-cnv.
+    #[arg(long, conflicts_with = "cnv")]
+    pub(crate) single_turn: bool,
     /// Save the session (tokens and KV cache) to FILE after the prompt is read (after each
     /// turn with --cnv), and start from it when it exists: a prompt sharing its prefix
     /// prefills only the rest (llama.cpp's --prompt-cache).
     #[arg(long, alias = "prompt-cache", value_name = "FILE")]
     pub(crate) session: Option<PathBuf>,
-    /// The system prompt of the conversation (llama.cpp's -sys).
-    #[arg(long, value_name = "TEXT", requires = "cnv")]
+    /// The system prompt (llama.cpp's -sys): of the conversation with --cnv, else of the one
+    /// turn.
+    #[arg(long, value_name = "TEXT", conflicts_with = "system_prompt_file")]
     pub(crate) system_prompt: Option<String>,
+    /// The system prompt from FILE (llama.cpp's -sysf).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) system_prompt_file: Option<PathBuf>,
     /// Stop before this text (repeatable; matched across token boundaries; llama.cpp's -r).
     #[arg(short = 'r', long = "stop", alias = "reverse-prompt", value_name = "STR")]
     pub(crate) stop: Vec<String>,
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     pub(crate) ignore_eos: bool,
-    /// Colour the generated text (ANSI), to tell it from the prompt and the user's turns.
+    /// Colour the generated text (ANSI), to tell it from the prompt and the user's turns: on,
+    /// off or auto (on when standard output is a terminal; llama.cpp's -co). --color alone is on.
+    #[arg(long, value_name = "on|off|auto", num_args = 0..=1, default_missing_value = "on")]
+    pub(crate) color: Option<String>,
+    /// Print control tokens the model generates as their text (llama.cpp's -sp).
     #[arg(long)]
-    pub(crate) color: bool,
+    pub(crate) special: bool,
     /// Print nothing on standard error but errors: no timing line, no drawn seed.
     #[arg(long)]
     pub(crate) log_disable: bool,
@@ -86,6 +106,18 @@ pub(crate) struct RunArgs {
     /// Write the graph the run uses as JSON (the visualizer's schema), then exit.
     #[arg(long, value_name = "FILE")]
     pub(crate) dump_graph_json: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// Whether to colour the generated text: `--color` on, off or auto (a terminal's).
+    pub(crate) fn color(&self) -> anyhow::Result<bool> {
+        match self.color.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("off" | "0" | "false" | "no") => Ok(false),
+            Some("on" | "1" | "true" | "yes") => Ok(true),
+            Some("auto") => Ok(std::io::IsTerminal::is_terminal(&std::io::stdout())),
+            Some(other) => anyhow::bail!("--color {other}: expected on, off or auto"),
+        }
+    }
 }
 
 /// Loading a model and opening its one session: the model's flags and the session's.
@@ -126,12 +158,16 @@ impl ModelArgs {
     /// The engine's options for the model, built here once for every command that loads one.
     pub(crate) fn options(&self) -> anyhow::Result<minfer::engine::ModelOptions> {
         self.compat.check_flash_attn()?;
+        let compat = AccelArgs {
+            backend_given: self.backend.is_some() || std::env::var_os("MINFER_BACKENDS").is_some(),
+            ..self.compat.clone()
+        };
         Ok(minfer::engine::ModelOptions {
             n_threads: self.threads,
             backend: self.backend.clone(),
             open: self.file.open_options(),
             chat_template: self.file.chat_template()?,
-            n_gpu_layers: self.compat.n_gpu_layers()?,
+            n_gpu_layers: compat.n_gpu_layers()?,
         })
     }
 }
@@ -218,8 +254,12 @@ pub(crate) struct ModelFileArgs {
     #[arg(long)]
     pub(crate) mlock: bool,
     /// Use the Jinja chat template in FILE instead of the model's own.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "chat_template")]
     pub(crate) chat_template_file: Option<PathBuf>,
+    /// Use this Jinja chat template text instead of the model's own (llama.cpp's
+    /// --chat-template; its built-in template names are refused by name).
+    #[arg(long, value_name = "JINJA")]
+    pub(crate) chat_template: Option<String>,
     /// llama.cpp's switch to its Jinja template engine: minfer always renders the model's
     /// template with Jinja, so this is accepted and changes nothing.
     #[arg(long)]
@@ -234,8 +274,17 @@ impl ModelFileArgs {
         }
     }
 
-    /// The text of --chat-template-file, if given.
+    /// The text of --chat-template or --chat-template-file, if given.
     pub(crate) fn chat_template(&self) -> anyhow::Result<Option<String>> {
+        if let Some(text) = &self.chat_template {
+            // llama.cpp also takes the name of one of its built-in templates; minfer renders
+            // only Jinja text.
+            anyhow::ensure!(
+                text.contains("{%") || text.contains("{{"),
+                "--chat-template {text}: minfer takes the template's Jinja text (or --chat-template-file), not the name of one of llama.cpp's built-in templates"
+            );
+            return Ok(Some(text.clone()));
+        }
         self.chat_template_file
             .as_ref()
             .map(|path| {
@@ -264,6 +313,10 @@ pub(crate) struct AccelArgs {
         allow_negative_numbers = true
     )]
     pub(crate) n_gpu_layers: Vec<i64>,
+    /// Whether `--backend` names the backends (set by the command, not a flag): then `-ngl`
+    /// without a usable GPU is refused rather than run on the CPU.
+    #[arg(skip)]
+    pub(crate) backend_given: bool,
 }
 
 impl AccelArgs {
@@ -292,19 +345,29 @@ impl AccelArgs {
         Ok(list[0])
     }
 
-    /// Every value of an `-ngl` list (`bench`; `[None]` without the flag).
+    /// Every value of an `-ngl` list (`bench`; `[None]` without the flag). As llama.cpp does, a
+    /// layer count above 0 on a machine without a usable GPU warns once and runs on the CPU
+    /// (0), unless `--backend` names the backends: that asks for a device, and is refused.
     pub(crate) fn n_gpu_layers_list(&self) -> anyhow::Result<Vec<Option<usize>>> {
         if self.n_gpu_layers.is_empty() {
             return Ok(vec![None]);
         }
-        self.n_gpu_layers
+        let list = self
+            .n_gpu_layers
             .iter()
             .map(|&n| {
                 usize::try_from(n)
                     .map(Some)
                     .map_err(|_| anyhow::anyhow!("-ngl {n} is out of range: give a layer count of 0 or more"))
             })
-            .collect()
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if !self.backend_given && list.iter().any(|n| n.is_some_and(|n| n > 0)) {
+            if let Err(why) = minfer::engine::usable_gpu() {
+                eprintln!("warning: -ngl asks for GPU layers, and no GPU is usable here ({why}): running on the CPU");
+                return Ok(list.into_iter().map(|_| Some(0)).collect());
+            }
+        }
+        Ok(list)
     }
 }
 
@@ -363,7 +426,7 @@ pub(crate) struct SamplingArgs {
     #[arg(long, default_value_t = 0.05)]
     pub(crate) min_p: f32,
     /// Penalise repeating the last --repeat-last-n tokens.
-    #[arg(long, default_value_t = 1.1)]
+    #[arg(long, default_value_t = 1.0)]
     pub(crate) repeat_penalty: f32,
     #[arg(long, default_value_t = 0.0)]
     pub(crate) frequency_penalty: f32,

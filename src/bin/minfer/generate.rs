@@ -57,14 +57,27 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         let text = read_text_arg(&file)?;
         args.prompt = Some(String::from_utf8(text).with_context(|| format!("{} is not UTF-8", file.display()))?);
     }
-    if args.escape {
+    if let Some(file) = args.system_prompt_file.take() {
+        let text = read_text_arg(&file)?;
+        args.system_prompt = Some(String::from_utf8(text).with_context(|| format!("{} is not UTF-8", file.display()))?);
+    }
+    // Escapes are processed unless --no-escape, as llama.cpp's -e is on by default.
+    if !args.no_escape {
         args.prompt = args.prompt.map(|p| crate::cli::run::unescape(&p));
+        args.system_prompt = args.system_prompt.map(|p| crate::cli::run::unescape(&p));
         args.stop = args.stop.iter().map(|s| crate::cli::run::unescape(s)).collect();
     }
+    let color = args.color()?;
     let model = args
         .model
         .clone()
         .context("no model given (usage: minfer MODEL [PROMPT]; see --help)")?;
+    if let Some(command) = mistyped_command(&model) {
+        anyhow::bail!(
+            "'{}' is neither a model file nor a command; did you mean `minfer {command}`?",
+            model.display()
+        );
+    }
     // Bad flags, and grammars that do not parse, are refused before the model is read.
     let grammar_spec = args.grammar.spec()?;
     let draft_choice = args.draft.choice()?;
@@ -102,10 +115,11 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     }
     // llama-cli's habit: no prompt on a terminal starts a conversation (a pipe still gives
     // the prompt on standard input).
+    let one_turn = args.no_cnv || args.single_turn;
     let no_prompt_on_a_terminal =
-        args.prompt.is_none() && !args.no_template && std::io::IsTerminal::is_terminal(&std::io::stdin());
+        args.prompt.is_none() && !args.no_template && !one_turn && std::io::IsTerminal::is_terminal(&std::io::stdin());
     if args.cnv || no_prompt_on_a_terminal {
-        return run_conversation(args, sampling, grammar, loaded);
+        return run_conversation(args, sampling, grammar, loaded, color);
     }
     let drafter = draft_choice.map(|choice| drafter(choice, &args, &loaded)).transpose()?;
     let prompt = match args.prompt.take() {
@@ -114,7 +128,15 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
             String::from_utf8(read_text_arg(Path::new("-"))?).context("the prompt on standard input is not UTF-8")?
         }
     };
-    let tokens = run::prompt_tokens(&loaded, &prompt, args.no_template)?;
+    anyhow::ensure!(
+        !prompt.trim().is_empty(),
+        "the prompt is empty: give one as an argument, with -p or -f, or on standard input"
+    );
+    let tokens = match (&args.system_prompt, args.no_template) {
+        (Some(system), false) => run::chat_tokens(&loaded, Some(system), &prompt)?,
+        (Some(_), true) => anyhow::bail!("--system-prompt needs the chat template: drop --no-template"),
+        (None, _) => run::prompt_tokens(&loaded, &prompt, args.no_template)?,
+    };
     let n_keep = match args.keep {
         None => 0,
         Some(-1) => tokens.len(),
@@ -128,14 +150,14 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         ignore_eos: args.ignore_eos,
         sampling: sampling.clone(),
         grammar,
-        special: false,
+        special: args.special,
         // -n -2 (llama.cpp's): until the context is full, so never shifted.
         context_shift: (!args.no_context_shift && args.n_predict != -2).then_some(n_keep),
     };
     if !args.log_disable {
         args.sampling.say_drawn_seed(&sampling);
     }
-    let mut stdout = Colored::new(std::io::stdout().lock(), args.color);
+    let mut stdout = Colored::new(std::io::stdout().lock(), color);
     anyhow::ensure!(
         drafter.is_none() || args.session.is_none(),
         "--session cannot be combined with speculative decoding yet"
@@ -222,6 +244,7 @@ pub(super) fn run_conversation(
     sampling: minfer::sampling::SamplingParams,
     grammar: Option<minfer::grammar::Grammar>,
     mut loaded: crate::cli::run::Loaded,
+    color: bool,
 ) -> anyhow::Result<()> {
     use crate::cli::conversation::{run_conversation, ConversationOptions, LineSource};
     use crate::cli::terminal;
@@ -233,20 +256,20 @@ pub(super) fn run_conversation(
         })?),
     };
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let color = args.color;
     let max_tokens = n_predict(args.n_predict)?;
     if !args.log_disable {
         args.sampling.say_drawn_seed(&sampling);
     }
     let options = ConversationOptions {
         system: args.system_prompt,
+        first_turn: args.prompt,
         generate: minfer::engine::GenerateOptions {
             max_tokens,
             stop: args.stop,
             ignore_eos: args.ignore_eos,
             sampling,
             grammar,
-            special: false,
+            special: args.special,
             context_shift: None,
         },
         keep,
@@ -301,5 +324,59 @@ pub(super) fn n_predict(n: i64) -> anyhow::Result<usize> {
                 "-n {n} is out of range: it must be -1 (no limit), -2 (until the context is full) or 0 or more"
             )
         }),
+    }
+}
+
+/// The subcommand `model` is a typo of, when it is no file, no cache or registry reference
+/// (those hold `/`, `:` or `.`) and lies within two edits of one (`serv`, `pul`, `lsit`).
+fn mistyped_command(model: &Path) -> Option<String> {
+    let name = model.to_str()?;
+    if model.exists() || name.contains(['/', ':', '.']) || crate::args::model_path(model).is_ok_and(|p| p.exists()) {
+        return None;
+    }
+    let command = <crate::Cli as clap::CommandFactory>::command();
+    command
+        .get_subcommands()
+        .map(|c| c.get_name())
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|&(d, c)| d <= 2 && d < c.len())
+        .min()
+        .map(|(_, c)| c.to_string())
+}
+
+/// Levenshtein distance, by characters, with an adjacent swap counting once (`lsit`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mistyped_subcommand_gets_a_did_you_mean_and_a_file_does_not() {
+        assert_eq!(mistyped_command(Path::new("serv")).as_deref(), Some("serve"));
+        assert_eq!(mistyped_command(Path::new("pul")).as_deref(), Some("pull"));
+        assert_eq!(mistyped_command(Path::new("lsit")).as_deref(), Some("list"));
+        assert_eq!(mistyped_command(Path::new("model.gguf")), None);
+        assert_eq!(mistyped_command(Path::new("hf:a/b")), None);
+        assert_eq!(mistyped_command(Path::new("qwen-totally-different")), None);
     }
 }

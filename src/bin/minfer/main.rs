@@ -370,6 +370,10 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
         Command::Info { model, tensors } => {
             let file = open_model(&model)?;
             print!("{}", crate::cli::info::render(&file, tensors));
+            // Whether minfer can run it: the architecture, its keys and tensors, their types.
+            if let Err(e) = minfer::models::load_model(&file) {
+                println!("\nminfer cannot run this file: {e}");
+            }
             // Where it would run: every backend of this build, as this machine offers it.
             println!();
             for entry in minfer::graph::registry::entries().iter().filter(|e| e.compiled) {
@@ -476,7 +480,9 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    let args = match crate::cli::llama_flags::expand(std::env::args_os()) {
+    let command = <Cli as clap::CommandFactory>::command();
+    let subcommands: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+    let args = match crate::cli::llama_flags::expand(std::env::args_os(), &subcommands) {
         Ok(args) => args,
         Err(e) => {
             eprintln!("error: {e}");

@@ -7,8 +7,15 @@ use std::path::PathBuf;
 /// `minfer serve`'s flags.
 #[derive(clap::Args)]
 pub(crate) struct ServeArgs {
-    /// The GGUF model file.
-    pub(crate) model: PathBuf,
+    /// The GGUF model file (or -m FILE, as llama-server takes it).
+    pub(crate) model: Option<PathBuf>,
+    /// The GGUF model file (llama-server's -m).
+    #[arg(short = 'm', long = "model", value_name = "FILE", conflicts_with = "model")]
+    pub(crate) model_flag: Option<PathBuf>,
+    /// The model's name in /v1/models and in every response's `model` field (llama-server's
+    /// --alias); the file's name without `.gguf` by default.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) alias: Option<String>,
     /// Address to listen on (loopback unless told otherwise).
     #[arg(long, default_value = "127.0.0.1")]
     pub(crate) host: String,
@@ -16,14 +23,26 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 8080)]
     pub(crate) port: u16,
     /// Concurrent generations, each with its own KV cache of --n-ctx tokens.
-    #[arg(long = "n-slots", default_value_t = 4)]
+    #[arg(long = "n-slots", alias = "parallel", default_value_t = 4)]
     pub(crate) n_slots: usize,
     /// Context size of each slot in tokens (clamped to the model's maximum; llama.cpp's -c).
     #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 4096)]
     pub(crate) n_ctx: usize,
     /// Require this key as 'Authorization: Bearer KEY' (also MINFER_API_KEY).
-    #[arg(long, env = "MINFER_API_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "MINFER_API_KEY",
+        hide_env_values = true,
+        conflicts_with = "api_key_file"
+    )]
     pub(crate) api_key: Option<String>,
+    /// Read the API key from the first line of FILE (llama-server's --api-key-file).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) api_key_file: Option<PathBuf>,
+    /// Seconds a request's body may take to arrive and a response write may make no progress
+    /// (llama-server's -to: sets --body-timeout and --write-timeout).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) timeout: Option<f64>,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[arg(long, default_value_t = minfer::server::DEFAULT_MAX_BODY_BYTES)]
     pub(crate) max_body_bytes: usize,
@@ -78,7 +97,7 @@ pub(crate) struct ServeArgs {
     pub(crate) batch_size: usize,
     /// Let browser pages from ORIGIN call the server (repeatable; `*` for any origin). None
     /// by default.
-    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    #[arg(long = "cors-origin", value_name = "ORIGIN", value_delimiter = ',')]
     pub(crate) cors_origins: Vec<String>,
     /// A name besides localhost and loopback addresses that a server on loopback without an
     /// API key answers in the Host header (repeatable; `*` for any): a proxy's upstream name.
@@ -90,8 +109,28 @@ pub(crate) struct ServeArgs {
 
 /// Check `minfer serve`'s flags, load the draft model if one is asked for, and serve until a
 /// signal stops the server.
-pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     let model_options = args.model_args.options()?;
+    let model = args
+        .model
+        .take()
+        .or(args.model_flag.take())
+        .context("no model given (usage: minfer serve MODEL, or -m MODEL; see --help)")?;
+    if let Some(seconds) = args.timeout {
+        (args.body_timeout, args.write_timeout) = (seconds, seconds);
+    }
+    if let Some(file) = &args.api_key_file {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("cannot read --api-key-file {}", file.display()))?;
+        let keys: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        anyhow::ensure!(
+            keys.len() == 1,
+            "--api-key-file {}: minfer takes exactly one key (the file has {})",
+            file.display(),
+            keys.len()
+        );
+        args.api_key = Some(keys[0].to_string());
+    }
     let draft_choice = args.draft.choice()?;
     anyhow::ensure!(
         !args.embeddings,
@@ -136,7 +175,8 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let seconds = std::time::Duration::from_secs_f64;
     minfer::server::serve(minfer::server::ServerConfig {
-        model: model_path(&args.model)?,
+        model: model_path(&model)?,
+        alias: args.alias,
         host: args.host,
         port: args.port,
         model_options,

@@ -40,6 +40,8 @@ pub trait LineSource {
 pub struct ConversationOptions {
     /// The system prompt (`-sys`), the first message of every conversation.
     pub system: Option<String>,
+    /// The first user turn, given with `-p` or `-f`, sent before anything is read.
+    pub first_turn: Option<String>,
     /// Sampling, stop strings and the token limit of each reply (`context_shift` is set here).
     pub generate: GenerateOptions,
     /// Tokens kept from the start when the context shifts; `None`: the system prompt's.
@@ -55,9 +57,11 @@ pub struct ConversationOptions {
 
 /// The commands a user may type at the prompt.
 pub const HELP: &str = "\
-/exit    leave (also Ctrl-D, or Ctrl-C at the prompt)
-/clear   start a new conversation (same system prompt)
-/help    this list
+/exit        leave (also Ctrl-D, or Ctrl-C at the prompt)
+/clear       start a new conversation (same system prompt)
+/regen       drop the last reply and write it again
+/read FILE   send the text of FILE as the next turn
+/help        this list
 A line ending with \\ goes on on the next line. Ctrl-C while a reply is written stops it;
 the partial reply stays in the conversation.";
 
@@ -99,12 +103,24 @@ pub fn run_conversation(
         )
         .map_err(write_err("the log"))?;
     }
+    let mut first_turn = options.first_turn.clone();
     loop {
-        let Some(turn) = read_turn(input, options.interactive).map_err(write_err("the input"))? else {
-            return Ok(());
+        let turn = match first_turn.take() {
+            Some(turn) => turn,
+            None => match read_turn(input, options.interactive).map_err(write_err("the input"))? {
+                Some(turn) => turn,
+                None => return Ok(()),
+            },
         };
-        match turn.trim() {
-            "" => continue,
+        if turn.trim().is_empty() {
+            continue;
+        }
+        // A command starts the line; a turn that starts with a space is text whatever follows.
+        let (command, argument) = match turn.starts_with('/') {
+            true => turn.trim().split_once(' ').unwrap_or((turn.trim(), "")),
+            false => ("", ""),
+        };
+        let turn = match command {
             "/exit" => return Ok(()),
             "/clear" => {
                 // The KV cache keeps the system prompt: the next turn's prefix matches it.
@@ -115,8 +131,42 @@ pub fn run_conversation(
                 writeln!(log, "{HELP}").map_err(write_err("the log"))?;
                 continue;
             }
-            _ => {}
-        }
+            "/regen" => {
+                // The last reply goes; its user turn is written to again.
+                match messages.last() {
+                    Some(m) if m["role"] == "assistant" => {
+                        messages.pop();
+                        match messages.pop() {
+                            Some(user) => user["content"].as_str().unwrap_or_default().to_string(),
+                            None => continue,
+                        }
+                    }
+                    _ => {
+                        writeln!(log, "error: /regen: there is no reply to write again")
+                            .map_err(write_err("the log"))?;
+                        continue;
+                    }
+                }
+            }
+            "/read" => match std::fs::read_to_string(argument.trim()) {
+                Ok(text) if !argument.trim().is_empty() => text,
+                Ok(_) => {
+                    writeln!(log, "error: /read needs a file name").map_err(write_err("the log"))?;
+                    continue;
+                }
+                Err(e) => {
+                    writeln!(log, "error: /read {}: {e}", argument.trim()).map_err(write_err("the log"))?;
+                    continue;
+                }
+            },
+            c if c.starts_with('/') && !c[1..].contains('/') => {
+                // Never a user turn: a mistyped command would go to the model.
+                writeln!(log, "error: unknown command {c}; /help lists the commands (start a turn with a space to send it as text)")
+                    .map_err(write_err("the log"))?;
+                continue;
+            }
+            _ => turn.clone(),
+        };
         input.remember(&turn);
         messages.push(json!({"role": "user", "content": turn}));
         let text = loaded

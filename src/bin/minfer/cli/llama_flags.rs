@@ -1,59 +1,171 @@
-//! llama.cpp's multi-letter single-dash flags (`-cnv`, `-sys`, `-np`, ...), which a parser of
-//! ordinary flags reads as bundles of one-letter ones (`-cnv` as `-c -n -v`). They are
-//! rewritten to minfer's long flags before parsing; a llama.cpp flag minfer does not have is
-//! refused by name rather than misread. Later features add their flags to [`TABLE`].
+//! llama.cpp's flags on minfer's command line. Every flag of llama.cpp's `common/arg.cpp`
+//! (llama-cli's and llama-server's, [`TABLE`], generated from llama.cpp 0c1e570) is rewritten to
+//! the minfer flag that does the same, accepted with a notice where minfer already behaves as
+//! asked, or refused by its own name with the reason — before clap parses, so that no
+//! multi-letter single-dash flag (`-cnv`, `-jf`, `-co`) is read as a bundle of one-letter ones
+//! (`-jf FILE` as `-j f`). A value is passed on glued to its flag (`--prompt=-x`), so a value
+//! that looks like a flag is never read as one. `minfer bench` takes llama-bench's flags, a
+//! different set ([`BENCH`]); the other subcommands take only their own.
 
-/// A llama.cpp flag and what minfer makes of it.
-#[derive(Clone, Copy, Debug)]
-pub enum Mapping {
-    /// The same flag, under this long name.
-    Long(&'static str),
-    /// Not available (yet): the reason, for the refusal.
-    Unsupported(&'static str),
+pub use super::llama_flags_table::TABLE;
+
+/// What minfer makes of one llama.cpp flag.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Action {
+    /// minfer's flag of this name does what llama.cpp's does.
+    To(&'static str),
+    /// `-hf REPO[:QUANT]`: the model `hf:REPO[:QUANT]`.
+    HfRepo,
+    /// Accepted with a notice (the reason): minfer already behaves as the flag asks.
+    Ignore(&'static str),
+    /// Refused by name, with the reason.
+    Refuse(&'static str),
 }
 
-/// llama.cpp's multi-letter single-dash flags (llama-cli, llama-server, llama-bench).
-pub const TABLE: &[(&str, Mapping)] = &[
-    ("-cnv", Mapping::Long("--cnv")),
-    ("-md", Mapping::Long("--model-draft")),
-    ("-sys", Mapping::Long("--system-prompt")),
-    ("-np", Mapping::Long("--n-slots")),
-    ("-ngl", Mapping::Long("--n-gpu-layers")),
-    ("-fa", Mapping::Long("--flash-attn")),
-    ("-ub", Mapping::Long("--ubatch-size")),
-    (
-        "-tb",
-        Mapping::Unsupported("minfer uses one thread count for prefill and decode (-t)"),
-    ),
-    ("-npl", Mapping::Long("--npl")),
-    ("-pg", Mapping::Long("--pg")),
-    ("-npp", Mapping::Long("--n-prompt")),
-    ("-ntg", Mapping::Long("--n-gen")),
-    ("-ctk", Mapping::Long("--cache-type-k")),
-    ("-ctv", Mapping::Long("--cache-type-v")),
-    (
-        "-mli",
-        Mapping::Unsupported("end a line with \\ to go on on the next one"),
-    ),
+/// One llama.cpp option: its names, whether it takes a value, and minfer's action.
+#[derive(Clone, Copy, Debug)]
+pub struct Flag {
+    /// Every spelling llama.cpp accepts.
+    pub names: &'static [&'static str],
+    /// Whether the next argument is its value.
+    pub value: bool,
+    /// What minfer does with it.
+    pub action: Action,
+}
+
+/// llama-bench's and llama-batched-bench's multi-letter single-dash flags that `minfer bench`
+/// and `minfer batched-bench` take under long names.
+pub const BENCH: &[Flag] = &[
+    Flag {
+        names: &["-ngl"],
+        value: true,
+        action: Action::To("--n-gpu-layers"),
+    },
+    Flag {
+        names: &["-fa"],
+        value: true,
+        action: Action::To("--flash-attn"),
+    },
+    Flag {
+        names: &["-ub"],
+        value: true,
+        action: Action::To("--ubatch-size"),
+    },
+    Flag {
+        names: &["-ctk"],
+        value: true,
+        action: Action::To("--cache-type-k"),
+    },
+    Flag {
+        names: &["-ctv"],
+        value: true,
+        action: Action::To("--cache-type-v"),
+    },
+    Flag {
+        names: &["-npl"],
+        value: true,
+        action: Action::To("--npl"),
+    },
+    Flag {
+        names: &["-pg"],
+        value: true,
+        action: Action::To("--pg"),
+    },
+    Flag {
+        names: &["-npp"],
+        value: true,
+        action: Action::To("--n-prompt"),
+    },
+    Flag {
+        names: &["-ntg"],
+        value: true,
+        action: Action::To("--n-gen"),
+    },
+    Flag {
+        names: &["-tb"],
+        value: true,
+        action: Action::Refuse("minfer uses one thread count for prefill and decode (-t)"),
+    },
 ];
 
-/// `args` (the program name first) with llama.cpp's flags rewritten; arguments after `--` are
-/// left alone. A flag marked unsupported is an error naming it.
-pub fn expand(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Vec<std::ffi::OsString>, String> {
-    let mut out = Vec::new();
-    let mut literal = false;
-    for arg in args {
-        if literal || arg == "--" {
-            literal = true;
+/// The flag spelled `name` in `table`.
+pub fn find(table: &'static [Flag], name: &str) -> Option<&'static Flag> {
+    table.iter().find(|f| f.names.contains(&name))
+}
+
+/// `args` (the program name first) with llama.cpp's flags rewritten for the subcommand they
+/// go to: [`TABLE`] for a run (no subcommand) and `serve`, [`BENCH`] for `bench` and
+/// `batched-bench`, none for the others (a subcommand is the first argument, one of
+/// `subcommands`). Arguments after `--` are left alone. A refused flag is an error naming it; an
+/// ignored one prints its notice on standard error once.
+pub fn expand(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    subcommands: &[&str],
+) -> Result<Vec<std::ffi::OsString>, String> {
+    let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let command = args.get(1).and_then(|a| a.to_str()).filter(|a| subcommands.contains(a));
+    let table: &'static [Flag] = match command {
+        None | Some("serve") => TABLE,
+        Some("bench" | "batched-bench") => BENCH,
+        Some(_) => return Ok(args),
+    };
+    let mut out = Vec::with_capacity(args.len());
+    let mut rest = args.into_iter().peekable();
+    while let Some(arg) = rest.next() {
+        if arg == "--" {
+            out.push(arg);
+            out.extend(rest);
+            break;
+        }
+        let Some(text) = arg.to_str() else {
             out.push(arg);
             continue;
-        }
-        match arg.to_str().and_then(|a| TABLE.iter().find(|(flag, _)| *flag == a)) {
-            Some((_, Mapping::Long(long))) => out.push((*long).into()),
-            Some((flag, Mapping::Unsupported(why))) => {
-                return Err(format!("llama.cpp's {flag} is not supported: {why}"));
+        };
+        let (name, inline) = match text.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value.to_string())),
+            _ => (text, None),
+        };
+        let Some(flag) = find(table, name) else {
+            out.push(arg);
+            continue;
+        };
+        // minfer's --color also stands alone (on); llama.cpp's always takes on, off or auto.
+        let optional = matches!(name, "-co" | "--color");
+        let mut value = || -> Result<Option<std::ffi::OsString>, String> {
+            match (&inline, flag.value) {
+                (Some(v), _) => Ok(Some(v.into())),
+                (None, true) if optional => Ok(rest.next_if(|v| {
+                    v.to_str().is_some_and(|v| {
+                        matches!(
+                            v.to_ascii_lowercase().as_str(),
+                            "on" | "off" | "auto" | "1" | "0" | "true" | "false" | "yes" | "no"
+                        )
+                    })
+                })),
+                (None, true) => rest.next().map(Some).ok_or_else(|| format!("{name} needs a value")),
+                (None, false) => Ok(None),
             }
-            None => out.push(arg),
+        };
+        match flag.action {
+            Action::To(long) => match value()? {
+                Some(v) => {
+                    let mut glued = std::ffi::OsString::from(format!("{long}="));
+                    glued.push(v);
+                    out.push(glued);
+                }
+                None => out.push(long.into()),
+            },
+            Action::HfRepo => {
+                let repo = value()?.unwrap_or_default();
+                let mut model = std::ffi::OsString::from("--model=hf:");
+                model.push(repo);
+                out.push(model);
+            }
+            Action::Ignore(why) => {
+                value()?;
+                eprintln!("note: llama.cpp's {name} changes nothing here: {why}");
+            }
+            Action::Refuse(why) => return Err(format!("llama.cpp's {name} is not supported: {why}")),
         }
     }
     Ok(out)
@@ -63,43 +175,199 @@ pub fn expand(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Vec<
 mod tests {
     use super::*;
 
+    const SUBCOMMANDS: &[&str] = &["serve", "bench", "batched-bench", "info"];
+
     fn expanded(args: &[&str]) -> Result<Vec<String>, String> {
-        expand(args.iter().map(|a| a.into())).map(|v| v.into_iter().map(|a| a.into_string().unwrap()).collect())
+        expand(args.iter().map(|a| a.into()), SUBCOMMANDS)
+            .map(|v| v.into_iter().map(|a| a.into_string().unwrap()).collect())
     }
 
     #[test]
-    fn llama_cpp_flags_become_long_flags_and_the_rest_stays() {
+    fn llama_cpp_flags_become_minfer_flags_with_their_values_glued_on() {
         assert_eq!(
             expanded(&["minfer", "m.gguf", "-cnv", "-sys", "Be brief.", "-n", "8", "-t", "2"]).unwrap(),
             [
                 "minfer",
                 "m.gguf",
                 "--cnv",
-                "--system-prompt",
-                "Be brief.",
-                "-n",
-                "8",
-                "-t",
-                "2"
+                "--system-prompt=Be brief.",
+                "--n-predict=8",
+                "--threads=2"
             ]
         );
         assert_eq!(
-            expanded(&["minfer", "serve", "m.gguf", "-np", "2"]).unwrap(),
-            ["minfer", "serve", "m.gguf", "--n-slots", "2"]
+            expanded(&["minfer", "serve", "-m", "m.gguf", "-np", "2", "-cb"]).unwrap(),
+            ["minfer", "serve", "--model=m.gguf", "--parallel=2"]
         );
     }
 
     #[test]
-    fn arguments_after_a_double_dash_are_left_alone() {
+    fn multi_letter_short_flags_are_never_read_as_bundles_or_their_values_as_flags() {
+        assert_eq!(
+            expanded(&["minfer", "m.gguf", "-jf", "s.json", "-co", "on", "-p", "-cnv"]).unwrap(),
+            [
+                "minfer",
+                "m.gguf",
+                "--json-schema-file=s.json",
+                "--color=on",
+                "--prompt=-cnv"
+            ]
+        );
+        assert_eq!(
+            expanded(&["minfer", "-hf", "ggml-org/gemma-3-270m-GGUF:Q8_0", "-st", "-no-cnv"]).unwrap(),
+            [
+                "minfer",
+                "--model=hf:ggml-org/gemma-3-270m-GGUF:Q8_0",
+                "--single-turn",
+                "--no-cnv"
+            ]
+        );
+    }
+
+    #[test]
+    fn arguments_after_a_double_dash_and_other_subcommands_flags_are_left_alone() {
         assert_eq!(
             expanded(&["minfer", "m.gguf", "--", "-cnv"]).unwrap(),
             ["minfer", "m.gguf", "--", "-cnv"]
         );
+        assert_eq!(
+            expanded(&["minfer", "info", "-c", "x"]).unwrap(),
+            ["minfer", "info", "-c", "x"]
+        );
+        assert_eq!(
+            expanded(&["minfer", "bench", "-m", "m.gguf", "-ngl", "0", "-p", "512"]).unwrap(),
+            ["minfer", "bench", "-m", "m.gguf", "--n-gpu-layers=0", "-p", "512"]
+        );
     }
 
     #[test]
-    fn a_flag_minfer_lacks_is_refused_by_name() {
+    fn a_flag_minfer_lacks_is_refused_by_name_with_the_reason() {
         let err = expanded(&["minfer", "m.gguf", "-tb", "2"]).unwrap_err();
-        assert!(err.contains("-tb"), "{err}");
+        assert!(err.contains("-tb") && err.contains("-t"), "{err}");
+        let err = expanded(&["minfer", "serve", "m.gguf", "--lora", "a.gguf"]).unwrap_err();
+        assert!(err.contains("--lora") && err.contains("LoRA"), "{err}");
+        let err = expanded(&["minfer", "m.gguf", "-p"]).unwrap_err();
+        assert!(err.contains("-p needs a value"), "{err}");
+    }
+
+    /// The long names (aliases too) of `command`'s flags, each with whether it takes a value.
+    fn longs(command: &clap::Command) -> Vec<(String, bool)> {
+        command
+            .get_arguments()
+            .flat_map(|a| {
+                let takes = a.get_action().takes_values();
+                let mut names: Vec<String> = a.get_long().into_iter().map(str::to_string).collect();
+                names.extend(a.get_all_aliases().unwrap_or_default().into_iter().map(str::to_string));
+                names.into_iter().map(move |n| (format!("--{n}"), takes))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_flag_of_llama_cpps_table_is_rewritten_to_a_flag_minfer_has_ignored_or_refused_by_name() {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cli/llama_cpp_flags.jsonl");
+        // Built, so that clap's own --help and --version are among the arguments.
+        let mut cli = <crate::Cli as clap::CommandFactory>::command();
+        cli.build();
+        let serve = cli.find_subcommand("serve").unwrap().clone();
+        let run_flags = longs(&cli);
+        let serve_flags = longs(&serve);
+        let mut counts = [0usize; 4];
+        for line in std::fs::read_to_string(fixture).unwrap().lines() {
+            let option: serde_json::Value = serde_json::from_str(line).unwrap();
+            for key in ["names", "negated"] {
+                for name in option[key].as_array().unwrap().iter().map(|n| n.as_str().unwrap()) {
+                    let flag = find(TABLE, name).unwrap_or_else(|| panic!("llama.cpp's {name} is not in the table"));
+                    // The table agrees with llama.cpp on whether a value follows.
+                    let takes = key == "names" && option["kind"] == "value";
+                    assert_eq!(flag.value, takes, "{name}: whether it takes a value");
+                    match flag.action {
+                        Action::To(long) => {
+                            counts[0] += 1;
+                            let found: Vec<bool> = run_flags
+                                .iter()
+                                .chain(&serve_flags)
+                                .filter(|(n, _)| n == long)
+                                .map(|&(_, v)| v)
+                                .collect();
+                            assert!(!found.is_empty(), "{name} is rewritten to {long}, which minfer lacks");
+                            // A value is glued on (`--x=v`): the flag must take one, and a flag
+                            // without one must not be glued to the next argument.
+                            assert!(
+                                found.iter().any(|&v| v == takes),
+                                "{name} -> {long}: llama.cpp's takes a value: {takes}, minfer's: {found:?}"
+                            );
+                        }
+                        Action::HfRepo => counts[1] += 1,
+                        Action::Ignore(why) | Action::Refuse(why) => {
+                            assert!(!why.is_empty(), "{name}: no reason");
+                            counts[if matches!(flag.action, Action::Ignore(_)) { 2 } else { 3 }] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!(
+            "llama.cpp names: {} rewritten, {} -hf, {} ignored, {} refused",
+            counts[0], counts[1], counts[2], counts[3]
+        );
+    }
+
+    /// `args` expanded and parsed as `main` parses them.
+    fn parse(args: &[&str]) -> Result<crate::Cli, String> {
+        let cli = <crate::Cli as clap::CommandFactory>::command();
+        let subcommands: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+        let args = expand(args.iter().map(|a| a.into()), &subcommands)?;
+        <crate::Cli as clap::Parser>::try_parse_from(args).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_issues_flags_parse_to_their_meaning() {
+        let cli = parse(&[
+            "minfer", "-m", "m.gguf", "-co", "on", "-st", "-sysf", "s.txt", "-sp", "-jf", "j.json", "-ngl", "99",
+        ])
+        .unwrap();
+        let run = &cli.run;
+        assert_eq!(run.model_flag.as_deref(), Some(std::path::Path::new("m.gguf")));
+        assert_eq!(run.color.as_deref(), Some("on"));
+        assert!(run.single_turn && run.special);
+        assert_eq!(run.system_prompt_file.as_deref(), Some(std::path::Path::new("s.txt")));
+        assert_eq!(
+            run.grammar.json_schema_file.as_deref(),
+            Some(std::path::Path::new("j.json"))
+        );
+        assert_eq!(run.load.model.compat.n_gpu_layers, [99]);
+        let cli = parse(&["minfer", "m.gguf", "-no-cnv", "-p", "-n 5"]).unwrap();
+        assert!(cli.run.no_cnv);
+        assert_eq!(cli.run.prompt_flag.as_deref(), Some("-n 5"));
+        let Some(crate::Command::Serve(serve)) = parse(&[
+            "minfer",
+            "serve",
+            "-m",
+            "m.gguf",
+            "--alias",
+            "a",
+            "-np",
+            "3",
+            "--metrics",
+            "-cb",
+            "-to",
+            "30",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not serve");
+        };
+        assert_eq!(serve.model_flag.as_deref(), Some(std::path::Path::new("m.gguf")));
+        assert_eq!(
+            (serve.alias.as_deref(), serve.n_slots, serve.timeout),
+            (Some("a"), 3, Some(30.0))
+        );
+        let cli = parse(&["minfer", "-hf", "ggml-org/gemma-3-270m-GGUF:Q8_0"]).unwrap();
+        assert_eq!(
+            cli.run.model_flag.as_deref(),
+            Some(std::path::Path::new("hf:ggml-org/gemma-3-270m-GGUF:Q8_0"))
+        );
     }
 }

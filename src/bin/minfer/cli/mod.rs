@@ -9,6 +9,7 @@ pub mod draft;
 pub mod imatrix;
 pub mod info;
 pub mod llama_flags;
+pub mod llama_flags_table;
 pub mod pull;
 pub mod quantize;
 pub mod run;

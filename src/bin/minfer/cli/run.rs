@@ -73,16 +73,30 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, RunError> {
 /// The prompt's tokens: as one user turn through the chat template, or raw (`no_template`).
 /// Special-token text is parsed either way, and a BOS is added only if the model asks for one.
 pub fn prompt_tokens(loaded: &Loaded, prompt: &str, no_template: bool) -> Result<Vec<u32>, RunError> {
-    let text = if no_template {
-        prompt.to_string()
-    } else {
-        let messages = [serde_json::json!({"role": "user", "content": prompt})];
-        loaded
-            .model
-            .template()
-            .render(&messages, None, true, &serde_json::Map::new())?
-    };
-    let tokens = loaded.model.encode(&text);
+    if no_template {
+        return checked_tokens(loaded, prompt);
+    }
+    chat_tokens(loaded, None, prompt)
+}
+
+/// The tokens of one user turn `prompt`, after a system turn when `system` is given, through
+/// the model's chat template; a prompt longer than the context is refused.
+pub fn chat_tokens(loaded: &Loaded, system: Option<&String>, prompt: &str) -> Result<Vec<u32>, RunError> {
+    let mut messages: Vec<serde_json::Value> = system
+        .map(|s| serde_json::json!({"role": "system", "content": s}))
+        .into_iter()
+        .collect();
+    messages.push(serde_json::json!({"role": "user", "content": prompt}));
+    let text = loaded
+        .model
+        .template()
+        .render(&messages, None, true, &serde_json::Map::new())?;
+    checked_tokens(loaded, &text)
+}
+
+/// The tokens of `text`, refused when they do not fit in the context.
+fn checked_tokens(loaded: &Loaded, text: &str) -> Result<Vec<u32>, RunError> {
+    let tokens = loaded.model.encode(text);
     let n_ctx = loaded.session.n_ctx();
     if tokens.len() > n_ctx {
         return Err(RunError::PromptTooLong {
@@ -154,9 +168,14 @@ pub fn run_generation_saved(
     };
     let n_cached = loaded.session.reuse_prefix(0, tokens)?;
     let last = tokens.len() - 1;
+    // The prompt is read up to its last token here, to save it; the generation reads the last.
+    let started = std::time::Instant::now();
+    let mut n_read = 0;
     if n_cached < last {
         loaded.session.eval(&tokens[n_cached..last], 1)?;
+        n_read = last - n_cached;
     }
+    let read_time = started.elapsed();
     let saved = session_file::save(&mut loaded.session, &loaded.model, path)?;
     writeln!(
         log,
@@ -176,6 +195,12 @@ pub fn run_generation_saved(
         options,
         &mut Streamed(out),
     )?;
+    // The timing line counts the whole prefill: what was read before the save, and the last
+    // token the generation read (its own count), against the tokens the file gave back.
+    let mut result = result;
+    result.stats.n_prompt += n_read;
+    result.stats.prompt_time += read_time;
+    result.stats.n_cached = n_cached;
     Ok(result)
 }
 
