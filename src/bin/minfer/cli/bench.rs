@@ -1,23 +1,29 @@
 //! `minfer bench`: prompt-processing and generation throughput in llama-bench's terms, so the
-//! two engines can be compared row by row and llama-bench's scripts read our JSON.
+//! two engines can be compared row by row and llama-bench's scripts read our rows.
 //!
 //! A `pp<N>` test evaluates a batch of N random tokens from an empty context in one call; a
 //! `tg<N>` test starts from an empty context and generates N tokens one at a time (each the
 //! next random token, so no sampling is timed). Each test runs once to warm up (the whole prompt
-//! for pp, one token for tg, as llama-bench does) and then `repetitions` timed times. Thread
-//! counts are the outer loop, as in llama-bench: for each, the pp tests, then the tg tests.
+//! for pp, one token for tg, as llama-bench does) and then `repetitions` timed times. The runs
+//! are nested as llama-bench nests them (`-ngl`, `-lm`, `-dev`, `-b`, `-ub`, `-ctk`, `-ctv`,
+//! `-fa`, `-t`, `-d`, then the pp, tg and pg tests), so the rows come in its order.
 //!
-//! This module measures and formats; it prints nothing itself.
+//! The rows are written as llama-bench writes them ([`LLAMA_BENCH_FIELDS`]: the same 42 fields
+//! in the same order, typed and quoted as it types and quotes them, in CSV, JSON, JSON lines,
+//! SQL and its markdown table), minfer's own fields after them. This module measures and
+//! formats; it prints nothing itself but the progress lines `--progress` and `-v` ask for, on
+//! standard error.
 
 use super::run::{load, LoadOptions, RunError};
 use minfer::engine::profile::{ProfileObserver, ProfileRecorder};
 use minfer::engine::{eval_preparing, EngineError, GenerateOptions, Sequence, Session};
 use minfer::gguf::GgufFile;
 use minfer::grammar::{Grammar, GrammarError};
+use minfer::graph::DType;
 use minfer::tokenizer::Tokenizer;
 use std::path::Path;
 use std::sync::{Arc, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +37,12 @@ pub enum BenchError {
     /// `-r 0`.
     #[error("the repetition count (-r) must be at least 1")]
     ZeroRepetitions,
+    /// A `-b` or `-ub` of 0.
+    #[error("-b and -ub must be at least 1 (got {flag} 0)")]
+    ZeroBatch {
+        /// The flag given 0.
+        flag: &'static str,
+    },
     /// The largest test does not fit in the model's training context.
     #[error("a test needs {needed} tokens of context, more than the model's {n_ctx_train}")]
     ContextTooLarge {
@@ -56,7 +68,80 @@ pub enum BenchError {
     Measure(String),
 }
 
-/// What to measure. Sizes of 0 are skipped, as in llama-bench.
+/// How the weights are read (llama-bench's `-lm`, `load_mode`; its older `-mmp 0|1` is `none`
+/// or `mmap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadMode {
+    /// llama.cpp's default: mapped where the system can map (minfer always can).
+    Auto,
+    /// Read into memory, not mapped.
+    None,
+    /// Mapped.
+    Mmap,
+    /// Read into memory and locked there.
+    Mlock,
+    /// Mapped and locked.
+    MmapMlock,
+}
+
+impl LoadMode {
+    /// llama.cpp's name for it (`llama_load_mode_name`), the `load_mode` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadMode::Auto => "auto",
+            LoadMode::None => "none",
+            LoadMode::Mmap => "mmap",
+            LoadMode::Mlock => "mlock",
+            LoadMode::MmapMlock => "mmap+mlock",
+        }
+    }
+
+    /// The mode llama-bench's `-lm` names `name`, or why minfer cannot read a model that way.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        Ok(match name {
+            "auto" => LoadMode::Auto,
+            "none" => LoadMode::None,
+            "mmap" => LoadMode::Mmap,
+            "mlock" => LoadMode::Mlock,
+            "mmap+mlock" => LoadMode::MmapMlock,
+            "dio" => return Err("minfer has no direct-I/O reader: use none, mmap, mlock or mmap+mlock".into()),
+            other => {
+                return Err(format!(
+                    "'{other}' is not a load mode: auto, none, mmap, mlock, mmap+mlock or dio"
+                ))
+            }
+        })
+    }
+
+    fn open_options(self) -> minfer::gguf::OpenOptions {
+        minfer::gguf::OpenOptions {
+            no_mmap: matches!(self, LoadMode::None | LoadMode::Mlock),
+            mlock: matches!(self, LoadMode::Mlock | LoadMode::MmapMlock),
+        }
+    }
+}
+
+/// Which devices run the model (llama-bench's `-dev`, `devices`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Devices {
+    /// Every usable one, as `--backend` and `MINFER_BACKENDS` allow (llama-bench's default).
+    Auto,
+    /// None but the CPU.
+    None,
+}
+
+impl Devices {
+    /// llama-bench's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Devices::Auto => "auto",
+            Devices::None => "none",
+        }
+    }
+}
+
+/// What to measure. Sizes of 0 are skipped, as in llama-bench. Each list is one of
+/// llama-bench's parameters: every combination of their values is a run.
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     /// Prompt sizes (`-p`): one `pp` test each.
@@ -68,17 +153,39 @@ pub struct BenchOptions {
     /// Context depths (`-d`): every test runs once per depth, after that many tokens were
     /// evaluated untimed.
     pub n_depth: Vec<usize>,
-    /// Prompt tokens per forward pass (`-b`, `-ub`; llama-bench's default 512).
-    pub n_ubatch: usize,
+    /// Most prompt tokens one evaluation is given (`-b`, llama-bench's default 2048).
+    pub n_batch: Vec<usize>,
+    /// Prompt tokens per forward pass (`-ub`, llama-bench's default 512); a prompt is read in
+    /// passes of the smaller of this and `-b`.
+    pub n_ubatch: Vec<usize>,
+    /// KV cache element types of K (`-ctk`, f16 by default).
+    pub type_k: Vec<DType>,
+    /// KV cache element types of V (`-ctv`).
+    pub type_v: Vec<DType>,
+    /// Flash attention as asked (`-fa`): -1 auto, 1 on (minfer's attention is always the fused
+    /// kernel, so off is refused before this).
+    pub flash_attn: Vec<i32>,
+    /// How the weights are read (`-lm`).
+    pub load_mode: Vec<LoadMode>,
+    /// Which devices take part (`-dev`).
+    pub devices: Vec<Devices>,
     /// Thread counts (`-t`).
     pub n_threads: Vec<usize>,
     /// Timed runs per test, after one warm-up run.
     pub repetitions: usize,
+    /// Whether each test runs once untimed first (`--no-warmup` turns it off).
+    pub warmup: bool,
+    /// A pause before each test, to cool off (`--delay`).
+    pub delay: Duration,
+    /// Print a line on standard error as each test starts and runs (`--progress`).
+    pub progress: bool,
+    /// Also say on standard error what each load gave (`-v`).
+    pub verbose: bool,
     /// `--backend`, as for `minfer MODEL`.
     pub backend: Option<String>,
-    /// Layers on the GPU (`-ngl`, a list): one run of every test per value; `None` runs every
-    /// layer on the highest-priority backend.
-    pub n_gpu_layers: Vec<Option<usize>>,
+    /// Layers on the GPU as asked (`-ngl`, a list): one run of every test per value; a negative
+    /// value (llama-bench's default -1) runs every layer on the highest-priority backend.
+    pub n_gpu_layers: Vec<i64>,
     /// Seed of the random token ids.
     pub seed: u64,
     /// Also measure the memory read bandwidth at each thread count, and with it the bound it
@@ -97,17 +204,28 @@ pub struct BenchOptions {
 }
 
 impl Default for BenchOptions {
+    /// llama-bench's defaults.
     fn default() -> Self {
         BenchOptions {
             n_prompt: vec![512],
             n_gen: vec![128],
             pg: Vec::new(),
             n_depth: vec![0],
-            n_ubatch: minfer::engine::PREFILL_CHUNK,
+            n_batch: vec![2048],
+            n_ubatch: vec![minfer::engine::PREFILL_CHUNK],
+            type_k: vec![DType::F16],
+            type_v: vec![DType::F16],
+            flash_attn: vec![-1],
+            load_mode: vec![LoadMode::Auto],
+            devices: vec![Devices::Auto],
             n_threads: vec![minfer::engine::default_threads()],
             repetitions: 5,
+            warmup: true,
+            delay: Duration::ZERO,
+            progress: false,
+            verbose: false,
             backend: None,
-            n_gpu_layers: vec![None],
+            n_gpu_layers: vec![-1],
             seed: 1,
             bandwidth: false,
             handoff: false,
@@ -117,45 +235,126 @@ impl Default for BenchOptions {
     }
 }
 
-/// One row: one test at one thread count. Field names are llama-bench's JSON fields (plus
-/// `peak_rss_bytes`), in its order.
-#[derive(Clone, Debug, serde::Serialize)]
+/// One run's parameters but the test: one value of each of `BenchOptions`' lists but the
+/// depths, in llama-bench's nesting.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Config {
+    n_gpu_layers: i64,
+    load_mode: LoadMode,
+    devices: Devices,
+    n_batch: usize,
+    n_ubatch: usize,
+    type_k: DType,
+    type_v: DType,
+    flash_attn: i32,
+    n_threads: usize,
+}
+
+impl Config {
+    /// What the model is loaded with: a change reloads it (minfer's thread count is the
+    /// model's).
+    fn model_key(&self) -> (i64, LoadMode, Devices, usize) {
+        (self.n_gpu_layers, self.load_mode, self.devices, self.n_threads)
+    }
+
+    /// What the session is opened with: a change opens a new one over the same model.
+    fn session_key(&self) -> (usize, usize, DType, DType) {
+        (self.n_batch, self.n_ubatch, self.type_k, self.type_v)
+    }
+
+    /// Prompt tokens per forward pass: llama.cpp splits each `-b` batch into passes of `-ub`.
+    fn pass(&self) -> usize {
+        self.n_batch.min(self.n_ubatch)
+    }
+}
+
+/// Every [`Config`] of `options`, nested as llama-bench nests its parameters (the first
+/// outermost), so that the rows come in its order.
+fn configs(options: &BenchOptions) -> Vec<Config> {
+    let mut out = vec![Config {
+        n_gpu_layers: -1,
+        load_mode: LoadMode::Auto,
+        devices: Devices::Auto,
+        n_batch: 2048,
+        n_ubatch: minfer::engine::PREFILL_CHUNK,
+        type_k: DType::F16,
+        type_v: DType::F16,
+        flash_attn: -1,
+        n_threads: 1,
+    }];
+    fn expand<T: Copy>(out: Vec<Config>, values: &[T], set: impl Fn(&mut Config, T)) -> Vec<Config> {
+        if values.is_empty() {
+            return out;
+        }
+        let set = &set;
+        out.into_iter()
+            .flat_map(|c| {
+                values.iter().map(move |&v| {
+                    let mut c = c;
+                    set(&mut c, v);
+                    c
+                })
+            })
+            .collect()
+    }
+    out = expand(out, &options.n_gpu_layers, |c, v| c.n_gpu_layers = v);
+    out = expand(out, &options.load_mode, |c, v| c.load_mode = v);
+    out = expand(out, &options.devices, |c, v| c.devices = v);
+    out = expand(out, &options.n_batch, |c, v| c.n_batch = v);
+    out = expand(out, &options.n_ubatch, |c, v| c.n_ubatch = v);
+    out = expand(out, &options.type_k, |c, v| c.type_k = v);
+    out = expand(out, &options.type_v, |c, v| c.type_v = v);
+    out = expand(out, &options.flash_attn, |c, v| c.flash_attn = v);
+    out = expand(out, &options.n_threads, |c, v| c.n_threads = v);
+    out
+}
+
+/// One row: one test of one run. Its first 42 fields are llama-bench's
+/// ([`BenchResult::llama_values`]); the rest are minfer's ([`BenchResult::extras`]).
+#[derive(Clone, Debug)]
 pub struct BenchResult {
-    /// The crate version minfer was built as.
+    /// `minfer` and the crate version minfer was built as (llama-bench: its commit).
     pub build_commit: String,
     /// The CPU's model name.
     pub cpu_info: String,
     /// The GPU's name when one took part (empty otherwise).
     pub gpu_info: String,
-    /// The backends taking part, comma-separated.
+    /// The GPU backends taking part, comma-separated, or `CPU` when none did (llama-bench's
+    /// `backends`: the backends it has besides the CPU's).
     pub backends: String,
-    /// The model's path as given.
+    /// The model's path.
     pub model_filename: String,
-    /// `{architecture} {size label} {file type}`, as llama.cpp describes a model.
+    /// `{architecture} {size} {file type}`, as llama.cpp describes a model ([`model_type`]).
     pub model_type: String,
     /// Bytes of all tensors.
     pub model_size: u64,
     /// Elements of all tensors.
     pub model_n_params: u64,
+    /// Most prompt tokens one evaluation is given (`-b`).
+    pub n_batch: usize,
+    /// Prompt tokens per forward pass (`-ub`), as asked (passes are of the smaller of this and
+    /// `n_batch`, as in llama.cpp).
+    pub n_ubatch: usize,
     /// CPU threads of the test.
     pub n_threads: usize,
     /// KV cache element type of K (`f16`, llama-bench's default).
     pub type_k: String,
     /// KV cache element type of V (`f16`).
     pub type_v: String,
-    /// Layers on the GPU (`-ngl`): the value asked for, the layer count plus the head when
-    /// every layer ran there, 0 with no GPU.
-    pub n_gpu_layers: usize,
-    /// Whether the weights are memory-mapped (always).
-    pub use_mmap: bool,
+    /// Layers on the GPU as asked (`-ngl`): -1, llama-bench's default, for every layer.
+    pub n_gpu_layers: i64,
+    /// Flash attention as asked (`-fa`): -1 auto, 1 on.
+    pub flash_attn: i32,
+    /// The devices asked for (`-dev`): `auto` or `none`.
+    pub devices: String,
+    /// How the weights were read (`-lm`).
+    pub load_mode: String,
     /// Prompt tokens of a prompt-processing test (0 for a generation test).
     pub n_prompt: usize,
     /// Tokens of a generation test (0 for a prompt-processing test).
     pub n_gen: usize,
     /// Tokens already in the context when the test starts (`-d`).
     pub n_depth: usize,
-    /// Prompt tokens per forward pass (`-b`, `-ub`).
-    pub n_ubatch: usize,
     /// When the test started, ISO 8601 UTC.
     pub test_time: String,
     /// Mean time of a repetition, in nanoseconds.
@@ -173,34 +372,26 @@ pub struct BenchResult {
     /// The process's peak resident memory when the test ended (`VmHWM`), if the system says.
     pub peak_rss_bytes: Option<u64>,
     /// With `--bandwidth`: the memory read bandwidth at this thread count, in GB/s ...
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub mem_read_gbs: Option<f64>,
     /// With `--bandwidth` and every layer on a GPU: the device memory's copy bandwidth (bytes
     /// read plus written per second), GB/s, which then bounds generation instead of the host's.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub device_copy_gbs: Option<f64>,
     /// ... the bytes of weights a generated token reads ...
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub weight_bytes_per_token: Option<u64>,
     /// ... and the generation rate that bandwidth allows, tokens/s.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub gen_bound_ts: Option<f64>,
     /// The CPU kernels that multiplied the weights in this test, by weight type: e.g.
     /// `avx512-vnni gemm (Q4_K, Q6_K)` (empty when no CPU backend took part).
     pub kernels: String,
     /// The decoding kernel chosen for each quantized weight type of the model on this CPU, and
     /// why ([`kernel_choices`]; empty when no CPU backend took part).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernel_choices: Vec<String>,
     /// With `--handoff`: what one node's hand-off to the thread pool costs at this thread count.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Handoff>,
     /// How the generated tokens were chosen: empty for llama-bench's random tokens, `sampled`,
     /// or `constrained` (sampled under the `--json-schema` or `--grammar` mask).
-    #[serde(skip_serializing_if = "String::is_empty")]
     pub generation: String,
     /// With `--profile`: where the timed runs' time went.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<minfer::engine::profile::Profile>,
 }
 
@@ -276,7 +467,7 @@ impl BenchResult {
         }
     }
 
-    fn new(model: &ModelInfo, n_threads: usize, n_prompt: usize, n_gen: usize, test_time: String) -> Self {
+    fn new(model: &ModelInfo, config: &Config, n_prompt: usize, n_gen: usize, test_time: String) -> Self {
         BenchResult {
             build_commit: format!("minfer {}", env!("CARGO_PKG_VERSION")),
             cpu_info: model.cpu_info.clone(),
@@ -286,15 +477,18 @@ impl BenchResult {
             model_type: model.model_type.clone(),
             model_size: model.size,
             model_n_params: model.n_params,
-            n_threads,
-            type_k: "f16".into(),
-            type_v: "f16".into(),
-            n_gpu_layers: model.n_gpu_layers,
-            use_mmap: true,
+            n_batch: config.n_batch,
+            n_ubatch: config.n_ubatch,
+            n_threads: config.n_threads,
+            type_k: kv_type_name(config.type_k).into(),
+            type_v: kv_type_name(config.type_v).into(),
+            n_gpu_layers: config.n_gpu_layers,
+            flash_attn: config.flash_attn,
+            devices: config.devices.name().into(),
+            load_mode: config.load_mode.name().into(),
             n_prompt,
             n_gen,
             n_depth: 0,
-            n_ubatch: minfer::engine::PREFILL_CHUNK,
             test_time,
             avg_ns: 0,
             stddev_ns: 0,
@@ -327,6 +521,105 @@ impl BenchResult {
         self.stddev_ts = stddev(&self.samples_ts);
         self.samples_ns = samples_ns;
     }
+
+    /// The values of [`LLAMA_BENCH_FIELDS`], as llama-bench's `test::get_values` writes them:
+    /// integers in decimal, booleans as 0 or 1, rates with six decimals. The parameters minfer
+    /// takes only at llama-bench's default value (`bench.rs` refuses any other) are written as
+    /// that default.
+    pub fn llama_values(&self) -> [String; 42] {
+        let b = |v: bool| u8::from(v).to_string();
+        [
+            self.build_commit.clone(),
+            BUILD_NUMBER.to_string(),
+            self.cpu_info.clone(),
+            self.gpu_info.clone(),
+            self.backends.clone(),
+            self.model_filename.clone(),
+            self.model_type.clone(),
+            self.model_size.to_string(),
+            self.model_n_params.to_string(),
+            self.n_batch.to_string(),
+            self.n_ubatch.to_string(),
+            self.n_threads.to_string(),
+            // cpu_mask, cpu_strict, poll: minfer does not pin or tune its threads.
+            "0x0".into(),
+            b(false),
+            "50".into(),
+            self.type_k.clone(),
+            self.type_v.clone(),
+            self.n_gpu_layers.to_string(),
+            // n_cpu_moe, split_mode, main_gpu, no_kv_offload: one device holds each layer whole.
+            "0".into(),
+            "layer".into(),
+            "0".into(),
+            b(false),
+            self.flash_attn.to_string(),
+            self.devices.clone(),
+            // tensor_split, tensor_buft_overrides: as above.
+            "0.00".into(),
+            "none".into(),
+            self.load_mode.clone(),
+            // lazy_mode, embeddings, no_op_offload, no_host, repack, fit_target, fit_min_ctx.
+            "auto".into(),
+            b(false),
+            "0".into(),
+            b(false),
+            b(true),
+            "0".into(),
+            "0".into(),
+            self.n_prompt.to_string(),
+            self.n_gen.to_string(),
+            self.n_depth.to_string(),
+            self.test_time.clone(),
+            self.avg_ns.to_string(),
+            self.stddev_ns.to_string(),
+            format!("{:.6}", self.avg_ts),
+            format!("{:.6}", self.stddev_ts),
+        ]
+    }
+
+    /// minfer's fields, after llama-bench's (and after `samples_ns` and `samples_ts` in JSON):
+    /// the peak resident memory and the kernels always, the rest when measured or chosen.
+    pub fn extras(&self) -> Vec<(&'static str, serde_json::Value)> {
+        use serde_json::{json, Value};
+        let mut out = vec![
+            ("peak_rss_bytes", json!(self.peak_rss_bytes)),
+            ("kernels", json!(self.kernels)),
+        ];
+        let mut some = |name: &'static str, v: Option<Value>| {
+            if let Some(v) = v {
+                out.push((name, v));
+            }
+        };
+        some("mem_read_gbs", self.mem_read_gbs.map(|v| json!(v)));
+        some("device_copy_gbs", self.device_copy_gbs.map(|v| json!(v)));
+        some("weight_bytes_per_token", self.weight_bytes_per_token.map(|v| json!(v)));
+        some("gen_bound_ts", self.gen_bound_ts.map(|v| json!(v)));
+        some(
+            "kernel_choices",
+            (!self.kernel_choices.is_empty()).then(|| json!(self.kernel_choices)),
+        );
+        some("handoff", self.handoff.map(|h| json!(h)));
+        some(
+            "generation",
+            (!self.generation.is_empty()).then(|| json!(self.generation)),
+        );
+        some("profile", self.profile.as_ref().map(|p| json!(p)));
+        out
+    }
+}
+
+/// llama-bench's `build_number` (the commit count of its checkout); minfer has none, and says 0.
+pub const BUILD_NUMBER: u32 = 0;
+
+/// ggml's name of a KV cache type (`ggml_type_name`): `f16`, `q8_0`, `f32`.
+fn kv_type_name(t: DType) -> &'static str {
+    match t {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::Q8_0 => "q8_0",
+        DType::I32 => "i32",
+    }
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -356,54 +649,251 @@ struct ModelInfo {
     cpu_info: String,
     gpu_info: String,
     backends: String,
-    n_gpu_layers: usize,
+    /// Whether the CPU backend takes part (its kernels are then reported).
+    uses_cpu: bool,
+    /// Whether every layer and the head run on a GPU (its memory then bounds generation).
+    all_on_gpu: bool,
 }
 
 impl ModelInfo {
     fn new(path: &Path, model: &minfer::engine::Model) -> Self {
         let file = model.file();
-        let m = file.metadata();
-        let arch = m.get_str("general.architecture").unwrap_or("unknown");
-        let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
-        let size_label = m
-            .get_str("general.size_label")
-            .map(str::to_string)
-            .unwrap_or_else(|_| params_label(n_params));
-        let ftype = m
-            .get_uint("general.file_type")
-            .map_or("unknown", super::info::file_type_name);
-        let backends: Vec<String> = model
-            .backends()
-            .handles()
+        let handles = model.backends().handles();
+        let gpus: Vec<String> = handles
             .iter()
+            .filter(|&&b| b != minfer::graph::Backend::CPU)
             .map(|b| b.to_string().to_uppercase())
             .collect();
         let gpu_info = model.backends().devices().iter().find_map(|d| d.device_name());
-        let n_gpu_layers = match (&gpu_info, model.backends().n_gpu_layers()) {
-            (None, _) => 0,
-            (Some(_), Some(n)) => n,
-            // Every layer and the head.
-            (Some(_), None) => model.hparams().n_layer + 1,
-        };
+        let all_on_gpu = gpu_info.is_some()
+            && model
+                .backends()
+                .n_gpu_layers()
+                .is_none_or(|n| n > model.hparams().n_layer);
         ModelInfo {
             filename: path.display().to_string(),
-            model_type: format!("{arch} {size_label} {ftype}"),
+            model_type: model_type(file),
             size: file.tensors().iter().map(|t| t.size).sum(),
-            n_params,
+            n_params: file.tensors().iter().map(|t| t.n_elements()).sum(),
             cpu_info: cpu_name().unwrap_or_default(),
             gpu_info: gpu_info.unwrap_or_default(),
-            backends: backends.join(","),
-            n_gpu_layers,
+            // As llama-bench's `get_backend`: the backends besides the CPU's, else `CPU`.
+            backends: if gpus.is_empty() { "CPU".into() } else { gpus.join(",") },
+            uses_cpu: handles.contains(&minfer::graph::Backend::CPU),
+            all_on_gpu,
         }
     }
 }
 
-/// `0.5B`, `1.8B`, `135M`: a size label for a model whose metadata has none.
-fn params_label(n: u64) -> String {
-    if n >= 1_000_000_000 {
-        format!("{:.1}B", n as f64 / 1e9)
+/// The model as llama.cpp describes it (`llama_model_desc`, llama-bench's `model_type`):
+/// architecture, size class and file type, e.g. `qwen2 1B Q4_K - Medium`.
+pub fn model_type(file: &GgufFile) -> String {
+    let arch = file.metadata().get_str("general.architecture").unwrap_or("unknown");
+    format!("{arch} {} {}", size_class(file, arch), file_type_name(file))
+}
+
+/// llama.cpp's size class of a model (`llm_type_name` of the type its loader sets from the
+/// layer count, and for some sizes the width, head count or vocabulary), `?B` where it sets
+/// none. It is not the parameter count: Qwen2.5 0.5B (24 layers of 896) is `1B`, SmolLM2 135M
+/// (30 layers) `256M`. Only the architectures minfer runs are known here, as llama.cpp 0c1e570
+/// classes them.
+pub fn size_class(file: &GgufFile, arch: &str) -> &'static str {
+    let m = file.metadata();
+    let key = |name: &str| format!("{arch}.{name}");
+    let uint = |name: &str| m.get_uint(&key(name)).ok();
+    // A per-layer array (a head count may be one) stands for its first layer, as llama.cpp's
+    // `n_head()` does.
+    let first = |name: &str| {
+        uint(name).or_else(|| {
+            use minfer::gguf::Array;
+            match m.get_array(&key(name)).ok()? {
+                Array::U32(v) => v.first().map(|&x| u64::from(x)),
+                Array::I32(v) => v.first().and_then(|&x| u64::try_from(x).ok()),
+                Array::U64(v) => v.first().copied(),
+                Array::I64(v) => v.first().and_then(|&x| u64::try_from(x).ok()),
+                _ => None,
+            }
+        })
+    };
+    // Multi-token-prediction layers are not counted (`n_layer()`).
+    let n_layer = uint("block_count")
+        .unwrap_or(0)
+        .saturating_sub(uint("nextn_predict_layers").unwrap_or(0));
+    let n_embd = uint("embedding_length").unwrap_or(0);
+    let n_head = first("attention.head_count").unwrap_or(0);
+    let n_head_kv = first("attention.head_count_kv").unwrap_or(n_head);
+    let n_expert = uint("expert_count").unwrap_or(0);
+    let n_vocab = uint("vocab_size").or_else(|| m.get_array("tokenizer.ggml.tokens").ok().map(|a| a.len() as u64));
+    let class = match arch {
+        "gemma" => match n_layer {
+            18 => "2B",
+            28 => "7B",
+            _ => "",
+        },
+        "gemma2" => match n_layer {
+            26 => "2B",
+            42 => "9B",
+            46 => "27B",
+            _ => "",
+        },
+        "gemma3" => match n_layer {
+            18 => "270M",
+            26 => "1B",
+            32 => "8B",
+            34 => "4B",
+            48 => "12B",
+            62 => "27B",
+            _ => "",
+        },
+        "gpt-oss" => match n_layer {
+            24 => "20B",
+            36 => "120B",
+            _ => "",
+        },
+        "granite" => match (n_layer, n_embd) {
+            (32, _) => "3B",
+            (40, 2048) => "2B",
+            (40, 2560) => "3B",
+            (40, 4096) => "8B",
+            (64, _) => "30B",
+            _ => "",
+        },
+        "llama" if n_expert == 8 => match n_layer {
+            32 => "8x7B",
+            56 => "8x22B",
+            _ => "",
+        },
+        "llama" => match n_layer {
+            16 | 22 => "1B",
+            26 | 28 => "3B",
+            30 => "256M",
+            // Granite's vocabulary has 49152 tokens.
+            32 => match n_vocab.unwrap_or(0) {
+                49152 => "3B",
+                v if v < 40000 => "7B",
+                _ => "8B",
+            },
+            36 => "8B",
+            40 => "13B",
+            48 => "34B",
+            60 => "30B",
+            80 if n_head == n_head_kv => "65B",
+            80 => "70B",
+            _ => "",
+        },
+        "phi3" => match n_layer {
+            24 => "1B",
+            32 => "3B",
+            40 => "14B",
+            _ => "",
+        },
+        "qwen2" => match n_layer {
+            24 if n_embd == 1024 => "0.5B",
+            24 => "1B",
+            28 if n_embd == 1536 => "1.5B",
+            28 | 32 => "7B",
+            36 => "3B",
+            40 if n_head == 20 => "4B",
+            40 => "13B",
+            48 => "14B",
+            64 => "32B",
+            80 => "70B",
+            _ => "",
+        },
+        "qwen2moe" => match n_layer {
+            24 => "A2.7B",
+            28 => "57B.A14B",
+            _ => "",
+        },
+        "qwen3" => match n_layer {
+            28 if n_embd == 1024 => "0.6B",
+            28 => "1.7B",
+            36 if n_embd == 2560 => "4B",
+            36 => "8B",
+            40 => "14B",
+            64 => "32B",
+            _ => "",
+        },
+        "qwen3moe" => match n_layer {
+            48 => "30B.A3B",
+            94 => "235B.A22B",
+            _ => "",
+        },
+        _ => "",
+    };
+    if class.is_empty() {
+        "?B"
     } else {
-        format!("{}M", (n as f64 / 1e6).round())
+        class
+    }
+}
+
+/// llama.cpp's name of the file's type (`llama_model_ftype_name`): `general.file_type`'s, or
+/// when the file has none, `(guessed) ` and the type of most tensors' (`Q4_K - Medium` for
+/// Q4_K), as its loader guesses.
+pub fn file_type_name(file: &GgufFile) -> String {
+    if let Ok(id) = file.metadata().get_uint("general.file_type") {
+        return match super::info::file_type_name(id) {
+            "unknown" => "unknown, may not work".to_string(),
+            name => name.to_string(),
+        };
+    }
+    // The type of the most tensors; a tie goes to the type that reached the count first, in
+    // the order of the tensors' names.
+    let mut tensors: Vec<_> = file.tensors().iter().collect();
+    tensors.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut counts: Vec<(minfer::quant::GgmlType, usize)> = Vec::new();
+    let mut best: Option<(minfer::quant::GgmlType, usize)> = None;
+    for t in tensors {
+        let n = match counts.iter_mut().find(|(ty, _)| *ty == t.ggml_type) {
+            Some((_, n)) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                counts.push((t.ggml_type, 1));
+                1
+            }
+        };
+        if best.is_none_or(|(_, max)| n > max) {
+            best = Some((t.ggml_type, n));
+        }
+    }
+    let guessed = best.map_or(0, |(ty, _)| guessed_file_type(ty.name()));
+    format!("(guessed) {}", super::info::file_type_name(guessed))
+}
+
+/// The `llama_ftype` llama.cpp's loader guesses for a file mostly of the ggml type `name`;
+/// all F32 (0) for a type it does not map (MXFP4 among them).
+fn guessed_file_type(name: &str) -> u64 {
+    match name {
+        "F16" => 1,
+        "BF16" => 32,
+        "Q4_0" => 2,
+        "Q4_1" => 3,
+        "Q5_0" => 8,
+        "Q5_1" => 9,
+        "Q8_0" => 7,
+        "Q2_K" => 10,
+        "Q3_K" => 12,
+        "Q4_K" => 15,
+        "Q5_K" => 17,
+        "Q6_K" => 18,
+        "TQ1_0" => 36,
+        "TQ2_0" => 37,
+        "IQ2_XXS" => 19,
+        "IQ2_XS" => 20,
+        "IQ2_S" => 28,
+        "IQ3_XXS" => 23,
+        "IQ1_S" => 24,
+        "IQ1_M" => 31,
+        "IQ4_NL" => 25,
+        "IQ4_XS" => 30,
+        "IQ3_S" => 26,
+        "NVFP4" => 39,
+        "Q1_0" => 40,
+        "Q2_0" => 41,
+        _ => 0,
     }
 }
 
@@ -447,6 +937,17 @@ fn first_token(bos: Option<u32>, rng: &mut TokenRng, n_vocab: usize) -> u32 {
     bos.unwrap_or_else(|| rng.token(n_vocab))
 }
 
+/// What stays loaded from one run to the next: the model and its session, and what was read
+/// off them.
+struct Held {
+    config: Config,
+    loaded: super::run::Loaded,
+    info: ModelInfo,
+    per_token: u64,
+    device_gbs: Option<f64>,
+    grammar: Option<Grammar>,
+}
+
 /// Run every test of `options` on the model at `path`, calling `on_result` with each row as it
 /// completes, and return all rows.
 pub fn run_bench(
@@ -466,6 +967,11 @@ pub fn run_bench(
     if options.repetitions == 0 {
         return Err(BenchError::ZeroRepetitions);
     }
+    for (flag, sizes) in [("-b", &options.n_batch), ("-ub", &options.n_ubatch)] {
+        if sizes.contains(&0) {
+            return Err(BenchError::ZeroBatch { flag });
+        }
+    }
     let depths: &[usize] = if options.n_depth.is_empty() {
         &[0]
     } else {
@@ -477,64 +983,113 @@ pub fn run_bench(
         .copied()
         .chain(pairs.iter().map(|&(p, n)| p + n));
     let needed = longest.max().unwrap_or(1) + depths.iter().copied().max().unwrap_or(0);
+    let tests: Vec<(usize, usize)> = prompts
+        .iter()
+        .map(|&p| (p, 0))
+        .chain(gens.iter().map(|&n| (0, n)))
+        .chain(pairs.iter().copied())
+        .collect();
+    let configs = configs(options);
+    // With a grammar, each generating test runs twice (sampled, then constrained).
+    let n_modes = if options.grammar.is_some() { 2 } else { 1 };
+    let per_depth: usize = tests.iter().map(|&(_, n)| if n == 0 { 1 } else { n_modes }).sum();
+    let n_rows = configs.len() * depths.len() * per_depth;
     let mut rng = TokenRng(options.seed.max(1));
     let mut results = Vec::new();
     // A GPU's copy bandwidth, measured once for the process (at the first test held to it).
     let mut device_bandwidth: Option<Option<f64>> = None;
-    let runs = options
-        .n_gpu_layers
-        .iter()
-        .flat_map(|&ngl| options.n_threads.iter().map(move |&t| (ngl, t)));
-    for (n_gpu_layers, n_threads) in runs {
-        let load_options = LoadOptions {
-            model: minfer::engine::ModelOptions {
-                n_threads: Some(n_threads),
-                backend: options.backend.clone(),
-                n_gpu_layers,
-                ..Default::default()
-            },
-            // llama-bench's default cache (f16), so that the figures compare.
-            session: minfer::engine::SessionOptions {
-                n_ctx: needed,
-                n_ubatch: Some(options.n_ubatch),
-                ..Default::default()
-            },
+    let mut current: Option<Held> = None;
+    for config in configs {
+        let session_options = minfer::engine::SessionOptions {
+            n_ctx: needed,
+            n_ubatch: Some(config.pass()),
+            type_k: config.type_k,
+            type_v: config.type_v,
+            ..Default::default()
         };
-        let mut loaded = load(path, &load_options)?;
+        match &mut current {
+            // The same model, another cache or pass size: a new session over it.
+            Some(c) if c.config.model_key() == config.model_key() => {
+                if c.config.session_key() != config.session_key() {
+                    c.loaded.session = Session::with_options(&c.loaded.model, &session_options)?;
+                }
+                c.config = config;
+            }
+            _ => {
+                // Dropped first, so that two models are never held at once.
+                drop(current.take());
+                let load_options = LoadOptions {
+                    model: minfer::engine::ModelOptions {
+                        n_threads: Some(config.n_threads),
+                        backend: match config.devices {
+                            Devices::Auto => options.backend.clone(),
+                            Devices::None => Some("cpu".into()),
+                        },
+                        n_gpu_layers: usize::try_from(config.n_gpu_layers).ok(),
+                        open: config.load_mode.open_options(),
+                        ..Default::default()
+                    },
+                    session: session_options,
+                };
+                let loaded = load(path, &load_options)?;
+                let info = ModelInfo::new(path, &loaded.model);
+                if options.verbose {
+                    eprintln!(
+                        "minfer bench: loaded {} ({}) on {}, {} threads, -ngl {}, load mode {}",
+                        info.filename,
+                        info.model_type,
+                        info.backends,
+                        config.n_threads,
+                        config.n_gpu_layers,
+                        config.load_mode.name()
+                    );
+                }
+                // Every layer and the head on a GPU: its memory bounds generation, not the host's.
+                let device_gbs = if options.bandwidth && info.all_on_gpu {
+                    *device_bandwidth.get_or_insert_with(|| {
+                        device_copy_bandwidth(&loaded.model).unwrap_or_else(|e| {
+                            eprintln!("bench: {e}; generation is held to the host's bandwidth instead");
+                            None
+                        })
+                    })
+                } else {
+                    None
+                };
+                let grammar = match &options.grammar {
+                    Some(spec) => Some(loaded.model.compile_grammar(spec)?),
+                    None => None,
+                };
+                current = Some(Held {
+                    config,
+                    per_token: weight_bytes_per_token(loaded.model.file()),
+                    loaded,
+                    info,
+                    device_gbs,
+                    grammar,
+                });
+            }
+        }
+        let Some(Held {
+            loaded,
+            info,
+            per_token,
+            device_gbs,
+            grammar,
+            ..
+        }) = &mut current
+        else {
+            unreachable!("a model was loaded above");
+        };
         let n_ctx_train = loaded.session.model().hparams().n_ctx_train;
         if loaded.session.n_ctx() < needed {
             return Err(BenchError::ContextTooLarge { needed, n_ctx_train });
         }
-        let info = ModelInfo::new(path, &loaded.model);
-        let per_token = weight_bytes_per_token(loaded.model.file());
-        // Every layer and the head on a GPU: its memory bounds generation, not the host's.
-        let device_gbs = if options.bandwidth && info.n_gpu_layers > loaded.model.hparams().n_layer {
-            *device_bandwidth.get_or_insert_with(|| {
-                device_copy_bandwidth(&loaded.model).unwrap_or_else(|e| {
-                    eprintln!("bench: {e}; generation is held to the host's bandwidth instead");
-                    None
-                })
-            })
-        } else {
-            None
-        };
         let n_vocab = loaded.session.model().hparams().n_vocab;
         let tokenizer = loaded.model.tokenizer();
         let bos = tokenizer.add_bos().then(|| tokenizer.bos()).flatten();
         let session = &mut loaded.session;
-
-        let grammar = match &options.grammar {
-            Some(spec) => Some(loaded.model.compile_grammar(spec)?),
-            None => None,
-        };
-        let tests: Vec<(usize, usize)> = prompts
-            .iter()
-            .map(|&p| (p, 0))
-            .chain(gens.iter().map(|&n| (0, n)))
-            .chain(pairs.iter().copied())
-            .collect();
         // With a grammar, each generating test runs sampled, then sampled under the grammar.
-        let modes: Vec<Option<Generation>> = match &grammar {
+        let modes: Vec<Option<Generation>> = match grammar {
             None => vec![None],
             Some(g) => vec![Some(Generation::Sampled), Some(Generation::Constrained(g))],
         };
@@ -548,19 +1103,33 @@ pub fn run_bench(
                     .map(move |m| (d, p, n, if n == 0 { None } else { m.clone() }))
             });
         for (&n_depth, n_prompt, n_gen, generation) in runs {
-            let mut result = BenchResult::new(&info, n_threads, n_prompt, n_gen, utc_now());
+            let row = results.len() + 1;
+            let progress = |what: &str| {
+                if options.progress {
+                    eprintln!("minfer bench: benchmark {row}/{n_rows}: {what}");
+                }
+            };
+            progress("starting");
+            // Cool off before the test, as llama-bench's --delay does.
+            std::thread::sleep(options.delay);
+            let mut result = BenchResult::new(info, &config, n_prompt, n_gen, utc_now());
             result.generation = generation.as_ref().map_or("", Generation::name).to_string();
             result.n_depth = n_depth;
-            result.n_ubatch = options.n_ubatch;
-            if info.backends.split(',').any(|b| b == "CPU") {
-                // A prompt is one batch of `n_prompt` tokens; generation one token a step.
-                result.kernels = cpu_kernels(&loaded.model, n_prompt.min(options.n_ubatch).max(1));
+            if info.uses_cpu {
+                // A prompt is read in passes of `pass` tokens; generation one token a step.
+                result.kernels = cpu_kernels(&loaded.model, n_prompt.min(config.pass()).max(1));
                 result.kernel_choices = kernel_choices(loaded.model.file());
             }
             let mut samples = Vec::with_capacity(options.repetitions);
             let recorder = options.profile.then(ProfileRecorder::shared);
-            for rep in 0..=options.repetitions {
+            let first = if options.warmup { 0 } else { 1 };
+            for rep in first..=options.repetitions {
                 let warm_up = rep == 0;
+                progress(&if warm_up {
+                    "warmup run".to_string()
+                } else {
+                    format!("run {rep}/{}", options.repetitions)
+                });
                 if let (Some(recorder), 1) = (&recorder, rep) {
                     session.add_step_observer(Box::new(ProfileObserver(Arc::clone(recorder))));
                 }
@@ -582,8 +1151,8 @@ pub fn run_bench(
             result.set_samples(samples);
             result.peak_rss_bytes = peak_rss_bytes();
             if options.bandwidth {
-                result.weight_bytes_per_token = Some(per_token);
-                result.device_copy_gbs = device_gbs;
+                result.weight_bytes_per_token = Some(*per_token);
+                result.device_copy_gbs = *device_gbs;
             }
             on_result(&result)?;
             results.push(result);
@@ -825,59 +1394,391 @@ fn iso8601(unix_secs: u64) -> String {
     )
 }
 
-/// llama-bench's column widths: negative is left-aligned.
-const COLUMNS: [(&str, i32); 8] = [
-    ("model", -30),
-    ("size", 10),
-    ("params", 10),
-    ("backend", -10),
-    ("ngl", 3),
-    ("threads", 7),
-    ("test", 15),
-    ("t/s", 20),
+/// llama-bench's fields (`test::get_fields`, llama.cpp 0c1e570), in its order: CSV's first 42
+/// columns, JSON's first 42 keys (then `samples_ns` and `samples_ts`), the SQL table's columns.
+pub const LLAMA_BENCH_FIELDS: [&str; 42] = [
+    "build_commit",
+    "build_number",
+    "cpu_info",
+    "gpu_info",
+    "backends",
+    "model_filename",
+    "model_type",
+    "model_size",
+    "model_n_params",
+    "n_batch",
+    "n_ubatch",
+    "n_threads",
+    "cpu_mask",
+    "cpu_strict",
+    "poll",
+    "type_k",
+    "type_v",
+    "n_gpu_layers",
+    "n_cpu_moe",
+    "split_mode",
+    "main_gpu",
+    "no_kv_offload",
+    "flash_attn",
+    "devices",
+    "tensor_split",
+    "tensor_buft_overrides",
+    "load_mode",
+    "lazy_mode",
+    "embeddings",
+    "no_op_offload",
+    "no_host",
+    "repack",
+    "fit_target",
+    "fit_min_ctx",
+    "n_prompt",
+    "n_gen",
+    "n_depth",
+    "test_time",
+    "avg_ns",
+    "stddev_ns",
+    "avg_ts",
+    "stddev_ts",
 ];
 
-fn table_row(cells: &[String]) -> String {
-    let mut line = String::from("|");
-    for ((_, width), cell) in COLUMNS.iter().zip(cells) {
-        let w = width.unsigned_abs() as usize;
-        if *width < 0 {
-            line += &format!(" {cell:<w$} |");
-        } else {
-            line += &format!(" {cell:>w$} |");
-        }
-    }
-    line + "\n"
+/// How llama-bench types a field (`test::get_field_type`): JSON writes a string quoted, a
+/// boolean as `true`/`false`, a number bare; SQL declares TEXT, INTEGER or REAL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldType {
+    /// Quoted text.
+    String,
+    /// 0 or 1 in CSV and SQL, `false` or `true` in JSON.
+    Bool,
+    /// A decimal integer.
+    Int,
+    /// A decimal with six places.
+    Float,
 }
 
-/// The markdown table's header and alignment lines.
-pub fn markdown_header() -> String {
-    let names: Vec<String> = COLUMNS.iter().map(|(name, _)| name.to_string()).collect();
-    let mut out = table_row(&names);
-    out += "|";
-    for (_, width) in COLUMNS {
-        let w = width.unsigned_abs() as usize;
-        if width < 0 {
-            out += &format!(" {} |", "-".repeat(w));
-        } else {
-            out += &format!(" {}: |", "-".repeat(w - 1));
-        }
+/// The type llama-bench gives `field` (text for any it does not list).
+pub fn field_type(field: &str) -> FieldType {
+    match field {
+        "build_number" | "n_batch" | "n_ubatch" | "n_threads" | "poll" | "model_size" | "model_n_params"
+        | "n_gpu_layers" | "main_gpu" | "n_prompt" | "n_gen" | "n_depth" | "avg_ns" | "stddev_ns" | "no_op_offload"
+        | "n_cpu_moe" | "fit_target" | "fit_min_ctx" | "flash_attn" => FieldType::Int,
+        "no_kv_offload" | "cpu_strict" | "embeddings" | "no_host" | "repack" => FieldType::Bool,
+        "avg_ts" | "stddev_ts" => FieldType::Float,
+        _ => FieldType::String,
     }
-    out + "\n"
 }
 
-/// One markdown table row.
-pub fn markdown_row(r: &BenchResult) -> String {
-    table_row(&[
-        r.model_type.clone(),
-        human_size(r.model_size),
-        human_params(r.model_n_params),
-        r.backends.clone(),
-        r.n_gpu_layers.to_string(),
-        r.n_threads.to_string(),
-        r.test_name(),
-        format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
-    ])
+/// A double as C++'s `ostream <<` writes it (`%g`: six significant digits, no trailing zeros),
+/// as llama-bench writes `samples_ts`.
+fn fmt_g(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return if x.is_nan() { "nan".into() } else { format!("{x}") };
+    }
+    let trim = |s: String| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    // The exponent after rounding to six digits decides between the two notations.
+    let sci = format!("{x:.5e}");
+    let (mantissa, exp) = sci.split_once('e').expect("`{:e}` writes an exponent");
+    let exp: i32 = exp.parse().expect("`{:e}` writes a decimal exponent");
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa.to_string()), exp.abs())
+    } else {
+        trim(format!("{x:.*}", (5 - exp) as usize))
+    }
+}
+
+/// `[ 1, 2 ]`, as llama-bench writes a list in JSON.
+fn json_list(items: impl Iterator<Item = String>) -> String {
+    format!("[ {} ]", items.collect::<Vec<_>>().join(", "))
+}
+
+/// One of llama-bench's values in JSON (`format_json_value`): text quoted, booleans as words,
+/// numbers bare.
+fn json_value(field: &str, value: &str) -> String {
+    match field_type(field) {
+        FieldType::String => serde_json::to_string(value).expect("a string serializes"),
+        FieldType::Bool => (value != "0").to_string(),
+        FieldType::Int | FieldType::Float => value.to_string(),
+    }
+}
+
+/// The rows as llama-bench's `-o json`: an array of objects, each its 42 fields, `samples_ns`
+/// and `samples_ts` laid out as it lays them out, then minfer's fields.
+pub fn to_json(results: &[BenchResult]) -> String {
+    let rows: Vec<String> = results.iter().map(json_object).collect();
+    format!("[\n{}\n]\n", rows.join(",\n"))
+}
+
+fn json_object(r: &BenchResult) -> String {
+    let mut out = String::from("  {\n");
+    for (field, value) in LLAMA_BENCH_FIELDS.iter().zip(r.llama_values()) {
+        out += &format!("    \"{field}\": {},\n", json_value(field, &value));
+    }
+    out += &format!(
+        "    \"samples_ns\": {},\n",
+        json_list(r.samples_ns.iter().map(u64::to_string))
+    );
+    out += &format!(
+        "    \"samples_ts\": {}",
+        json_list(r.samples_ts.iter().map(|&t| fmt_g(t)))
+    );
+    for (name, value) in r.extras() {
+        out += &format!(",\n    \"{name}\": {value}");
+    }
+    out + "\n  }"
+}
+
+/// One row as llama-bench's `-o jsonl` writes it (one object a line, its spacing), minfer's
+/// fields last.
+pub fn to_json_line(r: &BenchResult) -> String {
+    let mut out = String::from("{");
+    for (field, value) in LLAMA_BENCH_FIELDS.iter().zip(r.llama_values()) {
+        out += &format!("\"{field}\": {}, ", json_value(field, &value));
+    }
+    out += &format!(
+        "\"samples_ns\": {},\"samples_ts\": {}",
+        json_list(r.samples_ns.iter().map(u64::to_string)),
+        json_list(r.samples_ts.iter().map(|&t| fmt_g(t)))
+    );
+    for (name, value) in r.extras() {
+        out += &format!(", \"{name}\": {value}");
+    }
+    out + "}\n"
+}
+
+/// A CSV cell as llama-bench writes every cell: quoted, quotes doubled.
+fn csv_cell(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// The CSV columns after llama-bench's: the samples (space-separated), then each of minfer's
+/// fields that any row has, in [`BenchResult::extras`]' order.
+fn csv_extra_columns(results: &[BenchResult]) -> Vec<&'static str> {
+    let mut columns = vec!["samples_ns", "samples_ts"];
+    for r in results {
+        for (name, _) in r.extras() {
+            if !columns.contains(&name) {
+                columns.push(name);
+            }
+        }
+    }
+    columns
+}
+
+/// One of minfer's values as a CSV cell's text: lists space-separated (`; ` between texts),
+/// objects as JSON, nothing empty.
+fn csv_extra(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.iter().all(Value::is_string) => {
+            items.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("; ")
+        }
+        Value::Array(items) => items.iter().map(Value::to_string).collect::<Vec<_>>().join(" "),
+        other => other.to_string(),
+    }
+}
+
+/// The rows as llama-bench's `-o csv`: its header and 42 quoted cells a line, then minfer's
+/// columns ([`csv_extra_columns`]).
+pub fn to_csv(results: &[BenchResult]) -> String {
+    let extra = csv_extra_columns(results);
+    let header: Vec<&str> = LLAMA_BENCH_FIELDS
+        .iter()
+        .copied()
+        .chain(extra.iter().copied())
+        .collect();
+    let mut out = header.join(",") + "\n";
+    for r in results {
+        let extras = r.extras();
+        let mut cells: Vec<String> = r.llama_values().iter().map(|v| csv_cell(v)).collect();
+        for &column in &extra {
+            let text = match column {
+                "samples_ns" => r.samples_ns.iter().map(u64::to_string).collect::<Vec<_>>().join(" "),
+                "samples_ts" => r.samples_ts.iter().map(|&t| fmt_g(t)).collect::<Vec<_>>().join(" "),
+                name => extras
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or_else(String::new, |(_, v)| csv_extra(v)),
+            };
+            cells.push(csv_cell(&text));
+        }
+        out += &cells.join(",");
+        out += "\n";
+    }
+    out
+}
+
+/// llama-bench's `-o sql` table: `CREATE TABLE IF NOT EXISTS llama_bench` with its 42 typed
+/// columns, then a blank line. minfer's fields are not columns of it, so that its rows and
+/// llama-bench's go into one table (JSON and CSV carry them).
+pub fn sql_header() -> String {
+    let columns: Vec<String> = LLAMA_BENCH_FIELDS
+        .iter()
+        .map(|f| {
+            let ty = match field_type(f) {
+                FieldType::String => "TEXT",
+                FieldType::Bool | FieldType::Int => "INTEGER",
+                FieldType::Float => "REAL",
+            };
+            format!("  {f} {ty}")
+        })
+        .collect();
+    format!(
+        "CREATE TABLE IF NOT EXISTS llama_bench (\n{}\n);\n\n",
+        columns.join(",\n")
+    )
+}
+
+/// One row as llama-bench's `-o sql` inserts it: every value quoted (a quote inside doubled,
+/// which llama-bench leaves to chance).
+pub fn sql_row(r: &BenchResult) -> String {
+    let values: Vec<String> = r
+        .llama_values()
+        .iter()
+        .map(|v| format!("'{}'", v.replace('\'', "''")))
+        .collect();
+    format!(
+        "INSERT INTO llama_bench ({}) VALUES ({});\n",
+        LLAMA_BENCH_FIELDS.join(", "),
+        values.join(", ")
+    )
+}
+
+/// llama-bench's markdown table: the columns it always shows (model, size, params, backend,
+/// test, t/s), `ngl` where a GPU backend takes part, `threads` on the CPU or when `-t` was
+/// given, and each parameter given other than at its default.
+#[derive(Clone, Debug)]
+pub struct MarkdownTable {
+    fields: Vec<&'static str>,
+}
+
+impl MarkdownTable {
+    /// The table for the runs of `options` on `backends` (the first row's, as llama-bench's
+    /// `get_backend` says for its whole run).
+    pub fn new(options: &BenchOptions, backends: &str) -> Self {
+        let on_cpu = ["CPU", "BLAS", "ZenDNN"].iter().any(|b| backends.contains(b));
+        let defaults = BenchOptions::default();
+        let mut fields = vec!["model", "size", "params", "backend"];
+        let mut show = |field, shown: bool| {
+            if shown {
+                fields.push(field);
+            }
+        };
+        show("n_gpu_layers", !on_cpu);
+        show("n_threads", on_cpu || options.n_threads != defaults.n_threads);
+        show("n_batch", options.n_batch != defaults.n_batch);
+        show("n_ubatch", options.n_ubatch != defaults.n_ubatch);
+        show("type_k", options.type_k != defaults.type_k);
+        show("type_v", options.type_v != defaults.type_v);
+        show("flash_attn", options.flash_attn != defaults.flash_attn);
+        show("devices", options.devices != defaults.devices);
+        show("load_mode", options.load_mode != defaults.load_mode);
+        fields.extend(["test", "t/s"]);
+        MarkdownTable { fields }
+    }
+
+    /// The header and alignment lines.
+    pub fn header(&self) -> String {
+        let names: Vec<String> = self.fields.iter().map(|f| md_name(f).to_string()).collect();
+        let mut out = self.line(&names);
+        out += "|";
+        for field in &self.fields {
+            let w = md_width(field);
+            let dashes = "-".repeat(w.unsigned_abs() as usize - 1);
+            out += &format!(" {dashes}{} |", if w > 0 { ":" } else { "-" });
+        }
+        out + "\n"
+    }
+
+    /// One row.
+    pub fn row(&self, r: &BenchResult) -> String {
+        let values = r.llama_values();
+        let cells: Vec<String> = self
+            .fields
+            .iter()
+            .map(|&field| match field {
+                "model" => r.model_type.clone(),
+                "size" => human_size(r.model_size),
+                "params" => human_params(r.model_n_params),
+                "backend" => r.backends.clone(),
+                "test" => r.test_name(),
+                "t/s" => format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
+                f => LLAMA_BENCH_FIELDS
+                    .iter()
+                    .position(|name| *name == f)
+                    .map_or_else(String::new, |i| values[i].clone()),
+            })
+            .collect();
+        self.line(&cells)
+    }
+
+    fn line(&self, cells: &[String]) -> String {
+        let mut line = String::from("|");
+        for (field, cell) in self.fields.iter().zip(cells) {
+            let width = md_width(field);
+            let w = width.unsigned_abs() as usize;
+            if width < 0 {
+                line += &format!(" {cell:<w$} |");
+            } else {
+                line += &format!(" {cell:>w$} |");
+            }
+        }
+        line + "\n"
+    }
+}
+
+/// llama-bench's width of a markdown column (`get_field_width`): negative is left-aligned.
+fn md_width(field: &str) -> i32 {
+    match field {
+        "model" => -30,
+        "t/s" => 20,
+        "size" | "params" => 10,
+        "n_gpu_layers" | "flash_attn" | "repack" => 3,
+        "n_threads" | "n_batch" => 7,
+        "n_ubatch" => 8,
+        "type_k" | "type_v" | "split_mode" => 6,
+        "load_mode" => 10,
+        "devices" => -12,
+        "test" => 15,
+        "no_op_offload" | "no_host" => 4,
+        f => {
+            let w = f.len().max(10) as i32;
+            if field_type(f) == FieldType::String {
+                -w
+            } else {
+                w
+            }
+        }
+    }
+}
+
+/// llama-bench's heading of a markdown column (`get_field_display_name`).
+fn md_name(field: &str) -> &str {
+    match field {
+        "n_gpu_layers" => "ngl",
+        "split_mode" => "sm",
+        "n_threads" => "threads",
+        "no_kv_offload" => "nkvo",
+        "flash_attn" => "fa",
+        "load_mode" => "lm",
+        "embeddings" => "embd",
+        "no_op_offload" => "nopo",
+        "no_host" => "noh",
+        "repack" => "rpk",
+        "devices" => "dev",
+        "tensor_split" => "ts",
+        "tensor_buft_overrides" => "ot",
+        "fit_target" => "fitt",
+        "fit_min_ctx" => "fitc",
+        f => f,
+    }
 }
 
 /// The line under the table: the build, the instruction set the kernels chose, and the peak
@@ -965,55 +1866,6 @@ fn choices_lines(choices: &[String]) -> String {
     out
 }
 
-/// One row as a line of JSON (llama-bench's `-o jsonl`).
-pub fn to_json_line(result: &BenchResult) -> String {
-    serde_json::to_string(result).expect("bench results always serialize") + "\n"
-}
-
-/// The rows as CSV (llama-bench's `-o csv`): a header of the JSON field names, then one line
-/// per row; lists are space-separated, text is quoted, absent values are empty.
-pub fn to_csv(results: &[BenchResult]) -> String {
-    let rows: Vec<serde_json::Map<String, serde_json::Value>> = results
-        .iter()
-        .filter_map(|r| match serde_json::to_value(r) {
-            Ok(serde_json::Value::Object(map)) => Some(map),
-            _ => None,
-        })
-        .collect();
-    let mut columns: Vec<&String> = Vec::new();
-    for key in rows.iter().flat_map(|row| row.keys()) {
-        if !columns.contains(&key) {
-            columns.push(key);
-        }
-    }
-    let cell = |v: Option<&serde_json::Value>| -> String {
-        use serde_json::Value;
-        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
-        match v {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => quote(s),
-            Some(Value::Array(items)) => {
-                let items: Vec<String> = items.iter().map(|i| i.to_string()).collect();
-                quote(&items.join(" "))
-            }
-            Some(Value::Object(_)) => quote(&v.map(|v| v.to_string()).unwrap_or_default()),
-            Some(other) => other.to_string(),
-        }
-    };
-    let mut out = columns.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(",") + "\n";
-    for row in &rows {
-        let line: Vec<String> = columns.iter().map(|c| cell(row.get(*c))).collect();
-        out += &line.join(",");
-        out += "\n";
-    }
-    out
-}
-
-/// The rows as a JSON array of llama-bench-shaped objects.
-pub fn to_json(results: &[BenchResult]) -> String {
-    serde_json::to_string_pretty(results).expect("bench results always serialize") + "\n"
-}
-
 const MIB: f64 = 1024.0 * 1024.0;
 
 fn human_size(bytes: u64) -> String {
@@ -1068,18 +1920,24 @@ mod tests {
         assert_eq!(weight_bytes_per_token(&file), dense + experts / 2);
     }
 
-    fn row(n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -> BenchResult {
-        let info = ModelInfo {
+    fn info() -> ModelInfo {
+        ModelInfo {
             filename: "m.gguf".into(),
-            model_type: "qwen2 0.5B Q4_K - Medium".into(),
+            model_type: "qwen2 1B Q4_K - Medium".into(),
             size: 391_868_160,
             n_params: 494_032_768,
-            cpu_info: String::new(),
+            cpu_info: "AMD EPYC".into(),
             gpu_info: String::new(),
             backends: "CPU".into(),
-            n_gpu_layers: 0,
-        };
-        let mut r = BenchResult::new(&info, 2, n_prompt, n_gen, iso8601(0));
+            uses_cpu: true,
+            all_on_gpu: false,
+        }
+    }
+
+    fn row(n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -> BenchResult {
+        let mut config = configs(&BenchOptions::default())[0];
+        config.n_threads = 2;
+        let mut r = BenchResult::new(&info(), &config, n_prompt, n_gen, iso8601(0));
         r.set_samples(samples_ns);
         r
     }
@@ -1122,7 +1980,7 @@ mod tests {
             "{}",
             lines[1]
         );
-        assert!(to_json_line(&gpu).contains("\"device_copy_gbs\":4000.0"));
+        assert!(to_json_line(&gpu).contains("\"device_copy_gbs\": 4000.0"));
         assert!(!to_json_line(&row(0, 1, vec![1])).contains("device_copy_gbs"));
     }
 
@@ -1137,51 +1995,287 @@ mod tests {
     }
 
     #[test]
-    fn the_markdown_table_has_llama_benchs_columns_and_alignment() {
-        let header = markdown_header();
+    fn the_markdown_table_has_llama_benchs_columns_and_no_ngl_column_on_the_cpu() {
+        // llama-bench's own table for a CPU run (its CPU build, llama.cpp 0c1e570).
+        let options = BenchOptions::default();
+        let table = MarkdownTable::new(&options, "CPU");
+        let header = table.header();
         let lines: Vec<&str> = header.lines().collect();
         assert_eq!(
             lines[0],
-            "| model                          |       size |     params | backend    | ngl | threads |            test |                  t/s |"
+            "| model                          |       size |     params | backend    | threads |            test |                  t/s |"
         );
         assert_eq!(
             lines[1],
-            "| ------------------------------ | ---------: | ---------: | ---------- | --: | ------: | --------------: | -------------------: |"
+            "| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |"
         );
         let r = row(512, 0, vec![4_000_000_000, 4_000_000_000]);
         assert_eq!(
-            markdown_row(&r),
-            "| qwen2 0.5B Q4_K - Medium       | 373.71 MiB |   494.03 M | CPU        |   0 |       2 |           pp512 |        128.00 ± 0.00 |\n"
+            table.row(&r),
+            "| qwen2 1B Q4_K - Medium         | 373.71 MiB |   494.03 M | CPU        |       2 |           pp512 |        128.00 ± 0.00 |\n"
+        );
+        // On a GPU backend: `ngl`, and `threads` only when -t was given; each parameter given
+        // other than at its default is a column, as llama-bench adds them.
+        let options = BenchOptions {
+            n_ubatch: vec![128],
+            flash_attn: vec![1],
+            load_mode: vec![LoadMode::None],
+            ..Default::default()
+        };
+        let table = MarkdownTable::new(&options, "CUDA");
+        let mut gpu = row(512, 0, vec![1_000_000_000]);
+        (gpu.backends, gpu.n_gpu_layers, gpu.n_ubatch, gpu.flash_attn) = ("CUDA".into(), 99, 128, 1);
+        gpu.load_mode = "none".into();
+        assert_eq!(
+            table.header().lines().next().unwrap(),
+            "| model                          |       size |     params | backend    | ngl | n_ubatch |  fa |         lm |            test |                  t/s |"
+        );
+        assert_eq!(
+            table.row(&gpu),
+            "| qwen2 1B Q4_K - Medium         | 373.71 MiB |   494.03 M | CUDA       |  99 |      128 |   1 |       none |           pp512 |        512.00 ± 0.00 |\n"
         );
     }
 
     #[test]
-    fn json_rows_carry_llama_benchs_field_names() {
-        let r = row(0, 128, vec![2_000_000_000, 1_000_000_000]);
-        let v: serde_json::Value = serde_json::from_str(&to_json(&[r])).unwrap();
-        let o = &v[0];
-        for key in [
-            "model_filename",
-            "model_type",
-            "model_size",
-            "model_n_params",
-            "n_threads",
-            "n_prompt",
-            "n_gen",
-            "avg_ts",
-            "stddev_ts",
-            "samples_ts",
-            "avg_ns",
-            "stddev_ns",
-            "samples_ns",
-            "test_time",
-            "peak_rss_bytes",
+    fn every_format_has_llama_benchs_fields_in_its_order_then_minfers() {
+        let mut r = row(16, 0, vec![145_115_789]);
+        r.peak_rss_bytes = Some(1 << 20);
+        r.kernels = "avx2 gemm (Q4_K)".into();
+        let values = r.llama_values();
+        assert_eq!(values.len(), LLAMA_BENCH_FIELDS.len());
+        // As llama-bench 0c1e570 writes a CPU row: its defaults where minfer has no choice.
+        let by_name = |f: &str| values[LLAMA_BENCH_FIELDS.iter().position(|n| *n == f).unwrap()].as_str();
+        for (field, want) in [
+            ("build_number", "0"),
+            ("n_batch", "2048"),
+            ("n_ubatch", "512"),
+            ("cpu_mask", "0x0"),
+            ("cpu_strict", "0"),
+            ("poll", "50"),
+            ("n_gpu_layers", "-1"),
+            ("split_mode", "layer"),
+            ("flash_attn", "-1"),
+            ("devices", "auto"),
+            ("tensor_split", "0.00"),
+            ("tensor_buft_overrides", "none"),
+            ("load_mode", "auto"),
+            ("lazy_mode", "auto"),
+            ("repack", "1"),
+            ("avg_ts", "110.256783"),
+            ("stddev_ts", "0.000000"),
         ] {
-            assert!(o.get(key).is_some(), "missing {key}");
+            assert_eq!(by_name(field), want, "{field}");
         }
-        assert_eq!(o["n_gen"], 128);
-        assert_eq!(o["samples_ts"], serde_json::json!([64.0, 128.0]));
-        assert_eq!(o["test_time"], "1970-01-01T00:00:00Z");
+
+        let csv = to_csv(std::slice::from_ref(&r));
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        assert_eq!(header[..42], LLAMA_BENCH_FIELDS);
+        assert_eq!(header[42..], ["samples_ns", "samples_ts", "peak_rss_bytes", "kernels"]);
+        // Every cell quoted, as llama-bench quotes them.
+        assert!(csv.lines().nth(1).unwrap().starts_with("\"minfer "), "{csv}");
+        assert!(csv.contains(",\"-1\",\"0\",\"layer\","), "{csv}");
+        assert!(
+            csv.ends_with(",\"145115789\",\"110.257\",\"1048576\",\"avx2 gemm (Q4_K)\"\n"),
+            "{csv}"
+        );
+
+        let json = to_json(std::slice::from_ref(&r));
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let keys: Vec<&str> = v[0].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys[..42], LLAMA_BENCH_FIELDS);
+        assert_eq!(keys[42..], ["samples_ns", "samples_ts", "peak_rss_bytes", "kernels"]);
+        // llama-bench's types: booleans as words, integers and rates bare, its layout.
+        assert!(json.contains("    \"cpu_strict\": false,\n"), "{json}");
+        assert!(json.contains("    \"repack\": true,\n"), "{json}");
+        assert!(json.contains("    \"flash_attn\": -1,\n"), "{json}");
+        assert!(json.contains("    \"avg_ts\": 110.256783,\n"), "{json}");
+        assert!(
+            json.contains("    \"samples_ns\": [ 145115789 ],\n    \"samples_ts\": [ 110.257 ],\n"),
+            "{json}"
+        );
+        assert!(json.starts_with("[\n  {\n    \"build_commit\": \"minfer "), "{json}");
+        assert!(json.ends_with("\n  }\n]\n"), "{json}");
+
+        let line = to_json_line(&r);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys[..42], LLAMA_BENCH_FIELDS);
+        assert!(
+            line.contains("\"samples_ns\": [ 145115789 ],\"samples_ts\": [ 110.257 ], \"peak_rss_bytes\": 1048576"),
+            "{line}"
+        );
+
+        let sql = sql_header() + &sql_row(&r);
+        assert!(sql
+            .starts_with("CREATE TABLE IF NOT EXISTS llama_bench (\n  build_commit TEXT,\n  build_number INTEGER,\n"));
+        assert!(sql
+            .contains("  avg_ts REAL,\n  stddev_ts REAL\n);\n\nINSERT INTO llama_bench (build_commit, build_number, "));
+        assert!(
+            sql.contains("'0x0', '0', '50', 'f16', 'f16', '-1', '0', 'layer', '0', '0', '-1', 'auto', '0.00', 'none', 'auto', 'auto', '0', '0', '0', '1', '0', '0', '16', '0', '0', "),
+            "{sql}"
+        );
+    }
+
+    #[test]
+    fn rates_in_samples_are_written_as_cpp_streams_write_doubles() {
+        for (x, want) in [
+            (110.256_783, "110.257"),
+            (19.820_214, "19.8202"),
+            (5.0, "5"),
+            (0.0, "0"),
+            (1_234_567.0, "1.23457e+06"),
+            (0.000_012_345_6, "1.23456e-05"),
+            (999_999.6, "1e+06"),
+            (0.5, "0.5"),
+        ] {
+            assert_eq!(fmt_g(x), want, "{x}");
+        }
+    }
+
+    #[test]
+    fn a_quote_in_a_value_is_escaped_in_each_format() {
+        let mut r = row(16, 0, vec![1]);
+        r.model_filename = "it's \"m\".gguf".into();
+        assert!(to_csv(std::slice::from_ref(&r)).contains(",\"it's \"\"m\"\".gguf\","));
+        assert!(sql_row(&r).contains(", 'it''s \"m\".gguf', "));
+        let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
+        assert_eq!(v["model_filename"], "it's \"m\".gguf");
+    }
+
+    #[test]
+    fn runs_nest_as_llama_benchs_parameters_do() {
+        let options = BenchOptions {
+            n_gpu_layers: vec![0, 99],
+            n_ubatch: vec![256, 512],
+            n_threads: vec![1, 2],
+            ..Default::default()
+        };
+        let order: Vec<(i64, usize, usize)> = configs(&options)
+            .iter()
+            .map(|c| (c.n_gpu_layers, c.n_ubatch, c.n_threads))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (0, 256, 1),
+                (0, 256, 2),
+                (0, 512, 1),
+                (0, 512, 2),
+                (99, 256, 1),
+                (99, 256, 2),
+                (99, 512, 1),
+                (99, 512, 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn models_are_typed_as_llama_bench_types_them() {
+        // tests/fixtures/bench/model-types.txt: llama-bench's model_type of each file.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let fixture = std::fs::read_to_string(root.join("tests/fixtures/bench/model-types.txt")).unwrap();
+        let cache = std::env::var_os("MINFER_MODELS")
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/minfer/models")));
+        let mut checked = 0;
+        for line in fixture.lines().filter(|l| !l.starts_with('#')) {
+            let (name, want) = line.split_once('|').unwrap();
+            let tiny = root.join("tests/fixtures/models").join(name);
+            // The tiny models are always there; the cache's only where fetched.
+            let path = match (tiny.exists(), cache.as_ref().map(|c| c.join(name))) {
+                (true, _) => tiny,
+                (false, Some(cached)) if cached.exists() => cached,
+                _ => continue,
+            };
+            let file = GgufFile::open(&path).unwrap();
+            assert_eq!(model_type(&file), want, "{name}");
+            checked += 1;
+        }
+        assert!(checked >= 52, "only {checked} models checked");
+    }
+
+    /// A file with `metadata` and one Q4_K matrix, two Q8_0 ones and one F32 vector: mostly Q8_0.
+    fn metadata_file(name: &str, metadata: &[(&str, minfer::gguf::Value)]) -> GgufFile {
+        use minfer::quant::GgmlType;
+        let mut w = minfer::gguf::GgufWriter::new();
+        for (key, value) in metadata {
+            w.set(*key, value.clone());
+        }
+        w.add_tensor("a.weight", GgmlType::Q4_K, &[256], vec![0; 144]).unwrap();
+        w.add_tensor("b.weight", GgmlType::Q8_0, &[32], vec![0; 34]).unwrap();
+        w.add_tensor("c.weight", GgmlType::Q8_0, &[32], vec![0; 34]).unwrap();
+        w.add_tensor("d.weight", GgmlType::F32, &[4], vec![0; 16]).unwrap();
+        let path = std::env::temp_dir().join(format!("minfer-bench-{}-{name}.gguf", std::process::id()));
+        w.write_file(&path).unwrap();
+        let file = GgufFile::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        file
+    }
+
+    #[test]
+    fn size_classes_follow_llama_cpps_layer_count_and_width_rules() {
+        use minfer::gguf::Value;
+        let model = |name: &str, arch: &str, kv: &[(&str, u32)]| {
+            let mut m: Vec<(String, Value)> = vec![
+                ("general.architecture".into(), Value::String(arch.into())),
+                ("general.file_type".into(), Value::U32(15)),
+            ];
+            m.extend(kv.iter().map(|(k, v)| (format!("{arch}.{k}"), Value::U32(*v))));
+            let m: Vec<(&str, Value)> = m.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+            model_type(&metadata_file(name, &m))
+        };
+        let qwen = |layers, embd| model("q", "qwen2", &[("block_count", layers), ("embedding_length", embd)]);
+        assert_eq!(qwen(24, 896), "qwen2 1B Q4_K - Medium", "Qwen2.5 0.5B");
+        assert_eq!(qwen(24, 1024), "qwen2 0.5B Q4_K - Medium", "Qwen1.5 0.5B");
+        assert_eq!(qwen(28, 1536), "qwen2 1.5B Q4_K - Medium");
+        assert_eq!(qwen(28, 3584), "qwen2 7B Q4_K - Medium");
+        assert_eq!(qwen(2, 256), "qwen2 ?B Q4_K - Medium");
+        let llama = |layers, vocab, experts| {
+            model(
+                "l",
+                "llama",
+                &[
+                    ("block_count", layers),
+                    ("vocab_size", vocab),
+                    ("expert_count", experts),
+                ],
+            )
+        };
+        assert_eq!(llama(32, 32000, 0), "llama 7B Q4_K - Medium");
+        assert_eq!(llama(32, 128256, 0), "llama 8B Q4_K - Medium");
+        assert_eq!(llama(32, 49152, 0), "llama 3B Q4_K - Medium");
+        assert_eq!(llama(32, 32000, 8), "llama 8x7B Q4_K - Medium");
+        assert_eq!(llama(30, 49152, 0), "llama 256M Q4_K - Medium", "SmolLM2 135M");
+        let gpt = |layers| model("g", "gpt-oss", &[("block_count", layers)]);
+        assert_eq!(gpt(24), "gpt-oss 20B Q4_K - Medium");
+        assert_eq!(gpt(36), "gpt-oss 120B Q4_K - Medium");
+        assert_eq!(
+            model("m", "qwen3moe", &[("block_count", 48)]),
+            "qwen3moe 30B.A3B Q4_K - Medium"
+        );
+        assert_eq!(model("x", "mamba", &[("block_count", 64)]), "mamba ?B Q4_K - Medium");
+    }
+
+    #[test]
+    fn a_file_without_a_file_type_is_named_by_its_commonest_tensor_type_as_guessed() {
+        use minfer::gguf::Value;
+        let file = metadata_file(
+            "guess",
+            &[
+                ("general.architecture", Value::String("qwen2".into())),
+                ("qwen2.block_count", Value::U32(28)),
+                ("qwen2.embedding_length", Value::U32(1536)),
+            ],
+        );
+        assert_eq!(model_type(&file), "qwen2 1.5B (guessed) Q8_0");
+        let unknown = metadata_file(
+            "unknown",
+            &[
+                ("general.architecture", Value::String("qwen2".into())),
+                ("general.file_type", Value::U32(4)),
+            ],
+        );
+        assert_eq!(model_type(&unknown), "qwen2 ?B unknown, may not work");
     }
 
     #[test]
