@@ -623,3 +623,18 @@ fn a_llama_bench_parameter_minfer_cannot_honour_is_refused_by_its_flag_with_the_
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn llama_benchs_short_flags_mmp_and_oe_are_read_as_llama_bench_reads_them() {
+    let out = bench_m(&[
+        "-p", "8", "-n", "0", "-r", "1", "-t", "1", "-mmp", "0", "-o", "jsonl", "-oe", "json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row: serde_json::Value = serde_json::from_str(stdout(&out).lines().next().unwrap()).unwrap();
+    assert_eq!(row["load_mode"], "none");
+    // -oe json: the same rows, as JSON, on standard error.
+    let err = String::from_utf8_lossy(&out.stderr);
+    let start = err.find('[').expect("a JSON array on standard error");
+    let rows: serde_json::Value = serde_json::from_str(err[start..].trim()).unwrap();
+    assert_eq!(rows[0]["load_mode"], "none");
+}

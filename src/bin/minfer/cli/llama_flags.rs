@@ -82,6 +82,101 @@ pub const BENCH: &[Flag] = &[
         action: Action::To("--n-gen"),
     },
     Flag {
+        names: &["-oe"],
+        value: true,
+        action: Action::To("--output-err"),
+    },
+    Flag {
+        names: &["-mmp"],
+        value: true,
+        action: Action::To("--mmap"),
+    },
+    Flag {
+        names: &["-lm"],
+        value: true,
+        action: Action::To("--load-mode"),
+    },
+    Flag {
+        names: &["-lzm"],
+        value: true,
+        action: Action::To("--lazy-mode"),
+    },
+    Flag {
+        names: &["-dev"],
+        value: true,
+        action: Action::To("--device"),
+    },
+    Flag {
+        names: &["-ncmoe"],
+        value: true,
+        action: Action::To("--n-cpu-moe"),
+    },
+    Flag {
+        names: &["-sm"],
+        value: true,
+        action: Action::To("--split-mode"),
+    },
+    Flag {
+        names: &["-mg"],
+        value: true,
+        action: Action::To("--main-gpu"),
+    },
+    Flag {
+        names: &["-nkvo"],
+        value: true,
+        action: Action::To("--no-kv-offload"),
+    },
+    Flag {
+        names: &["-embd"],
+        value: true,
+        action: Action::To("--embeddings"),
+    },
+    Flag {
+        names: &["-ts"],
+        value: true,
+        action: Action::To("--tensor-split"),
+    },
+    Flag {
+        names: &["-ot"],
+        value: true,
+        action: Action::To("--override-tensor"),
+    },
+    Flag {
+        names: &["-nopo"],
+        value: true,
+        action: Action::To("--no-op-offload"),
+    },
+    Flag {
+        names: &["-fitt"],
+        value: true,
+        action: Action::To("--fit-target"),
+    },
+    Flag {
+        names: &["-fitc"],
+        value: true,
+        action: Action::To("--fit-ctx"),
+    },
+    Flag {
+        names: &["-rpc"],
+        value: true,
+        action: Action::To("--rpc"),
+    },
+    Flag {
+        names: &["-hf", "-hfr"],
+        value: true,
+        action: Action::To("--hf-repo"),
+    },
+    Flag {
+        names: &["-hff"],
+        value: true,
+        action: Action::To("--hf-file"),
+    },
+    Flag {
+        names: &["-hft"],
+        value: true,
+        action: Action::To("--hf-token"),
+    },
+    Flag {
         names: &["-tb"],
         value: true,
         action: Action::Refuse("minfer uses one thread count for prefill and decode (-t)"),
