@@ -9,7 +9,7 @@ use super::generate::{GenerateOptions, GenerationResult, GenerationStats, StopRe
 use super::stop::StopMatcher;
 use super::EngineError;
 use crate::grammar::{allowed, Constraint};
-use crate::sampling::{DryBreakers, Sampler, SamplingParams};
+use crate::sampling::{Candidate, DryBreakers, Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::ops::Range;
 
@@ -113,6 +113,26 @@ impl<'t> Sequence<'t> {
         let mask = constraint.mask()?;
         self.sampler
             .build_candidates_masked(logits, &self.history, Some(&|id| allowed(mask, id)))?;
+        Ok(self.sampler.draw()?)
+    }
+
+    /// [`Sequence::sample`], showing `inspect` the candidate list the sampler chain left (the
+    /// grammar's mask applied) before the draw: what a server reports as the probabilities
+    /// after sampling. The token drawn is the one [`Sequence::sample`] would draw.
+    pub fn sample_inspect(
+        &mut self,
+        logits: &[f32],
+        inspect: &mut dyn FnMut(&[Candidate]),
+    ) -> Result<u32, EngineError> {
+        let candidates = match &mut self.constraint {
+            None => self.sampler.build_candidates(logits, &self.history)?,
+            Some(constraint) => {
+                let mask = constraint.mask()?;
+                self.sampler
+                    .build_candidates_masked(logits, &self.history, Some(&|id| allowed(mask, id)))?
+            }
+        };
+        inspect(candidates);
         Ok(self.sampler.draw()?)
     }
 
@@ -225,6 +245,51 @@ impl<'t> Sequence<'t> {
             text: self.stops.text,
             stop_reason: self.finished.unwrap_or(StopReason::MaxTokens),
             stats,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_with_an_inspector_draws_what_sample_draws_and_shows_the_chains_candidates() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-qwen2-Q8_0.gguf");
+        let file = crate::gguf::GgufFile::open(&path).unwrap();
+        let tokenizer = Tokenizer::from_metadata(file.metadata()).unwrap();
+        let options = GenerateOptions {
+            max_tokens: 16,
+            sampling: SamplingParams {
+                seed: 7,
+                ..SamplingParams::default()
+            },
+            ..Default::default()
+        };
+        let mut plain = Sequence::new(&tokenizer, &[1, 2, 3], &options).unwrap();
+        let mut inspected = Sequence::new(&tokenizer, &[1, 2, 3], &options).unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..8 {
+            let logits: Vec<f32> = (0..tokenizer.n_vocab())
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state % 1000) as f32 / 100.0
+                })
+                .collect();
+            let mut seen = Vec::new();
+            let a = plain.sample(&logits).unwrap();
+            let b = inspected
+                .sample_inspect(&logits, &mut |c: &[Candidate]| seen = c.to_vec())
+                .unwrap();
+            assert_eq!(a, b);
+            // Top-k 40 left its candidates, weighed, the drawn one among them.
+            let weighed: Vec<&Candidate> = seen.iter().filter(|c| c.weight > 0.0).collect();
+            assert!(!weighed.is_empty() && weighed.len() <= 40, "{}", weighed.len());
+            assert!(weighed.iter().any(|c| c.id == b));
+            plain.accept(a);
+            inspected.accept(b);
         }
     }
 }
