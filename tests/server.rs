@@ -145,17 +145,36 @@ fn bad_requests_get_openai_errors_with_the_right_status() {
         400,
         &["stream", "boolean"],
     );
-    // The prompt's tokens and max_tokens against a 64-token context: both numbers are named.
+    // A limit past a 64-token context is no error, as in llama-server: the reply ends where
+    // the context does.
     let (status, body) = server.post(
         chat,
-        r#"{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 60}"#,
+        r#"{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 60, "ignore_eos": true}"#,
     );
-    check((status, body.clone()), 400, &["max_tokens is 60", "context of 64"]);
+    assert_eq!(status, 200, "{body}");
+    let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(reply["choices"][0]["finish_reason"], "length", "{body}");
+    let usage = &reply["usage"];
+    assert!(
+        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap() >= 64,
+        "{body}"
+    );
+    // A prompt that fills the context is llama-server's exceed_context_size_error, with both
+    // numbers.
     let long = format!(
         r#"{{"messages": [{{"role": "user", "content": "{}"}}]}}"#,
         "word ".repeat(100)
     );
-    check(server.post(chat, &long), 400, &["context of 64"]);
+    let (status, body) = server.post(chat, &long);
+    check(
+        (status, body.clone()),
+        400,
+        &["context of 64", "exceeds the available context size"],
+    );
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["type"], "exceed_context_size_error", "{body}");
+    assert_eq!(error["error"]["n_ctx"], 64, "{body}");
+    assert!(error["error"]["n_prompt_tokens"].as_u64().unwrap() >= 64, "{body}");
     check(
         server.post(chat, &format!("{{\"pad\": \"{}\"}}", "x".repeat(5000))),
         413,
@@ -1036,9 +1055,8 @@ fn llama_servers_own_completion_apply_template_slots_and_embeddings_answer_as_it
     for (field, value) in [
         ("grammar", json!("root ::= nope")),
         ("json_schema", json!({"type": "strin"})),
-        ("n_probs", json!(3)),
         ("dynatemp_range", json!(0.5)),
-        ("mirostat", json!(3)),
+        ("lora", json!([{"id": 0, "scale": 1.0}])),
         ("logit_bias", json!([[loaded.hparams().n_vocab, 1.0]])),
     ] {
         let mut b = json!({"prompt": "hi", "n_predict": 2});
@@ -1049,7 +1067,7 @@ fn llama_servers_own_completion_apply_template_slots_and_embeddings_answer_as_it
     // Fields left at their off values pass, and llama-server's samplers run.
     let (status, _) = server.json(
         "/completion",
-        json!({"prompt": "hi", "n_predict": 2, "n_probs": 0, "dynatemp_range": 0}),
+        json!({"prompt": "hi", "n_predict": 2, "n_probs": 0, "dynatemp_range": 0, "lora": []}),
     );
     assert_eq!(status, 200);
     let (status, r2) = server.json(
@@ -1106,6 +1124,240 @@ fn llama_servers_own_completion_apply_template_slots_and_embeddings_answer_as_it
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--embeddings cannot be honoured"));
+}
+
+/// What llama-server's clients read, end to end: `/completion`'s sixteen keys and its frames,
+/// `timings` and a build fingerprint on every answer, `/props`' top-level keys, `/slots`' fields,
+/// the `llamacpp:*` metrics and their header, the context error's type, and the request fields
+/// read as llama-server reads them (n_probs, return_tokens, several prompts, a negative
+/// temperature, unknown fields).
+#[test]
+fn llama_server_clients_get_its_answer_shapes_from_every_endpoint() {
+    use serde_json::{json, Value};
+    let model = tiny();
+    let server = Server::start(&model, &["--n-slots", "2", "--n-ctx", "128", "--slots"], &[]);
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let sorted = |k: &[&str]| {
+        let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+        k.sort();
+        k
+    };
+    let prompt = "I believe the meaning of life is";
+    let (status, r) = server.json(
+        "/completion",
+        json!({"prompt": prompt, "n_predict": 4, "temperature": 0, "return_tokens": true, "n_probs": 3,
+               "some_unknown_field": {"x": 1}}),
+    );
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        keys(&r),
+        sorted(&[
+            "index",
+            "content",
+            "tokens",
+            "id_slot",
+            "stop",
+            "model",
+            "tokens_predicted",
+            "tokens_evaluated",
+            "generation_settings",
+            "prompt",
+            "has_new_line",
+            "truncated",
+            "stop_type",
+            "stopping_word",
+            "tokens_cached",
+            "timings",
+            "completion_probabilities"
+        ])
+    );
+    let n = r["tokens_predicted"].as_u64().unwrap();
+    assert_eq!(r["tokens"].as_array().unwrap().len() as u64, n);
+    for key in [
+        "prompt_n",
+        "prompt_ms",
+        "prompt_per_second",
+        "predicted_n",
+        "predicted_ms",
+        "predicted_per_second",
+        "cache_n",
+    ] {
+        assert!(r["timings"][key].is_number(), "{key}: {r}");
+    }
+    assert_eq!(r["timings"]["predicted_n"], n);
+    let settings = &r["generation_settings"];
+    for key in [
+        "seed",
+        "temperature",
+        "n_predict",
+        "adaptive_target",
+        "adaptive_decay",
+        "samplers",
+        "logit_bias",
+    ] {
+        assert!(settings.get(key).is_some(), "{key}: {settings}");
+    }
+    assert_eq!(settings["n_predict"], 4);
+    let probs = r["completion_probabilities"].as_array().unwrap();
+    assert_eq!(probs.len() as u64, n);
+    assert!(
+        probs[0]["id"].is_u64() && probs[0]["top_logprobs"].as_array().unwrap().len() == 3,
+        "{r}"
+    );
+    // A negative temperature is greedy: the same text as temperature 0.
+    let (_, negative) = server.json(
+        "/completion",
+        json!({"prompt": prompt, "n_predict": 4, "temperature": -1}),
+    );
+    assert_eq!(negative["content"], r["content"]);
+    // Several prompts: one answer each, in order; `/completions` is the same endpoint.
+    let (status, several) = server.json(
+        "/completions",
+        json!({"prompt": [prompt, [1, 2, 3]], "n_predict": 2, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{several}");
+    let several = several.as_array().unwrap();
+    assert_eq!(several.len(), 2);
+    assert!(
+        several.iter().all(|o| o["tokens_predicted"].as_u64().unwrap() <= 2),
+        "{several:?}"
+    );
+    assert_eq!(
+        (several[0]["index"].clone(), several[1]["index"].clone()),
+        (json!(0), json!(1))
+    );
+    // Streamed: frames of seven keys with their tokens, then the final object.
+    let (status, raw) = server.post(
+        "/completion",
+        &json!({"prompt": prompt, "n_predict": 4, "temperature": 0, "stream": true}).to_string(),
+    );
+    assert_eq!(status, 200, "{raw}");
+    let frames = sse_frames(&raw);
+    let (last, pieces) = frames.split_last().unwrap();
+    for f in pieces {
+        assert_eq!(
+            keys(f),
+            sorted(&[
+                "index",
+                "content",
+                "tokens",
+                "stop",
+                "id_slot",
+                "tokens_predicted",
+                "tokens_evaluated"
+            ])
+        );
+        assert!(!f["tokens"].as_array().unwrap().is_empty(), "{f}");
+    }
+    assert_eq!(
+        (last["stop"].clone(), last["content"].clone()),
+        (json!(true), json!(""))
+    );
+    assert!(last["timings"]["predicted_n"].is_u64());
+    // OpenAI's answers: timings, a build fingerprint, log-probabilities with ids.
+    let (status, chat) = server.json(
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "logprobs": true, "top_logprobs": 2}),
+    );
+    assert_eq!(status, 200, "{chat}");
+    assert!(chat["system_fingerprint"].as_str().unwrap().starts_with('b'), "{chat}");
+    assert!(chat["timings"]["predicted_per_second"].is_number(), "{chat}");
+    assert!(chat["choices"][0]["logprobs"]["content"][0]["id"].is_u64(), "{chat}");
+    let (status, raw) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": true,
+                "stream_options": {"include_usage": true}})
+        .to_string(),
+    );
+    assert_eq!(status, 200, "{raw}");
+    let frames = sse_frames(&raw);
+    assert_eq!(
+        frames[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": null})
+    );
+    let usage = &frames[frames.len() - 2];
+    assert_eq!(usage["choices"], json!([]), "{raw}");
+    assert!(usage["timings"]["predicted_n"].is_u64(), "{raw}");
+    // /props: every top-level key of llama-server's, the defaults under `params`.
+    let (_, props) = server.request("GET", "/props", "", b"");
+    let props: Value = serde_json::from_str(&props).unwrap();
+    assert_eq!(
+        keys(&props),
+        sorted(&[
+            "default_generation_settings",
+            "total_slots",
+            "model_alias",
+            "model_ftype",
+            "model_path",
+            "modalities",
+            "media_marker",
+            "endpoint_slots",
+            "endpoint_props",
+            "endpoint_metrics",
+            "ui",
+            "ui_settings",
+            "chat_template",
+            "chat_template_caps",
+            "bos_token",
+            "eos_token",
+            "build_info",
+            "is_sleeping",
+            "cors_proxy_enabled"
+        ])
+    );
+    assert_eq!(props["default_generation_settings"]["n_ctx"], 128);
+    assert!(props["default_generation_settings"]["params"]["seed"].is_u64());
+    assert_eq!(props["model_path"], model.file_name().unwrap().to_str().unwrap());
+    // /slots: the last request's task on the slot that ran it.
+    let (_, slots) = server.request("GET", "/slots", "", b"");
+    let slots: Value = serde_json::from_str(&slots).unwrap();
+    let ran: Vec<&Value> = slots
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s.get("id_task").is_some())
+        .collect();
+    assert!(!ran.is_empty(), "{slots}");
+    for key in [
+        "id",
+        "n_ctx",
+        "speculative",
+        "is_processing",
+        "n_prompt_tokens",
+        "n_prompt_tokens_processed",
+        "n_prompt_tokens_cache",
+        "params",
+        "next_token",
+        "prompt",
+        "generated",
+    ] {
+        assert!(ran[0].get(key).is_some(), "{key}: {slots}");
+    }
+    assert_eq!(ran[0]["next_token"][0]["n_remain"], -1);
+    // The llamacpp:* metrics beside minfer's, and llama-server's start-time header.
+    assert!(server.metric("llamacpp:tokens_predicted_total") > 0.0);
+    assert!(server.metric("llamacpp:n_decode_total") > 0.0);
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_until_closed(&mut s, Duration::from_secs(30));
+    assert!(head.contains("\r\nProcess-Start-Time-Unix: "), "{head}");
+    // A slot out of range, and a slot action, are refused by name.
+    let (status, err) = server.json("/completion", json!({"prompt": "hi", "id_slot": 2}));
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("id_slot")),
+        "{err}"
+    );
+    let (status, _) = server.post("/slots/0?action=save", r#"{"filename": "x.bin"}"#);
+    assert_eq!(status, 501);
 }
 
 /// The real model has the fill-in-the-middle tokens: `/infill` is the CLI's greedy output for

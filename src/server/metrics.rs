@@ -6,6 +6,8 @@
 //!
 //! The names, types and labels are a stable interface for Prometheus scraping, each listed in
 //! the metrics table of docs/server.md: rename nothing, and add a metric to the table with the code.
+//! Beside minfer's own `minfer_*` names, llama-server's `llamacpp:*` metrics are rendered under
+//! its names, types and meanings, so that dashboards made for llama-server read minfer unchanged.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -35,6 +37,18 @@ pub struct Metrics {
     pub internal_errors: AtomicU64,
     /// Requests refused with 503 because `--queue-max` requests were already waiting.
     pub rejected: AtomicU64,
+    /// Forward passes run, and the slots busy in each summed over them.
+    pub n_decode: AtomicU64,
+    pub n_busy_slots: AtomicU64,
+    /// The most cells one slot has held at the end of a run (prompt and generated tokens).
+    pub n_tokens_max: AtomicUsize,
+    /// Speculative decoding: steps that checked proposals.
+    pub draft_checks: AtomicU64,
+    /// Tokens generated that took a decode step of their own: each run's first token comes
+    /// from the prompt's last pass, so it is not counted (llama-server's generation rate).
+    gen_steps: AtomicU64,
+    /// When the server started, in seconds since the epoch (`Process-Start-Time-Unix`).
+    pub started: AtomicU64,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -54,6 +68,8 @@ impl Metrics {
             .fetch_add(stats.n_cached as u64, Ordering::Relaxed);
         self.completion_tokens
             .fetch_add(stats.n_generated as u64, Ordering::Relaxed);
+        self.gen_steps
+            .fetch_add(stats.n_generated.saturating_sub(1) as u64, Ordering::Relaxed);
         self.draft_tokens.fetch_add(stats.n_drafted as u64, Ordering::Relaxed);
         self.draft_tokens_accepted
             .fetch_add(stats.n_accepted as u64, Ordering::Relaxed);
@@ -195,6 +211,149 @@ impl Metrics {
             "Requests refused with 503 because every slot was busy and --queue-max requests were waiting.",
             plain(load(&self.rejected).to_string()),
         );
+        self.render_llamacpp(&mut out);
         out
+    }
+
+    /// llama-server's `llamacpp:*` metrics (its `to_metrics`): the counters, then the gauges,
+    /// each with its HELP and TYPE lines.
+    fn render_llamacpp(&self, out: &mut String) {
+        use std::fmt::Write;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let prompt_s = load(&self.prompt_micros) / 1e6;
+        let gen_s = load(&self.generation_micros) / 1e6;
+        let rate = |n: f64, s: f64| if s > 0.0 { n / s } else { 0.0 };
+        let counters = [
+            (
+                "prompt_tokens_total",
+                "Number of prompt tokens processed, excluding cached tokens",
+                load(&self.prompt_tokens),
+            ),
+            (
+                "prompt_tokens_cached_total",
+                "Number of prompt tokens reused from the cache",
+                load(&self.prompt_tokens_cached),
+            ),
+            ("prompt_seconds_total", "Total time spent processing prompts", prompt_s),
+            (
+                "tokens_predicted_total",
+                "Number of generation tokens processed",
+                load(&self.completion_tokens),
+            ),
+            (
+                "tokens_predicted_seconds_total",
+                "Total time spent generating tokens",
+                gen_s,
+            ),
+            (
+                "n_decode_total",
+                "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
+                load(&self.n_decode),
+            ),
+            (
+                "n_tokens_max",
+                "Largest observed sequence length (prompt + generation)",
+                self.n_tokens_max.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "spec_decode_num_draft_tokens_total",
+                "Speculative: Total draft tokens generated",
+                load(&self.draft_tokens),
+            ),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "Speculative: Total draft tokens accepted by the target model",
+                load(&self.draft_tokens_accepted),
+            ),
+            (
+                "spec_decode_num_drafts_total",
+                "Speculative: Total speculative decoding verification steps",
+                load(&self.draft_checks),
+            ),
+        ];
+        let n_decode = load(&self.n_decode);
+        let gauges = [
+            (
+                "prompt_tokens_seconds",
+                "Average prompt throughput in tokens/s",
+                rate(load(&self.prompt_tokens), prompt_s),
+            ),
+            (
+                "predicted_tokens_seconds",
+                "Average generation throughput in tokens/s",
+                rate(load(&self.gen_steps), gen_s),
+            ),
+            (
+                "requests_processing",
+                "Number of requests processing",
+                self.slots_busy.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "requests_deferred",
+                "Number of requests deferred",
+                self.queue_depth.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "n_busy_slots_per_decode",
+                "Average number of busy slots per llama_decode() call",
+                load(&self.n_busy_slots) / n_decode.max(1.0),
+            ),
+        ];
+        for (kind, items) in [("counter", &counters[..]), ("gauge", &gauges[..])] {
+            for (name, help, value) in items {
+                let _ = writeln!(
+                    out,
+                    "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_servers_metrics_are_rendered_under_its_names_and_types_beside_minfers() {
+        let m = Metrics::default();
+        m.record_generation(&crate::engine::GenerationStats {
+            n_prompt: 10,
+            n_cached: 4,
+            n_generated: 5,
+            prompt_time: Duration::from_millis(100),
+            gen_time: Duration::from_millis(400),
+            ..Default::default()
+        });
+        m.n_decode.fetch_add(6, Ordering::Relaxed);
+        m.n_busy_slots.fetch_add(9, Ordering::Relaxed);
+        let text = m.render();
+        let value = |name: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("no {name} in\n{text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        for (name, kind) in [
+            ("llamacpp:prompt_tokens_total", "counter"),
+            ("llamacpp:tokens_predicted_total", "counter"),
+            ("llamacpp:n_decode_total", "counter"),
+            ("llamacpp:spec_decode_num_drafts_total", "counter"),
+            ("llamacpp:predicted_tokens_seconds", "gauge"),
+            ("llamacpp:requests_processing", "gauge"),
+            ("llamacpp:n_busy_slots_per_decode", "gauge"),
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}");
+        }
+        assert_eq!(value("llamacpp:prompt_tokens_total"), 10.0);
+        assert_eq!(value("llamacpp:prompt_tokens_cached_total"), 4.0);
+        assert_eq!(value("llamacpp:tokens_predicted_total"), 5.0);
+        assert_eq!(value("llamacpp:n_decode_total"), 6.0);
+        assert_eq!(value("llamacpp:n_busy_slots_per_decode"), 1.5);
+        // Four decode steps (the first token is free) in 0.4 s.
+        assert_eq!(value("llamacpp:predicted_tokens_seconds"), 10.0);
+        assert_eq!(value("minfer_prompt_tokens_total"), 10.0);
     }
 }

@@ -502,10 +502,13 @@ async fn accept_loop(
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
     // Half-closed: a client that shuts down its sending side after the request still gets the
-    // response (a generation notices a client that left through `peer` instead).
+    // response (a generation notices a client that left through `peer` instead). Header names
+    // go out in title case (`Content-Type`, `Process-Start-Time-Unix`), as llama-server writes
+    // them: HTTP/1 does not care, but clients that copy headers into a plain dictionary do.
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .half_close(true);
+        .half_close(true)
+        .title_case_headers(true);
     let http = Arc::new(http);
     let routers = Arc::new(routers);
     loop {

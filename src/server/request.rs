@@ -3,11 +3,16 @@
 //! was expected.
 //!
 //! Fields are read by hand rather than derived, so that a wrong type is reported by its name
-//! instead of by a byte offset. Unknown fields are ignored, as OpenAI's own clients send fields
-//! minfer has no use for (`metadata`, `parallel_tool_calls`); `user` is only echoed, as the
-//! session id a load balancer may hash on. `chat_template_kwargs` and `reasoning_effort` are
-//! the chat template's variables, checked here and rendered by the handler. This file must not render
-//! templates, tokenize or touch the scheduler: it only checks shapes and ranges.
+//! instead of by a byte offset. Every field llama-server reads is read the same way on every
+//! endpoint: honoured, or, where minfer cannot do what it asks, a 400 naming it unless it is at
+//! the value that turns it off ([`llama_server_fields`]). Soft limits are llama-server's: a
+//! `temperature` below 0 is greedy, and `top_p`, `min_p` and XTC's numbers are clamped to
+//! [0, 1], as it clamps them. Unknown fields are ignored, as llama-server and OpenAI's clients
+//! expect (`metadata`, `parallel_tool_calls`), and named on standard error with
+//! `MINFER_SERVE_DEBUG=1`; `user` is only echoed, as the session id a load balancer may hash
+//! on. `chat_template_kwargs` and `reasoning_effort` are the chat template's variables, checked
+//! here and rendered by the handler. This file must not render templates, tokenize or touch the
+//! scheduler: it only checks shapes and ranges.
 
 use super::error::ApiError;
 use crate::grammar::GrammarSpec;
@@ -56,6 +61,58 @@ pub struct Common {
     /// OpenAI's `user`, when a string: echoed as `X-Session-Id` when the request sent none.
     /// Any other type is ignored, as the field was before it was read.
     pub user: Option<String>,
+    /// `logit_bias` entries given as text, each of whose tokens gets the bias (llama-server's
+    /// form); the handler tokenizes them.
+    pub logit_bias_text: Vec<(String, f32)>,
+    /// The rest of llama-server's fields.
+    pub llama: LlamaFields,
+}
+
+/// llama-server's own request fields beyond sampling, the same on every endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaFields {
+    /// Log-probabilities after the sampler chain (`post_sampling_probs`).
+    pub post_sampling_probs: bool,
+    /// The slot to run on (`id_slot`; -1 or absent: any).
+    pub id_slot: Option<usize>,
+    /// Reuse the slot's cached prefix (`cache_prompt`, on by default).
+    pub cache_prompt: bool,
+    /// The generated token ids in the answer (`return_tokens`).
+    pub return_tokens: bool,
+    /// Prompt progress in the stream (`return_progress`).
+    pub return_progress: bool,
+    /// `timings` with every streamed chunk (`timings_per_token`).
+    pub timings_per_token: bool,
+    /// llama-server's own answer under `__verbose` beside an OpenAI one (`verbose`).
+    pub verbose: bool,
+    /// Only these fields of `/completion`'s answer, `a/b` taken from inside `a`
+    /// (`response_fields`).
+    pub response_fields: Vec<String>,
+    /// An SSE comment after this many seconds without a frame (`sse_ping_interval`; 30 by
+    /// default, 0 or less: never).
+    pub sse_ping_interval: i64,
+    /// `n_keep`, `n_discard`: only read by a context shift, which the server does not make (a
+    /// generation ends at a full context, as llama-server's does by default).
+    pub n_keep: i64,
+    pub n_discard: i64,
+}
+
+impl Default for LlamaFields {
+    fn default() -> Self {
+        LlamaFields {
+            post_sampling_probs: false,
+            id_slot: None,
+            cache_prompt: true,
+            return_tokens: false,
+            return_progress: false,
+            timings_per_token: false,
+            verbose: false,
+            response_fields: Vec::new(),
+            sse_ping_interval: 30,
+            n_keep: 0,
+            n_discard: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -82,10 +139,99 @@ pub enum ToolChoice {
     Function(String),
 }
 
+/// One prompt of a completion request, as llama-server reads them: text, token ids, or both
+/// mixed in one sequence.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Prompt {
     Text(String),
     Tokens(Vec<u32>),
+    /// Texts and ids in order (`[12, 34, "text", 56]`): the first piece, if text, gets the BOS.
+    Mixed(Vec<PromptPiece>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptPiece {
+    Text(String),
+    Token(u32),
+}
+
+/// The `prompt` field of `/v1/completions` and `/completion`, as llama-server reads it: a text;
+/// an array holding any integer, which is one prompt (ids, or ids and texts mixed); any other
+/// array, whose every element is a prompt (a text, such an array, or an object); or an object
+/// `{"prompt_string": ...}` (with `multimodal_data`, refused: minfer reads no images).
+fn prompts(f: &Fields) -> Result<Vec<Prompt>, ApiError> {
+    let value = f
+        .get("prompt")
+        .ok_or_else(|| ApiError::field("prompt", "prompt is required"))?;
+    let prompts = match value {
+        Json::Array(items) if items.is_empty() => {
+            return Err(ApiError::field("prompt", "prompt must not be an empty array"))
+        }
+        Json::Array(items) if !items.iter().any(is_integer) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| subprompt(&format!("prompt[{i}]"), item))
+            .collect::<Result<_, _>>()?,
+        other => vec![subprompt("prompt", other)?],
+    };
+    Ok(prompts)
+}
+
+fn is_integer(v: &Json) -> bool {
+    v.as_i64().is_some() || v.as_u64().is_some()
+}
+
+/// One prompt at `path`: a text, ids (with texts mixed in), or `{"prompt_string"}`.
+fn subprompt(path: &str, value: &Json) -> Result<Prompt, ApiError> {
+    match value {
+        Json::String(s) => Ok(Prompt::Text(s.clone())),
+        Json::Array(items) if !items.is_empty() && items.iter().all(is_integer) => {
+            Ok(Prompt::Tokens(token_ids(path, items)?))
+        }
+        Json::Array(items) if !items.is_empty() && items.iter().all(|v| is_integer(v) || v.is_string()) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Json::String(s) => Ok(PromptPiece::Text(s.clone())),
+                _ => Ok(PromptPiece::Token(
+                    token_ids(path, std::slice::from_ref(v)).map_err(|_| {
+                        ApiError::field(
+                            format!("{path}[{i}]"),
+                            format!("{path}[{i}] must be a token id (an integer ≥ 0)"),
+                        )
+                    })?[0],
+                )),
+            })
+            .collect::<Result<_, _>>()
+            .map(Prompt::Mixed),
+        Json::Object(map) if map.contains_key("prompt_string") => {
+            if map.get("multimodal_data").is_some_and(|v| !v.is_null()) {
+                return Err(ApiError::field(
+                    format!("{path}.multimodal_data"),
+                    "multimodal data was sent, but minfer reads text only (no images or audio)",
+                ));
+            }
+            let inner = format!("{path}.prompt_string");
+            match &map["prompt_string"] {
+                v @ (Json::String(_) | Json::Array(_)) => subprompt(&inner, v),
+                other => Err(ApiError::field(
+                    &inner,
+                    format!(
+                        "{inner} must be a string or an array of token ids and strings, not {}",
+                        kind(other)
+                    ),
+                )),
+            }
+        }
+        other => Err(ApiError::field(
+            path,
+            format!(
+                "{path} must be a string, an array of token ids (strings may be mixed in), or an object with \
+                 prompt_string, not {}",
+                kind(other)
+            ),
+        )),
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +326,13 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A number, clamped into `[min, max]` as llama-server clamps its soft-limited fields.
+    fn clamped(&self, name: &str, min: f64, max: f64) -> Result<Option<f32>, ApiError> {
+        Ok(self
+            .number(name, f64::MIN, f64::MAX)?
+            .map(|v| (v as f64).clamp(min, max) as f32))
+    }
+
     /// An integer within `[min, max]`.
     fn integer(&self, name: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
         match self.get(name) {
@@ -197,7 +350,8 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// The fields both endpoints read. `logprobs` differs between them and is read by the caller.
+/// The fields every endpoint reads. `logprobs` differs between them and is read by the caller;
+/// llama-server's `n_probs` stands for it where the caller found none.
 fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.get("stream_options") {
@@ -220,7 +374,7 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
     // OpenAI allows top_p = 0, meaning the most likely token only; the smallest positive value
     // keeps exactly that token in the top-p sampler.
     let top_p = f
-        .number("top_p", 0.0, 1.0)?
+        .clamped("top_p", 0.0, 1.0)?
         .map(|p| p.max(f32::MIN_POSITIVE))
         .unwrap_or(defaults.top_p);
     let penalty_last_n = match f.integer("repeat_last_n", -1, i32::MAX as i64)? {
@@ -228,13 +382,20 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         Some(-1) => usize::MAX,
         Some(n) => n as usize,
     };
+    let (logit_bias, logit_bias_text) = match f.get("logit_bias") {
+        None => (Vec::new(), Vec::new()),
+        Some(v) => logit_bias(v)?,
+    };
     let sampling = SamplingParams {
-        temperature: f.number("temperature", 0.0, 2.0)?.unwrap_or(defaults.temperature),
+        // llama-server's temperature has no upper bound, and below 0 it is greedy.
+        temperature: f
+            .clamped("temperature", 0.0, f32::MAX as f64)?
+            .unwrap_or(defaults.temperature),
         top_k: f
-            .integer("top_k", i32::MIN as i64, i32::MAX as i64)?
-            .map_or(defaults.top_k, |k| k as i32),
+            .integer("top_k", i64::MIN, i64::MAX)?
+            .map_or(defaults.top_k, |k| k.clamp(0, i32::MAX as i64) as i32),
         top_p,
-        min_p: f.number("min_p", 0.0, 1.0)?.unwrap_or(defaults.min_p),
+        min_p: f.clamped("min_p", 0.0, 1.0)?.unwrap_or(defaults.min_p),
         repeat_penalty: match f.number("repeat_penalty", 0.0, 100.0)? {
             Some(p) if p <= 0.0 => return Err(f.out_of_range("repeat_penalty", p, "expected a number above 0")),
             Some(p) => p,
@@ -247,9 +408,9 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         typical_p: f.number("typical_p", 0.0, 1.0)?.unwrap_or(defaults.typical_p),
         top_n_sigma: f.number("top_n_sigma", -100.0, 100.0)?.unwrap_or(defaults.top_n_sigma),
         xtc_probability: f
-            .number("xtc_probability", 0.0, 1.0)?
+            .clamped("xtc_probability", 0.0, 1.0)?
             .unwrap_or(defaults.xtc_probability),
-        xtc_threshold: f.number("xtc_threshold", 0.0, 1.0)?.unwrap_or(defaults.xtc_threshold),
+        xtc_threshold: f.clamped("xtc_threshold", 0.0, 1.0)?.unwrap_or(defaults.xtc_threshold),
         dry_multiplier: f
             .number("dry_multiplier", 0.0, 100.0)?
             .unwrap_or(defaults.dry_multiplier),
@@ -272,8 +433,8 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
             Some(v) => dry_sequence_breakers(v)?,
         },
         mirostat: f
-            .integer("mirostat", 0, 2)?
-            .and_then(Mirostat::from_number)
+            .integer("mirostat", i64::MIN, i64::MAX)?
+            .and_then(|m| Mirostat::from_number(m.clamp(0, 2)))
             .unwrap_or(defaults.mirostat),
         mirostat_tau: f.number("mirostat_tau", 0.0, 100.0)?.unwrap_or(defaults.mirostat_tau),
         mirostat_eta: f.number("mirostat_eta", 0.0, 100.0)?.unwrap_or(defaults.mirostat_eta),
@@ -281,15 +442,15 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
             None => defaults.samplers,
             Some(v) => samplers(v)?,
         },
-        logit_bias: match f.get("logit_bias") {
-            None => Vec::new(),
-            Some(v) => logit_bias(v)?,
-        },
+        logit_bias,
     };
     let seed = match f.get("seed") {
         None => None,
         Some(Json::Number(n)) => match (n.as_u64(), n.as_i64()) {
+            // llama-server's seed is 32 bits, and -1 (its LLAMA_DEFAULT_SEED) asks for a random one.
+            (Some(u), _) if u == u32::MAX as u64 => None,
             (Some(u), _) => Some(u),
+            (None, Some(-1)) => None,
             // OpenAI's seed is a signed 64-bit integer; its bits are the generator's seed.
             (None, Some(i)) => Some(i as u64),
             _ => return Err(f.wrong("seed", "an integer", &Json::Number(n.clone()))),
@@ -320,6 +481,8 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         }
         Some(other) => return Err(f.wrong("stop", "a string or an array of strings", other)),
     };
+    // An empty stop string would end every generation at once; llama-server skips it.
+    let stop: Vec<String> = stop.into_iter().filter(|s| !s.is_empty()).collect();
     if let Some(long) = stop.iter().find(|s| s.len() > MAX_STOP_LEN) {
         return Err(ApiError::field(
             "stop",
@@ -329,7 +492,17 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
             ),
         ));
     }
-    let n = f.integer("n", 1, MAX_CHOICES as i64)?.unwrap_or(1) as usize;
+    let n = match f.integer("n_cmpl", 1, MAX_CHOICES as i64)? {
+        Some(n) => n,
+        None => f.integer("n", 1, MAX_CHOICES as i64)?.unwrap_or(1),
+    } as usize;
+    let logprobs = match logprobs {
+        Some(n) => Some(n),
+        None => f
+            .integer("n_probs", 0, MAX_TOP_LOGPROBS as i64)?
+            .filter(|&n| n > 0)
+            .map(|n| n as usize),
+    };
     Ok(Common {
         stream,
         include_usage,
@@ -342,7 +515,170 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
         grammar: grammar(f)?,
         user: f.get("user").and_then(Json::as_str).map(str::to_string),
+        logit_bias_text,
+        llama: llama_server_fields(f)?,
     })
+}
+
+/// A field, whether a value leaves it off, and that value as the refusal names it.
+type OffValue = (&'static str, fn(&Json) -> bool, &'static str);
+
+/// llama-server's fields minfer cannot honour, each with whether a value leaves it off (then it
+/// is read and changes nothing, as in llama-server); any other value is a 400 naming the field,
+/// since the output would not be what was asked for.
+const UNSUPPORTED: [OffValue; 13] = [
+    ("dynatemp_range", is_zero, "0"),
+    ("adaptive_target", is_negative, "a negative number"),
+    ("min_keep", is_zero, "0"),
+    ("n_indent", is_zero, "0"),
+    ("n_cache_reuse", is_zero, "0"),
+    ("t_max_predict_ms", is_not_positive, "0 or -1"),
+    ("lora", is_empty_array, "[]"),
+    ("grammar_lazy", is_false, "false"),
+    ("grammar_triggers", is_empty_array, "[]"),
+    ("preserved_tokens", is_empty_array, "[]"),
+    ("reasoning_control", is_false, "false"),
+    ("reasoning_budget_tokens", is_minus_one, "-1"),
+    ("thinking_budget_tokens", is_minus_one, "-1"),
+];
+
+/// Fields llama-server's own chat handler sets for its parser: a client sending one at its
+/// neutral value changes nothing; another value would need that parser.
+const PARSER_FIELDS: [OffValue; 4] = [
+    ("chat_format", is_zero, "0 (content only)"),
+    ("chat_parser", is_empty_string, "\"\""),
+    ("generation_prompt", is_empty_string, "\"\""),
+    ("parse_tool_calls", is_false, "false"),
+];
+
+fn is_zero(v: &Json) -> bool {
+    v.as_f64() == Some(0.0)
+}
+fn is_negative(v: &Json) -> bool {
+    v.as_f64().is_some_and(|x| x < 0.0)
+}
+fn is_not_positive(v: &Json) -> bool {
+    v.as_f64().is_some_and(|x| x <= 0.0)
+}
+fn is_minus_one(v: &Json) -> bool {
+    v.as_f64() == Some(-1.0)
+}
+fn is_empty_array(v: &Json) -> bool {
+    v.as_array().is_some_and(Vec::is_empty)
+}
+fn is_false(v: &Json) -> bool {
+    v == &Json::Bool(false)
+}
+fn is_empty_string(v: &Json) -> bool {
+    v.as_str() == Some("")
+}
+
+/// Every field one of the endpoints reads: any other is ignored, and named on standard error
+/// with `MINFER_SERVE_DEBUG=1` (a misspelt field is otherwise silent, as in llama-server).
+#[rustfmt::skip]
+const KNOWN_FIELDS: &[&str] = &[
+    // Sampling and limits, every endpoint.
+    "stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict", "temperature",
+    "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "frequency_penalty",
+    "presence_penalty", "typical_p", "top_n_sigma", "xtc_probability", "xtc_threshold",
+    "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+    "dry_sequence_breakers", "mirostat", "mirostat_tau", "mirostat_eta", "samplers", "logit_bias",
+    "seed", "stop", "n", "n_cmpl", "ignore_eos", "response_format", "json_schema", "grammar", "user",
+    "logprobs", "n_probs", "model", "dynatemp_exponent", "adaptive_decay", "backend_sampling",
+    "reasoning_budget_start_tag", "reasoning_budget_end_tags", "reasoning_budget_end_tag",
+    "reasoning_budget_message", "reasoning_format",
+    // llama-server's request options.
+    "post_sampling_probs", "id_slot", "cache_prompt", "return_tokens", "return_progress",
+    "timings_per_token", "verbose", "response_fields", "sse_ping_interval", "n_keep", "n_discard",
+    // Chat.
+    "messages", "tools", "tool_choice", "top_logprobs", "chat_template_kwargs", "reasoning_effort",
+    "parallel_tool_calls", "add_generation_prompt", "continue_final_message",
+    // Completions.
+    "prompt", "echo", "suffix", "input_prefix", "input_suffix", "input_extra",
+];
+
+/// llama-server's fields beyond sampling: the options it reads on every endpoint, the fields
+/// minfer refuses unless off, and the debug line naming fields nobody reads.
+fn llama_server_fields(f: &Fields) -> Result<LlamaFields, ApiError> {
+    for (name, off, off_text) in UNSUPPORTED.iter().chain(PARSER_FIELDS.iter()) {
+        if let Some(v) = f.get(name) {
+            if !off(v) {
+                return Err(ApiError::field(
+                    *name,
+                    format!("{name} is not supported by minfer (leave it out, or send {off_text}, which turns it off)"),
+                ));
+            }
+        }
+    }
+    if let Some(format) = f.str("reasoning_format")? {
+        if format != "auto" {
+            return Err(ApiError::field(
+                "reasoning_format",
+                format!(
+                    "reasoning_format '{format}' is not supported: minfer reads reasoning as the model's template \
+                     defines it ('auto'), into reasoning_content for a harmony model (gpt-oss)"
+                ),
+            ));
+        }
+    }
+    f.number("dynatemp_exponent", f64::MIN, f64::MAX)?;
+    f.number("adaptive_decay", 0.0, 0.99)?;
+    f.bool("backend_sampling")?;
+    if debug_enabled() {
+        let unknown: Vec<&str> = f
+            .map
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !KNOWN_FIELDS.contains(k) && !UNSUPPORTED.iter().chain(PARSER_FIELDS.iter()).any(|u| u.0 == *k))
+            .collect();
+        if !unknown.is_empty() {
+            eprintln!(
+                "minfer serve: debug: request fields ignored (unknown): {}",
+                unknown.join(", ")
+            );
+        }
+    }
+    let defaults = LlamaFields::default();
+    let response_fields = match f.get("response_fields") {
+        None => Vec::new(),
+        Some(Json::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Json::String(s) => Ok(s.clone()),
+                other => Err(ApiError::field(
+                    format!("response_fields[{i}]"),
+                    format!("response_fields[{i}] must be a string, not {}", kind(other)),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(f.wrong("response_fields", "an array of field names", other)),
+    };
+    Ok(LlamaFields {
+        post_sampling_probs: f.bool("post_sampling_probs")?.unwrap_or(false),
+        id_slot: f
+            .integer("id_slot", -1, crate::engine::MAX_SEQUENCES as i64 - 1)?
+            .filter(|&s| s >= 0)
+            .map(|s| s as usize),
+        cache_prompt: f.bool("cache_prompt")?.unwrap_or(defaults.cache_prompt),
+        return_tokens: f.bool("return_tokens")?.unwrap_or(false),
+        return_progress: f.bool("return_progress")?.unwrap_or(false),
+        timings_per_token: f.bool("timings_per_token")?.unwrap_or(false),
+        verbose: f.bool("verbose")?.unwrap_or(false),
+        response_fields,
+        sse_ping_interval: f
+            .integer("sse_ping_interval", -1, i32::MAX as i64)?
+            .unwrap_or(defaults.sse_ping_interval),
+        n_keep: f.integer("n_keep", -1, i32::MAX as i64)?.unwrap_or(0),
+        n_discard: f.integer("n_discard", 0, i32::MAX as i64)?.unwrap_or(0),
+    })
+}
+
+/// Whether `MINFER_SERVE_DEBUG` is set (to anything but empty or 0): debug lines on standard
+/// error, read once.
+pub fn debug_enabled() -> bool {
+    static DEBUG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DEBUG.get_or_init(|| std::env::var("MINFER_SERVE_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0"))
 }
 
 /// The output constraint a request asks for: OpenAI's `response_format` (`text`,
@@ -531,8 +867,11 @@ fn samplers(value: &Json) -> Result<Vec<SamplerKind>, ApiError> {
 
 /// `logit_bias`, in OpenAI's form (an object from token id strings to a bias) or llama-server's
 /// (an array of `[id, bias]` pairs); a bias lies in [-100, 100], and `false` bans the token
-/// (-inf). Ids are checked against the vocabulary where it is known, when the request starts.
-fn logit_bias(value: &Json) -> Result<Vec<(u32, f32)>, ApiError> {
+/// (-inf). As in llama-server, a key or pair that names text instead of an id biases each
+/// token of that text (returned apart, for the handler to tokenize). Ids are checked against
+/// the vocabulary where it is known, when the request starts.
+#[allow(clippy::type_complexity)]
+fn logit_bias(value: &Json) -> Result<(Vec<(u32, f32)>, Vec<(String, f32)>), ApiError> {
     const NAME: &str = "logit_bias";
     let bias = |path: &str, v: &Json| -> Result<f32, ApiError> {
         match v {
@@ -556,56 +895,65 @@ fn logit_bias(value: &Json) -> Result<Vec<(u32, f32)>, ApiError> {
             format!("{NAME} has {n} entries; at most {MAX_LOGIT_BIAS} are allowed"),
         )
     };
+    let (mut ids, mut texts) = (Vec::new(), Vec::new());
     match value {
         Json::Object(map) => {
             if map.len() > MAX_LOGIT_BIAS {
                 return Err(too_many(map.len()));
             }
-            map.iter()
-                .map(|(key, v)| {
-                    let path = format!("{NAME}.{key}");
-                    let token = key.parse::<u32>().map_err(|_| {
-                        ApiError::field(&path, format!("{NAME} key '{key}' is not a token id (an integer >= 0)"))
-                    })?;
-                    Ok((token, bias(&path, v)?))
-                })
-                .collect()
+            for (key, v) in map {
+                let path = format!("{NAME}.{key}");
+                let b = bias(&path, v)?;
+                match key.parse::<i64>() {
+                    Ok(id) if (0..=u32::MAX as i64).contains(&id) => ids.push((id as u32, b)),
+                    Ok(_) => {
+                        return Err(ApiError::field(
+                            &path,
+                            format!("{NAME} key '{key}' is not a token id (an integer >= 0)"),
+                        ))
+                    }
+                    Err(_) => texts.push((key.clone(), b)),
+                }
+            }
         }
         Json::Array(items) => {
             if items.len() > MAX_LOGIT_BIAS {
                 return Err(too_many(items.len()));
             }
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, pair)| {
-                    let path = format!("{NAME}[{i}]");
-                    match pair.as_array().map(Vec::as_slice) {
-                        Some([id, b]) => {
-                            let token = id.as_u64().filter(|&t| t <= u32::MAX as u64).ok_or_else(|| {
-                                ApiError::field(
-                                    format!("{path}[0]"),
-                                    format!("{path}[0] must be a token id (an integer >= 0)"),
-                                )
-                            })?;
-                            Ok((token as u32, bias(&format!("{path}[1]"), b)?))
-                        }
-                        _ => Err(ApiError::field(
-                            &path,
-                            format!("{path} must be a [token id, bias] pair"),
-                        )),
+            for (i, pair) in items.iter().enumerate() {
+                let path = format!("{NAME}[{i}]");
+                let Some([id, b]) = pair.as_array().map(Vec::as_slice) else {
+                    return Err(ApiError::field(
+                        &path,
+                        format!("{path} must be a [token id or text, bias] pair"),
+                    ));
+                };
+                let b = bias(&format!("{path}[1]"), b)?;
+                match id {
+                    Json::String(text) => texts.push((text.clone(), b)),
+                    _ => {
+                        let token = id.as_u64().filter(|&t| t <= u32::MAX as u64).ok_or_else(|| {
+                            ApiError::field(
+                                format!("{path}[0]"),
+                                format!("{path}[0] must be a token id (an integer >= 0) or a text"),
+                            )
+                        })?;
+                        ids.push((token as u32, b));
                     }
-                })
-                .collect()
+                }
+            }
         }
-        other => Err(ApiError::field(
-            NAME,
-            format!(
-                "{NAME} must be an object of token ids to biases or an array of [id, bias] pairs, not {}",
-                kind(other)
-            ),
-        )),
+        other => {
+            return Err(ApiError::field(
+                NAME,
+                format!(
+                    "{NAME} must be an object of token ids to biases or an array of [id, bias] pairs, not {}",
+                    kind(other)
+                ),
+            ))
+        }
     }
+    Ok((ids, texts))
 }
 
 /// The sampling the server uses for fields a request leaves out: the engine's (llama.cpp's)
@@ -725,6 +1073,21 @@ pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
         }
         Some(required) => required,
     };
+    // llama-server continues a final assistant message (a prefill) when asked; minfer always
+    // renders the conversation with the assistant's turn opened after it.
+    if f.bool("add_generation_prompt")? == Some(false) {
+        return Err(ApiError::field(
+            "add_generation_prompt",
+            "add_generation_prompt false is not supported: minfer always opens the assistant's turn \
+             (continuing a final assistant message is not supported)",
+        ));
+    }
+    if f.get("continue_final_message").is_some_and(|v| v != &Json::Bool(false)) {
+        return Err(ApiError::field(
+            "continue_final_message",
+            "continue_final_message is not supported: minfer does not continue a final assistant message",
+        ));
+    }
     Ok(ChatRequest {
         common,
         messages,
@@ -933,35 +1296,7 @@ pub fn completion(body: &Json) -> Result<CompletionRequest, ApiError> {
     if f.str("suffix")?.is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::field("suffix", "suffix is not supported"));
     }
-    let prompts = match f.get("prompt") {
-        None => return Err(ApiError::field("prompt", "prompt is required")),
-        Some(Json::String(s)) => vec![Prompt::Text(s.clone())],
-        Some(Json::Array(items)) if items.is_empty() => {
-            return Err(ApiError::field("prompt", "prompt must not be an empty array"))
-        }
-        Some(Json::Array(items)) => {
-            if items.iter().all(Json::is_number) {
-                vec![Prompt::Tokens(token_ids("prompt", items)?)]
-            } else {
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, item)| match item {
-                        Json::String(s) => Ok(Prompt::Text(s.clone())),
-                        Json::Array(ids) => Ok(Prompt::Tokens(token_ids(&format!("prompt[{i}]"), ids)?)),
-                        other => Err(ApiError::field(
-                            format!("prompt[{i}]"),
-                            format!(
-                                "prompt[{i}] must be a string or an array of token ids, not {}",
-                                kind(other)
-                            ),
-                        )),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-        }
-        Some(other) => return Err(f.wrong("prompt", "a string or an array", other)),
-    };
+    let prompts = prompts(&f)?;
     if prompts.len() * common.n > MAX_CHOICES {
         return Err(ApiError::field(
             "prompt",
@@ -976,40 +1311,26 @@ pub fn completion(body: &Json) -> Result<CompletionRequest, ApiError> {
     Ok(CompletionRequest { common, prompts })
 }
 
-/// A body of llama-server's own `/completion`: one prompt (text, or token ids) and the common
-/// fields under llama-server's names and defaults (min-p 0.05, as llama.cpp; no repeat penalty).
+/// A body of llama-server's own `/completion`: its prompts (each answered apart, `n_cmpl`
+/// times) and the common fields under llama-server's names and defaults (min-p 0.05, as
+/// llama.cpp; no repeat penalty).
 #[derive(Debug, Clone)]
 pub struct NativeRequest {
     pub common: Common,
-    pub prompt: Prompt,
+    pub prompts: Vec<Prompt>,
 }
 
-/// llama-server's fields that minfer does not have, with the value that leaves them off: a
-/// request setting one otherwise is refused naming it, since the output would not be what it
-/// asked for.
-const NATIVE_SAMPLERS_OFF: [(&str, f64); 2] = [("n_probs", 0.0), ("dynatemp_range", 0.0)];
-
-/// The fields `/completion` and `/infill` share.
+/// The fields `/completion` and `/infill` share: the common ones, `logprobs` an alias of
+/// `n_probs` (as llama-server reads it) and min-p at llama.cpp's default.
 fn native_common(f: &Fields) -> Result<Common, ApiError> {
-    for (name, off) in NATIVE_SAMPLERS_OFF {
-        match f.get(name) {
-            None => {}
-            Some(Json::Number(n)) if n.as_f64() == Some(off) => {}
-            Some(_) => {
-                return Err(ApiError::field(
-                    name,
-                    format!("{name} is not supported (leave it out, or at {off}, which turns it off)"),
-                ))
-            }
-        }
-    }
-    if f.get("n").is_some() {
-        return Err(ApiError::field(
-            "n",
-            "n is not a /completion field: send one request per completion",
-        ));
-    }
-    let mut common = common(f, None)?;
+    let logprobs = match f.get("n_probs") {
+        Some(_) => None,
+        None => f
+            .integer("logprobs", 0, MAX_TOP_LOGPROBS as i64)?
+            .filter(|&n| n > 0)
+            .map(|n| n as usize),
+    };
+    let mut common = common(f, logprobs)?;
     if f.get("min_p").is_none() {
         common.sampling.min_p = crate::sampling::SamplingParams::default().min_p;
     }
@@ -1019,21 +1340,19 @@ fn native_common(f: &Fields) -> Result<Common, ApiError> {
 pub fn native_completion(body: &Json) -> Result<NativeRequest, ApiError> {
     let f = Fields::of(body, "")?;
     let common = native_common(&f)?;
-    let prompt = match f.get("prompt") {
-        None => return Err(ApiError::field("prompt", "prompt is required")),
-        Some(Json::String(s)) => Prompt::Text(s.clone()),
-        Some(Json::Array(items)) if !items.is_empty() && items.iter().all(Json::is_number) => {
-            Prompt::Tokens(token_ids("prompt", items)?)
-        }
-        Some(other) => {
-            return Err(f.wrong(
-                "prompt",
-                "a string or an array of token ids (one prompt per request)",
-                other,
-            ))
-        }
-    };
-    Ok(NativeRequest { common, prompt })
+    let prompts = prompts(&f)?;
+    if prompts.len() * common.n > MAX_CHOICES {
+        return Err(ApiError::field(
+            "prompt",
+            format!(
+                "{} prompts × n_cmpl = {} asks for {} completions; at most {MAX_CHOICES} are allowed",
+                prompts.len(),
+                common.n,
+                prompts.len() * common.n
+            ),
+        ));
+    }
+    Ok(NativeRequest { common, prompts })
 }
 
 /// A body of llama-server's `/infill`: the code before and after the cursor, other files of
@@ -1066,15 +1385,17 @@ pub fn infill(body: &Json) -> Result<InfillRequest, ApiError> {
                 ),
             ))
         }
+        // As llama-server checks them: each chunk's text is required, its file name optional.
         Some(Json::Array(items)) => items
             .iter()
             .enumerate()
             .map(|(i, item)| {
                 let chunk = Fields::of(item, &format!("input_extra[{i}]"))?;
-                Ok((
-                    chunk.str("filename")?.unwrap_or_default().to_string(),
-                    chunk.str("text")?.unwrap_or_default().to_string(),
-                ))
+                let filename = chunk.str("filename")?.unwrap_or_default().to_string();
+                let text = chunk
+                    .str("text")?
+                    .ok_or_else(|| ApiError::field(chunk.path("text"), format!("input_extra[{i}].text is required")))?;
+                Ok((filename, text.to_string()))
             })
             .collect::<Result<_, ApiError>>()?,
         Some(other) => return Err(f.wrong("input_extra", "an array of {filename, text} objects", other)),
@@ -1172,10 +1493,6 @@ mod tests {
                 json!({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
                 "temperature",
             ),
-            (
-                json!({"messages": [{"role": "user", "content": "x"}], "temperature": 7}),
-                "temperature",
-            ),
             (json!({"messages": [{"role": "user", "content": "x"}], "n": 0}), "n"),
             (
                 json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}),
@@ -1222,7 +1539,7 @@ mod tests {
             .is_none());
         assert!(with("logit_bias", json!({})).is_ok());
         assert_eq!(with("min_p", json!(0.2)).unwrap().common.sampling.min_p, 0.2);
-        assert_eq!(with("min_p", json!(2)).unwrap_err().param.as_deref(), Some("min_p"));
+        assert_eq!(with("min_p", json!("0.2")).unwrap_err().param.as_deref(), Some("min_p"));
     }
 
     fn chat_with(field: &str, value: Json) -> Result<ChatRequest, ApiError> {
@@ -1294,15 +1611,12 @@ mod tests {
             ("typical_p", json!(1.5), "typical_p"),
             ("typical_p", json!("high"), "typical_p"),
             ("top_n_sigma", json!(1000), "top_n_sigma"),
-            ("xtc_probability", json!(-0.1), "xtc_probability"),
-            ("xtc_threshold", json!(2), "xtc_threshold"),
             ("dry_multiplier", json!(-1), "dry_multiplier"),
             ("dry_allowed_length", json!(-1), "dry_allowed_length"),
             ("dry_penalty_last_n", json!(-2), "dry_penalty_last_n"),
             ("dry_sequence_breakers", json!([]), "dry_sequence_breakers"),
             ("dry_sequence_breakers", json!("\n"), "dry_sequence_breakers"),
             ("dry_sequence_breakers", json!(["a", 3]), "dry_sequence_breakers[1]"),
-            ("mirostat", json!(3), "mirostat"),
             ("mirostat", json!(1.5), "mirostat"),
             ("mirostat_tau", json!(-1), "mirostat_tau"),
             ("mirostat_eta", json!(-1), "mirostat_eta"),
@@ -1320,13 +1634,156 @@ mod tests {
         }
     }
 
+    fn completion_with(field: &str, value: Json) -> Result<CompletionRequest, ApiError> {
+        let mut body = json!({"prompt": "x"});
+        body[field] = value;
+        completion(&body)
+    }
+
+    /// The field's error on each endpoint, chat, `/v1/completions` and `/completion`.
+    fn refusals(field: &str, value: Json) -> [Option<String>; 3] {
+        [
+            chat_with(field, value.clone()).err().and_then(|e| e.param),
+            completion_with(field, value.clone()).err().and_then(|e| e.param),
+            native_with(field, value).err().and_then(|e| e.param),
+        ]
+    }
+
     #[test]
-    fn native_fields_without_an_implementation_are_still_refused_unless_off() {
-        for (field, value) in [("n_probs", json!(5)), ("dynatemp_range", json!(0.5))] {
-            assert_eq!(native_with(field, value).unwrap_err().param.as_deref(), Some(field));
+    fn llama_server_fields_minfer_cannot_honour_are_refused_by_name_on_every_endpoint_unless_off() {
+        for (field, on, off) in [
+            ("dynatemp_range", json!(0.5), json!(0)),
+            ("adaptive_target", json!(0.5), json!(-1)),
+            ("min_keep", json!(2), json!(0)),
+            ("n_indent", json!(4), json!(0)),
+            ("n_cache_reuse", json!(256), json!(0)),
+            ("t_max_predict_ms", json!(500), json!(-1)),
+            ("lora", json!([{"id": 0, "scale": 1.0}]), json!([])),
+            ("grammar_lazy", json!(true), json!(false)),
+            ("grammar_triggers", json!([{"type": 0, "value": "x"}]), json!([])),
+            ("preserved_tokens", json!(["<x>"]), json!([])),
+            ("reasoning_control", json!(true), json!(false)),
+            ("reasoning_budget_tokens", json!(64), json!(-1)),
+            ("chat_format", json!(3), json!(0)),
+            ("parse_tool_calls", json!(true), json!(false)),
+            ("reasoning_format", json!("deepseek"), json!("auto")),
+        ] {
+            let named = Some(field.to_string());
+            assert_eq!(
+                refusals(field, on.clone()),
+                [named.clone(), named.clone(), named],
+                "{field} = {on}"
+            );
+            assert_eq!(refusals(field, off.clone()), [None, None, None], "{field} = {off}");
+            // Null is absent, as for every field.
+            assert_eq!(refusals(field, Json::Null), [None, None, None], "{field} = null");
         }
-        assert!(native_with("n_probs", json!(0)).is_ok());
-        assert!(native_with("dynatemp_range", json!(0)).is_ok());
+    }
+
+    #[test]
+    fn llama_server_options_are_read_the_same_on_every_endpoint() {
+        let body = json!({"id_slot": 1, "cache_prompt": false, "return_tokens": true, "return_progress": true,
+                          "timings_per_token": true, "verbose": true, "post_sampling_probs": true,
+                          "response_fields": ["content", "timings/prompt_n"], "sse_ping_interval": -1,
+                          "n_keep": 4, "n_discard": 8, "backend_sampling": true, "dynatemp_exponent": 2});
+        let expected = LlamaFields {
+            post_sampling_probs: true,
+            id_slot: Some(1),
+            cache_prompt: false,
+            return_tokens: true,
+            return_progress: true,
+            timings_per_token: true,
+            verbose: true,
+            response_fields: vec!["content".into(), "timings/prompt_n".into()],
+            sse_ping_interval: -1,
+            n_keep: 4,
+            n_discard: 8,
+        };
+        let mut chat_body = body.clone();
+        chat_body["messages"] = json!([{"role": "user", "content": "x"}]);
+        let mut prompt_body = body.clone();
+        prompt_body["prompt"] = json!("x");
+        assert_eq!(chat(&chat_body).unwrap().common.llama, expected);
+        assert_eq!(completion(&prompt_body).unwrap().common.llama, expected);
+        assert_eq!(native_completion(&prompt_body).unwrap().common.llama, expected);
+        // The defaults: any slot, the prefix reused, pings every 30 s.
+        let defaults = native_with("seed", json!(1)).unwrap().common.llama;
+        assert_eq!(defaults, LlamaFields::default());
+        assert!(defaults.cache_prompt && defaults.id_slot.is_none() && defaults.sse_ping_interval == 30);
+        assert_eq!(native_with("id_slot", json!(-1)).unwrap().common.llama.id_slot, None);
+        assert_eq!(
+            native_with("id_slot", json!(-2)).unwrap_err().param.as_deref(),
+            Some("id_slot")
+        );
+    }
+
+    #[test]
+    fn n_probs_asks_for_log_probabilities_on_every_endpoint_and_logprobs_is_its_alias_on_completion() {
+        assert_eq!(native_with("n_probs", json!(5)).unwrap().common.logprobs, Some(5));
+        assert_eq!(native_with("logprobs", json!(3)).unwrap().common.logprobs, Some(3));
+        assert_eq!(native_with("n_probs", json!(0)).unwrap().common.logprobs, None);
+        assert_eq!(chat_with("n_probs", json!(4)).unwrap().common.logprobs, Some(4));
+        assert_eq!(completion_with("n_probs", json!(2)).unwrap().common.logprobs, Some(2));
+        // OpenAI's own fields win where given.
+        let mut body =
+            json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2, "n_probs": 9});
+        assert_eq!(chat(&body).unwrap().common.logprobs, Some(2));
+        body["logprobs"] = json!(false);
+        body["top_logprobs"] = Json::Null;
+        assert_eq!(chat(&body).unwrap().common.logprobs, Some(9));
+    }
+
+    #[test]
+    fn a_temperature_below_zero_is_greedy_and_soft_limits_are_clamped_as_llama_server_clamps_them() {
+        let read = |k: &str, v: Json| native_with(k, v).unwrap().common.sampling;
+        assert_eq!(read("temperature", json!(-1)).temperature, 0.0);
+        assert_eq!(read("temperature", json!(3.5)).temperature, 3.5);
+        assert_eq!(read("top_p", json!(1.5)).top_p, 1.0);
+        assert_eq!(read("min_p", json!(-0.5)).min_p, 0.0);
+        assert_eq!(read("xtc_probability", json!(-0.1)).xtc_probability, 0.0);
+        assert_eq!(read("xtc_threshold", json!(2)).xtc_threshold, 1.0);
+        assert_eq!(read("top_k", json!(-5)).top_k, 0);
+        assert_eq!(read("mirostat", json!(3)).mirostat, Mirostat::V2);
+        // A seed of -1 (llama-server's "random") draws one; others are kept.
+        assert_eq!(native_with("seed", json!(-1)).unwrap().common.seed, None);
+        assert_eq!(native_with("seed", json!(4294967295u64)).unwrap().common.seed, None);
+        assert_eq!(native_with("seed", json!(7)).unwrap().common.seed, Some(7));
+        // Empty stop strings are skipped; n_cmpl is n.
+        assert_eq!(native_with("stop", json!(["", "\n"])).unwrap().common.stop, ["\n"]);
+        assert_eq!(native_with("n_cmpl", json!(3)).unwrap().common.n, 3);
+        assert_eq!(native_with("n", json!(2)).unwrap().common.n, 2);
+    }
+
+    #[test]
+    fn a_chat_request_that_asks_to_continue_the_last_message_is_refused_by_name() {
+        for (field, value) in [
+            ("add_generation_prompt", json!(false)),
+            ("continue_final_message", json!(true)),
+        ] {
+            assert_eq!(chat_with(field, value).unwrap_err().param.as_deref(), Some(field));
+        }
+        assert!(chat_with("add_generation_prompt", json!(true)).is_ok());
+        assert!(chat_with("continue_final_message", json!(false)).is_ok());
+    }
+
+    #[test]
+    fn infill_chunks_need_their_text_and_a_string_file_name() {
+        let with = |extra: Json| infill(&json!({"input_prefix": "a", "input_suffix": "b", "input_extra": [extra]}));
+        for (extra, param) in [
+            (json!({}), "input_extra[0].text"),
+            (json!({"filename": "ok"}), "input_extra[0].text"),
+            (json!({"filename": 123}), "input_extra[0].filename"),
+            (json!({"filename": 123, "text": "abc"}), "input_extra[0].filename"),
+            (json!({"filename": "f", "text": 456}), "input_extra[0].text"),
+        ] {
+            assert_eq!(
+                with(extra.clone()).unwrap_err().param.as_deref(),
+                Some(param),
+                "{extra}"
+            );
+        }
+        let r = with(json!({"text": "t"})).unwrap();
+        assert_eq!(r.extra, [(String::new(), "t".to_string())]);
     }
 
     #[test]
@@ -1347,15 +1804,27 @@ mod tests {
     }
 
     #[test]
+    fn logit_bias_given_as_text_is_kept_for_the_handler_to_tokenize_in_both_forms() {
+        let common = chat_with("logit_bias", json!({"7": 1, " the ": -100})).unwrap().common;
+        assert_eq!(common.sampling.logit_bias, [(7, 1.0)]);
+        assert_eq!(common.logit_bias_text, [(" the ".to_string(), -100.0)]);
+        let common = native_with("logit_bias", json!([[" a ", false], [3, 2]]))
+            .unwrap()
+            .common;
+        assert_eq!(common.sampling.logit_bias, [(3, 2.0)]);
+        assert_eq!(common.logit_bias_text, [(" a ".to_string(), f32::NEG_INFINITY)]);
+    }
+
+    #[test]
     fn logit_bias_refuses_bad_ids_values_and_shapes_by_name() {
         for (value, param) in [
             (json!({"15": 101}), "logit_bias.15"),
             (json!({"15": -100.5}), "logit_bias.15"),
             (json!({"15": true}), "logit_bias.15"),
             (json!({"15": "1"}), "logit_bias.15"),
-            (json!({"hello": 1}), "logit_bias.hello"),
             (json!({"-1": 1}), "logit_bias.-1"),
             (json!([[1, 200]]), "logit_bias[0][1]"),
+            (json!([[1.5, 2]]), "logit_bias[0][0]"),
             (json!([[-1, 1]]), "logit_bias[0][0]"),
             (json!([[1]]), "logit_bias[0]"),
             (json!([5]), "logit_bias[0]"),
@@ -1531,13 +2000,55 @@ mod tests {
     }
 
     #[test]
-    fn a_completion_prompt_may_be_text_texts_or_token_ids() {
-        let p = |v: Json| completion(&json!({"prompt": v})).map(|r| r.prompts);
-        assert_eq!(p(json!("a")).unwrap(), vec![Prompt::Text("a".into())]);
-        assert_eq!(p(json!(["a", "b"])).unwrap().len(), 2);
-        assert_eq!(p(json!([1, 2])).unwrap(), vec![Prompt::Tokens(vec![1, 2])]);
-        assert_eq!(p(json!([[1], [2, 3]])).unwrap().len(), 2);
-        assert_eq!(p(json!([1, "a"])).unwrap_err().param.as_deref(), Some("prompt[0]"));
-        assert_eq!(p(json!([-1])).unwrap_err().param.as_deref(), Some("prompt[0]"));
+    fn a_completion_prompt_is_read_as_llama_server_reads_it_on_both_endpoints() {
+        for read in [
+            (|v: Json| completion(&json!({"prompt": v})).map(|r| r.prompts))
+                as fn(Json) -> Result<Vec<Prompt>, ApiError>,
+            |v: Json| native_completion(&json!({"prompt": v})).map(|r| r.prompts),
+        ] {
+            assert_eq!(read(json!("a")).unwrap(), vec![Prompt::Text("a".into())]);
+            assert_eq!(read(json!(["a", "b"])).unwrap().len(), 2);
+            assert_eq!(read(json!([1, 2])).unwrap(), vec![Prompt::Tokens(vec![1, 2])]);
+            assert_eq!(read(json!([[1], [2, 3]])).unwrap().len(), 2);
+            // Ids with text mixed in: one prompt.
+            assert_eq!(
+                read(json!([1, "a", 2])).unwrap(),
+                vec![Prompt::Mixed(vec![
+                    PromptPiece::Token(1),
+                    PromptPiece::Text("a".into()),
+                    PromptPiece::Token(2)
+                ])]
+            );
+            // An object with the prompt's text, alone or among others.
+            assert_eq!(
+                read(json!({"prompt_string": "hi"})).unwrap(),
+                vec![Prompt::Text("hi".into())]
+            );
+            assert_eq!(
+                read(json!([[1, 2], {"prompt_string": "hi"}, "x"])).unwrap(),
+                vec![
+                    Prompt::Tokens(vec![1, 2]),
+                    Prompt::Text("hi".into()),
+                    Prompt::Text("x".into())
+                ]
+            );
+            // Images cannot be read, and no prompt is no prompt.
+            assert_eq!(
+                read(json!({"prompt_string": "hi", "multimodal_data": ["aGk="]}))
+                    .unwrap_err()
+                    .param
+                    .as_deref(),
+                Some("prompt.multimodal_data")
+            );
+            assert_eq!(read(json!([-1])).unwrap_err().param.as_deref(), Some("prompt[0]"));
+            assert_eq!(read(json!([1, -1])).unwrap_err().param.as_deref(), Some("prompt[1]"));
+            assert_eq!(
+                read(json!([1, "a", -1])).unwrap_err().param.as_deref(),
+                Some("prompt[2]")
+            );
+            assert_eq!(read(json!([])).unwrap_err().param.as_deref(), Some("prompt"));
+            assert_eq!(read(json!([{"x": 1}])).unwrap_err().param.as_deref(), Some("prompt[0]"));
+            assert_eq!(read(json!(5)).unwrap_err().param.as_deref(), Some("prompt"));
+        }
     }
 }

@@ -1,8 +1,13 @@
 //! Shaping results as OpenAI responses: the events a job's slot sends, turned into a
 //! `chat.completion` / `text_completion` body, or into the SSE frames of a stream (role delta,
 //! content or tool-call deltas, the finishing chunk, the usage chunk, `data: [DONE]`); and as
-//! llama-server's own `/completion` and `/infill` answers (`content`, `stop`, the token counts;
-//! streamed as `{"content", "stop": false}` frames and a final object, without `[DONE]`).
+//! llama-server's own `/completion` and `/infill` answers (its sixteen keys: `index`,
+//! `content`, `tokens`, `id_slot`, `stop`, `model`, `tokens_predicted`, `tokens_evaluated`,
+//! `generation_settings`, `prompt`, `has_new_line`, `truncated`, `stop_type`, `stopping_word`,
+//! `tokens_cached`, `timings`; streamed as `{"index", "content", "tokens", "stop": false,
+//! "id_slot", "tokens_predicted", "tokens_evaluated"}` frames and the final object, without
+//! `[DONE]`). Every answer carries llama-server's `timings` ([`timings_json`]) and its
+//! `system_fingerprint` ([`build_info`]); log-probabilities carry each token's `id`.
 //!
 //! A harmony model's chat reply (gpt-oss: [`Reply::harmony`]) is read back with
 //! [`crate::template::harmony`]: the `analysis` channel becomes `reasoning_content` (llama-server's
@@ -15,7 +20,7 @@
 //! holds the one place where finish reasons, usage and log-probabilities get their OpenAI form.
 
 use super::error::ApiError;
-use super::slots::{Event, TokenLogprob};
+use super::slots::{Event, RunTimings, TokenLogprob};
 use super::tool_calls::{self, Piece, ToolCallStream};
 use crate::engine::StopReason;
 use crate::template::harmony::{self, Delta, HarmonyStream};
@@ -47,6 +52,97 @@ pub struct Reply {
     /// The model speaks harmony ([`crate::template::ChatTemplate::is_harmony`]): its tokens are
     /// printed with their control tokens, and a chat reply is read as harmony.
     pub harmony: bool,
+    /// What llama-server's answers add.
+    pub llama: LlamaReply,
+}
+
+/// What llama-server's own answer holds beyond the text, and the options that shape it.
+#[derive(Default)]
+pub struct LlamaReply {
+    /// `generation_settings`: the request's settings, as llama-server lists them.
+    pub settings: Arc<Json>,
+    /// Each prompt as the model read it (control tokens printed), for `prompt`.
+    pub prompts: Vec<String>,
+    /// Each prompt's length in tokens, for `tokens_evaluated`.
+    pub n_prompt: Vec<usize>,
+    /// The generated ids in `tokens` (`return_tokens`).
+    pub return_tokens: bool,
+    /// Only these fields (`response_fields`).
+    pub response_fields: Vec<String>,
+    /// llama-server's answer under `__verbose` beside an OpenAI one.
+    pub verbose: bool,
+    /// Log-probabilities are the sampler chain's, reported as probabilities (`prob`,
+    /// `top_probs`).
+    pub post_sampling_probs: bool,
+    /// `timings` with every streamed chunk.
+    pub timings_per_token: bool,
+}
+
+/// What `system_fingerprint` and `/props`' `build_info` say: `b` and the build, as
+/// llama-server's `b<build>-<commit>`.
+pub fn build_info() -> String {
+    format!("b{}-minfer", env!("CARGO_PKG_VERSION"))
+}
+
+/// llama-server's `timings` for one run: prompt tokens read and found cached, the time to read
+/// them, the tokens generated and the time from the first to the last. Rates are over decode
+/// steps: a run's first token comes from the prompt's last pass and costs no step of its own,
+/// so it is not counted (llama-server's `n_gen_steps`). Every value is finite.
+pub fn timings_json(t: &RunTimings) -> Json {
+    let prompt_ms = t.prompt.as_secs_f64() * 1e3;
+    let steps = t.n_generated.saturating_sub(1) as f64;
+    let predicted_ms = if t.n_generated > 0 {
+        t.gen.as_micros().max(1) as f64 / 1e3
+    } else {
+        0.0
+    };
+    let per = |ms: f64, n: f64| if n > 0.0 { ms / n } else { 0.0 };
+    let rate = |ms: f64, n: f64| if ms > 0.0 { 1e3 / ms * n } else { 0.0 };
+    let mut timings = json!({
+        "cache_n": t.n_cached,
+        "prompt_n": t.n_prompt,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": per(prompt_ms, t.n_prompt as f64),
+        "prompt_per_second": rate(prompt_ms, t.n_prompt as f64),
+        "predicted_n": t.n_generated,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": per(predicted_ms, steps),
+        "predicted_per_second": rate(predicted_ms, steps),
+    });
+    if t.n_drafted > 0 {
+        timings["draft_n"] = json!(t.n_drafted);
+        timings["draft_n_accepted"] = json!(t.n_accepted);
+    }
+    timings
+}
+
+/// The timings of several runs (the choices of one answer) as one: counts and times summed.
+fn combined(runs: impl Iterator<Item = RunTimings>) -> RunTimings {
+    runs.fold(RunTimings::default(), |a, t| RunTimings {
+        n_prompt: a.n_prompt + t.n_prompt,
+        n_cached: a.n_cached + t.n_cached,
+        prompt: a.prompt + t.prompt,
+        n_generated: a.n_generated + t.n_generated,
+        gen: a.gen + t.gen,
+        n_drafted: a.n_drafted + t.n_drafted,
+        n_accepted: a.n_accepted + t.n_accepted,
+    })
+}
+
+/// `fields` of `body` only, each `a/b` taken from inside `a` under its whole path as the key
+/// (llama-server's `response_fields`); missing ones are left out.
+fn pick_fields(body: Json, fields: &[String]) -> Json {
+    let mut picked = serde_json::Map::new();
+    for path in fields {
+        let mut value = Some(&body);
+        for key in path.split('/') {
+            value = value.and_then(|v| v.get(key));
+        }
+        if let Some(v) = value {
+            picked.insert(path.clone(), v.clone());
+        }
+    }
+    Json::Object(picked)
 }
 
 #[derive(Default)]
@@ -63,6 +159,14 @@ struct Choice {
     n_prompt: usize,
     n_cached: usize,
     n_generated: usize,
+    /// The tokens generated, the slot, its cells and the timings, once it is done.
+    tokens: Vec<u32>,
+    slot: usize,
+    n_cells: usize,
+    timings: RunTimings,
+    /// Tokens streamed so far, and whether a newline was among their text.
+    n_streamed: usize,
+    has_new_line: bool,
 }
 
 #[derive(Default, Debug, Clone, Copy, PartialEq)]
@@ -164,27 +268,98 @@ fn tool_call_json(call: &tool_calls::ToolCall) -> Json {
 }
 
 impl Reply {
+    /// llama-server's `completion_probabilities` (also OpenAI's chat `logprobs.content`): each
+    /// token's id, text, bytes and log-probability with its alternatives, or, after the
+    /// sampler chain, its probability (`prob`, `top_probs`).
+    fn probabilities(&self, lps: &[TokenLogprob]) -> Json {
+        let post = self.llama.post_sampling_probs;
+        let (value, top_name) = if post {
+            ("prob", "top_probs")
+        } else {
+            ("logprob", "top_logprobs")
+        };
+        // A log-probability of -inf is sent as the lowest float (JSON has no infinity).
+        let number = |lp: f32| {
+            if post {
+                json!((lp as f64).exp())
+            } else if lp.is_finite() {
+                json!(lp)
+            } else {
+                json!(f32::MIN)
+            }
+        };
+        let entry = |token: u32, lp: f32| {
+            let (text, bytes) = self.piece(token);
+            let mut e = json!({"id": token, "token": text, "bytes": bytes});
+            e[value] = number(lp);
+            e
+        };
+        Json::Array(
+            lps.iter()
+                .map(|lp| {
+                    let mut e = entry(lp.token, lp.logprob);
+                    e[top_name] = Json::Array(lp.top.iter().map(|&(t, l)| entry(t, l)).collect());
+                    e
+                })
+                .collect(),
+        )
+    }
+
+    /// llama-server's answer for a finished run (`index` is its place among the outputs):
+    /// its sixteen keys, `completion_probabilities` when asked for, cut to `response_fields`.
+    /// In a stream, the text and tokens went out in the frames: `content` is empty here.
+    fn native_final(&self, index: usize, c: &Choice, stream: bool) -> Json {
+        let stop_type = match c.reason {
+            Some(StopReason::EndOfGeneration) => "eos",
+            Some(StopReason::MaxTokens | StopReason::ContextFull) => "limit",
+            Some(StopReason::StopString) => "word",
+            Some(StopReason::Interrupted) | None => "none",
+        };
+        let prompt = index / self.n.max(1);
+        let (content, tokens) = if stream {
+            ("", &[][..])
+        } else if self.llama.return_tokens {
+            (c.text.as_str(), &c.tokens[..])
+        } else {
+            (c.text.as_str(), &[][..])
+        };
+        let mut body = json!({
+            "index": index,
+            "content": content,
+            "tokens": tokens,
+            "id_slot": c.slot,
+            "stop": true,
+            "model": self.model,
+            "tokens_predicted": c.n_generated,
+            "tokens_evaluated": c.n_prompt,
+            "generation_settings": *self.llama.settings,
+            "prompt": self.llama.prompts.get(prompt).map_or("", String::as_str),
+            "has_new_line": c.has_new_line || c.text.contains('\n'),
+            "truncated": c.reason == Some(StopReason::ContextFull),
+            "stop_type": stop_type,
+            "stopping_word": "",
+            "tokens_cached": c.n_cells,
+            "timings": timings_json(&c.timings),
+        });
+        if !stream && !c.logprobs.is_empty() {
+            body["completion_probabilities"] = self.probabilities(&c.logprobs);
+        }
+        if self.llama.response_fields.is_empty() {
+            body
+        } else {
+            pick_fields(body, &self.llama.response_fields)
+        }
+    }
+
     /// A token's text as the reply printed it (a harmony model's with its control tokens).
     fn piece(&self, token: u32) -> (String, Vec<u8>) {
         let bytes = self.tokenizer.token_to_piece(token, self.harmony).to_vec();
         (String::from_utf8_lossy(&bytes).into_owned(), bytes)
     }
 
-    /// Chat's `logprobs` object for some tokens.
+    /// Chat's `logprobs` object for some tokens: OpenAI's entries with llama-server's `id`.
     fn chat_logprobs(&self, lps: &[TokenLogprob]) -> Json {
-        let entry = |token: u32, logprob: f32| {
-            let (text, bytes) = self.piece(token);
-            json!({"token": text, "logprob": logprob, "bytes": bytes})
-        };
-        let content: Vec<Json> = lps
-            .iter()
-            .map(|lp| {
-                let mut e = entry(lp.token, lp.logprob);
-                e["top_logprobs"] = Json::Array(lp.top.iter().map(|&(t, l)| entry(t, l)).collect());
-                e
-            })
-            .collect();
-        json!({"content": content, "refusal": null})
+        json!({"content": self.probabilities(lps), "refusal": null})
     }
 
     /// The legacy completions `logprobs` object; `offset` is where the tokens' text starts.
@@ -203,7 +378,9 @@ impl Reply {
                 lp.top.iter().map(|&(t, l)| (self.piece(t).0, json!(l))).collect();
             top.push(Json::Object(alternatives));
         }
-        json!({"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets})
+        // OpenAI's legacy arrays, and llama-server's `content` entries beside them.
+        json!({"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets,
+               "content": self.probabilities(lps)})
     }
 
     fn object(&self, chunk: bool) -> &'static str {
@@ -214,39 +391,13 @@ impl Reply {
         }
     }
 
-    /// llama-server's answer to `/completion` for a finished run: `content` (the whole text,
-    /// or empty at the end of a stream), `stop`, why it stopped, and the token counts.
-    fn native(&self, c: &Choice, content: &str) -> Json {
-        let stop_type = match c.reason {
-            Some(StopReason::EndOfGeneration) => "eos",
-            Some(StopReason::MaxTokens | StopReason::ContextFull) => "limit",
-            Some(StopReason::StopString) => "word",
-            Some(StopReason::Interrupted) | None => "none",
-        };
-        json!({
-            "content": content,
-            "stop": true,
-            "model": self.model,
-            "stop_type": stop_type,
-            "stopping_word": "",
-            "truncated": false,
-            "tokens_predicted": c.n_generated,
-            "tokens_evaluated": c.n_prompt,
-            "tokens_cached": c.n_cached,
-            "timings": {
-                "prompt_n": c.n_prompt - c.n_cached.min(c.n_prompt),
-                "predicted_n": c.n_generated,
-            },
-        })
-    }
-
     fn envelope(&self, chunk: bool, choices: Vec<Json>) -> Json {
         json!({
             "id": self.id,
             "object": self.object(chunk),
             "created": self.created,
             "model": self.model,
-            "system_fingerprint": null,
+            "system_fingerprint": build_info(),
             "choices": choices,
         })
     }
@@ -272,17 +423,23 @@ impl Collector {
     pub fn push(&mut self, event: Event) -> Result<(), ApiError> {
         match event {
             Event::Logprob { index, logprob } => self.choices.entry(index).or_default().logprobs.push(logprob),
-            Event::Text { index, text } => self.choices.entry(index).or_default().text.push_str(&text),
+            Event::Text { index, text, .. } => self.choices.entry(index).or_default().text.push_str(&text),
+            Event::Progress { .. } => {}
             Event::Done {
                 index,
                 reason,
                 n_prompt,
                 n_cached,
                 n_generated,
+                slot,
+                tokens,
+                n_cells,
+                timings,
             } => {
                 let choice = self.choices.entry(index).or_default();
                 choice.reason = Some(reason);
                 (choice.n_prompt, choice.n_cached, choice.n_generated) = (n_prompt, n_cached, n_generated);
+                (choice.tokens, choice.slot, choice.n_cells, choice.timings) = (tokens, slot, n_cells, timings);
                 self.usage.add(index, self.reply.n, n_prompt, n_cached, n_generated);
             }
             Event::Failed(message) => return Err(ApiError::internal(format!("generation failed: {message}"))),
@@ -301,12 +458,17 @@ impl Collector {
         }
         let reply = &self.reply;
         if reply.endpoint == Endpoint::Native {
-            let choice = self
+            // One output is an object; several (prompts × n_cmpl) an array, in order.
+            let mut outputs: Vec<Json> = self
                 .choices
-                .values()
-                .next()
-                .ok_or_else(|| ApiError::internal("no run ended"))?;
-            return Ok(reply.native(choice, &choice.text));
+                .iter()
+                .map(|(&index, c)| reply.native_final(index, c, false))
+                .collect();
+            return match outputs.len() {
+                0 => Err(ApiError::internal("no run ended")),
+                1 => Ok(outputs.remove(0)),
+                _ => Ok(Json::Array(outputs)),
+            };
         }
         let choices: Vec<Json> = self
             .choices
@@ -345,6 +507,12 @@ impl Collector {
             .collect();
         let mut body = reply.envelope(false, choices);
         body["usage"] = self.usage.json();
+        body["timings"] = timings_json(&combined(self.choices.values().map(|c| c.timings)));
+        if reply.llama.verbose {
+            if let Some((&index, c)) = self.choices.iter().next() {
+                body["__verbose"] = reply.native_final(index, c, false);
+            }
+        }
         Ok(body)
     }
 }
@@ -367,6 +535,8 @@ pub struct Streamer {
     /// Text already sent per choice (for completions' `text_offset`).
     sent: BTreeMap<usize, usize>,
     failed: bool,
+    /// The timings the chunks made now carry (`timings_per_token`, and a run's last chunk).
+    timings_now: Option<RunTimings>,
 }
 
 pub fn frame(data: &Json) -> String {
@@ -381,6 +551,7 @@ impl Streamer {
             usage: Usage::default(),
             sent: BTreeMap::new(),
             failed: false,
+            timings_now: None,
         }
     }
 
@@ -395,7 +566,7 @@ impl Streamer {
     fn chunk(&self, index: usize, delta: Json, logprobs: Json, finish: Option<&str>) -> String {
         if self.reply.endpoint == Endpoint::Native {
             let content = delta.get("content").and_then(Json::as_str).unwrap_or("");
-            return frame(&json!({"content": content, "stop": false}));
+            return frame(&self.native_chunk(index, content, Vec::new(), None));
         }
         let choice = match self.reply.endpoint {
             Endpoint::Chat => json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}),
@@ -410,7 +581,30 @@ impl Streamer {
         if self.reply.include_usage {
             body["usage"] = Json::Null;
         }
+        if let Some(t) = &self.timings_now {
+            body["timings"] = timings_json(t);
+        }
         frame(&body)
+    }
+
+    /// llama-server's frame for some of a run's text (`stop` false): its tokens, the counts so
+    /// far, and the tokens' probabilities when asked for.
+    fn native_chunk(&self, index: usize, content: &str, tokens: Vec<u32>, lps: Option<&[TokenLogprob]>) -> Json {
+        let c = self.choices.get(&index);
+        let prompt = index / self.reply.n.max(1);
+        let mut body = json!({
+            "index": index,
+            "content": content,
+            "tokens": tokens,
+            "stop": false,
+            "id_slot": c.map_or(-1, |c| c.slot as i64),
+            "tokens_predicted": c.map_or(0, |c| c.n_streamed),
+            "tokens_evaluated": self.reply.llama.n_prompt.get(prompt).copied().unwrap_or(0),
+        });
+        if let Some(lps) = lps.filter(|l| !l.is_empty()) {
+            body["completion_probabilities"] = self.reply.probabilities(lps);
+        }
+        body
     }
 
     /// Whether the text is read as harmony: a harmony model's chat reply (completions return it
@@ -427,7 +621,8 @@ impl Streamer {
             return;
         }
         choice.role_sent = true;
-        out.push_str(&self.chunk(index, json!({"role": "assistant", "content": ""}), Json::Null, None));
+        // llama-server's first delta: the role, with null content.
+        out.push_str(&self.chunk(index, json!({"role": "assistant", "content": null}), Json::Null, None));
     }
 
     fn pending_logprobs(&mut self, index: usize, text_len: usize) -> Json {
@@ -474,8 +669,29 @@ impl Streamer {
         let mut out = String::new();
         match event {
             Event::Logprob { index, logprob } => self.choice(index).logprobs.push(logprob),
-            Event::Text { index, text } => {
+            Event::Text {
+                index,
+                text,
+                tokens,
+                slot,
+                timings,
+            } => {
+                let choice = self.choice(index);
+                choice.slot = slot;
+                choice.n_streamed += tokens.len();
+                choice.has_new_line |= text.contains('\n');
+                let timings = timings.filter(|_| self.reply.llama.timings_per_token);
+                if self.reply.endpoint == Endpoint::Native {
+                    let lps = std::mem::take(&mut self.choice(index).logprobs);
+                    let mut body = self.native_chunk(index, &text, tokens, Some(&lps));
+                    if let Some(t) = &timings {
+                        body["timings"] = timings_json(t);
+                    }
+                    out.push_str(&frame(&body));
+                    return out;
+                }
                 self.open(index, &mut out);
+                self.timings_now = timings;
                 let parts: Vec<Part> = if self.reads_harmony() {
                     let deltas = self.choice(index).harmony_stream.push(&text);
                     deltas.into_iter().map(|(_, d)| d.into()).collect()
@@ -486,6 +702,38 @@ impl Streamer {
                     vec![Part::Content(text)]
                 };
                 self.parts(index, parts, &mut out);
+                self.timings_now = None;
+            }
+            Event::Progress {
+                index,
+                total,
+                cache,
+                processed,
+                timings,
+            } => {
+                let mut body = match self.reply.endpoint {
+                    Endpoint::Native => self.native_chunk(index, "", Vec::new(), None),
+                    // As llama-server sends it: the role, with null content, beside the progress.
+                    Endpoint::Chat => self.reply.envelope(
+                        true,
+                        vec![json!({"index": index, "delta": {"role": "assistant", "content": null},
+                                    "logprobs": null, "finish_reason": null})],
+                    ),
+                    Endpoint::Completion => self.reply.envelope(
+                        true,
+                        vec![json!({"index": index, "text": "", "logprobs": null, "finish_reason": null})],
+                    ),
+                };
+                body["prompt_progress"] = json!({
+                    "total": total,
+                    "cache": cache,
+                    "processed": processed,
+                    "time_ms": timings.prompt.as_millis() as u64,
+                });
+                if self.reply.llama.timings_per_token {
+                    body["timings"] = timings_json(&timings);
+                }
+                out.push_str(&frame(&body));
             }
             Event::Done {
                 index,
@@ -493,6 +741,10 @@ impl Streamer {
                 n_prompt,
                 n_cached,
                 n_generated,
+                slot,
+                tokens,
+                n_cells,
+                timings,
             } => {
                 self.open(index, &mut out);
                 if self.reads_harmony() {
@@ -507,9 +759,10 @@ impl Streamer {
                 let choice = self.choice(index);
                 choice.reason = Some(reason);
                 (choice.n_prompt, choice.n_cached, choice.n_generated) = (n_prompt, n_cached, n_generated);
+                (choice.tokens, choice.slot, choice.n_cells, choice.timings) = (tokens, slot, n_cells, timings);
                 let n_calls = choice.n_calls;
                 if self.reply.endpoint == Endpoint::Native {
-                    out.push_str(&frame(&self.reply.native(&self.choices[&index], "")));
+                    out.push_str(&frame(&self.reply.native_final(index, &self.choices[&index], true)));
                     return out;
                 }
                 let finish = finish_reason(Some(reason), n_calls > 0);
@@ -518,7 +771,10 @@ impl Streamer {
                 } else {
                     json!({"content": ""})
                 };
+                // A run's last chunk carries its timings, as llama-server's does.
+                self.timings_now = Some(timings);
                 out.push_str(&self.chunk(index, delta, lps, Some(finish)));
+                self.timings_now = None;
             }
             Event::Failed(message) => {
                 self.failed = true;
@@ -545,6 +801,7 @@ impl Streamer {
         if self.reply.include_usage {
             let mut body = self.reply.envelope(true, Vec::new());
             body["usage"] = self.usage.json();
+            body["timings"] = timings_json(&combined(self.choices.values().map(|c| c.timings)));
             out.push_str(&frame(&body));
         }
         out.push_str("data: [DONE]\n\n");
@@ -576,6 +833,7 @@ mod tests {
             n: 1,
             tokenizer: Arc::new(Tokenizer::from_metadata(file.metadata()).unwrap()),
             harmony: false,
+            llama: LlamaReply::default(),
         }
     }
 
@@ -594,6 +852,28 @@ mod tests {
             n_prompt: 10,
             n_cached: 4,
             n_generated,
+            slot: 0,
+            tokens: vec![7; n_generated],
+            n_cells: 10 + n_generated,
+            timings: RunTimings {
+                n_prompt: 6,
+                n_cached: 4,
+                prompt: std::time::Duration::from_millis(20),
+                n_generated,
+                gen: std::time::Duration::from_millis(10 * n_generated as u64),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Some text of choice 0, as the slot sends it.
+    fn text_event(piece: &str) -> Event {
+        Event::Text {
+            index: 0,
+            text: piece.into(),
+            tokens: vec![7],
+            slot: 0,
+            timings: None,
         }
     }
 
@@ -607,15 +887,15 @@ mod tests {
     #[test]
     fn a_chat_stream_opens_with_the_role_and_ends_with_finish_usage_and_done() {
         let mut s = Streamer::new(reply(Endpoint::Chat, &[]));
-        let mut out = s.push(Event::Text {
-            index: 0,
-            text: "Hi".into(),
-        });
+        let mut out = s.push(text_event("Hi"));
         out += &s.push(done(StopReason::MaxTokens, 1));
         out += &s.finish();
         assert!(out.ends_with("data: [DONE]\n\n"));
         let f = frames(&out);
-        assert_eq!(f[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+        assert_eq!(
+            f[0]["choices"][0]["delta"],
+            json!({"role": "assistant", "content": null})
+        );
         assert_eq!(f[1]["choices"][0]["delta"]["content"], "Hi");
         assert_eq!(f[2]["choices"][0]["finish_reason"], "length");
         assert_eq!(f[3]["choices"], json!([]));
@@ -632,10 +912,7 @@ mod tests {
             "_call>{\"name\": \"f\", ",
             "\"arguments\": {\"x\": 1}}</tool_call>",
         ] {
-            out += &s.push(Event::Text {
-                index: 0,
-                text: piece.into(),
-            });
+            out += &s.push(text_event(piece));
         }
         out += &s.push(done(StopReason::EndOfGeneration, 9));
         let f = frames(&out);
@@ -660,11 +937,7 @@ mod tests {
     #[test]
     fn a_collected_chat_reply_carries_content_usage_and_the_finish_reason() {
         let mut c = Collector::new(reply(Endpoint::Chat, &[]));
-        c.push(Event::Text {
-            index: 0,
-            text: "Hello".into(),
-        })
-        .unwrap();
+        c.push(text_event("Hello")).unwrap();
         c.push(done(StopReason::StopString, 2)).unwrap();
         let body = c.finish(1).unwrap();
         assert_eq!(body["object"], "chat.completion");
@@ -695,11 +968,7 @@ mod tests {
 
     fn collect(reply: Reply, text: &str, reason: StopReason) -> Json {
         let mut c = Collector::new(reply);
-        c.push(Event::Text {
-            index: 0,
-            text: text.into(),
-        })
-        .unwrap();
+        c.push(text_event(text)).unwrap();
         c.push(done(reason, 30)).unwrap();
         c.finish(1).unwrap()
     }
@@ -711,10 +980,7 @@ mod tests {
         let mut out = String::new();
         let chars: Vec<char> = text.chars().collect();
         for piece in chars.chunks(size) {
-            out += &s.push(Event::Text {
-                index: 0,
-                text: piece.iter().collect(),
-            });
+            out += &s.push(text_event(&piece.iter().collect::<String>()));
         }
         out += &s.push(done(reason, 30));
         out += &s.finish();
@@ -797,7 +1063,7 @@ mod tests {
                 // The role opens the stream, and no marker reaches the client.
                 assert_eq!(
                     frames[0]["choices"][0]["delta"],
-                    json!({"role": "assistant", "content": ""})
+                    json!({"role": "assistant", "content": null})
                 );
                 let sent = serde_json::to_string(&frames).unwrap();
                 assert!(harmony::MARKERS.iter().all(|m| !sent.contains(m)), "{sent}");
@@ -864,5 +1130,313 @@ mod tests {
                 .collect();
             assert_eq!(streamed, HARMONY_ANSWER);
         }
+    }
+
+    fn native_reply(llama: LlamaReply) -> Reply {
+        Reply {
+            llama,
+            ..reply(Endpoint::Native, &[])
+        }
+    }
+
+    fn llama_reply() -> LlamaReply {
+        LlamaReply {
+            settings: Arc::new(json!({"seed": 42, "n_predict": 8})),
+            prompts: vec!["<s> Hi".into()],
+            n_prompt: vec![10],
+            ..Default::default()
+        }
+    }
+
+    fn keys(v: &Json) -> Vec<&str> {
+        let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        k.sort_unstable();
+        k
+    }
+
+    #[test]
+    fn timings_count_decode_steps_not_the_first_token_and_are_always_finite() {
+        let t = RunTimings {
+            n_prompt: 8,
+            n_cached: 2,
+            prompt: std::time::Duration::from_millis(40),
+            n_generated: 16,
+            gen: std::time::Duration::from_millis(150),
+            ..Default::default()
+        };
+        let j = timings_json(&t);
+        assert_eq!(j["prompt_n"], 8);
+        assert_eq!(j["cache_n"], 2);
+        assert_eq!(j["prompt_ms"], 40.0);
+        assert_eq!(j["prompt_per_token_ms"], 5.0);
+        assert_eq!(j["prompt_per_second"], 200.0);
+        assert_eq!(j["predicted_n"], 16);
+        assert_eq!(j["predicted_ms"], 150.0);
+        assert_eq!(j["predicted_per_token_ms"], 10.0);
+        assert_eq!(j["predicted_per_second"], 1e3 / 150.0 * 15.0);
+        assert!(j.get("draft_n").is_none());
+        // One token took no step: no rate, not a division by zero.
+        let one = timings_json(&RunTimings { n_generated: 1, ..t });
+        assert_eq!(one["predicted_per_second"], 0.0);
+        assert_eq!(one["predicted_per_token_ms"], 0.0);
+        let none = timings_json(&RunTimings::default());
+        for (k, v) in none.as_object().unwrap() {
+            assert!(v.as_f64().is_some_and(|x| x == 0.0), "{k}: {v}");
+        }
+        let drafted = timings_json(&RunTimings {
+            n_drafted: 5,
+            n_accepted: 3,
+            ..t
+        });
+        assert_eq!(
+            (drafted["draft_n"].clone(), drafted["draft_n_accepted"].clone()),
+            (json!(5), json!(3))
+        );
+    }
+
+    #[test]
+    fn a_native_answer_has_llama_servers_sixteen_keys_and_its_frames_their_seven() {
+        let body = collect(native_reply(llama_reply()), "Hello\nthere", StopReason::MaxTokens);
+        assert_eq!(
+            keys(&body),
+            [
+                "content",
+                "generation_settings",
+                "has_new_line",
+                "id_slot",
+                "index",
+                "model",
+                "prompt",
+                "stop",
+                "stop_type",
+                "stopping_word",
+                "timings",
+                "tokens",
+                "tokens_cached",
+                "tokens_evaluated",
+                "tokens_predicted",
+                "truncated"
+            ]
+        );
+        assert_eq!(body["content"], "Hello\nthere");
+        assert_eq!(body["tokens"], json!([]));
+        assert_eq!(body["has_new_line"], true);
+        assert_eq!(body["truncated"], false);
+        assert_eq!(body["stop_type"], "limit");
+        assert_eq!(body["prompt"], "<s> Hi");
+        assert_eq!(body["generation_settings"]["seed"], 42);
+        assert_eq!(body["tokens_cached"], 40);
+        assert_eq!(body["timings"]["prompt_n"], 6);
+        // With return_tokens, the ids; a full context is a truncated limit.
+        let with_tokens = LlamaReply {
+            return_tokens: true,
+            ..llama_reply()
+        };
+        let body = collect(native_reply(with_tokens), "Hi", StopReason::ContextFull);
+        assert_eq!(body["tokens"], json!(vec![7; 30]));
+        assert_eq!(
+            (body["truncated"].clone(), body["stop_type"].clone()),
+            (json!(true), json!("limit"))
+        );
+        // Streamed: frames with the tokens of their text, then the final object without text.
+        let (frames, _) = stream(native_reply(llama_reply()), "Hi there", 3, StopReason::EndOfGeneration);
+        let (last, pieces) = frames.split_last().unwrap();
+        for f in pieces {
+            assert_eq!(
+                keys(f),
+                [
+                    "content",
+                    "id_slot",
+                    "index",
+                    "stop",
+                    "tokens",
+                    "tokens_evaluated",
+                    "tokens_predicted"
+                ]
+            );
+            assert_eq!((f["stop"].clone(), f["tokens"].clone()), (json!(false), json!([7])));
+            assert_eq!(f["tokens_evaluated"], 10);
+        }
+        assert_eq!(pieces.last().unwrap()["tokens_predicted"], pieces.len());
+        assert_eq!(
+            (last["stop"].clone(), last["content"].clone()),
+            (json!(true), json!(""))
+        );
+        assert_eq!(last["stop_type"], "eos");
+    }
+
+    #[test]
+    fn response_fields_keep_only_the_paths_asked_for_each_under_its_path() {
+        let llama = LlamaReply {
+            response_fields: vec!["content".into(), "generation_settings/n_predict".into(), "nope".into()],
+            ..llama_reply()
+        };
+        let body = collect(native_reply(llama), "Hi", StopReason::MaxTokens);
+        assert_eq!(body, json!({"content": "Hi", "generation_settings/n_predict": 8}));
+    }
+
+    #[test]
+    fn several_native_outputs_are_an_array_in_their_order() {
+        let mut c = Collector::new(Reply {
+            n: 2,
+            ..native_reply(llama_reply())
+        });
+        for index in [1, 0] {
+            c.push(Event::Text {
+                index,
+                text: format!("run {index}"),
+                tokens: vec![7],
+                slot: index,
+                timings: None,
+            })
+            .unwrap();
+            let Event::Done {
+                reason,
+                n_prompt,
+                n_cached,
+                n_generated,
+                tokens,
+                n_cells,
+                timings,
+                ..
+            } = done(StopReason::MaxTokens, 1)
+            else {
+                unreachable!()
+            };
+            c.push(Event::Done {
+                index,
+                reason,
+                n_prompt,
+                n_cached,
+                n_generated,
+                slot: index,
+                tokens,
+                n_cells,
+                timings,
+            })
+            .unwrap();
+        }
+        let body = c.finish(2).unwrap();
+        let outputs = body.as_array().unwrap();
+        assert_eq!(outputs.len(), 2);
+        for (i, out) in outputs.iter().enumerate() {
+            assert_eq!((out["index"].clone(), out["id_slot"].clone()), (json!(i), json!(i)));
+            assert_eq!(out["content"], format!("run {i}"));
+        }
+    }
+
+    #[test]
+    fn openai_answers_carry_timings_and_a_build_fingerprint_whole_and_streamed() {
+        for endpoint in [Endpoint::Chat, Endpoint::Completion] {
+            let body = collect(reply(endpoint, &[]), "Hi", StopReason::MaxTokens);
+            assert_eq!(body["timings"]["predicted_n"], 30);
+            assert!(body["system_fingerprint"].as_str().unwrap().starts_with('b'));
+            assert!(body.get("__verbose").is_none());
+            let (frames, _) = stream(reply(endpoint, &[]), "Hi there", 2, StopReason::MaxTokens);
+            // The finishing chunk carries its run's timings, the usage chunk the answer's.
+            let finish = frames
+                .iter()
+                .find(|f| f["choices"][0]["finish_reason"].is_string())
+                .unwrap();
+            assert_eq!(finish["timings"]["predicted_n"], 30);
+            let usage = frames.last().unwrap();
+            assert_eq!(usage["choices"], json!([]));
+            assert_eq!(usage["timings"]["prompt_n"], 6);
+            assert!(frames
+                .iter()
+                .all(|f| f["system_fingerprint"].as_str().unwrap().starts_with('b')));
+        }
+        // verbose: llama-server's own answer beside OpenAI's.
+        let verbose = Reply {
+            llama: LlamaReply {
+                verbose: true,
+                ..llama_reply()
+            },
+            ..reply(Endpoint::Chat, &[])
+        };
+        let body = collect(verbose, "Hi", StopReason::MaxTokens);
+        assert_eq!(body["__verbose"]["prompt"], "<s> Hi");
+        assert_eq!(body["__verbose"]["content"], "Hi");
+    }
+
+    #[test]
+    fn log_probabilities_carry_token_ids_and_after_the_chain_are_probabilities() {
+        let lp = TokenLogprob {
+            token: 9,
+            logprob: -0.5,
+            top: vec![(9, -0.5), (3, -1.0)],
+        };
+        let with = |post: bool, endpoint: Endpoint| {
+            let mut c = Collector::new(Reply {
+                llama: LlamaReply {
+                    post_sampling_probs: post,
+                    ..llama_reply()
+                },
+                ..reply(endpoint, &[])
+            });
+            c.push(Event::Logprob {
+                index: 0,
+                logprob: lp.clone(),
+            })
+            .unwrap();
+            c.push(text_event("x")).unwrap();
+            c.push(done(StopReason::MaxTokens, 1)).unwrap();
+            c.finish(1).unwrap()
+        };
+        let chat = with(false, Endpoint::Chat);
+        let entry = &chat["choices"][0]["logprobs"]["content"][0];
+        assert_eq!((entry["id"].clone(), entry["logprob"].clone()), (json!(9), json!(-0.5)));
+        assert_eq!(entry["top_logprobs"][1]["id"], 3);
+        let native = with(false, Endpoint::Native);
+        let entry = &native["completion_probabilities"][0];
+        assert_eq!(entry["id"], 9);
+        assert_eq!(entry["top_logprobs"].as_array().unwrap().len(), 2);
+        let post = with(true, Endpoint::Native);
+        let entry = &post["completion_probabilities"][0];
+        assert!((entry["prob"].as_f64().unwrap() - (-0.5f64).exp()).abs() < 1e-6);
+        assert_eq!(entry["top_probs"][1]["id"], 3);
+        assert!(entry.get("logprob").is_none());
+        // The legacy completions object keeps OpenAI's arrays and adds llama-server's entries.
+        let legacy = with(false, Endpoint::Completion);
+        let lps = &legacy["choices"][0]["logprobs"];
+        assert_eq!(lps["token_logprobs"], json!([-0.5]));
+        assert_eq!(lps["content"][0]["id"], 9);
+    }
+
+    #[test]
+    fn prompt_progress_is_a_frame_of_each_endpoints_own_shape() {
+        let progress = Event::Progress {
+            index: 0,
+            total: 100,
+            cache: 20,
+            processed: 60,
+            timings: RunTimings {
+                n_prompt: 40,
+                n_cached: 20,
+                prompt: std::time::Duration::from_millis(12),
+                ..Default::default()
+            },
+        };
+        for endpoint in [Endpoint::Chat, Endpoint::Completion, Endpoint::Native] {
+            let out = Streamer::new(reply(endpoint, &[])).push(progress.clone());
+            let f = &frames(&out)[0];
+            assert_eq!(
+                f["prompt_progress"],
+                json!({"total": 100, "cache": 20, "processed": 60, "time_ms": 12})
+            );
+            assert!(f.get("timings").is_none());
+            if endpoint == Endpoint::Chat {
+                assert_eq!(f["choices"][0]["delta"], json!({"role": "assistant", "content": null}));
+            }
+        }
+        let per_token = Reply {
+            llama: LlamaReply {
+                timings_per_token: true,
+                ..llama_reply()
+            },
+            ..reply(Endpoint::Native, &[])
+        };
+        let out = Streamer::new(per_token).push(progress);
+        assert_eq!(frames(&out)[0]["timings"]["prompt_n"], 40);
     }
 }

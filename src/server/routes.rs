@@ -13,8 +13,8 @@ use super::error::ApiError;
 use super::lifecycle::{Lifecycle, Readiness};
 use super::metrics::Metrics;
 use super::peer::Peer;
-use super::request::{self, Common, Prompt, ToolChoice};
-use super::response::{Collector, Endpoint, Reply, Streamer};
+use super::request::{self, Common, Prompt, PromptPiece, ToolChoice};
+use super::response::{self as shapes, Collector, Endpoint, LlamaReply, Reply, Streamer};
 use super::slots::{Job, Run, Scheduler};
 use super::tool_calls;
 use crate::engine::{GenerateOptions, Model};
@@ -82,16 +82,23 @@ const CHAT_PAGE: &str = include_str!("webui/index.html");
 pub(super) type App = Arc<AppState>;
 
 /// The routes answer at `/v1/...` and, as OpenAI-compatible servers commonly do, without the
-/// prefix too.
+/// prefix too, except `/completions`, which is llama-server's own `/completion` there, as in
+/// llama-server (OpenAI's completions are `/v1/completions`).
 pub fn router(app: App) -> Router {
+    let _ = app
+        .metrics
+        .started
+        .compare_exchange(0, super::unix_time(), Ordering::Relaxed, Ordering::Relaxed);
     let api = Router::new()
         .route("/chat/completions", post(chat))
-        .route("/completions", post(completions))
+        .route("/chat/completions/input_tokens", post(input_tokens))
         .route("/models", get(models));
     Router::new()
-        .nest("/v1", api.clone())
+        .nest("/v1", api.clone().route("/completions", post(completions)))
         .merge(api)
+        .route("/completions", post(native_completion))
         .route("/health", get(health))
+        .route("/v1/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/tokenize", post(tokenize))
@@ -101,8 +108,10 @@ pub fn router(app: App) -> Router {
         .route("/infill", post(infill))
         .route("/apply-template", post(apply_template))
         .route("/slots", get(slots))
+        .route("/slots/{id}", post(slot_action))
         .route("/v1/embeddings", post(embeddings))
         .route("/embeddings", post(embeddings))
+        .route("/embedding", post(embeddings))
         .route("/", get(chat_page))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -151,15 +160,19 @@ async fn echo_session(req: Request, next: Next) -> Response {
     response
 }
 
-const ROUTES: [&str; 19] = [
+const ROUTES: [&str; 23] = [
     "/",
     "/v1/chat/completions",
+    "/v1/chat/completions/input_tokens",
+    "/chat/completions/input_tokens",
     "/v1/completions",
     "/v1/models",
     "/chat/completions",
     "/completions",
     "/models",
     "/health",
+    "/v1/health",
+    "/embedding",
     "/ready",
     "/metrics",
     "/tokenize",
@@ -229,15 +242,17 @@ async fn cors(State(app): State<App>, req: Request, next: Next) -> Response {
 
 async fn authenticate(State(app): State<App>, req: Request, next: Next) -> Response {
     if let Some(key) = &app.api_key {
-        if !matches!(req.uri().path(), "/health" | "/ready" | "/") {
-            // The scheme is case-insensitive (RFC 9110 §11.1): `bearer KEY` is as good.
+        if !matches!(req.uri().path(), "/health" | "/v1/health" | "/ready" | "/") {
+            // The scheme is case-insensitive (RFC 9110 §11.1): `bearer KEY` is as good. Like
+            // llama-server, the key may also come as `X-Api-Key` (Anthropic's clients).
             let given = req
                 .headers()
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim_start().split_once(' '))
                 .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                .map(|(_, key)| key);
+                .map(|(_, key)| key)
+                .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()));
             let ok = given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), key.as_bytes()));
             if !ok {
                 let message = if given.is_none() {
@@ -402,44 +417,162 @@ async fn detokenize(State(app): State<App>, req: Request) -> Response {
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// llama-server's `/props`: the defaults a request gets, the slots, the chat template.
+/// llama-server's `/props`: every top-level key its `get_res_props` returns. The defaults a
+/// request gets nest under `default_generation_settings.params` with the slot's `n_ctx`;
+/// `model_path` is the file's name only (where it lies on the server's disk is no client's
+/// business); what minfer has not (images, audio, sleeping, the MCP proxy) says so.
 async fn props(State(app): State<App>) -> Json<Value> {
     let d = request::server_sampling_defaults();
+    let params = settings_json(&SettingsOf {
+        sampling: &d,
+        seed: d.seed,
+        n_predict: None,
+        stop: &[],
+        ignore_eos: false,
+        stream: false,
+        n_probs: 0,
+        llama: &Default::default(),
+        eog: &[],
+    });
+    let template = app.model.template();
+    let source = template.source();
+    // The template's abilities as llama.cpp names them, read from what its source uses.
+    let caps = json!({
+        "supports_string_content": true,
+        "supports_typed_content": source.contains("content[") || source.contains("'type'") || source.contains("\"type\""),
+        "supports_tools": source.contains("tools"),
+        "supports_tool_calls": source.contains("tool_calls"),
+        "supports_parallel_tool_calls": source.contains("tool_calls") && source.contains("for"),
+        "supports_system_role": source.contains("system"),
+        "supports_preserve_reasoning": source.contains("reasoning_content") || source.contains("thinking"),
+        "supports_reasoning_effort": source.contains("reasoning_effort"),
+        "supports_object_arguments": source.contains("arguments|items") || source.contains("arguments.items"),
+    });
+    let ftype = app
+        .model
+        .file()
+        .metadata()
+        .get_uint("general.file_type")
+        .map_or("unknown", crate::quantize::llama_ftype_name);
     Json(json!({
-        "default_generation_settings": {
-            "n_ctx": app.n_ctx,
-            "temperature": d.temperature,
-            "top_k": d.top_k,
-            "top_p": d.top_p,
-            "repeat_penalty": d.repeat_penalty,
-            "repeat_last_n": d.penalty_last_n,
-            "frequency_penalty": d.frequency_penalty,
-            "presence_penalty": d.presence_penalty,
-            "typical_p": d.typical_p,
-            "top_n_sigma": d.top_n_sigma,
-            "xtc_probability": d.xtc_probability,
-            "xtc_threshold": d.xtc_threshold,
-            "dry_multiplier": d.dry_multiplier,
-            "dry_base": d.dry_base,
-            "dry_allowed_length": d.dry_allowed_length,
-            "dry_penalty_last_n": d.dry_penalty_last_n,
-            "dry_sequence_breakers": d.dry_sequence_breakers,
-            "mirostat": d.mirostat.number(),
-            "mirostat_tau": d.mirostat_tau,
-            "mirostat_eta": d.mirostat_eta,
-            "samplers": d.samplers.iter().map(|s| s.name()).collect::<Vec<_>>(),
-        },
+        "default_generation_settings": {"params": params, "n_ctx": app.n_ctx},
         "total_slots": app.n_slots,
-        // The file's name only: where it lies on the server's disk is no client's business.
+        "model_alias": app.model_id,
+        "model_ftype": ftype,
         "model_path": app
             .model
             .path()
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-        "chat_template": app.model.template().source(),
-        "bos_token": app.model.template().bos_token(),
-        "eos_token": app.model.template().eos_token(),
+        "modalities": {"vision": false, "video": false, "audio": false},
+        "media_marker": "<__media__>",
+        "endpoint_slots": app.slots_endpoint,
+        "endpoint_props": false,
+        "endpoint_metrics": true,
+        "ui": app.webui,
+        "ui_settings": {},
+        "chat_template": source,
+        "chat_template_caps": caps,
+        "bos_token": template.bos_token(),
+        "eos_token": template.eos_token(),
+        "build_info": shapes::build_info(),
+        "is_sleeping": false,
+        "cors_proxy_enabled": false,
     }))
+}
+
+/// What `generation_settings` (and `/props`, `/slots`) are made from.
+struct SettingsOf<'a> {
+    sampling: &'a crate::sampling::SamplingParams,
+    seed: u64,
+    n_predict: Option<usize>,
+    stop: &'a [String],
+    ignore_eos: bool,
+    stream: bool,
+    n_probs: usize,
+    llama: &'a request::LlamaFields,
+    /// End-of-generation tokens banned by `ignore_eos`, listed among the biases as
+    /// llama-server lists them.
+    eog: &'a [u32],
+}
+
+/// llama-server's `generation_settings` (its `task_params::to_json`): every key, with minfer's
+/// values; -1 where llama.cpp writes -1 for "no limit" or "the whole history". A bias of -inf
+/// is null, as llama-server's JSON writes it.
+fn settings_json(s: &SettingsOf) -> Value {
+    let p = s.sampling;
+    let last_n = |n: usize| {
+        if n == usize::MAX {
+            -1
+        } else {
+            n.min(i64::MAX as usize) as i64
+        }
+    };
+    let bias = |token: u32, b: f32| json!({"bias": if b.is_finite() { json!(b) } else { Value::Null }, "token": token});
+    let logit_bias: Vec<Value> = p
+        .logit_bias
+        .iter()
+        .map(|&(t, b)| bias(t, b))
+        .chain(s.eog.iter().map(|&t| bias(t, f32::NEG_INFINITY)))
+        .collect();
+    let n_predict = s.n_predict.map_or(-1, |n| n.min(i32::MAX as usize) as i64);
+    let mut settings = json!({
+        "seed": s.seed,
+        "temperature": p.temperature,
+        "dynatemp_range": 0.0,
+        "dynatemp_exponent": 1.0,
+        "top_k": p.top_k,
+        "top_p": p.top_p,
+        "min_p": p.min_p,
+        "top_n_sigma": p.top_n_sigma,
+        "xtc_probability": p.xtc_probability,
+        "xtc_threshold": p.xtc_threshold,
+        "typical_p": p.typical_p,
+        "repeat_last_n": last_n(p.penalty_last_n),
+        "repeat_penalty": p.repeat_penalty,
+        "presence_penalty": p.presence_penalty,
+        "frequency_penalty": p.frequency_penalty,
+        "dry_multiplier": p.dry_multiplier,
+        "dry_base": p.dry_base,
+        "dry_allowed_length": p.dry_allowed_length,
+        "dry_penalty_last_n": last_n(p.dry_penalty_last_n),
+        "dry_sequence_breakers": p.dry_sequence_breakers,
+        "mirostat": p.mirostat.number(),
+        "mirostat_tau": p.mirostat_tau,
+        "mirostat_eta": p.mirostat_eta,
+        "adaptive_target": -1.0,
+        "adaptive_decay": 0.9,
+    });
+    let more = json!({
+        "stop": s.stop,
+        "max_tokens": n_predict,
+        "n_predict": n_predict,
+        "n_keep": s.llama.n_keep,
+        "n_discard": s.llama.n_discard,
+        "ignore_eos": s.ignore_eos,
+        "stream": s.stream,
+        "logit_bias": logit_bias,
+        "n_probs": s.n_probs,
+        "min_keep": 0,
+        "grammar": "",
+        "grammar_lazy": false,
+        "grammar_triggers": [],
+        "preserved_tokens": [],
+        "chat_format": "Content-only",
+        "reasoning_format": "auto",
+        "reasoning_in_content": false,
+        "generation_prompt": "",
+        "samplers": p.samplers.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        "speculative.types": "none",
+        "timings_per_token": s.llama.timings_per_token,
+        "post_sampling_probs": s.llama.post_sampling_probs,
+        "backend_sampling": false,
+        "lora": [],
+    });
+    if let (Value::Object(settings), Value::Object(more)) = (&mut settings, more) {
+        settings.extend(more);
+    }
+    settings
 }
 
 /// The chat page at `/` (a 404 with `--no-webui`).
@@ -457,8 +590,9 @@ async fn chat_page(State(app): State<App>, req: Request) -> Response {
         .into_response()
 }
 
-/// llama-server's `/slots`, with `--slots`: each slot's id, context and whether it is
-/// generating.
+/// llama-server's `/slots`, with `--slots`: each slot's `id`, `n_ctx`, `speculative` and
+/// `is_processing`, and, once it has run a request, that request's `id_task`, prompt counts,
+/// `params` (its generation settings), `next_token` and the `prompt` and `generated` text.
 async fn slots(State(app): State<App>) -> Response {
     if !app.slots_endpoint {
         return ApiError::new(
@@ -467,18 +601,65 @@ async fn slots(State(app): State<App>) -> Response {
         )
         .into_response();
     }
-    let processing = app
-        .metrics
-        .slot_processing
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    let slots: Vec<Value> = processing
-        .iter()
-        .enumerate()
-        .map(|(id, &busy)| json!({"id": id, "n_ctx": app.n_ctx, "is_processing": busy}))
-        .collect();
-    Json(Value::Array(slots)).into_response()
+    let views = app.scheduler.slot_views();
+    let state = Arc::clone(&app);
+    // Detokenizing every slot's prompt is work for the blocking pool.
+    let slots = blocking(move || {
+        let tokenizer = state.model.tokenizer();
+        Ok(views
+            .iter()
+            .enumerate()
+            .map(|(id, v)| {
+                let mut slot = json!({
+                    "id": id,
+                    "n_ctx": state.n_ctx,
+                    "speculative": state.scheduler.speculative(),
+                    "is_processing": v.processing,
+                });
+                if let Some(task) = v.task {
+                    slot["id_task"] = json!(task);
+                    slot["n_prompt_tokens"] = json!(v.prompt.len());
+                    slot["n_prompt_tokens_processed"] = json!(v.n_prompt_processed);
+                    slot["n_prompt_tokens_cache"] = json!(v.n_cached);
+                    if let Some(settings) = &v.settings {
+                        slot["params"] = (**settings).clone();
+                    }
+                    slot["next_token"] = json!([{
+                        "has_next_token": v.has_next_token,
+                        "has_new_line": v.has_new_line,
+                        "n_remain": v.n_remain,
+                        "n_decoded": v.n_decoded,
+                    }]);
+                    slot["prompt"] = json!(String::from_utf8_lossy(&tokenizer.decode(&v.prompt, true)));
+                    slot["generated"] = json!(v.generated);
+                }
+                slot
+            })
+            .collect::<Vec<Value>>())
+    })
+    .await;
+    match slots {
+        Ok(slots) => Json(Value::Array(slots)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// llama-server's slot actions (`POST /slots/ID?action=save|restore|erase`): minfer keeps no
+/// slot files, so each is refused by name.
+async fn slot_action(req: Request) -> ApiError {
+    let action = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("action=")))
+        .unwrap_or("")
+        .to_string();
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        format!(
+            "the slot action '{action}' is not supported: minfer does not save, restore or erase slots \
+             (a slot keeps its prompt's prefix for the next request by itself)"
+        ),
+    )
 }
 
 /// Embeddings would need the model's pooled hidden states, which the engine does not expose:
@@ -562,6 +743,23 @@ async fn apply_template(State(app): State<App>, req: Request) -> Response {
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// llama-server's `/v1/chat/completions/input_tokens`: how many tokens the chat request's
+/// prompt is (`{"input_tokens"}`), nothing generated.
+async fn input_tokens(State(app): State<App>, req: Request) -> Response {
+    let result = async {
+        let req = read_request(&app, req, request::chat).await?;
+        let state = Arc::clone(&app);
+        blocking(move || {
+            let rendered = render_chat(&state, &req.messages, req.tools.as_deref(), &req.template_kwargs)?;
+            let n = state.model.encode_rendered(&rendered).len();
+            Ok(Json(json!({ "input_tokens": n })).into_response())
+        })
+        .await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
 /// Refuses token ids outside the vocabulary, naming the field (and the prompt, of several).
 fn check_ids(app: &AppState, field: &str, which: &str, ids: &[u32]) -> Result<(), ApiError> {
     match ids.iter().find(|&&id| id as usize >= app.n_vocab) {
@@ -576,26 +774,17 @@ fn check_ids(app: &AppState, field: &str, which: &str, ids: &[u32]) -> Result<()
     }
 }
 
-/// llama-server's own `/completion`: one prompt, its fields and defaults, its answer.
+/// llama-server's own `/completion`: its prompts (one answer each, an array when there are
+/// several), its fields and defaults, its answer.
 async fn native_completion(State(app): State<App>, req: Request) -> Response {
     let result = async {
         let peer = peer_of(&req);
         let req = read_request(&app, req, request::native_completion).await?;
         let peer = watched(peer);
-        let fault =
-            matches!(&req.prompt, Prompt::Text(t) if app.fault_marker.as_deref().is_some_and(|m| t.contains(m)));
-        let tokens = match req.prompt {
-            Prompt::Tokens(ids) => {
-                check_ids(&app, "prompt", "the prompt", &ids)?;
-                ids
-            }
-            Prompt::Text(text) => {
-                let state = Arc::clone(&app);
-                blocking(move || Ok(state.model.encode(&text))).await?
-            }
-        };
+        let fault = faulty(&app, &req.prompts);
+        let prompts = encode_prompts(&app, req.prompts).await?;
         let tools = ReplyTools::default();
-        start(&app, Endpoint::Native, req.common, vec![tokens], tools, fault, peer).await
+        start(&app, Endpoint::Native, req.common, prompts, tools, fault, peer).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -658,25 +847,62 @@ async fn infill(State(app): State<App>, req: Request) -> Response {
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// `/v1/models`: the served model as OpenAI lists it, with llama-server's `aliases`, `tags`
+/// and `meta` (vocabulary, context, size), and its Ollama-style `models` list.
 async fn models(State(app): State<App>) -> Json<Value> {
+    let file = app.model.file();
+    let metadata = file.metadata();
+    let hp = app.model.hparams();
+    // llama.cpp's vocabulary types: 1 SentencePiece, 2 byte-level BPE, 3 WordPiece, 4 Unigram.
+    let vocab_type = match metadata.get_str("tokenizer.ggml.model").unwrap_or_default() {
+        "llama" => 1,
+        "gpt2" => 2,
+        "bert" => 3,
+        "t5" => 4,
+        "rwkv" => 5,
+        _ => 0,
+    };
+    let ftype = metadata
+        .get_uint("general.file_type")
+        .map_or("unknown", crate::quantize::llama_ftype_name);
+    let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
+    let size: u64 = file.tensors().iter().map(|t| t.size).sum();
     Json(json!({
         "object": "list",
         "data": [{
             "id": app.model_id,
+            "aliases": [app.model_id],
+            "tags": [],
             "object": "model",
             "created": app.created,
             "owned_by": "minfer",
-            "meta": {"n_ctx": app.n_ctx, "n_vocab": app.n_vocab, "n_slots": app.n_slots},
+            "meta": {
+                "vocab_type": vocab_type, "n_vocab": app.n_vocab, "n_ctx": app.n_ctx,
+                "n_ctx_train": hp.n_ctx_train, "n_embd": hp.n_embd, "n_params": n_params,
+                "size": size, "ftype": ftype, "n_slots": app.n_slots,
+            },
+        }],
+        "models": [{
+            "name": app.model_id, "model": app.model_id, "modified_at": "", "size": "", "digest": "",
+            "type": "model", "description": "", "tags": [""], "capabilities": ["completion"],
+            "parameters": "",
+            "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
+                        "parameter_size": "", "quantization_level": ""},
         }],
     }))
 }
 
 async fn metrics(State(app): State<App>) -> Response {
-    (
+    let mut response = (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         app.metrics.render(),
     )
-        .into_response()
+        .into_response();
+    // llama-server's header: when the counters started.
+    if let Ok(v) = HeaderValue::from_str(&app.metrics.started.load(Ordering::Relaxed).to_string()) {
+        response.headers_mut().insert("process-start-time-unix", v);
+    }
+    response
 }
 
 /// Reads the body within the body timeout (a client trickling it in would otherwise hold its
@@ -805,30 +1031,8 @@ async fn completions(State(app): State<App>, req: Request) -> Response {
         let peer = peer_of(&req);
         let req = read_request(&app, req, request::completion).await?;
         let peer = watched(peer);
-        let fault = match &app.fault_marker {
-            Some(m) => req
-                .prompts
-                .iter()
-                .any(|p| matches!(p, Prompt::Text(t) if t.contains(m.as_str()))),
-            None => false,
-        };
-        for (i, prompt) in req.prompts.iter().enumerate() {
-            if let Prompt::Tokens(ids) = prompt {
-                check_ids(&app, "prompt", &format!("prompt {i}"), ids)?;
-            }
-        }
-        let state = Arc::clone(&app);
-        let prompts = req.prompts;
-        let prompts = blocking(move || {
-            Ok(prompts
-                .into_iter()
-                .map(|p| match p {
-                    Prompt::Text(t) => state.model.encode(&t),
-                    Prompt::Tokens(ids) => ids,
-                })
-                .collect::<Vec<_>>())
-        })
-        .await?;
+        let fault = faulty(&app, &req.prompts);
+        let prompts = encode_prompts(&app, req.prompts).await?;
         start(
             &app,
             Endpoint::Completion,
@@ -842,6 +1046,70 @@ async fn completions(State(app): State<App>, req: Request) -> Response {
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Whether a prompt holds the fault marker (`MINFER_SERVE_FAULT`).
+fn faulty(app: &AppState, prompts: &[Prompt]) -> bool {
+    let Some(marker) = app.fault_marker.as_deref() else {
+        return false;
+    };
+    prompts.iter().any(|p| match p {
+        Prompt::Text(t) => t.contains(marker),
+        Prompt::Mixed(pieces) => pieces
+            .iter()
+            .any(|piece| matches!(piece, PromptPiece::Text(t) if t.contains(marker))),
+        Prompt::Tokens(_) => false,
+    })
+}
+
+/// The prompts as tokens, as llama-server reads them: a text with BOS (if the model adds one)
+/// and control-token text parsed, ids as given, and in a mixed prompt the first piece's text
+/// alone with BOS. Ids outside the vocabulary are refused, naming the prompt.
+async fn encode_prompts(app: &App, prompts: Vec<Prompt>) -> Result<Vec<Vec<u32>>, ApiError> {
+    let several = prompts.len() > 1;
+    for (i, prompt) in prompts.iter().enumerate() {
+        let which = if several {
+            format!("prompt {i}")
+        } else {
+            "the prompt".to_string()
+        };
+        match prompt {
+            Prompt::Tokens(ids) => check_ids(app, "prompt", &which, ids)?,
+            Prompt::Mixed(pieces) => {
+                let ids: Vec<u32> = pieces
+                    .iter()
+                    .filter_map(|p| match p {
+                        PromptPiece::Token(id) => Some(*id),
+                        PromptPiece::Text(_) => None,
+                    })
+                    .collect();
+                check_ids(app, "prompt", &which, &ids)?
+            }
+            Prompt::Text(_) => {}
+        }
+    }
+    let state = Arc::clone(app);
+    blocking(move || {
+        let tokenizer = state.model.tokenizer();
+        Ok(prompts
+            .into_iter()
+            .map(|p| match p {
+                Prompt::Text(t) => state.model.encode(&t),
+                Prompt::Tokens(ids) => ids,
+                Prompt::Mixed(pieces) => {
+                    let mut ids = Vec::new();
+                    for (i, piece) in pieces.into_iter().enumerate() {
+                        match piece {
+                            PromptPiece::Text(t) => ids.extend(tokenizer.encode(&t, i == 0, true)),
+                            PromptPiece::Token(id) => ids.push(id),
+                        }
+                    }
+                    ids
+                }
+            })
+            .collect())
+    })
+    .await
 }
 
 /// The connection's peer, to watch for a hang-up while the request runs.
@@ -872,9 +1140,15 @@ struct ReplyTools {
     names: Vec<String>,
 }
 
-/// Checks the context budget, queues the job and answers with its stream or its whole result.
+/// Requests taken so far, for `/slots`' `id_task`.
+static TASKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Checks the slot, the biases and the context budget, queues the job and answers with its
+/// stream or its whole result. A prompt that leaves no room in the context is llama-server's
+/// `exceed_context_size_error`; a limit beyond the context is not an error, as in llama-server:
+/// the run ends when the context is full (`length`, `truncated`).
 async fn start(
-    app: &AppState,
+    app: &App,
     endpoint: Endpoint,
     common: Common,
     prompts: Vec<Vec<u32>>,
@@ -894,6 +1168,26 @@ async fn start(
         response
     };
     let n_ctx = app.n_ctx;
+    let mut common = common;
+    if let Some(id) = common.llama.id_slot.filter(|&id| id >= app.n_slots) {
+        return Err(ApiError::field(
+            "id_slot",
+            format!(
+                "id_slot {id} is not a slot: the server has {} (0 to {})",
+                app.n_slots,
+                app.n_slots - 1
+            ),
+        ));
+    }
+    // Biases given as text: each of the text's tokens gets the bias, as llama-server does.
+    if !common.logit_bias_text.is_empty() {
+        let texts = std::mem::take(&mut common.logit_bias_text);
+        let tokenizer = app.model.tokenizer();
+        for (text, bias) in texts {
+            let ids = tokenizer.encode(&text, false, false);
+            common.sampling.logit_bias.extend(ids.into_iter().map(|id| (id, bias)));
+        }
+    }
     // The request reader does not know the vocabulary; the biased ids are checked here.
     if let Some(&(bad, _)) = common
         .sampling
@@ -911,34 +1205,36 @@ async fn start(
     }
     let mut runs = Vec::new();
     let seed = common.seed.unwrap_or_else(super::random_u64);
-    for (p, prompt) in prompts.into_iter().enumerate() {
+    let prompt_param = if endpoint == Endpoint::Chat {
+        "messages"
+    } else {
+        "prompt"
+    };
+    let n_prompts = prompts.len();
+    let mut n_prompt_each = Vec::with_capacity(n_prompts);
+    for (p, prompt) in prompts.iter().enumerate() {
         let n_prompt = prompt.len();
         if n_prompt == 0 {
             return Err(ApiError::field(
-                "prompt",
+                prompt_param,
                 "the prompt is empty: there is nothing to continue",
             ));
         }
-        let max_tokens = match common.max_tokens {
-            Some(max) if n_prompt + max > n_ctx => {
-                return Err(ApiError::field(
-                    "max_tokens",
-                    format!(
-                        "the prompt has {n_prompt} tokens and max_tokens is {max}: {} tokens in all, more than the context of {n_ctx} tokens",
-                        n_prompt + max
-                    ),
-                ))
-            }
-            Some(max) => max,
-            None if n_prompt >= n_ctx => {
-                return Err(ApiError::field(
-                    "messages",
-                    format!("the prompt has {n_prompt} tokens, which leaves no room in the context of {n_ctx} tokens"),
-                ))
-            }
-            // Without a limit, generation may run to the end of the context.
-            None => n_ctx - n_prompt,
-        };
+        if n_prompt >= n_ctx {
+            return Err(ApiError::exceeds_context(
+                prompt_param,
+                format!(
+                    "the request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens): \
+                     the prompt has {n_prompt} tokens, which leaves no room in the context of {n_ctx} tokens; \
+                     shorten it, or start the server with a larger --n-ctx"
+                ),
+                n_prompt,
+                n_ctx,
+            ));
+        }
+        n_prompt_each.push(n_prompt);
+        // Without a limit, or with one past the context, generation runs to the context's end.
+        let max_tokens = common.max_tokens.unwrap_or(n_ctx - n_prompt);
         for j in 0..common.n {
             runs.push(Run {
                 index: p * common.n + j,
@@ -948,6 +1244,28 @@ async fn start(
             });
         }
     }
+    // llama-server's ignore_eos bans the end-of-generation tokens (a bias of -inf), so none is
+    // ever chosen; a grammar still ends where it is complete.
+    let eog = if common.ignore_eos && common.grammar.is_none() {
+        app.model.tokenizer().eog()
+    } else {
+        Vec::new()
+    };
+    let settings = Arc::new(settings_json(&SettingsOf {
+        sampling: &common.sampling,
+        seed,
+        n_predict: common.max_tokens,
+        stop: &common.stop,
+        ignore_eos: common.ignore_eos,
+        stream: common.stream,
+        n_probs: common.logprobs.unwrap_or(0),
+        llama: &common.llama,
+        eog: &eog,
+    }));
+    common
+        .sampling
+        .logit_bias
+        .extend(eog.iter().map(|&id| (id, f32::NEG_INFINITY)));
     let grammar = match common.grammar {
         None => None,
         Some((field, spec)) => {
@@ -962,6 +1280,20 @@ async fn start(
             )
         }
     };
+    // The prompts as the model reads them, for llama-server's `prompt` and `__verbose`.
+    let texts = if endpoint == Endpoint::Native || common.llama.verbose {
+        let model = Arc::clone(&app.model);
+        blocking(move || {
+            let tokenizer = model.tokenizer();
+            Ok(prompts
+                .iter()
+                .map(|p| String::from_utf8_lossy(&tokenizer.decode(p, true)).into_owned())
+                .collect())
+        })
+        .await?
+    } else {
+        Vec::new()
+    };
     let n_choices = runs.len();
     // A harmony model's replies keep their control tokens (`<|channel|>`, `<|message|>`,
     // `<|end|>`, ...), which llama.cpp prints for it too: the chat reply is read back from them
@@ -970,6 +1302,7 @@ async fn start(
     let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(Arc::clone(&cancel));
+    let llama = common.llama;
     let submitted = app.scheduler.submit(Job {
         runs,
         options: GenerateOptions {
@@ -982,6 +1315,13 @@ async fn start(
             context_shift: None,
         },
         logprobs: common.logprobs,
+        post_sampling: llama.post_sampling_probs,
+        id_slot: llama.id_slot,
+        cache_prompt: llama.cache_prompt,
+        progress: llama.return_progress && common.stream,
+        timings_per_token: llama.timings_per_token && common.stream,
+        task: TASKS.fetch_add(1, Ordering::Relaxed),
+        settings: Arc::clone(&settings),
         events,
         cancel,
         peer,
@@ -995,6 +1335,7 @@ async fn start(
         )));
     }
     let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
+    let ping = (llama.sse_ping_interval > 0).then(|| std::time::Duration::from_secs(llama.sse_ping_interval as u64));
     let reply = Reply {
         id: format!("{prefix}-{:016x}", super::random_u64()),
         created: super::unix_time(),
@@ -1005,6 +1346,16 @@ async fn start(
         n: common.n,
         tokenizer: app.model.shared_tokenizer(),
         harmony,
+        llama: LlamaReply {
+            settings,
+            prompts: texts,
+            n_prompt: n_prompt_each,
+            return_tokens: llama.return_tokens,
+            response_fields: llama.response_fields,
+            verbose: llama.verbose,
+            post_sampling_probs: llama.post_sampling_probs,
+            timings_per_token: llama.timings_per_token,
+        },
     };
     if !common.stream {
         let mut collector = Collector::new(reply);
@@ -1017,18 +1368,32 @@ async fn start(
     let streamer = Streamer::new(reply);
     let frames = futures_util::stream::unfold(
         (rx, streamer, guard, false),
-        |(mut rx, mut streamer, guard, done)| async move {
+        move |(mut rx, mut streamer, guard, done)| async move {
             if done {
                 return None;
             }
             // Events that make no frame (a log-probability waiting for its text) are skipped
-            // here: an empty chunk would end a chunked body early.
+            // here: an empty chunk would end a chunked body early. A stream silent for the ping
+            // interval (a long prompt being read) gets an SSE comment, as llama-server sends,
+            // so that clients and proxies with idle timeouts keep it open.
             loop {
-                match rx.recv().await {
+                let next = match ping {
+                    Some(interval) => match tokio::time::timeout(interval, rx.recv()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            return Some((
+                                Ok::<_, std::convert::Infallible>(":\n\n".to_string()),
+                                (rx, streamer, guard, false),
+                            ))
+                        }
+                    },
+                    None => rx.recv().await,
+                };
+                match next {
                     Some(event) => {
                         let text = streamer.push(event);
                         if !text.is_empty() {
-                            return Some((Ok::<_, std::convert::Infallible>(text), (rx, streamer, guard, false)));
+                            return Some((Ok(text), (rx, streamer, guard, false)));
                         }
                     }
                     None => {

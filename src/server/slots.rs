@@ -53,6 +53,22 @@ pub struct Job {
     pub options: GenerateOptions,
     /// Report log-probabilities with this many alternatives per token.
     pub logprobs: Option<usize>,
+    /// Report them after the sampler chain (the distribution the token was drawn from) rather
+    /// than the model's own (llama-server's `post_sampling_probs`).
+    pub post_sampling: bool,
+    /// Run on this slot only (llama-server's `id_slot`), waiting for it to be free.
+    pub id_slot: Option<usize>,
+    /// Reuse the slot's cached prefix of the prompt (llama-server's `cache_prompt`); without
+    /// it the slot's cells are cleared and the whole prompt is read.
+    pub cache_prompt: bool,
+    /// Report the prompt's progress as its chunks are read (`return_progress`).
+    pub progress: bool,
+    /// Send the run's timings with every piece of text (`timings_per_token`).
+    pub timings_per_token: bool,
+    /// The request's number among all the server has taken, shown by `/slots` as `id_task`.
+    pub task: u64,
+    /// The request's settings as `/slots` shows them (opaque here).
+    pub settings: Arc<serde_json::Value>,
     pub events: UnboundedSender<Event>,
     pub cancel: Arc<AtomicBool>,
     /// The client's socket, watched for a hang-up between tokens; `None` when it was already
@@ -79,13 +95,45 @@ pub struct TokenLogprob {
     pub top: Vec<(u32, f32)>,
 }
 
+/// One run's counts and times, llama-server's `timings`: the prompt tokens read and found
+/// cached, how long reading took (from the slot's start to the first token), the tokens
+/// generated and how long from the first to the last, and the speculative proposals.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RunTimings {
+    pub n_prompt: usize,
+    pub n_cached: usize,
+    pub prompt: Duration,
+    pub n_generated: usize,
+    pub gen: Duration,
+    pub n_drafted: usize,
+    pub n_accepted: usize,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// A sampled token's log-probability (only when the job asked for them), sent before the
     /// text the token completes.
     Logprob { index: usize, logprob: TokenLogprob },
-    /// Generated text, whole UTF-8 characters only.
-    Text { index: usize, text: String },
+    /// Generated text, whole UTF-8 characters only, with the tokens sampled since the last
+    /// text (those whose text this completes), and the run's timings so far when the job
+    /// asked for them with every piece.
+    Text {
+        index: usize,
+        text: String,
+        tokens: Vec<u32>,
+        /// The slot generating it.
+        slot: usize,
+        timings: Option<RunTimings>,
+    },
+    /// How much of the prompt is in the slot's cells (only when the job asked): sent as the
+    /// run starts and after each chunk of the prompt is read.
+    Progress {
+        index: usize,
+        total: usize,
+        cache: usize,
+        processed: usize,
+        timings: RunTimings,
+    },
     /// A run ended.
     Done {
         index: usize,
@@ -93,6 +141,13 @@ pub enum Event {
         n_prompt: usize,
         n_cached: usize,
         n_generated: usize,
+        /// The slot that ran it.
+        slot: usize,
+        /// Every token generated.
+        tokens: Vec<u32>,
+        /// Cells the slot holds after the run (prompt and generated tokens).
+        n_cells: usize,
+        timings: RunTimings,
     },
     /// The job failed inside the server; no more events follow.
     Failed(String),
@@ -102,9 +157,31 @@ pub enum Event {
     Refused(String),
 }
 
+/// What `/slots` shows of one slot: whether it is generating, and its current or last job.
+#[derive(Debug, Clone, Default)]
+pub struct SlotView {
+    pub processing: bool,
+    /// The job's `task` number; `None` before the slot's first job.
+    pub task: Option<u64>,
+    pub settings: Option<Arc<serde_json::Value>>,
+    /// The run's prompt.
+    pub prompt: Arc<Vec<u32>>,
+    pub n_cached: usize,
+    pub n_prompt_processed: usize,
+    pub n_decoded: usize,
+    /// Tokens the run may still generate; -1 when idle.
+    pub n_remain: i64,
+    pub has_next_token: bool,
+    pub has_new_line: bool,
+    /// The run's text so far.
+    pub generated: String,
+}
+
 struct Shared {
     /// Jobs waiting for a slot, in arrival order.
     queue: Mutex<VecDeque<Job>>,
+    /// Each slot's state, for `/slots`.
+    views: Mutex<Vec<SlotView>>,
     /// Wakes the engine loop when a job arrives or the server stops.
     wake: Condvar,
     metrics: Arc<Metrics>,
@@ -115,6 +192,8 @@ struct Shared {
     n_slots: usize,
     /// Jobs that may wait for a slot; `None`: any number.
     queue_max: Option<usize>,
+    /// The slots draft (speculative decoding).
+    speculative: bool,
 }
 
 /// A job refused because every slot is busy and `--queue-max` jobs already wait.
@@ -181,12 +260,20 @@ impl Scheduler {
         *metrics.slot_processing.lock().unwrap_or_else(PoisonError::into_inner) = vec![false; config.n_slots];
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
+            views: Mutex::new(vec![
+                SlotView {
+                    n_remain: -1,
+                    ..Default::default()
+                };
+                config.n_slots
+            ]),
             wake: Condvar::new(),
             metrics,
             model,
             stop_all: AtomicBool::new(false),
             n_slots: config.n_slots,
             queue_max: config.queue_max,
+            speculative: config.drafters.is_some(),
         });
         let engine = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -232,6 +319,16 @@ impl Scheduler {
         refuses(queued, self.shared.n_slots.saturating_sub(busy), max)
     }
 
+    /// Whether the slots draft (speculative decoding).
+    pub fn speculative(&self) -> bool {
+        self.shared.speculative
+    }
+
+    /// Each slot's state, slot 0 first.
+    pub fn slot_views(&self) -> Vec<SlotView> {
+        self.shared.views.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// Stops every generation at its next step and drops every queued job (their clients see
     /// the stream end).
     pub fn cancel_all(&self) {
@@ -273,6 +370,44 @@ struct Active<'t> {
     /// Proposals checked, and kept, over the run.
     n_drafted: usize,
     n_accepted: usize,
+    /// Tokens sampled whose text has not gone out yet.
+    unsent: Vec<u32>,
+    /// The slot the run is on.
+    slot: usize,
+    /// A chunk of the prompt went into this step's pass: its progress is reported after it.
+    read_chunk: bool,
+}
+
+impl Active<'_> {
+    /// The run's timings now: the prompt's time runs until the first token is sampled, the
+    /// generation's from then on.
+    fn timings(&self) -> RunTimings {
+        let prompt_len = self.job.runs[self.run].prompt.len();
+        RunTimings {
+            n_prompt: self.next_prompt.min(prompt_len).saturating_sub(self.n_cached),
+            n_cached: self.n_cached,
+            prompt: match self.gen_started {
+                Some(_) => self.prompt_time,
+                None => self.started.elapsed(),
+            },
+            n_generated: self.n_generated,
+            gen: self.gen_started.map_or(Duration::ZERO, |t| t.elapsed()),
+            n_drafted: self.n_drafted,
+            n_accepted: self.n_accepted,
+        }
+    }
+
+    /// The run's prompt progress as an event.
+    fn progress(&self, timings: RunTimings) -> Event {
+        let prompt_len = self.job.runs[self.run].prompt.len();
+        Event::Progress {
+            index: self.job.runs[self.run].index,
+            total: prompt_len,
+            cache: self.n_cached,
+            processed: self.next_prompt.min(prompt_len),
+            timings,
+        }
+    }
 }
 
 /// A step's proposals for one slot: batch rows after the pending token's, at the positions
@@ -343,8 +478,18 @@ impl<'s> Engine<'s> {
     fn take_jobs(&mut self) -> bool {
         let mut queue = self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            while self.slots.iter().any(Option::is_none) {
-                let Some(job) = queue.pop_front() else { break };
+            // The oldest job that can start: one pinned to a busy slot waits for it while the
+            // jobs behind it take the other slots.
+            let mut next = 0;
+            while self.slots.iter().any(Option::is_none) && next < queue.len() {
+                if queue[next]
+                    .id_slot
+                    .is_some_and(|s| self.slots.get(s).is_none_or(Option::is_some))
+                {
+                    next += 1;
+                    continue;
+                }
+                let Some(job) = queue.remove(next) else { break };
                 if job.abandoned() || self.shared.stop_all.load(Ordering::Relaxed) {
                     eprintln!(
                         "request cancelled before it started, after {:.3} s in the queue",
@@ -357,17 +502,19 @@ impl<'s> Engine<'s> {
                 // of tokens per slot.
                 let prompt: &[u32] = job.runs.first().map_or(&[], |r| &r.prompt);
                 let kv = self.session.kv();
-                let id = (0..self.slots.len())
-                    .filter(|&id| self.slots[id].is_none())
-                    .max_by_key(|&id| {
-                        let held = kv.seq_cells(id).len();
-                        (
-                            reuse(common_prefix(kv.seq_tokens(id), prompt), held),
-                            std::cmp::Reverse(self.last_used[id]),
-                            std::cmp::Reverse(id),
-                        )
-                    })
-                    .expect("a slot is idle");
+                let id = job.id_slot.unwrap_or_else(|| {
+                    (0..self.slots.len())
+                        .filter(|&id| self.slots[id].is_none())
+                        .max_by_key(|&id| {
+                            let held = kv.seq_cells(id).len();
+                            (
+                                reuse(common_prefix(kv.seq_tokens(id), prompt), held),
+                                std::cmp::Reverse(self.last_used[id]),
+                                std::cmp::Reverse(id),
+                            )
+                        })
+                        .expect("a slot is idle")
+                });
                 self.jobs_taken += 1;
                 self.last_used[id] = self.jobs_taken;
                 let (job, next_run) = (Arc::new(job), Arc::new(AtomicUsize::new(1)));
@@ -414,6 +561,10 @@ impl<'s> Engine<'s> {
         }
         let r = &job.runs[run];
         let n_cached = match wait_for {
+            _ if !job.cache_prompt => {
+                let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
+                0
+            }
             Some(_) => {
                 let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
                 0
@@ -432,6 +583,21 @@ impl<'s> Engine<'s> {
         let tokenizer = self.shared.model.tokenizer();
         match Sequence::new(tokenizer, &r.prompt, &options) {
             Ok(seq) => {
+                self.update_view(id, |v| {
+                    *v = SlotView {
+                        processing: true,
+                        task: Some(job.task),
+                        settings: Some(Arc::clone(&job.settings)),
+                        prompt: Arc::new(r.prompt.clone()),
+                        n_cached,
+                        n_prompt_processed: 0,
+                        n_decoded: 0,
+                        n_remain: r.max_tokens.min(i64::MAX as usize) as i64,
+                        has_next_token: true,
+                        has_new_line: false,
+                        generated: String::new(),
+                    }
+                });
                 self.slots[id] = Some(Active {
                     job,
                     next_run,
@@ -449,7 +615,20 @@ impl<'s> Engine<'s> {
                     check: None,
                     n_drafted: 0,
                     n_accepted: 0,
+                    unsent: Vec::new(),
+                    slot: id,
+                    read_chunk: false,
                 });
+                if let Some(active) = self.slots[id]
+                    .as_ref()
+                    .filter(|a| a.job.progress && a.wait_for.is_none())
+                {
+                    // Before any of the prompt is read: nothing processed, no time spent.
+                    let _ = active.job.events.send(active.progress(RunTimings {
+                        n_cached,
+                        ..Default::default()
+                    }));
+                }
             }
             Err(e) => self.fail(id, job, e.to_string()),
         }
@@ -460,8 +639,23 @@ impl<'s> Engine<'s> {
     /// has seen its response complete sees a free slot.
     fn release(&mut self, id: usize, job: Arc<Job>) {
         self.slots[id] = None;
+        self.update_view(id, |v| {
+            v.processing = false;
+            v.has_next_token = false;
+            // The finished job's budget is no idle slot's.
+            v.n_remain = -1;
+            v.n_decoded = 0;
+        });
         self.set_processing(id, false);
         drop(job);
+    }
+
+    /// Changes what `/slots` shows of slot `id`.
+    fn update_view(&self, id: usize, f: impl FnOnce(&mut SlotView)) {
+        let mut views = self.shared.views.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(view) = views.get_mut(id) {
+            f(view);
+        }
     }
 
     /// Marks slot `id` as generating or idle: its flag for `/slots`, and the busy count
@@ -555,6 +749,7 @@ impl<'s> Engine<'s> {
                 continue;
             }
             let end = prompt.len().min(active.next_prompt + budget);
+            active.read_chunk = active.job.progress;
             for pos in active.next_prompt..end {
                 let last = pos + 1 == prompt.len();
                 if last {
@@ -611,6 +806,15 @@ impl<'s> Engine<'s> {
             }
             return;
         }
+        let metrics = self.metrics();
+        metrics.n_decode.fetch_add(1, Ordering::Relaxed);
+        let busy = self.slots.iter().filter(|s| s.is_some()).count();
+        metrics.n_busy_slots.fetch_add(busy as u64, Ordering::Relaxed);
+        // The prompts' progress, before the first token of a prompt read in full.
+        for active in self.slots.iter_mut().flatten().filter(|a| a.read_chunk) {
+            active.read_chunk = false;
+            let _ = active.job.events.send(active.progress(active.timings()));
+        }
         let rows = std::mem::take(&mut self.rows);
         for &(row, id, k) in &rows {
             // A proposal's row counts only while every proposal before it was kept.
@@ -664,6 +868,7 @@ impl<'s> Engine<'s> {
             return;
         }
         active.n_drafted += proposals.len();
+        self.shared.metrics.draft_checks.fetch_add(1, Ordering::Relaxed);
         active.check = Some(Check {
             proposals,
             pos,
@@ -709,7 +914,17 @@ impl<'s> Engine<'s> {
             active.prompt_time = active.started.elapsed();
             active.gen_started = Some(Instant::now());
         }
-        let token = match active.seq.sample(logits) {
+        let post = active.job.logprobs.filter(|_| active.job.post_sampling);
+        let mut after_chain = Vec::new();
+        let sampled = match post {
+            None => active.seq.sample(logits),
+            Some(_) => active
+                .seq
+                .sample_inspect(logits, &mut |candidates: &[crate::sampling::Candidate]| {
+                    after_chain = chain_probabilities(candidates)
+                }),
+        };
+        let token = match sampled {
             Ok(t) => t,
             Err(e @ EngineError::Grammar(_)) => return self.refuse(id, active.job, e.to_string()),
             Err(e) => return self.fail(id, active.job, e.to_string()),
@@ -720,11 +935,25 @@ impl<'s> Engine<'s> {
         }
         active.n_generated += 1;
         if let Some(top) = active.job.logprobs {
-            let logprob = logprobs(logits, token, top);
+            let logprob = match post {
+                Some(_) => chain_logprobs(&after_chain, token, top),
+                None => logprobs(logits, token, top),
+            };
             let _ = active.job.events.send(Event::Logprob { index, logprob });
         }
         let step = active.seq.accept(token);
+        active.unsent.push(token);
         let text = active.seq.text(step.text).to_vec();
+        let max_tokens = active.job.runs[active.run].max_tokens;
+        let (n_generated, piece) = (active.n_generated, String::from_utf8_lossy(&text));
+        self.update_view(id, |v| {
+            v.n_decoded = n_generated;
+            v.n_remain = max_tokens.saturating_sub(n_generated).min(i64::MAX as usize) as i64;
+            v.has_new_line |= piece.contains('\n');
+            if v.generated.len() < MAX_VIEW_TEXT {
+                v.generated.push_str(&piece);
+            }
+        });
         send_text(&mut active, &text);
         if let Some(check) = &mut active.check {
             let k = check.kept;
@@ -766,11 +995,15 @@ impl<'s> Engine<'s> {
     fn finish(&mut self, id: usize, mut active: Active<'s>, reason: StopReason) {
         let tail = std::mem::take(&mut active.utf8);
         let index = active.job.runs[active.run].index;
+        let timings = active.job.timings_per_token.then(|| active.timings());
         let _ = send(
             &active.job,
             Event::Text {
                 index,
                 text: String::from_utf8_lossy(&tail).into_owned(),
+                tokens: std::mem::take(&mut active.unsent),
+                slot: id,
+                timings,
             },
         );
         let n_prompt = active.job.runs[active.run].prompt.len();
@@ -785,6 +1018,8 @@ impl<'s> Engine<'s> {
             ..Default::default()
         };
         self.metrics().record_generation(&stats);
+        let n_cells = self.session.kv().seq_pos_max(id).map_or(0, |p| p as usize + 1);
+        self.metrics().n_tokens_max.fetch_max(n_cells, Ordering::Relaxed);
         eprintln!(
             "slot {id}: prompt {n_prompt} tokens ({} cached, {} prefilled in {:.3} s), generated {} tokens in {:.3} s ({:.1} tok/s), finish {reason:?}",
             stats.n_cached,
@@ -802,6 +1037,11 @@ impl<'s> Engine<'s> {
                 100.0 * stats.n_accepted as f64 / stats.n_drafted as f64
             );
         }
+        let timings = active.timings();
+        self.update_view(id, |v| {
+            v.n_prompt_processed = timings.n_prompt;
+            v.has_next_token = false;
+        });
         let _ = send(
             &active.job,
             Event::Done {
@@ -810,6 +1050,10 @@ impl<'s> Engine<'s> {
                 n_prompt,
                 n_cached: active.n_cached,
                 n_generated: active.n_generated,
+                slot: id,
+                tokens: active.seq.generated().to_vec(),
+                n_cells,
+                timings,
             },
         );
         let next = active.next_run.fetch_add(1, Ordering::Relaxed);
@@ -821,12 +1065,30 @@ impl<'s> Engine<'s> {
     }
 }
 
-/// Sends `bytes` of the slot's text once they make whole characters.
+/// The most text `/slots` keeps of a run's output.
+const MAX_VIEW_TEXT: usize = 64 << 10;
+
+/// Sends `bytes` of the slot's text once they make whole characters, with the tokens sampled
+/// since the last text.
 fn send_text(active: &mut Active<'_>, bytes: &[u8]) {
     active.utf8.extend_from_slice(bytes);
     let text = take_utf8(&mut active.utf8);
+    if text.is_empty() {
+        return;
+    }
     let index = active.job.runs[active.run].index;
-    let _ = send(&active.job, Event::Text { index, text });
+    let timings = active.job.timings_per_token.then(|| active.timings());
+    let tokens = std::mem::take(&mut active.unsent);
+    let _ = send(
+        &active.job,
+        Event::Text {
+            index,
+            text,
+            tokens,
+            slot: active.slot,
+            timings,
+        },
+    );
 }
 
 /// Sends an event; empty text is not sent (an empty chunk would end a chunked body early).
@@ -863,6 +1125,43 @@ fn take_utf8(bytes: &mut Vec<u8>) -> String {
                 }
             }
         }
+    }
+}
+
+/// The distribution the sampler chain left, most likely first: each candidate still in the
+/// running (a weight above 0) with its probability; after a greedy pick, the best token alone,
+/// with probability 1, as llama.cpp reports it.
+fn chain_probabilities(candidates: &[crate::sampling::Candidate]) -> Vec<(u32, f64)> {
+    let total: f64 = candidates.iter().map(|c| c.weight).sum();
+    let mut probs: Vec<(u32, f64)> = if total > 0.0 {
+        candidates
+            .iter()
+            .filter(|c| c.weight > 0.0)
+            .map(|c| (c.id, c.weight / total))
+            .collect()
+    } else {
+        candidates
+            .iter()
+            .filter(|c| c.logit > f32::NEG_INFINITY)
+            .max_by(|a, b| a.logit.total_cmp(&b.logit).then(b.id.cmp(&a.id)))
+            .map(|c| vec![(c.id, 1.0)])
+            .unwrap_or_default()
+    };
+    probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    probs
+}
+
+/// The chosen token's log-probability under the chain's distribution (`chain_probabilities`),
+/// and the `top` most likely tokens of it (fewer when fewer remain).
+fn chain_logprobs(probs: &[(u32, f64)], token: u32, top: usize) -> TokenLogprob {
+    let ln = |p: f64| p.ln() as f32;
+    TokenLogprob {
+        token,
+        logprob: probs
+            .iter()
+            .find(|&&(id, _)| id == token)
+            .map_or(f32::NEG_INFINITY, |&(_, p)| ln(p)),
+        top: probs.iter().take(top).map(|&(id, p)| (id, ln(p))).collect(),
     }
 }
 
@@ -939,5 +1238,23 @@ mod tests {
     fn the_common_prefix_counts_equal_leading_tokens() {
         assert_eq!(common_prefix([1, 2, 3].into_iter(), &[1, 2, 4, 5]), 2);
         assert_eq!(common_prefix(std::iter::empty(), &[1]), 0);
+    }
+
+    #[test]
+    fn probabilities_after_the_chain_are_the_weights_left_normalised_or_the_greedy_pick_alone() {
+        use crate::sampling::Candidate;
+        let c = |id: u32, logit: f32, weight: f64| Candidate { id, logit, weight };
+        // Weighed: the candidates still in the running, most likely first.
+        let probs = chain_probabilities(&[c(0, 1.0, 1.0), c(1, 3.0, 3.0), c(2, -9.0, 0.0)]);
+        assert_eq!(probs, [(1, 0.75), (0, 0.25)]);
+        let lp = chain_logprobs(&probs, 0, 1);
+        assert!((lp.logprob - 0.25f32.ln()).abs() < 1e-6);
+        assert_eq!(lp.top.len(), 1);
+        assert_eq!(lp.top[0].0, 1);
+        // Not in the list (banned): -inf.
+        assert_eq!(chain_logprobs(&probs, 2, 5).logprob, f32::NEG_INFINITY);
+        // Greedy (unweighed): the best logit alone, certain.
+        let greedy = chain_probabilities(&[c(0, 1.0, 0.0), c(1, 3.0, 0.0), c(2, f32::NEG_INFINITY, 0.0)]);
+        assert_eq!(greedy, [(1, 1.0)]);
     }
 }

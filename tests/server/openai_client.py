@@ -166,8 +166,14 @@ def protocol():
                      lambda: create(model=MODEL, messages=[]))
         expect_error(openai.BadRequestError, 400, "messages[0].content",
                      lambda: create(model=MODEL, messages=[{"role": "user", "content": 5}]))
-        expect_error(openai.BadRequestError, 400, "1000000",
-                     lambda: create(model=MODEL, messages=USER, max_tokens=1000000))
+        # A prompt past the context is llama-server's exceed_context_size_error.
+        expect_error(openai.BadRequestError, 400, "exceeds the available context size",
+                     lambda: create(model=MODEL, messages=[{"role": "user", "content": "word " * 5000}]))
+        try:
+            create(model=MODEL, messages=[{"role": "user", "content": "word " * 5000}])
+        except openai.BadRequestError as e:
+            assert e.body["type"] == "exceed_context_size_error", e.body
+            assert e.body["n_prompt_tokens"] >= e.body["n_ctx"], e.body
         expect_error(openai.BadRequestError, 400, "prompt",
                      lambda: client.completions.create(model=MODEL, prompt=[10**9]))
 
