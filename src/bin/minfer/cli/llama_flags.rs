@@ -389,7 +389,7 @@ mod tests {
                             // A value is glued on (`--x=v`): the flag must take one, and a flag
                             // without one must not be glued to the next argument.
                             assert!(
-                                found.iter().any(|&v| v == takes),
+                                found.contains(&takes),
                                 "{name} -> {long}: llama.cpp's takes a value: {takes}, minfer's: {found:?}"
                             );
                         }
