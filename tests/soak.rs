@@ -222,10 +222,15 @@ fn hostile(addr: &str, i: usize, bodies: &HostileBodies) -> Result<(), String> {
                 Err(format!("garbage: {reply:?}"))
             }
         }
-        9 => expect_4xx(&post(
-            "/v1/chat/completions",
-            r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999}"#,
-        )),
+        // A limit past the context runs to the context's end, as llama-server runs it: bounded
+        // by the slot's cells, never an allocation of the limit.
+        9 => expect(
+            &post(
+                "/v1/chat/completions",
+                r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999}"#,
+            ),
+            200,
+        ),
         10 => expect(&post("/completion", &bodies.ref_chain), 400),
         11 => expect(&post("/completion", &bodies.rule_chain), 400),
         12 => expect(&post("/v1/chat/completions", &bodies.forged_keys), 200),
