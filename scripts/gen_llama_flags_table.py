@@ -55,7 +55,7 @@ POS = {
     "--draft-min": (TO, "--draft-min"), "--spec-draft-p-min": (TO, "--draft-p-min"),
     "--spec-type": (TO, "--spec-type"), "--spec-ngram-simple-size-n": (TO, "--spec-ngram-simple-size-n"),
     "--spec-ngram-simple-size-m": (TO, "--spec-ngram-simple-size-m"),
-    "--context-shift": (IGNORE, "minfer shifts the context when it fills unless --no-context-shift is given"),
+    "--context-shift": (TO, "--context-shift"),
     "--warmup": (IGNORE, "minfer has no warm-up pass to turn on or off"),
     "--perf": (IGNORE, "minfer always prints its timing line (--log-disable hides it)"),
     "--show-timings": (IGNORE, "minfer always prints its timing line (--log-disable hides it)"),

@@ -590,3 +590,24 @@ fn llama_cpp_defaults_escapes_a_one_turn_system_prompt_and_an_empty_prompt_refus
     // A mistyped subcommand gets a did-you-mean.
     assert_refused(&["serv", m], "did you mean `minfer serve`");
 }
+
+#[test]
+fn by_default_the_context_is_the_training_context_and_generation_runs_until_it_is_full() {
+    // llama.cpp's -c 0 and -n -1: the tiny model was trained on 2048 positions, which fit any
+    // machine's memory, and with no context shift a full context ends the generation.
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let out = minfer(&["hi", "--ignore-eos", "--greedy"], &model);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("the context of 2048 tokens is full (--context-shift goes on past it)"),
+        "{err}"
+    );
+    let number_after = |key: &str| -> usize {
+        let rest = &err[err.find(key).unwrap() + key.len()..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    // Every cell holds a token read, and the last token sampled needs none.
+    assert_eq!(number_after("Prefill: ") + number_after("Generated: "), 2049, "{err}");
+    assert!(!err.contains("Context shifts"), "{err}");
+}

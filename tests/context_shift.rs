@@ -161,7 +161,16 @@ fn generation_past_the_context_shifts_it_and_produces_every_token() {
 fn the_cli_generates_all_700_tokens_asked_for_in_a_256_token_context() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_minfer"))
         .arg(common::tiny_model("qwen2", "Q8_0"))
-        .args(["hi", "-n", "700", "--n-ctx", "256", "--ignore-eos", "--greedy"])
+        .args([
+            "hi",
+            "-n",
+            "700",
+            "--n-ctx",
+            "256",
+            "--ignore-eos",
+            "--greedy",
+            "--context-shift",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -272,6 +272,7 @@ fn ctrl_c_stops_a_reply_and_returns_to_the_prompt_and_ctrl_d_leaves() {
         // Small enough that 300 ms of generation shifts it whatever the machine's speed.
         "--n-ctx",
         "64",
+        "--context-shift",
     ]);
     pty.read_until(0, PROMPT, Duration::from_secs(30));
     for (turn, user) in ["write forever", "and again"].iter().enumerate() {
@@ -307,6 +308,7 @@ fn a_scripted_conversation_three_times_the_context_long_runs_to_its_end_in_flat_
             "24",
             "--n-ctx",
             "256",
+            "--context-shift",
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

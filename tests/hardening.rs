@@ -203,7 +203,7 @@ fn counts_out_of_range_are_refused_naming_the_range() {
     let m = model.to_str().unwrap();
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
     let cases: [Case; 11] = [
-        (&[m, "hi", "--n-ctx", "0"], &[], "--n-ctx 0 is out of range"),
+        (&[m, "hi", "--ubatch-size", "0"], &[], "--ubatch-size 0 is out of range"),
         (&[m, "hi", "-n", "-3"], &[], "-n -3 is out of range"),
         (&[m, "hi", "--keep", "-3"], &[], "--keep -3 is out of range"),
         (&["serve", m, "-b", "0"], &[], "--batch-size 0 is out of range"),

@@ -1483,3 +1483,19 @@ fn a_harmony_model_replies_with_reasoning_content_tool_calls_and_raw_completions
     assert_eq!(status, 400, "{r}");
     assert_eq!(r["error"]["param"], "reasoning_effort");
 }
+
+/// llama-server's default `-c`: the training context (2,048 positions for the tiny model)
+/// shared by the slots, so two slots get 1,024 each; a given `-c` is each slot's.
+#[test]
+fn by_default_the_slots_share_the_training_context() {
+    let model = tiny();
+    let n_ctx = |args: &[&str]| {
+        let server = Server::start(&model, args, &[]);
+        let (_, props) = server.request("GET", "/props", "", b"");
+        let props: serde_json::Value = serde_json::from_str(&props).unwrap();
+        props["default_generation_settings"]["n_ctx"].as_u64().unwrap()
+    };
+    assert_eq!(n_ctx(&["--n-slots", "2"]), 1024);
+    assert_eq!(n_ctx(&["--n-slots", "1"]), 2048);
+    assert_eq!(n_ctx(&["--n-slots", "2", "-c", "300"]), 300);
+}

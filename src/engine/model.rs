@@ -328,6 +328,73 @@ impl Model {
     pub fn clamp_n_ctx(&self, n_ctx: usize) -> usize {
         n_ctx.clamp(1, self.hparams().n_ctx_train.max(1))
     }
+
+    /// The cells each sequence of a session made with `options` gets: `options.n_ctx` clamped
+    /// as in [`Self::clamp_n_ctx`], or for `n_ctx` 0 (llama.cpp's `-c 0`, its default) the
+    /// training context shared by the `n_seq_max` sequences, made smaller where the weights, that
+    /// KV cache and 1 GiB to spare would not fit the machine's memory, as llama.cpp's `--fit`
+    /// does on a CPU: never below 4,096 cells in all (or the training context, if smaller).
+    pub fn session_n_ctx(&self, options: &super::SessionOptions) -> usize {
+        if options.n_ctx > 0 {
+            return self.clamp_n_ctx(options.n_ctx);
+        }
+        let n_seq = options.n_seq_max.max(1);
+        let total = fit_context(
+            self.hparams().n_ctx_train.max(1),
+            self.file.file_size(),
+            total_memory(),
+            |n_ctx| {
+                // A windowed layer keeps only its window (and a batch) unless --swa-full.
+                let n_ctx_swa = if options.swa_full {
+                    0
+                } else {
+                    self.hparams().n_swa + 512
+                };
+                let n_ctx_swa = if n_ctx_swa > 0 { n_ctx_swa.min(n_ctx) } else { 0 };
+                super::kv_window::kv_cache_bytes(self.hparams(), options.type_k, options.type_v, n_ctx, n_ctx_swa)
+                    as u64
+            },
+        );
+        (total / n_seq).max(1)
+    }
+}
+
+/// What llama.cpp's context fit leaves free of the machine's memory.
+const FIT_MARGIN: u64 = 1 << 30;
+/// The smallest context the fit makes (llama.cpp's `fit_params_min_ctx`).
+const FIT_MIN_CTX: usize = 4096;
+
+/// The largest context of at most `n_ctx_train` cells (and at least [`FIT_MIN_CTX`], or
+/// `n_ctx_train` if smaller) whose KV cache (`kv_bytes` of a cell count), beside `weights`
+/// bytes and [`FIT_MARGIN`], fits `memory` bytes; `n_ctx_train` where the memory is unknown.
+/// Cut to a multiple of 256 cells, as llama.cpp pads a context.
+fn fit_context(n_ctx_train: usize, weights: u64, memory: Option<u64>, kv_bytes: impl Fn(usize) -> u64) -> usize {
+    let Some(memory) = memory else { return n_ctx_train };
+    let budget = memory.saturating_sub(weights + FIT_MARGIN);
+    if kv_bytes(n_ctx_train) <= budget {
+        return n_ctx_train;
+    }
+    let floor = FIT_MIN_CTX.min(n_ctx_train);
+    // kv_bytes grows with the cell count: the largest count that fits, by bisection.
+    let (mut lo, mut hi) = (floor, n_ctx_train);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if kv_bytes(mid) <= budget {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo / 256 * 256).max(floor)
+}
+
+/// The machine's memory (Linux's `MemTotal`, which is what llama.cpp's CPU device reports), or
+/// `None` where it cannot be read.
+fn total_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The most CPU threads a model runs on: four per logical CPU. More only adds threads waiting
@@ -340,4 +407,34 @@ pub fn max_threads() -> usize {
 /// the model asks for one.
 pub fn encode_prompt(tokenizer: &Tokenizer, text: &str) -> Vec<u32> {
     tokenizer.encode(text, true, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+    /// 100 KiB a cell: 32,768 cells are 3.2 GiB.
+    fn kv(n: usize) -> u64 {
+        n as u64 * 100 * 1024
+    }
+
+    #[test]
+    fn the_training_context_is_kept_where_it_fits_and_where_memory_is_unknown() {
+        assert_eq!(fit_context(32768, GIB, Some(16 * GIB), kv), 32768);
+        assert_eq!(fit_context(32768, 100 * GIB, None, kv), 32768);
+    }
+
+    #[test]
+    fn a_context_that_does_not_fit_shrinks_to_what_does_in_steps_of_256() {
+        // 4 GiB - 1 GiB weights - 1 GiB margin leaves 2 GiB: 20,971 cells, cut to 20,736.
+        assert_eq!(fit_context(32768, GIB, Some(4 * GIB), kv), 20736);
+        assert!(kv(20736) <= 2 * GIB && kv(20736 + 256) > 2 * GIB);
+    }
+
+    #[test]
+    fn the_fit_never_goes_below_4096_cells_or_above_the_training_context() {
+        assert_eq!(fit_context(32768, 8 * GIB, Some(4 * GIB), kv), 4096);
+        assert_eq!(fit_context(2048, 8 * GIB, Some(4 * GIB), kv), 2048);
+    }
 }

@@ -29,7 +29,8 @@ pub type LayerRows = (Vec<u8>, Vec<u8>);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionOptions {
     /// KV cells each sequence may hold (llama.cpp's `-c` for one sequence; a server's per-slot
-    /// context), clamped to the model's training context.
+    /// context), clamped to the model's training context; 0 (llama.cpp's default `-c 0`): the
+    /// training context shared by the sequences, fit to memory ([`Model::session_n_ctx`]).
     pub n_ctx: usize,
     /// Sequences the cache holds at once (a server's slots), each of `n_ctx` cells.
     pub n_seq_max: usize,
@@ -167,10 +168,11 @@ impl Session {
     /// A session over `model` as `options` say: its sequences, context, KV types and prompt
     /// passes.
     pub fn with_options(model: &Model, options: &SessionOptions) -> Result<Self, EngineError> {
+        let n_ctx = model.session_n_ctx(options);
         let mut session = if options.n_seq_max <= 1 {
-            Self::with_sequences(model, options.n_ctx, 1)?
+            Self::with_sequences(model, n_ctx, 1)?
         } else {
-            Self::with_sequences_of(model, options.n_ctx, options.n_seq_max)?
+            Self::with_sequences_of(model, n_ctx, options.n_seq_max)?
         };
         session.set_kv_types(options.type_k, options.type_v)?;
         session.swa_full = options.swa_full;

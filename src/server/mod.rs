@@ -193,11 +193,6 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
             config.batch_size
         )));
     }
-    if config.session.n_ctx == 0 {
-        return Err(ServerError::Config(
-            "--n-ctx 0 is out of range: it must be at least 1".into(),
-        ));
-    }
     if config.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
         return Err(ServerError::Config(
             "the API key (--api-key or MINFER_API_KEY) is empty: give a key, or unset it to serve without one".into(),
@@ -254,8 +249,8 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
     let model = Arc::new(Model::load(&config.model, &config.model_options)?);
     let n_threads = model.backends().n_threads();
     // One session for every slot: sequence i is slot i, each with n_ctx positions of its own.
-    // (`with_options` clamps the context the same way.)
-    let n_ctx = model.clamp_n_ctx(config.session.n_ctx);
+    // (`with_options` resolves the context the same way.)
+    let n_ctx = model.session_n_ctx(&config.session);
     let session = Session::with_options(&model, &config.session).map_err(|e| ServerError::Config(e.to_string()))?;
     let n_vocab = model.hparams().n_vocab;
     let model_id = config.alias.clone().unwrap_or_else(|| {

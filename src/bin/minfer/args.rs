@@ -36,12 +36,13 @@ pub(crate) struct RunArgs {
     /// Send the prompt as raw text, without the chat template.
     #[arg(long)]
     pub(crate) no_template: bool,
-    /// Most tokens to generate (per reply with --cnv); -1: no limit (with context shifting,
-    /// until stopped); -2: until the context is full.
+    /// Most tokens to generate (per reply with --cnv); -1, the default as in llama.cpp: no
+    /// limit (until the end of generation, or the context is full; with --context-shift, until
+    /// stopped); -2: until the context is full.
     #[arg(
         short = 'n',
         long = "n-predict",
-        default_value_t = 512,
+        default_value_t = -1,
         allow_negative_numbers = true
     )]
     pub(crate) n_predict: i64,
@@ -49,8 +50,12 @@ pub(crate) struct RunArgs {
     /// rest (-1: the whole prompt). Default: 0, or the system prompt with --cnv.
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub(crate) keep: Option<i64>,
-    /// Stop with an error when the context is full, instead of shifting it.
-    #[arg(long)]
+    /// When the context fills, shift it (drop the older half past --keep) and go on. Off by
+    /// default, as in llama.cpp: a full context ends the generation.
+    #[arg(long, overrides_with = "no_context_shift")]
+    pub(crate) context_shift: bool,
+    /// Stop when the context is full instead of shifting it (the default).
+    #[arg(long, overrides_with = "context_shift")]
     pub(crate) no_context_shift: bool,
     /// A conversation in the terminal (llama.cpp's -cnv): type a turn, read the reply, go on. A
     /// prompt given with -p or -f is its first turn.
@@ -123,8 +128,10 @@ impl RunArgs {
 /// Loading a model and opening its one session: the model's flags and the session's.
 #[derive(clap::Args, Clone)]
 pub(crate) struct LoadArgs {
-    /// Context size in tokens (clamped to the model's maximum; llama.cpp's -c).
-    #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 4096)]
+    /// Context size in tokens (clamped to the model's maximum; llama.cpp's -c). 0, the
+    /// default: the model's training context, smaller where its KV cache would not fit in
+    /// memory beside the weights and 1 GiB (never below 4096), as llama.cpp computes it.
+    #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 0)]
     pub(crate) n_ctx: usize,
     /// Most prompt tokens one forward pass reads (llama.cpp's -b); the prompt is read in passes
     /// of the smaller of this and --ubatch-size. The logits do not depend on it.
@@ -390,7 +397,6 @@ pub(crate) struct CacheArgs {
 impl LoadArgs {
     /// The model's options and its session's.
     pub(crate) fn options(&self) -> anyhow::Result<crate::cli::run::LoadOptions> {
-        anyhow::ensure!(self.n_ctx >= 1, "--n-ctx 0 is out of range: it must be at least 1");
         for (flag, n) in [("--batch-size", self.batch_size), ("--ubatch-size", self.ubatch_size)] {
             anyhow::ensure!(n != Some(0), "{flag} 0 is out of range: it must be at least 1");
         }

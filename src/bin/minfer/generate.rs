@@ -152,7 +152,7 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         grammar,
         special: args.special,
         // -n -2 (llama.cpp's): until the context is full, so never shifted.
-        context_shift: (!args.no_context_shift && args.n_predict != -2).then_some(n_keep),
+        context_shift: (args.context_shift && args.n_predict != -2).then_some(n_keep),
     };
     if !args.log_disable {
         args.sampling.say_drawn_seed(&sampling);
@@ -184,17 +184,26 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         stdout.write_all(b"\n")?;
     }
     stdout.flush()?;
-    if result.stop_reason == minfer::engine::StopReason::ContextFull && args.n_predict == -2 {
+    // Without a limit (-n -1 or -2) a full context is where the generation ends, as in
+    // llama.cpp; a count that could not be reached is an error, so that a script notices.
+    let unlimited = args.n_predict < 0;
+    if result.stop_reason == minfer::engine::StopReason::ContextFull && unlimited && !args.log_disable {
         eprintln!(
-            "generation stopped after {} tokens: the context of {} tokens is full (-n -2)",
+            "generation stopped after {} tokens: the context of {} tokens is full{}",
             result.tokens.len(),
-            loaded.session.n_ctx()
+            loaded.session.n_ctx(),
+            if args.n_predict == -1 {
+                " (--context-shift goes on past it)"
+            } else {
+                " (-n -2)"
+            }
         );
     }
     anyhow::ensure!(
-        result.stop_reason != minfer::engine::StopReason::ContextFull || args.n_predict == -2,
-        "generation stopped after {} tokens: the context of {} tokens is full (raise --n-ctx, or drop --no-context-shift)",
+        result.stop_reason != minfer::engine::StopReason::ContextFull || unlimited,
+        "generation stopped after {} of the {} tokens -n asked for: the context of {} tokens is full (raise --n-ctx, or add --context-shift)",
         result.tokens.len(),
+        args.n_predict,
         loaded.session.n_ctx()
     );
     if !args.log_disable {
@@ -273,7 +282,7 @@ pub(super) fn run_conversation(
             context_shift: None,
         },
         keep,
-        context_shift: !args.no_context_shift,
+        context_shift: args.context_shift,
         interactive,
         session: args.session,
     };

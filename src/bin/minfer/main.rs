@@ -480,6 +480,13 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
+    // Mesa's Vulkan device-selection layer, which the GPU probe of every model load goes
+    // through, connects to a Wayland display to order the devices and, with no session
+    // (XDG_RUNTIME_DIR unset: a server, a container, CI), prints an "error:" line for nothing:
+    // minfer orders the adapters itself. Set while the process has one thread.
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() && std::env::var_os("NODEVICE_SELECT").is_none() {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
     let command = <Cli as clap::CommandFactory>::command();
     let subcommands: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
     let args = match crate::cli::llama_flags::expand(std::env::args_os(), &subcommands) {

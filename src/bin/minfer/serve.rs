@@ -25,8 +25,10 @@ pub(crate) struct ServeArgs {
     /// Concurrent generations, each with its own KV cache of --n-ctx tokens.
     #[arg(long = "n-slots", alias = "parallel", default_value_t = 4)]
     pub(crate) n_slots: usize,
-    /// Context size of each slot in tokens (clamped to the model's maximum; llama.cpp's -c).
-    #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 4096)]
+    /// Context size of each slot in tokens (clamped to the model's maximum). 0, the default:
+    /// the model's training context shared by the slots (fit to memory as the CLI's -c 0 is), the
+    /// KV memory llama-server's default takes.
+    #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 0)]
     pub(crate) n_ctx: usize,
     /// Require this key as 'Authorization: Bearer KEY' (also MINFER_API_KEY).
     #[arg(

@@ -44,7 +44,7 @@ pub const TABLE: &[Flag] = &[
     Flag { names: &["-no-kvu", "--no-kv-unified"], value: false, action: Action::Refuse("minfer's KV cache has no such setting") },
     Flag { names: &["--cache-idle-slots"], value: false, action: Action::Refuse("minfer's KV cache has no such setting") },
     Flag { names: &["--no-cache-idle-slots"], value: false, action: Action::Refuse("minfer's KV cache has no such setting") },
-    Flag { names: &["--context-shift"], value: false, action: Action::Ignore("minfer shifts the context when it fills unless --no-context-shift is given") },
+    Flag { names: &["--context-shift"], value: false, action: Action::To("--context-shift") },
     Flag { names: &["--no-context-shift"], value: false, action: Action::To("--no-context-shift") },
     Flag { names: &["--chunks"], value: true, action: Action::Refuse("give imatrix's flags after `minfer imatrix`") },
     Flag { names: &["-fa", "--flash-attn"], value: true, action: Action::To("--flash-attn") },
