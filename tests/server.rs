@@ -1499,3 +1499,59 @@ fn by_default_the_slots_share_the_training_context() {
     assert_eq!(n_ctx(&["--n-slots", "1"]), 2048);
     assert_eq!(n_ctx(&["--n-slots", "2", "-c", "300"]), 300);
 }
+
+/// llama-server's sampling flags are the defaults of every request that leaves the field out;
+/// a request's own value still wins.
+#[test]
+fn the_servers_sampling_flags_are_every_requests_defaults() {
+    use serde_json::{json, Value};
+    let model = tiny();
+    let server = Server::start(
+        &model,
+        &[
+            "--n-slots",
+            "1",
+            "--temp",
+            "0",
+            "-n",
+            "3",
+            "--seed",
+            "5",
+            "--top-k",
+            "7",
+        ],
+        &[],
+    );
+    let (_, props) = server.request("GET", "/props", "", b"");
+    let params = serde_json::from_str::<Value>(&props).unwrap()["default_generation_settings"]["params"].clone();
+    assert_eq!(
+        (
+            &params["temperature"],
+            &params["n_predict"],
+            &params["seed"],
+            &params["top_k"]
+        ),
+        (&json!(0.0), &json!(3), &json!(5), &json!(7)),
+        "{props}"
+    );
+    let (status, body) = server.post("/completion", &json!({"prompt": "hi"}).to_string());
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["tokens_predicted"], 3, "{body}");
+    assert_eq!(body["generation_settings"]["seed"], 5, "{body}");
+    let (_, body) = server.post(
+        "/completion",
+        &json!({"prompt": "hi", "n_predict": 2, "seed": 9}).to_string(),
+    );
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&body["tokens_predicted"], &body["generation_settings"]["seed"]),
+        (&json!(2), &json!(9))
+    );
+    let (_, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "ignore_eos": true}).to_string(),
+    );
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["usage"]["completion_tokens"], 3, "{body}");
+}

@@ -27,6 +27,7 @@ mod tool_calls;
 mod write_timeout;
 
 pub use error::{ApiError, ServerError};
+pub use request::RequestDefaults;
 pub use routes::SESSION_HEADER;
 
 use crate::engine::{Model, ModelOptions, Session};
@@ -55,8 +56,8 @@ pub enum BodyKind {
 /// these steps; this entry point is for tests and fuzzing.
 pub fn read_request_body(kind: BodyKind, body: &[u8]) -> Result<(), ApiError> {
     match kind {
-        BodyKind::Chat => request::from_body(body, request::chat).map(drop),
-        BodyKind::Completion => request::from_body(body, request::completion).map(drop),
+        BodyKind::Chat => request::from_body(body, |b| request::chat(b, &Default::default())).map(drop),
+        BodyKind::Completion => request::from_body(body, |b| request::completion(b, &Default::default())).map(drop),
     }
 }
 
@@ -92,6 +93,9 @@ pub struct ServerConfig {
     /// answered 503 with `Retry-After` (`--queue-max`). `None`: any number (bounded only by
     /// `max_connections`, as each waiting request holds its connection).
     pub queue_max: Option<usize>,
+    /// What a request gets for the fields it leaves out: the sampling flags of `minfer serve`
+    /// (llama-server's `--temp`, `-s`, `-n`, …).
+    pub defaults: RequestDefaults,
     /// How long a connection may take to send a request's headers, counted from the moment the
     /// server waits for them (so it also bounds an idle keep-alive connection).
     pub header_timeout: Duration,
@@ -313,6 +317,7 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
         webui: config.webui,
         lifecycle,
         queue_max: config.queue_max,
+        defaults: Arc::new(config.defaults.clone()),
     });
     Ok(Loaded {
         app,

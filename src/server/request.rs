@@ -32,7 +32,7 @@ pub const MAX_TOOLS: usize = 128;
 
 /// Parses `bytes` under the JSON value budget and reads the value with `read` (`chat`,
 /// `completion`): all a handler does before it renders or tokenizes.
-pub fn from_body<T>(bytes: &[u8], read: fn(&Json) -> Result<T, ApiError>) -> Result<T, ApiError> {
+pub fn from_body<T>(bytes: &[u8], read: impl FnOnce(&Json) -> Result<T, ApiError>) -> Result<T, ApiError> {
     let value =
         super::body::parse(bytes, super::body::MAX_JSON_VALUES).map_err(|e| ApiError::bad_request(e.to_string()))?;
     read(&value)
@@ -352,7 +352,7 @@ impl<'a> Fields<'a> {
 
 /// The fields every endpoint reads. `logprobs` differs between them and is read by the caller;
 /// llama-server's `n_probs` stands for it where the caller found none.
-fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
+fn common(f: &Fields, logprobs: Option<usize>, d: &RequestDefaults) -> Result<Common, ApiError> {
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.get("stream_options") {
         None => false,
@@ -366,11 +366,12 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
             None => match f.integer("n_predict", -2, u32::MAX as i64)? {
                 Some(0) => return Err(f.out_of_range("n_predict", 0, "expected -1, -2, or a count from 1")),
                 Some(n) if n < 0 => None,
+                None => d.n_predict.map(|n| n as i64),
                 other => other,
             },
         },
     };
-    let defaults = server_sampling_defaults();
+    let defaults = &d.sampling;
     // OpenAI allows top_p = 0, meaning the most likely token only; the smallest positive value
     // keeps exactly that token in the top-p sampler.
     let top_p = f
@@ -429,7 +430,7 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
             Some(n) => n as usize,
         },
         dry_sequence_breakers: match f.get("dry_sequence_breakers") {
-            None => defaults.dry_sequence_breakers,
+            None => defaults.dry_sequence_breakers.clone(),
             Some(v) => dry_sequence_breakers(v)?,
         },
         mirostat: f
@@ -439,13 +440,13 @@ fn common(f: &Fields, logprobs: Option<usize>) -> Result<Common, ApiError> {
         mirostat_tau: f.number("mirostat_tau", 0.0, 100.0)?.unwrap_or(defaults.mirostat_tau),
         mirostat_eta: f.number("mirostat_eta", 0.0, 100.0)?.unwrap_or(defaults.mirostat_eta),
         samplers: match f.get("samplers") {
-            None => defaults.samplers,
+            None => defaults.samplers.clone(),
             Some(v) => samplers(v)?,
         },
         logit_bias,
     };
     let seed = match f.get("seed") {
-        None => None,
+        None => d.seed,
         Some(Json::Number(n)) => match (n.as_u64(), n.as_i64()) {
             // llama-server's seed is 32 bits, and -1 (its LLAMA_DEFAULT_SEED) asks for a random one.
             (Some(u), _) if u == u32::MAX as u64 => None,
@@ -956,6 +957,32 @@ fn logit_bias(value: &Json) -> Result<(Vec<(u32, f32)>, Vec<(String, f32)>), Api
     Ok((ids, texts))
 }
 
+/// What a request gets for the fields it leaves out: the server's sampling flags (llama-server's
+/// `--temp`, `--top-k`, `-s`, `-n`, … are defaults for every request, not overrides).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestDefaults {
+    /// The OpenAI endpoints' sampling ([`server_sampling_defaults`] unless flags say otherwise).
+    pub sampling: SamplingParams,
+    /// Min-p of `/completion` and `/infill`, which keep llama.cpp's 0.05 where the OpenAI
+    /// endpoints default to none; a server's `--min-p` sets both.
+    pub native_min_p: f32,
+    /// The seed of a request that sends none (`None`: each draws its own).
+    pub seed: Option<u64>,
+    /// The token limit of a request that sends none (`None`: the end of the context).
+    pub n_predict: Option<usize>,
+}
+
+impl Default for RequestDefaults {
+    fn default() -> Self {
+        RequestDefaults {
+            sampling: server_sampling_defaults(),
+            native_min_p: SamplingParams::default().min_p,
+            seed: None,
+            n_predict: None,
+        }
+    }
+}
+
 /// The sampling the server uses for fields a request leaves out: the engine's (llama.cpp's)
 /// defaults, except that the repeat penalty is off, as in OpenAI's API and llama.cpp's server,
 /// so `temperature: 0` alone is greedy decoding.
@@ -971,7 +998,7 @@ pub fn server_sampling_defaults() -> SamplingParams {
 
 const ROLES: [&str; 5] = ["system", "user", "assistant", "tool", "developer"];
 
-pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
+pub fn chat(body: &Json, d: &RequestDefaults) -> Result<ChatRequest, ApiError> {
     let f = Fields::of(body, "")?;
     let logprobs = f.bool("logprobs")?.unwrap_or(false);
     let top = f.integer("top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
@@ -981,7 +1008,7 @@ pub fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
             "top_logprobs requires logprobs to be true",
         ));
     }
-    let common = common(&f, logprobs.then_some(top.unwrap_or(0) as usize))?;
+    let common = common(&f, logprobs.then_some(top.unwrap_or(0) as usize), d)?;
     let messages = match f.get("messages") {
         None => return Err(ApiError::field("messages", "messages is required")),
         Some(Json::Array(items)) if items.is_empty() => {
@@ -1286,10 +1313,10 @@ fn tool(index: usize, value: &Json) -> Result<Json, ApiError> {
     Ok(value.clone())
 }
 
-pub fn completion(body: &Json) -> Result<CompletionRequest, ApiError> {
+pub fn completion(body: &Json, d: &RequestDefaults) -> Result<CompletionRequest, ApiError> {
     let f = Fields::of(body, "")?;
     let logprobs = f.integer("logprobs", 0, MAX_TOP_LOGPROBS as i64)?.map(|n| n as usize);
-    let common = common(&f, logprobs)?;
+    let common = common(&f, logprobs, d)?;
     if f.bool("echo")?.unwrap_or(false) {
         return Err(ApiError::field("echo", "echo is not supported"));
     }
@@ -1322,7 +1349,7 @@ pub struct NativeRequest {
 
 /// The fields `/completion` and `/infill` share: the common ones, `logprobs` an alias of
 /// `n_probs` (as llama-server reads it) and min-p at llama.cpp's default.
-fn native_common(f: &Fields) -> Result<Common, ApiError> {
+fn native_common(f: &Fields, d: &RequestDefaults) -> Result<Common, ApiError> {
     let logprobs = match f.get("n_probs") {
         Some(_) => None,
         None => f
@@ -1330,16 +1357,16 @@ fn native_common(f: &Fields) -> Result<Common, ApiError> {
             .filter(|&n| n > 0)
             .map(|n| n as usize),
     };
-    let mut common = common(f, logprobs)?;
+    let mut common = common(f, logprobs, d)?;
     if f.get("min_p").is_none() {
-        common.sampling.min_p = crate::sampling::SamplingParams::default().min_p;
+        common.sampling.min_p = d.native_min_p;
     }
     Ok(common)
 }
 
-pub fn native_completion(body: &Json) -> Result<NativeRequest, ApiError> {
+pub fn native_completion(body: &Json, d: &RequestDefaults) -> Result<NativeRequest, ApiError> {
     let f = Fields::of(body, "")?;
-    let common = native_common(&f)?;
+    let common = native_common(&f, d)?;
     let prompts = prompts(&f)?;
     if prompts.len() * common.n > MAX_CHOICES {
         return Err(ApiError::field(
@@ -1370,9 +1397,9 @@ pub struct InfillRequest {
 /// Most `input_extra` chunks an infill takes.
 const MAX_EXTRA_CHUNKS: usize = 256;
 
-pub fn infill(body: &Json) -> Result<InfillRequest, ApiError> {
+pub fn infill(body: &Json, d: &RequestDefaults) -> Result<InfillRequest, ApiError> {
     let f = Fields::of(body, "")?;
-    let common = native_common(&f)?;
+    let common = native_common(&f, d)?;
     let text = |name: &str| -> Result<String, ApiError> { Ok(f.str(name)?.unwrap_or_default().to_string()) };
     let extra = match f.get("input_extra") {
         None => Vec::new(),
@@ -1460,6 +1487,20 @@ fn token_ids(name: &str, items: &[Json]) -> Result<Vec<u32>, ApiError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // The readers with a server's default flags.
+    fn chat(body: &Json) -> Result<ChatRequest, ApiError> {
+        super::chat(body, &RequestDefaults::default())
+    }
+    fn completion(body: &Json) -> Result<CompletionRequest, ApiError> {
+        super::completion(body, &RequestDefaults::default())
+    }
+    fn native_completion(body: &Json) -> Result<NativeRequest, ApiError> {
+        super::native_completion(body, &RequestDefaults::default())
+    }
+    fn infill(body: &Json) -> Result<InfillRequest, ApiError> {
+        super::infill(body, &RequestDefaults::default())
+    }
 
     #[test]
     fn a_minimal_chat_request_reads_with_the_server_defaults() {

@@ -66,6 +66,8 @@ pub struct AppState {
     pub lifecycle: Arc<Lifecycle>,
     /// Requests that may wait for a slot (`--queue-max`), reported by `/ready`.
     pub queue_max: Option<usize>,
+    /// What a request gets for the fields it leaves out (the server's sampling flags).
+    pub defaults: Arc<request::RequestDefaults>,
 }
 
 /// The header a load balancer hashes on to send every turn of a conversation to the replica
@@ -422,11 +424,11 @@ async fn detokenize(State(app): State<App>, req: Request) -> Response {
 /// `model_path` is the file's name only (where it lies on the server's disk is no client's
 /// business); what minfer has not (images, audio, sleeping, the MCP proxy) says so.
 async fn props(State(app): State<App>) -> Json<Value> {
-    let d = request::server_sampling_defaults();
+    let d = &app.defaults.sampling;
     let params = settings_json(&SettingsOf {
-        sampling: &d,
-        seed: d.seed,
-        n_predict: None,
+        sampling: d,
+        seed: app.defaults.seed.unwrap_or(d.seed),
+        n_predict: app.defaults.n_predict,
         stop: &[],
         ignore_eos: false,
         stream: false,
@@ -731,7 +733,7 @@ fn harmony_messages(messages: &[Value]) -> Vec<Value> {
 /// as the prompt text a chat completion would read (`{"prompt"}`), without generating.
 async fn apply_template(State(app): State<App>, req: Request) -> Response {
     let result = async {
-        let req = read_request(&app, req, request::chat).await?;
+        let req = read_request(&app, req, with_defaults(&app, request::chat)).await?;
         let state = Arc::clone(&app);
         blocking(move || {
             let rendered = render_chat(&state, &req.messages, req.tools.as_deref(), &req.template_kwargs)?;
@@ -747,7 +749,7 @@ async fn apply_template(State(app): State<App>, req: Request) -> Response {
 /// prompt is (`{"input_tokens"}`), nothing generated.
 async fn input_tokens(State(app): State<App>, req: Request) -> Response {
     let result = async {
-        let req = read_request(&app, req, request::chat).await?;
+        let req = read_request(&app, req, with_defaults(&app, request::chat)).await?;
         let state = Arc::clone(&app);
         blocking(move || {
             let rendered = render_chat(&state, &req.messages, req.tools.as_deref(), &req.template_kwargs)?;
@@ -779,7 +781,7 @@ fn check_ids(app: &AppState, field: &str, which: &str, ids: &[u32]) -> Result<()
 async fn native_completion(State(app): State<App>, req: Request) -> Response {
     let result = async {
         let peer = peer_of(&req);
-        let req = read_request(&app, req, request::native_completion).await?;
+        let req = read_request(&app, req, with_defaults(&app, request::native_completion)).await?;
         let peer = watched(peer);
         let fault = faulty(&app, &req.prompts);
         let prompts = encode_prompts(&app, req.prompts).await?;
@@ -797,7 +799,7 @@ async fn native_completion(State(app): State<App>, req: Request) -> Response {
 async fn infill(State(app): State<App>, req: Request) -> Response {
     let result = async {
         let peer = peer_of(&req);
-        let req = read_request(&app, req, request::infill).await?;
+        let req = read_request(&app, req, with_defaults(&app, request::infill)).await?;
         let peer = watched(peer);
         let tokenizer = app.model.tokenizer();
         let id = |text: &str| tokenizer.token_id(text);
@@ -905,6 +907,15 @@ async fn metrics(State(app): State<App>) -> Response {
     response
 }
 
+/// `read` with the server's request defaults, for [`read_request`].
+fn with_defaults<T: 'static>(
+    app: &AppState,
+    read: fn(&Value, &request::RequestDefaults) -> Result<T, ApiError>,
+) -> impl FnOnce(&Value) -> Result<T, ApiError> + Send + 'static {
+    let defaults = Arc::clone(&app.defaults);
+    move |body| read(body, &defaults)
+}
+
 /// Reads the body within the body timeout (a client trickling it in would otherwise hold its
 /// connection and task for as long as it likes), then parses it as JSON and reads it with
 /// `read` (`request::chat`, `request::completion`) on the blocking pool: a body of megabytes
@@ -912,7 +923,7 @@ async fn metrics(State(app): State<App>) -> Response {
 async fn read_request<T: Send + 'static>(
     app: &AppState,
     req: Request,
-    read: fn(&Value) -> Result<T, ApiError>,
+    read: impl FnOnce(&Value) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let body = tokio::time::timeout(app.body_timeout, Bytes::from_request(req, &()))
         .await
@@ -972,7 +983,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
 async fn chat(State(app): State<App>, req: Request) -> Response {
     let result = async {
         let peer = peer_of(&req);
-        let req = read_request(&app, req, request::chat).await?;
+        let req = read_request(&app, req, with_defaults(&app, request::chat)).await?;
         let peer = watched(peer);
         let tools: Vec<String> = req
             .tools
@@ -1029,7 +1040,7 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
 async fn completions(State(app): State<App>, req: Request) -> Response {
     let result = async {
         let peer = peer_of(&req);
-        let req = read_request(&app, req, request::completion).await?;
+        let req = read_request(&app, req, with_defaults(&app, request::completion)).await?;
         let peer = watched(peer);
         let fault = faulty(&app, &req.prompts);
         let prompts = encode_prompts(&app, req.prompts).await?;

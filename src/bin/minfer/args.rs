@@ -428,9 +428,10 @@ pub(crate) struct SamplingArgs {
     /// Keep the smallest set of tokens whose probability reaches P.
     #[arg(long, default_value_t = 0.95)]
     pub(crate) top_p: f32,
-    /// Keep the tokens whose probability is at least P times the best one's (0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    pub(crate) min_p: f32,
+    /// Keep the tokens whose probability is at least P times the best one's (0 = off; default
+    /// 0.05, as in llama.cpp).
+    #[arg(long, value_name = "P")]
+    pub(crate) min_p: Option<f32>,
     /// Penalise repeating the last --repeat-last-n tokens.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) repeat_penalty: f32,
@@ -566,7 +567,7 @@ impl SamplingArgs {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
-            min_p: self.min_p,
+            min_p: self.min_p.unwrap_or(defaults.min_p),
             repeat_penalty: self.repeat_penalty,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,

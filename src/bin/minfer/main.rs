@@ -267,7 +267,7 @@ enum Command {
     ///   minfer serve MODEL
     ///   minfer serve MODEL --host 0.0.0.0 --port 8080 --n-slots 4 --api-key secret
     #[command(verbatim_doc_comment)]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -458,7 +458,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 session: options.session,
             })?
         }
-        Command::Serve(args) => serve::run(args)?,
+        Command::Serve(args) => serve::run(*args)?,
     }
     Ok(())
 }

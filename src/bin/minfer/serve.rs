@@ -107,6 +107,46 @@ pub(crate) struct ServeArgs {
     pub(crate) allowed_hosts: Vec<String>,
     #[command(flatten)]
     pub(crate) draft: crate::cli::draft::DraftArgs,
+    /// Tokens a request that sets no limit (`max_tokens`, `n_predict`) generates at most
+    /// (llama-server's -n); -1, the default: until the end of its context.
+    #[arg(short = 'n', long = "n-predict", allow_negative_numbers = true, value_name = "N")]
+    pub(crate) n_predict: Option<i64>,
+    /// The sampling a request gets for the fields it leaves out, as llama-server's flags set it.
+    #[command(flatten)]
+    pub(crate) sampling: SamplingArgs,
+}
+
+/// What a request gets for the fields it leaves out: the server's defaults (no repeat penalty;
+/// no min-p on the OpenAI endpoints, llama.cpp's 0.05 on `/completion`), changed by the
+/// sampling flags given; `--seed -1` (the default) lets each request draw its own seed.
+pub(crate) fn request_defaults(
+    sampling: &SamplingArgs,
+    n_predict: Option<i64>,
+) -> anyhow::Result<minfer::server::RequestDefaults> {
+    let mut defaults = minfer::server::RequestDefaults::default();
+    let given = sampling.params()?;
+    if let Some(min_p) = sampling.min_p {
+        defaults.native_min_p = min_p;
+    }
+    defaults.sampling = minfer::sampling::SamplingParams {
+        min_p: sampling.min_p.unwrap_or(defaults.sampling.min_p),
+        seed: defaults.sampling.seed,
+        ..given
+    };
+    if sampling.greedy {
+        defaults.native_min_p = defaults.sampling.min_p;
+    }
+    defaults.seed = (sampling.seed != -1).then_some(given.seed);
+    defaults.n_predict = match n_predict {
+        None | Some(-1 | -2) => None,
+        Some(n) => Some(
+            usize::try_from(n)
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| anyhow::anyhow!("-n {n} is out of range: it must be -1 (no limit) or 1 or more"))?,
+        ),
+    };
+    Ok(defaults)
 }
 
 /// Check `minfer serve`'s flags, load the draft model if one is asked for, and serve until a
@@ -134,6 +174,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         args.api_key = Some(keys[0].to_string());
     }
     let draft_choice = args.draft.choice()?;
+    let defaults = request_defaults(&args.sampling, args.n_predict)?;
     anyhow::ensure!(
         !args.embeddings,
         "--embeddings cannot be honoured: minfer computes no pooled hidden states (/v1/embeddings answers 501)"
@@ -208,6 +249,50 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         slots_endpoint: args.slots,
         webui: !args.no_webui,
         draft,
+        defaults,
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        #[arg(short = 'n', allow_negative_numbers = true)]
+        n_predict: Option<i64>,
+    }
+
+    fn defaults(args: &[&str]) -> anyhow::Result<minfer::server::RequestDefaults> {
+        let flags = Flags::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?;
+        request_defaults(&flags.sampling, flags.n_predict)
+    }
+
+    #[test]
+    fn a_server_without_sampling_flags_gives_requests_its_usual_defaults() {
+        assert_eq!(defaults(&[]).unwrap(), minfer::server::RequestDefaults::default());
+    }
+
+    #[test]
+    fn sampling_flags_become_the_defaults_of_every_request() {
+        let d = defaults(&[
+            "--temp", "0.2", "--top-k", "5", "--seed", "7", "-n", "12", "--min-p", "0.1",
+        ])
+        .unwrap();
+        assert_eq!((d.sampling.temperature, d.sampling.top_k), (0.2, 5));
+        assert_eq!((d.seed, d.n_predict), (Some(7), Some(12)));
+        assert_eq!((d.sampling.min_p, d.native_min_p), (0.1, 0.1));
+        let unchanged = minfer::server::RequestDefaults::default();
+        assert_eq!(d.sampling.repeat_penalty, unchanged.sampling.repeat_penalty);
+        assert_eq!(defaults(&["-n", "-1"]).unwrap().n_predict, None);
+        assert!(defaults(&["-n", "0"])
+            .unwrap_err()
+            .to_string()
+            .contains("-n 0 is out of range"));
+        assert!(defaults(&["--temp", "nan"]).is_err());
+    }
 }
