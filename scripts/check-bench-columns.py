@@ -11,7 +11,8 @@ It checks what a llama-bench script relies on: minfer's first columns are llama-
 order, under its names; concatenating the two frames adds no column (minfer's extras come after
 llama-bench's, unknown to it and empty in its rows); and every llama-bench column keeps its pandas
 type (an integer column stays integer, a rate stays float), so a groupby or a mean over both
-engines' rows works. Needs pandas (pip install pandas into the virtualenv). Exits 1 on a mismatch.
+engines' rows works. Needs pandas (scripts/python-env.sh installs it; tests/bench_cli.rs runs this
+script). Exits 1 on a mismatch.
 """
 
 import argparse

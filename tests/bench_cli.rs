@@ -638,3 +638,23 @@ fn llama_benchs_short_flags_mmp_and_oe_are_read_as_llama_bench_reads_them() {
     let rows: serde_json::Value = serde_json::from_str(err[start..].trim()).unwrap();
     assert_eq!(rows[0]["load_mode"], "none");
 }
+
+/// The proof a llama-bench user asks for: scripts/check-bench-columns.py loads llama-bench's CSV
+/// (tests/fixtures/bench) and this binary's into one pandas frame — no column renamed or added
+/// among llama-bench's 42, each keeping its type — with the virtualenv's pandas.
+#[test]
+fn a_llama_bench_csv_and_minfers_load_into_one_pandas_frame() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check-bench-columns.py");
+    let out = Command::new(common::python())
+        .arg(script)
+        .args(["--binary", env!("CARGO_BIN_EXE_minfer")])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("ok: the same 42 columns"), "{text}");
+}
