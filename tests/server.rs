@@ -1519,6 +1519,7 @@ fn the_servers_sampling_flags_are_every_requests_defaults() {
             "5",
             "--top-k",
             "7",
+            "--ignore-eos",
         ],
         &[],
     );
@@ -1550,7 +1551,7 @@ fn the_servers_sampling_flags_are_every_requests_defaults() {
     );
     let (_, body) = server.post(
         "/v1/chat/completions",
-        &json!({"messages": [{"role": "user", "content": "hi"}], "ignore_eos": true}).to_string(),
+        &json!({"messages": [{"role": "user", "content": "hi"}]}).to_string(),
     );
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["usage"]["completion_tokens"], 3, "{body}");

@@ -459,7 +459,7 @@ fn common(f: &Fields, logprobs: Option<usize>, d: &RequestDefaults) -> Result<Co
         Some(other) => return Err(f.wrong("seed", "an integer", other)),
     };
     let stop = match f.get("stop") {
-        None => Vec::new(),
+        None => d.stop.clone(),
         Some(Json::String(s)) => vec![s.clone()],
         Some(Json::Array(items)) => {
             if items.len() > MAX_STOPS {
@@ -513,7 +513,7 @@ fn common(f: &Fields, logprobs: Option<usize>, d: &RequestDefaults) -> Result<Co
         stop,
         n,
         logprobs,
-        ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
+        ignore_eos: f.bool("ignore_eos")?.unwrap_or(d.ignore_eos),
         grammar: grammar(f)?,
         user: f.get("user").and_then(Json::as_str).map(str::to_string),
         logit_bias_text,
@@ -970,6 +970,10 @@ pub struct RequestDefaults {
     pub seed: Option<u64>,
     /// The token limit of a request that sends none (`None`: the end of the context).
     pub n_predict: Option<usize>,
+    /// The stop strings of a request that sends none (llama-server's `-r`).
+    pub stop: Vec<String>,
+    /// `ignore_eos` of a request that does not say (llama-server's `--ignore-eos`).
+    pub ignore_eos: bool,
 }
 
 impl Default for RequestDefaults {
@@ -979,6 +983,8 @@ impl Default for RequestDefaults {
             native_min_p: SamplingParams::default().min_p,
             seed: None,
             n_predict: None,
+            stop: Vec::new(),
+            ignore_eos: false,
         }
     }
 }

@@ -266,7 +266,7 @@ enum Command {
     /// Examples:
     ///   minfer serve MODEL
     ///   minfer serve MODEL --host 0.0.0.0 --port 8080 --n-slots 4 --api-key secret
-    #[command(verbatim_doc_comment)]
+    #[command(verbatim_doc_comment, version)]
     Serve(Box<serve::ServeArgs>),
 }
 

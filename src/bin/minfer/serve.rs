@@ -111,6 +111,13 @@ pub(crate) struct ServeArgs {
     /// (llama-server's -n); -1, the default: until the end of its context.
     #[arg(short = 'n', long = "n-predict", allow_negative_numbers = true, value_name = "N")]
     pub(crate) n_predict: Option<i64>,
+    /// A stop string of every request that sends none (llama-server's -r; repeatable).
+    #[arg(long = "stop", value_name = "STRING")]
+    pub(crate) stop: Vec<String>,
+    /// Requests that do not say otherwise generate past end-of-generation tokens
+    /// (llama-server's --ignore-eos).
+    #[arg(long)]
+    pub(crate) ignore_eos: bool,
     /// The sampling a request gets for the fields it leaves out, as llama-server's flags set it.
     #[command(flatten)]
     pub(crate) sampling: SamplingArgs,
@@ -174,7 +181,11 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         args.api_key = Some(keys[0].to_string());
     }
     let draft_choice = args.draft.choice()?;
-    let defaults = request_defaults(&args.sampling, args.n_predict)?;
+    let defaults = minfer::server::RequestDefaults {
+        stop: args.stop.clone(),
+        ignore_eos: args.ignore_eos,
+        ..request_defaults(&args.sampling, args.n_predict)?
+    };
     anyhow::ensure!(
         !args.embeddings,
         "--embeddings cannot be honoured: minfer computes no pooled hidden states (/v1/embeddings answers 501)"

@@ -183,6 +183,55 @@ pub const BENCH: &[Flag] = &[
     },
 ];
 
+/// llama.cpp flags whose meaning for `minfer serve` is not [`TABLE`]'s (which is llama-cli's):
+/// looked up first for `serve`.
+pub const SERVE: &[Flag] = &[
+    Flag {
+        names: &["--context-shift"],
+        value: false,
+        action: Action::Refuse(
+            "minfer serve never shifts a slot's context: a generation ends where it is full, as llama-server's does by default",
+        ),
+    },
+    Flag {
+        names: &["--no-context-shift"],
+        value: false,
+        action: Action::Ignore("the server never shifts a slot's context"),
+    },
+    Flag {
+        names: &["--keep"],
+        value: true,
+        action: Action::Ignore("the server never shifts a slot's context, so nothing is kept"),
+    },
+    Flag {
+        names: &["-p", "--prompt", "-f", "--file"],
+        value: true,
+        action: Action::Ignore("the server takes its prompts in requests"),
+    },
+    Flag {
+        names: &["-e", "--escape", "--no-escape"],
+        value: false,
+        action: Action::Ignore("the server reads a request's text as sent"),
+    },
+    Flag {
+        names: &["-sp", "--special"],
+        value: false,
+        action: Action::Refuse("the server's replies never carry control-token text"),
+    },
+    Flag {
+        names: &["--grammar", "--grammar-file", "-j", "--json-schema", "-jf", "--json-schema-file"],
+        value: true,
+        action: Action::Refuse(
+            "minfer serve takes a grammar or JSON schema per request (grammar, json_schema, response_format)",
+        ),
+    },
+    Flag {
+        names: &["--log-disable"],
+        value: false,
+        action: Action::Ignore("the server's log lines go to standard error; redirect it"),
+    },
+];
+
 /// The flag spelled `name` in `table`.
 pub fn find(table: &'static [Flag], name: &str) -> Option<&'static Flag> {
     table.iter().find(|f| f.names.contains(&name))
@@ -205,6 +254,7 @@ pub fn expand(
         Some(_) => return Ok(args),
     };
     let mut out = Vec::with_capacity(args.len());
+    let serve = command == Some("serve");
     let mut rest = args.into_iter().peekable();
     while let Some(arg) = rest.next() {
         if arg == "--" {
@@ -220,7 +270,8 @@ pub fn expand(
             Some((name, value)) if name.starts_with("--") => (name, Some(value.to_string())),
             _ => (text, None),
         };
-        let Some(flag) = find(table, name) else {
+        let serve_flag = serve.then(|| find(SERVE, name)).flatten();
+        let Some(flag) = serve_flag.or_else(|| find(table, name)) else {
             out.push(arg);
             continue;
         };
@@ -376,6 +427,19 @@ mod tests {
                     // The table agrees with llama.cpp on whether a value follows.
                     let takes = key == "names" && option["kind"] == "value";
                     assert_eq!(flag.value, takes, "{name}: whether it takes a value");
+                    // A flag llama-server takes is one `minfer serve` takes, ignores or refuses
+                    // by name, never a clap error.
+                    let examples = option["examples"].as_array().unwrap();
+                    if examples.is_empty() || examples.iter().any(|e| e == "server") {
+                        let served = find(SERVE, name).unwrap_or(flag);
+                        assert_eq!(served.value, takes, "{name}: whether it takes a value in serve");
+                        if let Action::To(long) = served.action {
+                            assert!(
+                                serve_flags.iter().any(|(n, _)| n == long),
+                                "llama-server's {name} is rewritten to {long}, which minfer serve lacks"
+                            );
+                        }
+                    }
                     match flag.action {
                         Action::To(long) => {
                             counts[0] += 1;
@@ -414,6 +478,46 @@ mod tests {
         let subcommands: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
         let args = expand(args.iter().map(|a| a.into()), &subcommands)?;
         <crate::Cli as clap::Parser>::try_parse_from(args).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn llama_server_flags_mean_what_they_mean_to_the_server() {
+        let cli = parse(&[
+            "minfer",
+            "serve",
+            "-m",
+            "m.gguf",
+            "-r",
+            "User:",
+            "--ignore-eos",
+            "-n",
+            "9",
+        ])
+        .unwrap();
+        let Some(crate::Command::Serve(serve)) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(
+            (serve.stop.as_slice(), serve.ignore_eos, serve.n_predict),
+            (&["User:".to_string()][..], true, Some(9))
+        );
+        let refused = parse(&["minfer", "serve", "m.gguf", "--context-shift"]).err().unwrap();
+        assert!(
+            refused.contains("llama.cpp's --context-shift is not supported: minfer serve never shifts"),
+            "{refused}"
+        );
+        let refused = parse(&["minfer", "serve", "m.gguf", "-jf", "s.json"]).err().unwrap();
+        assert!(
+            refused.contains("-jf is not supported: minfer serve takes a grammar or JSON schema per request"),
+            "{refused}"
+        );
+        // The same flags keep llama-cli's meaning on a run.
+        assert!(
+            parse(&["minfer", "m.gguf", "--context-shift", "-jf", "s.json"])
+                .unwrap()
+                .run
+                .context_shift
+        );
     }
 
     #[test]
