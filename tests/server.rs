@@ -1556,3 +1556,41 @@ fn the_servers_sampling_flags_are_every_requests_defaults() {
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["usage"]["completion_tokens"], 3, "{body}");
 }
+
+/// A final assistant message is continued, as llama-server continues it: the prompt is the
+/// conversation before it with the assistant's turn opened, then its text, unclosed; the reply
+/// is what follows.
+#[test]
+fn a_final_assistant_message_is_continued_by_the_reply() {
+    use serde_json::{json, Value};
+    let model = tiny();
+    let server = Server::start(&model, &["--n-slots", "1"], &[]);
+    let prompt_of = |body: Value| -> String {
+        let (status, text) = server.post("/apply-template", &body.to_string());
+        assert_eq!(status, 200, "{text}");
+        serde_json::from_str::<Value>(&text).unwrap()["prompt"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let user = json!({"role": "user", "content": "What is the best book"});
+    let opened = prompt_of(json!({"messages": [user]}));
+    let prefilled = prompt_of(json!({"messages": [user, {"role": "assistant", "content": "Whill"}]}));
+    assert_eq!(prefilled, format!("{opened}Whill"));
+    let explicit = prompt_of(json!({"messages": [user, {"role": "assistant", "content": "Whill"}],
+                                    "continue_final_message": true, "add_generation_prompt": false}));
+    assert_eq!(explicit, prefilled);
+    let (status, text) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [user, {"role": "assistant", "content": "Whill"}], "max_tokens": 3, "temperature": 0})
+            .to_string(),
+    );
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [user, {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]})
+            .to_string(),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("two assistant messages"), "{text}");
+}

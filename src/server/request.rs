@@ -126,6 +126,13 @@ pub struct ChatRequest {
     /// Variables for the chat template beside the conversation: llama-server's
     /// `chat_template_kwargs`, each key a variable, and `reasoning_effort` ([`template_kwargs`]).
     pub template_kwargs: Map<String, Json>,
+    /// Whether the rendering ends by opening the assistant's turn (`add_generation_prompt`,
+    /// true unless the request says false).
+    pub add_generation_prompt: bool,
+    /// A final assistant message's text, which the reply continues (llama-server's prefill,
+    /// vLLM's `continue_final_message`): the turn is opened and this text follows, unclosed;
+    /// the message itself is then not among `messages`.
+    pub prefill: Option<String>,
 }
 
 /// Whether the reply must call a tool. `"none"` is not here: it removes the tools instead.
@@ -517,7 +524,7 @@ fn common(f: &Fields, logprobs: Option<usize>, d: &RequestDefaults) -> Result<Co
         grammar: grammar(f)?,
         user: f.get("user").and_then(Json::as_str).map(str::to_string),
         logit_bias_text,
-        llama: llama_server_fields(f)?,
+        llama: llama_server_fields(f, d)?,
     })
 }
 
@@ -600,7 +607,7 @@ const KNOWN_FIELDS: &[&str] = &[
 
 /// llama-server's fields beyond sampling: the options it reads on every endpoint, the fields
 /// minfer refuses unless off, and the debug line naming fields nobody reads.
-fn llama_server_fields(f: &Fields) -> Result<LlamaFields, ApiError> {
+fn llama_server_fields(f: &Fields, d: &RequestDefaults) -> Result<LlamaFields, ApiError> {
     for (name, off, off_text) in UNSUPPORTED.iter().chain(PARSER_FIELDS.iter()) {
         if let Some(v) = f.get(name) {
             if !off(v) {
@@ -665,7 +672,7 @@ fn llama_server_fields(f: &Fields) -> Result<LlamaFields, ApiError> {
         return_tokens: f.bool("return_tokens")?.unwrap_or(false),
         return_progress: f.bool("return_progress")?.unwrap_or(false),
         timings_per_token: f.bool("timings_per_token")?.unwrap_or(false),
-        verbose: f.bool("verbose")?.unwrap_or(false),
+        verbose: f.bool("verbose")?.unwrap_or(d.verbose),
         response_fields,
         sse_ping_interval: f
             .integer("sse_ping_interval", -1, i32::MAX as i64)?
@@ -974,6 +981,9 @@ pub struct RequestDefaults {
     pub stop: Vec<String>,
     /// `ignore_eos` of a request that does not say (llama-server's `--ignore-eos`).
     pub ignore_eos: bool,
+    /// `verbose` of a request that does not say: llama-server's `__verbose` beside every OpenAI
+    /// answer (its `--verbose`).
+    pub verbose: bool,
 }
 
 impl Default for RequestDefaults {
@@ -985,6 +995,7 @@ impl Default for RequestDefaults {
             n_predict: None,
             stop: Vec::new(),
             ignore_eos: false,
+            verbose: false,
         }
     }
 }
@@ -1106,28 +1117,82 @@ pub fn chat(body: &Json, d: &RequestDefaults) -> Result<ChatRequest, ApiError> {
         }
         Some(required) => required,
     };
-    // llama-server continues a final assistant message (a prefill) when asked; minfer always
-    // renders the conversation with the assistant's turn opened after it.
-    if f.bool("add_generation_prompt")? == Some(false) {
-        return Err(ApiError::field(
-            "add_generation_prompt",
-            "add_generation_prompt false is not supported: minfer always opens the assistant's turn \
-             (continuing a final assistant message is not supported)",
-        ));
-    }
-    if f.get("continue_final_message").is_some_and(|v| v != &Json::Bool(false)) {
-        return Err(ApiError::field(
-            "continue_final_message",
-            "continue_final_message is not supported: minfer does not continue a final assistant message",
-        ));
-    }
+    let (messages, add_generation_prompt, prefill) = opening(&f, messages)?;
     Ok(ChatRequest {
         common,
         messages,
         tools,
         tool_choice,
         template_kwargs: template_kwargs(&f)?,
+        add_generation_prompt,
+        prefill,
     })
+}
+
+/// How the rendering ends, as llama-server decides it: a final assistant message is continued
+/// (a prefill: the turn opened, its text after it, unclosed) unless the request says
+/// `continue_final_message: false`; `continue_final_message: true` or `"content"` asks for that
+/// explicitly (vLLM's form) and then `add_generation_prompt` must be false; two assistant
+/// messages at the end, and continuing one with tool calls, are refused. A prefill's content
+/// parts are joined as llama.cpp renders them, with a blank line.
+fn opening(f: &Fields, mut messages: Vec<Json>) -> Result<(Vec<Json>, bool, Option<String>), ApiError> {
+    let mut add = f.bool("add_generation_prompt")?.unwrap_or(true);
+    let mut continued = match f.get("continue_final_message") {
+        None | Some(Json::Bool(false)) => None,
+        Some(Json::Bool(true)) => Some(true),
+        Some(Json::String(s)) if s == "content" => Some(true),
+        Some(Json::String(s)) if s == "reasoning_content" => return Err(ApiError::field(
+            "continue_final_message",
+            "continue_final_message 'reasoning_content' is not supported: minfer does not separate a reply's reasoning",
+        )),
+        Some(other) => return Err(f.wrong("continue_final_message", "true, false or 'content'", other)),
+    };
+    let is_assistant = |m: Option<&Json>| m.is_some_and(|m| m["role"] == "assistant");
+    let ends_with_assistant = is_assistant(messages.last());
+    if continued.is_none() && f.get("continue_final_message").is_none() && ends_with_assistant {
+        if is_assistant(messages.len().checked_sub(2).and_then(|i| messages.get(i))) {
+            return Err(ApiError::field(
+                "messages",
+                "the messages end with two assistant messages: at most one, the one the reply continues",
+            ));
+        }
+        (continued, add) = (Some(true), false);
+    }
+    if continued.is_none() {
+        return Ok((messages, add, None));
+    }
+    if add {
+        return Err(ApiError::field(
+            "continue_final_message",
+            "continue_final_message and add_generation_prompt cannot both be true (send add_generation_prompt: false)",
+        ));
+    }
+    if !ends_with_assistant {
+        return Err(ApiError::field(
+            "continue_final_message",
+            "continue_final_message needs the last message to be the assistant's",
+        ));
+    }
+    let last = messages.pop().unwrap_or_default();
+    if last
+        .get("tool_calls")
+        .is_some_and(|c| c.as_array().is_some_and(|c| !c.is_empty()))
+    {
+        return Err(ApiError::field(
+            "messages",
+            "a final assistant message with tool calls cannot be continued",
+        ));
+    }
+    let text = match &last["content"] {
+        Json::String(s) => s.clone(),
+        Json::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n"),
+        _ => String::new(),
+    };
+    Ok((messages, true, Some(text)))
 }
 
 /// The values `reasoning_effort` may take: what gpt-oss's template prints as its reasoning
@@ -1802,15 +1867,69 @@ mod tests {
     }
 
     #[test]
-    fn a_chat_request_that_asks_to_continue_the_last_message_is_refused_by_name() {
-        for (field, value) in [
-            ("add_generation_prompt", json!(false)),
-            ("continue_final_message", json!(true)),
+    fn a_final_assistant_message_is_continued_as_llama_server_continues_it() {
+        let read = |messages: Json, extra: Json| {
+            let mut body = json!({"messages": messages});
+            body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            chat(&body)
+        };
+        let user = json!({"role": "user", "content": "Hi"});
+        let assistant = |content: Json| json!({"role": "assistant", "content": content});
+        // A prefill: the message leaves the list, its text continued after the opened turn.
+        let r = read(json!([user, assistant(json!("Hel"))]), json!({})).unwrap();
+        assert_eq!(
+            (r.messages.len(), r.add_generation_prompt, r.prefill.as_deref()),
+            (1, true, Some("Hel"))
+        );
+        let parts = json!([{"type": "text", "text": "Wh"}, {"type": "text", "text": "ill"}]);
+        let r = read(json!([user, assistant(parts)]), json!({})).unwrap();
+        assert_eq!(r.prefill.as_deref(), Some("Wh\n\nill"));
+        // vLLM's explicit form needs add_generation_prompt false; false keeps the message whole.
+        let explicit = json!({"continue_final_message": true, "add_generation_prompt": false});
+        assert_eq!(
+            read(json!([user, assistant(json!("x"))]), explicit)
+                .unwrap()
+                .prefill
+                .as_deref(),
+            Some("x")
+        );
+        let r = read(
+            json!([user, assistant(json!("x"))]),
+            json!({"continue_final_message": false}),
+        )
+        .unwrap();
+        assert_eq!((r.messages.len(), r.prefill), (2, None));
+        let r = read(json!([user]), json!({"add_generation_prompt": false})).unwrap();
+        assert_eq!((r.add_generation_prompt, r.prefill), (false, None));
+        for (messages, extra, param) in [
+            (
+                json!([user, assistant(json!("x"))]),
+                json!({"continue_final_message": true}),
+                "continue_final_message",
+            ),
+            (
+                json!([user]),
+                json!({"continue_final_message": true, "add_generation_prompt": false}),
+                "continue_final_message",
+            ),
+            (
+                json!([user, assistant(json!("a")), assistant(json!("b"))]),
+                json!({}),
+                "messages",
+            ),
+            (
+                json!([user, assistant(json!("x"))]),
+                json!({"continue_final_message": "reasoning_content", "add_generation_prompt": false}),
+                "continue_final_message",
+            ),
+            (
+                json!([user, assistant(json!("x"))]),
+                json!({"continue_final_message": 3}),
+                "continue_final_message",
+            ),
         ] {
-            assert_eq!(chat_with(field, value).unwrap_err().param.as_deref(), Some(field));
+            assert_eq!(read(messages, extra).unwrap_err().param.as_deref(), Some(param));
         }
-        assert!(chat_with("add_generation_prompt", json!(true)).is_ok());
-        assert!(chat_with("continue_final_message", json!(false)).is_ok());
     }
 
     #[test]

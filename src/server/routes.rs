@@ -677,23 +677,57 @@ async fn embeddings() -> ApiError {
 /// the messages kept as text, with the request's template variables (`chat_template_kwargs`,
 /// `reasoning_effort`); what `/v1/chat/completions` reads and `/apply-template` shows. A harmony
 /// template gets the messages as it reads them ([`harmony_messages`]).
-fn render_chat(
-    state: &AppState,
-    messages: &[Value],
-    tools: Option<&[Value]>,
-    kwargs: &serde_json::Map<String, Value>,
-) -> Result<crate::template::Rendered, ApiError> {
+fn render_chat(state: &AppState, req: &request::ChatRequest) -> Result<crate::template::Rendered, ApiError> {
     let template = state.model.template();
     let adjusted;
     let messages = if template.is_harmony() {
-        adjusted = harmony_messages(messages);
+        adjusted = harmony_messages(&req.messages);
         &adjusted
     } else {
-        messages
+        &req.messages
     };
-    template
-        .render_guarded(messages, tools, true, kwargs, &state.control_texts)
-        .map_err(|e| ApiError::field("messages", format!("the chat template cannot render the messages: {e}")))
+    let mut rendered = template
+        .render_guarded(
+            messages,
+            req.tools.as_deref(),
+            req.add_generation_prompt,
+            &req.template_kwargs,
+            &state.control_texts,
+        )
+        .map_err(|e| ApiError::field("messages", format!("the chat template cannot render the messages: {e}")))?;
+    if let Some(prefill) = &req.prefill {
+        // The continued message's text follows the opened turn; control-token text in it stays
+        // text, as in any message.
+        let start = rendered.text.len();
+        rendered.text.push_str(prefill);
+        rendered.literal.extend(
+            literal_spans(prefill, &state.control_texts)
+                .into_iter()
+                .map(|r| start + r.start..start + r.end),
+        );
+    }
+    Ok(rendered)
+}
+
+/// Where `guarded` texts occur in `text`, left to right, the longest at a place first.
+fn literal_spans(text: &str, guarded: &[String]) -> Vec<std::ops::Range<usize>> {
+    let mut spans = Vec::new();
+    let mut at = 0;
+    while at < text.len() {
+        let found = guarded
+            .iter()
+            .filter(|g| !g.is_empty() && text[at..].starts_with(g.as_str()))
+            .map(String::len)
+            .max();
+        match found {
+            Some(n) => {
+                spans.push(at..at + n);
+                at += n;
+            }
+            None => at += text[at..].chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    spans
 }
 
 /// The conversation as gpt-oss's template reads it, as llama.cpp's server passes it: an
@@ -736,7 +770,7 @@ async fn apply_template(State(app): State<App>, req: Request) -> Response {
         let req = read_request(&app, req, with_defaults(&app, request::chat)).await?;
         let state = Arc::clone(&app);
         blocking(move || {
-            let rendered = render_chat(&state, &req.messages, req.tools.as_deref(), &req.template_kwargs)?;
+            let rendered = render_chat(&state, &req)?;
             Ok(Json(json!({ "prompt": rendered.text })).into_response())
         })
         .await
@@ -752,7 +786,7 @@ async fn input_tokens(State(app): State<App>, req: Request) -> Response {
         let req = read_request(&app, req, with_defaults(&app, request::chat)).await?;
         let state = Arc::clone(&app);
         blocking(move || {
-            let rendered = render_chat(&state, &req.messages, req.tools.as_deref(), &req.template_kwargs)?;
+            let rendered = render_chat(&state, &req)?;
             let n = state.model.encode_rendered(&rendered).len();
             Ok(Json(json!({ "input_tokens": n })).into_response())
         })
@@ -997,7 +1031,7 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
         // calls in its own messages, which the `<tool_call>` grammar would forbid (no grammar
         // text can produce a control token): its calls are read from the reply instead, and
         // one that must be made cannot be enforced yet.
-        let mut common = req.common;
+        let mut common = req.common.clone();
         let harmony = app.model.template().is_harmony();
         if req.tools.is_some() {
             match (&req.tool_choice, &common.grammar) {
@@ -1024,7 +1058,7 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
         }
         let state = Arc::clone(&app);
         let (text, tokens) = blocking(move || {
-            let rendered = render_chat(&state, &req.messages, req.tools.as_deref(), &req.template_kwargs)?;
+            let rendered = render_chat(&state, &req)?;
             let tokens = state.model.encode_rendered(&rendered);
             Ok((rendered.text, tokens))
         })

@@ -118,6 +118,10 @@ pub(crate) struct ServeArgs {
     /// (llama-server's --ignore-eos).
     #[arg(long)]
     pub(crate) ignore_eos: bool,
+    /// llama-server's answer under `__verbose` beside every OpenAI one, as a request's
+    /// `verbose` asks (llama-server's --verbose).
+    #[arg(short = 'v', long)]
+    pub(crate) verbose: bool,
     /// The sampling a request gets for the fields it leaves out, as llama-server's flags set it.
     #[command(flatten)]
     pub(crate) sampling: SamplingArgs,
@@ -184,6 +188,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     let defaults = minfer::server::RequestDefaults {
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
+        verbose: args.verbose,
         ..request_defaults(&args.sampling, args.n_predict)?
     };
     anyhow::ensure!(

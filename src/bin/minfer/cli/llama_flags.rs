@@ -230,6 +230,11 @@ pub const SERVE: &[Flag] = &[
         value: false,
         action: Action::Ignore("the server's log lines go to standard error; redirect it"),
     },
+    Flag {
+        names: &["-v", "--verbose", "--log-verbose"],
+        value: false,
+        action: Action::To("--verbose"),
+    },
 ];
 
 /// The flag spelled `name` in `table`.
