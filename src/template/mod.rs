@@ -200,6 +200,13 @@ impl ChatTemplate {
             ("bos_token".to_string(), Value::from(self.bos_token.as_str())),
             ("eos_token".to_string(), Value::from(self.eos_token.as_str())),
         ];
+        // Today's date under the names llama.cpp gives every template (Llama 3.x prints
+        // `date_string`, falling back to a fixed day without it); a caller's variable wins.
+        for (name, format) in [("date_string", "%d %b %Y"), ("datetime", "%b %d %Y")] {
+            if !extra.contains_key(name) {
+                context.push((name.to_string(), Value::from(strftime::strftime_now(format))));
+            }
+        }
         for (name, value) in extra {
             if RESERVED_VARIABLES.contains(&name.as_str()) {
                 return Err(TemplateError::InvalidInput {
@@ -338,6 +345,25 @@ fn special_token(metadata: &Metadata, key: &'static str) -> Result<String, Templ
 mod tests {
     use super::*;
     use crate::gguf::Value as MetaValue;
+
+    #[test]
+    fn templates_get_todays_date_as_llama_cpp_gives_it_unless_the_caller_sets_one() {
+        let t = ChatTemplate::new("{{ date_string }}|{{ datetime }}", "", "").unwrap();
+        let today = || {
+            format!(
+                "{}|{}",
+                strftime::strftime_now("%d %b %Y"),
+                strftime::strftime_now("%b %d %Y")
+            )
+        };
+        // Read before and after, so that a render across midnight matches one of them.
+        let before = today();
+        let rendered = t.render(&[], None, false, &Map::new()).unwrap();
+        assert!(rendered == before || rendered == today(), "{rendered}");
+        let mut extra = Map::new();
+        extra.insert("date_string".into(), json!("26 Jul 2024"));
+        assert!(t.render(&[], None, false, &extra).unwrap().starts_with("26 Jul 2024|"));
+    }
 
     fn conversation() -> Vec<Json> {
         vec![
