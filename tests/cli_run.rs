@@ -436,6 +436,22 @@ fn llama_cpp_output_model_file_and_template_flags_are_honoured_or_refused_by_nam
     assert_eq!(prefill(&templated), prefill(&run(&["--no-template"])));
     assert_ne!(prefill(&templated), prefill(&reference));
     assert_eq!(templated.stdout, run(&["--no-template"]).stdout);
+    // llama.cpp's built-in template names: chatml is the tiny Qwen2 model's own format (its
+    // template adds a default system turn, so only the ending is compared); one minfer lacks is
+    // refused by name.
+    let chatml = run(&["--chat-template", "chatml"]);
+    let raw = minfer_ok(
+        &["-m", m, "-n", "6", "--greedy", "--no-template"],
+        &["-p", "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"],
+    );
+    assert_eq!(chatml.stdout, raw.stdout);
+    assert_eq!(prefill(&chatml), prefill(&raw));
+    let refused = minfer_raw(&["-m", m, "-p", "Hello", "--chat-template", "grok-2"]);
+    assert!(
+        stderr(&refused).contains("built-in template grok-2 is not among minfer's"),
+        "{}",
+        stderr(&refused)
+    );
     // The seed is drawn by default, and said, so that a sampled run can be repeated.
     let sampled = minfer_raw(&["-m", m, "-p", "Hello", "-n", "6", "--temp", "0.8"]);
     let said = stderr(&sampled);

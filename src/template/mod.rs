@@ -19,6 +19,7 @@
 //! OpenAI wire format) stay a string, and a server that wants templates to see an object must
 //! parse it first, as llama.cpp's and vLLM's servers do.
 
+mod builtin;
 mod environment;
 mod error;
 mod guard;
@@ -28,6 +29,7 @@ mod python;
 mod strftime;
 mod tojson;
 
+pub use builtin::{builtin, builtin_names, LLAMA_CPP_NAMES};
 pub use error::TemplateError;
 pub use guard::Rendered;
 

@@ -263,8 +263,9 @@ pub(crate) struct ModelFileArgs {
     /// Use the Jinja chat template in FILE instead of the model's own.
     #[arg(long, value_name = "FILE", conflicts_with = "chat_template")]
     pub(crate) chat_template_file: Option<PathBuf>,
-    /// Use this Jinja chat template text instead of the model's own (llama.cpp's
-    /// --chat-template; its built-in template names are refused by name).
+    /// Use this chat template instead of the model's own: Jinja text, or the name of one of
+    /// llama.cpp's built-in templates (chatml, llama3, gemma, mistral-v7, …), as llama.cpp's
+    /// --chat-template takes.
     #[arg(long, value_name = "JINJA")]
     pub(crate) chat_template: Option<String>,
     /// llama.cpp's switch to its Jinja template engine: minfer always renders the model's
@@ -284,11 +285,20 @@ impl ModelFileArgs {
     /// The text of --chat-template or --chat-template-file, if given.
     pub(crate) fn chat_template(&self) -> anyhow::Result<Option<String>> {
         if let Some(text) = &self.chat_template {
-            // llama.cpp also takes the name of one of its built-in templates; minfer renders
-            // only Jinja text.
+            // llama.cpp takes the name of one of its built-in templates, or Jinja text.
+            if let Some(builtin) = minfer::template::builtin(text) {
+                return Ok(Some(builtin.to_string()));
+            }
+            let have = || minfer::template::builtin_names().collect::<Vec<_>>().join(", ");
+            anyhow::ensure!(
+                !minfer::template::LLAMA_CPP_NAMES.contains(&text.as_str()),
+                "--chat-template {text}: llama.cpp's built-in template {text} is not among minfer's ({}); give its Jinja text or --chat-template-file",
+                have()
+            );
             anyhow::ensure!(
                 text.contains("{%") || text.contains("{{"),
-                "--chat-template {text}: minfer takes the template's Jinja text (or --chat-template-file), not the name of one of llama.cpp's built-in templates"
+                "--chat-template {text}: neither Jinja text nor the name of a built-in template ({})",
+                have()
             );
             return Ok(Some(text.clone()));
         }
