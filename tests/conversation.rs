@@ -404,7 +404,7 @@ fn a_p_prompt_is_the_first_turn_and_an_unknown_command_is_never_sent_to_the_mode
     let (first, log) = run(&with_p, b"/bogus\n/read /no/such/file\n");
     assert_eq!(log.matches("Prefill: ").count(), 1, "one reply, to -p: {log}");
     assert!(log.contains("unknown command /bogus"), "{log}");
-    assert!(log.contains("/read /no/such/file"), "{log}");
+    assert!(log.contains("cannot read /no/such/file"), "{log}");
     // The same first turn typed gives the same reply.
     let (typed, _) = run(&base, b"Hello\n");
     assert_eq!(first, typed);
@@ -412,4 +412,44 @@ fn a_p_prompt_is_the_first_turn_and_an_unknown_command_is_never_sent_to_the_mode
     let (twice, log) = run(&base, b"Hello\n/regen\n");
     assert_eq!(log.matches("Prefill: ").count(), 2, "{log}");
     assert_eq!(twice, format!("{typed}{typed}"));
+}
+
+#[test]
+fn read_and_glob_add_files_to_the_next_turn_as_llama_cli_does() {
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let m = model.to_str().unwrap();
+    let base = ["-m", m, "-cnv", "--greedy", "-n", "4", "--n-ctx", "512"];
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.txt"), dir.path().join("b.txt"));
+    std::fs::write(&a, "alpha\n").unwrap();
+    std::fs::write(&b, "beta\n").unwrap();
+    // The turn that -p sends, written out: each file under its header, then the typed line.
+    let as_first_turn = |text: &str| {
+        let mut args = base.to_vec();
+        args.extend(["--no-escape", "-p", text]);
+        run(&args, b"").0
+    };
+    let (read, log) = run(&base, format!("/read {}\nHello\n", a.display()).as_bytes());
+    assert!(
+        log.contains(&format!("added {} to the next turn", a.display())),
+        "{log}"
+    );
+    assert_eq!(log.matches("Prefill: ").count(), 1, "{log}");
+    assert_eq!(
+        read,
+        as_first_turn(&format!("--- File: {} ---\nalpha\nHello", a.display()))
+    );
+    let (globbed, log) = run(
+        &base,
+        format!("/glob {}/*.txt\nHello\n", dir.path().display()).as_bytes(),
+    );
+    assert_eq!(log.matches("Prefill: ").count(), 1, "{log}");
+    let both = format!(
+        "--- File: {} ---\nalpha\n--- File: {} ---\nbeta\nHello",
+        a.display(),
+        b.display()
+    );
+    assert_eq!(globbed, as_first_turn(&both));
+    let (_, log) = run(&base, format!("/glob {}/*.none\n", dir.path().display()).as_bytes());
+    assert!(log.contains("no file matches"), "{log}");
 }

@@ -60,7 +60,8 @@ pub const HELP: &str = "\
 /exit        leave (also Ctrl-D, or Ctrl-C at the prompt)
 /clear       start a new conversation (same system prompt)
 /regen       drop the last reply and write it again
-/read FILE   send the text of FILE as the next turn
+/read FILE   add the text of FILE to the next turn
+/glob PAT    add the text files PAT names (`*.rs`, `src/**.md`; at most 100) to the next turn
 /help        this list
 A line ending with \\ goes on on the next line. Ctrl-C while a reply is written stops it;
 the partial reply stays in the conversation.";
@@ -104,6 +105,8 @@ pub fn run_conversation(
         .map_err(write_err("the log"))?;
     }
     let mut first_turn = options.first_turn.clone();
+    // Files added with /read and /glob, sent with the next turn, as llama-cli sends them.
+    let mut staged = String::new();
     loop {
         let turn = match first_turn.take() {
             Some(turn) => turn,
@@ -120,11 +123,14 @@ pub fn run_conversation(
             true => turn.trim().split_once(' ').unwrap_or((turn.trim(), "")),
             false => ("", ""),
         };
+        // What the line editor's history keeps: the line typed, not the files it sends.
+        let typed = turn.clone();
         let turn = match command {
             "/exit" => return Ok(()),
             "/clear" => {
                 // The KV cache keeps the system prompt: the next turn's prefix matches it.
                 messages = system.clone();
+                staged.clear();
                 continue;
             }
             "/help" => {
@@ -148,26 +154,40 @@ pub fn run_conversation(
                     }
                 }
             }
-            "/read" => match std::fs::read_to_string(argument.trim()) {
-                Ok(text) if !argument.trim().is_empty() => text,
-                Ok(_) => {
-                    writeln!(log, "error: /read needs a file name").map_err(write_err("the log"))?;
-                    continue;
+            "/read" | "/glob" if argument.trim().is_empty() => {
+                writeln!(log, "error: {command} needs a file name or pattern").map_err(write_err("the log"))?;
+                continue;
+            }
+            "/read" => {
+                let line = stage_file(&mut staged, std::path::Path::new(argument.trim()));
+                writeln!(log, "{line}").map_err(write_err("the log"))?;
+                continue;
+            }
+            "/glob" => {
+                let cwd = std::env::current_dir().unwrap_or_default();
+                let (files, more) = super::glob::glob_files(argument.trim(), &cwd);
+                let mut lines: Vec<String> = files.iter().map(|f| stage_file(&mut staged, f)).collect();
+                if files.is_empty() {
+                    lines.push(format!("error: /glob {}: no file matches", argument.trim()));
                 }
-                Err(e) => {
-                    writeln!(log, "error: /read {}: {e}", argument.trim()).map_err(write_err("the log"))?;
-                    continue;
+                if more {
+                    lines.push(format!(
+                        "error: /glob takes at most {} files; the rest are left out",
+                        super::glob::MAX_FILES
+                    ));
                 }
-            },
+                writeln!(log, "{}", lines.join("\n")).map_err(write_err("the log"))?;
+                continue;
+            }
             c if c.starts_with('/') && !c[1..].contains('/') => {
                 // Never a user turn: a mistyped command would go to the model.
                 writeln!(log, "error: unknown command {c}; /help lists the commands (start a turn with a space to send it as text)")
                     .map_err(write_err("the log"))?;
                 continue;
             }
-            _ => turn.clone(),
+            _ => std::mem::take(&mut staged) + &turn,
         };
-        input.remember(&turn);
+        input.remember(if command.is_empty() { &typed } else { &turn });
         messages.push(json!({"role": "user", "content": turn}));
         let text = loaded
             .model
@@ -302,6 +322,18 @@ impl GenerationObserver for Reply<'_> {
 
     fn interrupted(&self) -> bool {
         self.interrupt.load(Ordering::SeqCst)
+    }
+}
+
+/// Adds the text of `path` to the next turn as llama-cli does (`--- File: NAME ---` and the
+/// text), and says so; a file that cannot be read (or is not text) adds nothing and says why.
+fn stage_file(staged: &mut String, path: &std::path::Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            staged.push_str(&format!("--- File: {} ---\n{text}", path.display()));
+            format!("added {} to the next turn ({} bytes)", path.display(), text.len())
+        }
+        Err(e) => format!("error: cannot read {}: {e}", path.display()),
     }
 }
 
