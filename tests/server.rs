@@ -1594,3 +1594,68 @@ fn a_final_assistant_message_is_continued_by_the_reply() {
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("two assistant messages"), "{text}");
 }
+
+/// A thinking template's reply: with DeepSeek-R1's template (its prompt opens `<think>`), the
+/// reply is reasoning until `</think>`, so the tiny model's few tokens are all reasoning —
+/// `reasoning_content`, whole and streamed — and `reasoning_format: none` (or the server's
+/// `--reasoning-format none`) leaves them in `content`, as generated.
+#[test]
+fn a_thinking_templates_reply_goes_to_reasoning_content_unless_the_format_is_none() {
+    use serde_json::{json, Value};
+    let template = common::fixtures().join("chat/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+    let model = tiny();
+    let server = Server::start(
+        &model,
+        &["--n-slots", "1", "--chat-template-file", template.to_str().unwrap()],
+        &[],
+    );
+    let messages = json!([{"role": "user", "content": "What is 2 + 2?"}]);
+    let kwargs = json!({"enable_thinking": true});
+    let (_, applied) = server.post(
+        "/apply-template",
+        &json!({"messages": messages, "chat_template_kwargs": kwargs}).to_string(),
+    );
+    let prompt = serde_json::from_str::<Value>(&applied).unwrap()["prompt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(prompt.ends_with("<think>\n"), "{prompt:?}");
+    let (_, raw) = server.post(
+        "/completion",
+        &json!({"prompt": prompt, "n_predict": 6, "temperature": 0}).to_string(),
+    );
+    let raw = serde_json::from_str::<Value>(&raw).unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let chat = |extra: Value| {
+        let mut body = json!({"messages": messages, "chat_template_kwargs": kwargs, "max_tokens": 6, "temperature": 0});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, text) = server.post("/v1/chat/completions", &body.to_string());
+        assert_eq!(status, 200, "{text}");
+        text
+    };
+    let whole: Value = serde_json::from_str(&chat(json!({}))).unwrap();
+    let message = &whole["choices"][0]["message"];
+    assert_eq!(message["reasoning_content"], raw.trim(), "{whole}");
+    assert_eq!(message["content"], "", "{whole}");
+    let streamed = chat(json!({"stream": true}));
+    let reasoning: String = sse_frames(&streamed)
+        .iter()
+        .filter_map(|f| {
+            f["choices"][0]["delta"]["reasoning_content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(reasoning, raw.trim());
+    let plain: Value = serde_json::from_str(&chat(json!({"reasoning_format": "none"}))).unwrap();
+    assert_eq!(plain["choices"][0]["message"]["content"], raw.as_str(), "{plain}");
+    assert!(plain["choices"][0]["message"].get("reasoning_content").is_none());
+    let (status, text) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": messages, "reasoning_format": "deep"}).to_string(),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("reasoning_format 'deep'"), "{text}");
+}

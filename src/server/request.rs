@@ -17,6 +17,7 @@
 use super::error::ApiError;
 use crate::grammar::GrammarSpec;
 use crate::sampling::{Mirostat, SamplerKind, SamplingError, SamplingParams};
+use crate::template::reasoning::ReasoningFormat;
 use serde_json::{Map, Value as Json};
 
 /// Most completions one request may ask for (`n`, and prompts times `n` for completions).
@@ -95,6 +96,9 @@ pub struct LlamaFields {
     /// generation ends at a full context, as llama-server's does by default).
     pub n_keep: i64,
     pub n_discard: i64,
+    /// Where a chat reply's reasoning goes (`reasoning_format`; the server's `--reasoning-format`
+    /// when absent).
+    pub reasoning_format: ReasoningFormat,
 }
 
 impl Default for LlamaFields {
@@ -111,6 +115,7 @@ impl Default for LlamaFields {
             sse_ping_interval: 30,
             n_keep: 0,
             n_discard: 0,
+            reasoning_format: ReasoningFormat::Auto,
         }
     }
 }
@@ -618,17 +623,6 @@ fn llama_server_fields(f: &Fields, d: &RequestDefaults) -> Result<LlamaFields, A
             }
         }
     }
-    if let Some(format) = f.str("reasoning_format")? {
-        if format != "auto" {
-            return Err(ApiError::field(
-                "reasoning_format",
-                format!(
-                    "reasoning_format '{format}' is not supported: minfer reads reasoning as the model's template \
-                     defines it ('auto'), into reasoning_content for a harmony model (gpt-oss)"
-                ),
-            ));
-        }
-    }
     f.number("dynatemp_exponent", f64::MIN, f64::MAX)?;
     f.number("adaptive_decay", 0.0, 0.99)?;
     f.bool("backend_sampling")?;
@@ -679,6 +673,15 @@ fn llama_server_fields(f: &Fields, d: &RequestDefaults) -> Result<LlamaFields, A
             .unwrap_or(defaults.sse_ping_interval),
         n_keep: f.integer("n_keep", -1, i32::MAX as i64)?.unwrap_or(0),
         n_discard: f.integer("n_discard", 0, i32::MAX as i64)?.unwrap_or(0),
+        reasoning_format: match f.str("reasoning_format")? {
+            None => d.reasoning_format,
+            Some(name) => ReasoningFormat::from_name(name).ok_or_else(|| {
+                ApiError::field(
+                    "reasoning_format",
+                    format!("reasoning_format '{name}' is not one of none, deepseek, deepseek-legacy, auto"),
+                )
+            })?,
+        },
     })
 }
 
@@ -984,6 +987,8 @@ pub struct RequestDefaults {
     /// `verbose` of a request that does not say: llama-server's `__verbose` beside every OpenAI
     /// answer (its `--verbose`).
     pub verbose: bool,
+    /// Where a chat reply's reasoning goes when the request does not say (`--reasoning-format`).
+    pub reasoning_format: ReasoningFormat,
 }
 
 impl Default for RequestDefaults {
@@ -996,6 +1001,7 @@ impl Default for RequestDefaults {
             stop: Vec::new(),
             ignore_eos: false,
             verbose: false,
+            reasoning_format: ReasoningFormat::Auto,
         }
     }
 }
@@ -1778,7 +1784,6 @@ mod tests {
             ("reasoning_budget_tokens", json!(64), json!(-1)),
             ("chat_format", json!(3), json!(0)),
             ("parse_tool_calls", json!(true), json!(false)),
-            ("reasoning_format", json!("deepseek"), json!("auto")),
         ] {
             let named = Some(field.to_string());
             assert_eq!(
@@ -1797,7 +1802,8 @@ mod tests {
         let body = json!({"id_slot": 1, "cache_prompt": false, "return_tokens": true, "return_progress": true,
                           "timings_per_token": true, "verbose": true, "post_sampling_probs": true,
                           "response_fields": ["content", "timings/prompt_n"], "sse_ping_interval": -1,
-                          "n_keep": 4, "n_discard": 8, "backend_sampling": true, "dynatemp_exponent": 2});
+                          "n_keep": 4, "n_discard": 8, "backend_sampling": true, "dynatemp_exponent": 2,
+                          "reasoning_format": "deepseek-legacy"});
         let expected = LlamaFields {
             post_sampling_probs: true,
             id_slot: Some(1),
@@ -1810,6 +1816,7 @@ mod tests {
             sse_ping_interval: -1,
             n_keep: 4,
             n_discard: 8,
+            reasoning_format: ReasoningFormat::DeepseekLegacy,
         };
         let mut chat_body = body.clone();
         chat_body["messages"] = json!([{"role": "user", "content": "x"}]);

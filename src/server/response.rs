@@ -24,6 +24,7 @@ use super::slots::{Event, RunTimings, TokenLogprob};
 use super::tool_calls::{self, Piece, ToolCallStream};
 use crate::engine::StopReason;
 use crate::template::harmony::{self, Delta, HarmonyStream};
+use crate::template::reasoning::{self, ThinkDelta, ThinkStream, ThinkTags};
 use crate::tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
 use std::collections::BTreeMap;
@@ -52,8 +53,21 @@ pub struct Reply {
     /// The model speaks harmony ([`crate::template::ChatTemplate::is_harmony`]): its tokens are
     /// printed with their control tokens, and a chat reply is read as harmony.
     pub harmony: bool,
+    /// A thinking model's chat reply, read apart ([`Think`]); `None`: the text is content.
+    pub think: Option<Think>,
     /// What llama-server's answers add.
     pub llama: LlamaReply,
+}
+
+/// How a thinking model's chat reply is split ([`crate::template::reasoning`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Think {
+    /// The template's tags.
+    pub tags: ThinkTags,
+    /// The prompt left the reasoning open: the reply starts inside it.
+    pub opened: bool,
+    /// `deepseek-legacy`: the content keeps the reasoning and its tags as generated.
+    pub legacy: bool,
 }
 
 /// What llama-server's own answer holds beyond the text, and the options that shape it.
@@ -154,6 +168,7 @@ struct Choice {
     role_sent: bool,
     tool_stream: ToolCallStream,
     harmony_stream: HarmonyStream,
+    think_stream: Option<ThinkStream>,
     n_calls: usize,
     /// The run's token counts, once it is done.
     n_prompt: usize,
@@ -477,11 +492,21 @@ impl Collector {
                 Endpoint::Chat => {
                     let (content, reasoning, calls) = if reply.harmony {
                         harmony_message(&c.text)
-                    } else if !reply.tools.is_empty() {
-                        let (content, calls) = tool_calls::parse(&c.text, &reply.tools);
-                        (content, None, calls)
                     } else {
-                        (Some(c.text.clone()), None, Vec::new())
+                        let (reasoning, text) = match reply.think {
+                            Some(think) => {
+                                let split = reasoning::parse(&c.text, think.tags, think.opened);
+                                let content = if think.legacy { c.text.clone() } else { split.content };
+                                (split.reasoning.filter(|r| !r.is_empty()), content)
+                            }
+                            None => (None, c.text.clone()),
+                        };
+                        if reply.tools.is_empty() {
+                            (Some(text), reasoning, Vec::new())
+                        } else {
+                            let (content, calls) = tool_calls::parse(&text, &reply.tools);
+                            (content, reasoning, calls)
+                        }
                     };
                     let mut message = json!({"role": "assistant", "content": content, "refusal": null});
                     if let Some(reasoning) = reasoning {
@@ -613,6 +638,52 @@ impl Streamer {
         self.reply.harmony && self.reply.endpoint == Endpoint::Chat
     }
 
+    /// The parts a chat reply's next `text` makes (`None`: its end), when it is not harmony: its
+    /// reasoning split out for a thinking model, then calls read out of the rest when tools were
+    /// offered. A completion's text is content as generated.
+    fn content_parts(&mut self, index: usize, text: Option<&str>) -> Vec<Part> {
+        let chat = self.reply.endpoint == Endpoint::Chat;
+        let think = self.reply.think.filter(|_| chat);
+        let has_tools = chat && !self.reply.tools.is_empty();
+        let choice = self.choice(index);
+        let mut parts = Vec::new();
+        let mut content = Vec::new();
+        match think {
+            Some(think) => {
+                let stream = choice
+                    .think_stream
+                    .get_or_insert_with(|| ThinkStream::new(think.tags, think.opened));
+                let deltas = match text {
+                    Some(text) => stream.push(text),
+                    None => stream.finish(),
+                };
+                for delta in deltas {
+                    match delta {
+                        ThinkDelta::Reasoning(r) => parts.push(Part::Reasoning(r)),
+                        ThinkDelta::Content(c) if !think.legacy => content.push(c),
+                        ThinkDelta::Content(_) => {}
+                    }
+                }
+                // deepseek-legacy: the content is the text as generated, reasoning and all.
+                if think.legacy {
+                    content.extend(text.map(str::to_string));
+                }
+            }
+            None => content.extend(text.map(str::to_string)),
+        }
+        if has_tools {
+            for c in content {
+                parts.extend(choice.tool_stream.push(&c).into_iter().map(Part::from));
+            }
+            if text.is_none() {
+                parts.extend(choice.tool_stream.finish().into_iter().map(Part::from));
+            }
+        } else {
+            parts.extend(content.into_iter().map(Part::Content));
+        }
+        parts
+    }
+
     /// The role delta that opens a chat choice, once.
     fn open(&mut self, index: usize, out: &mut String) {
         let chat = self.reply.endpoint == Endpoint::Chat;
@@ -695,11 +766,8 @@ impl Streamer {
                 let parts: Vec<Part> = if self.reads_harmony() {
                     let deltas = self.choice(index).harmony_stream.push(&text);
                     deltas.into_iter().map(|(_, d)| d.into()).collect()
-                } else if !self.reply.tools.is_empty() {
-                    let pieces = self.choice(index).tool_stream.push(&text);
-                    pieces.into_iter().map(Part::from).collect()
                 } else {
-                    vec![Part::Content(text)]
+                    self.content_parts(index, Some(&text))
                 };
                 self.parts(index, parts, &mut out);
                 self.timings_now = None;
@@ -750,9 +818,9 @@ impl Streamer {
                 if self.reads_harmony() {
                     let deltas = self.choice(index).harmony_stream.finish();
                     self.parts(index, deltas.into_iter().map(|(_, d)| d.into()), &mut out);
-                } else if !self.reply.tools.is_empty() {
-                    let pieces = self.choice(index).tool_stream.finish();
-                    self.parts(index, pieces.into_iter().map(Part::from), &mut out);
+                } else {
+                    let parts = self.content_parts(index, None);
+                    self.parts(index, parts, &mut out);
                 }
                 self.usage.add(index, self.reply.n, n_prompt, n_cached, n_generated);
                 let lps = self.pending_logprobs(index, 0);
@@ -833,6 +901,7 @@ mod tests {
             n: 1,
             tokenizer: Arc::new(Tokenizer::from_metadata(file.metadata()).unwrap()),
             harmony: false,
+            think: None,
             llama: LlamaReply::default(),
         }
     }
@@ -841,6 +910,7 @@ mod tests {
     fn harmony_reply(endpoint: Endpoint, tools: &[&str]) -> Reply {
         Reply {
             harmony: true,
+            think: None,
             ..reply(endpoint, tools)
         }
     }
@@ -1069,6 +1139,88 @@ mod tests {
                 assert!(harmony::MARKERS.iter().all(|m| !sent.contains(m)), "{sent}");
             }
         }
+    }
+
+    /// A reply of a thinking model (`<think>` tags).
+    fn think_reply(tools: &[&str], opened: bool, legacy: bool) -> Reply {
+        let tags = ThinkTags::of_template("<think></think>").unwrap();
+        Reply {
+            think: Some(Think { tags, opened, legacy }),
+            ..reply(Endpoint::Chat, tools)
+        }
+    }
+
+    #[test]
+    fn a_thinking_models_reply_puts_its_reasoning_in_reasoning_content_whole_and_streamed() {
+        let call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>";
+        let with_call = format!("<think>\nWeather needed.\n</think>\n\n{call}");
+        for (text, tools, opened, content, reasoning) in [
+            (
+                "<think>\nTwo and two.\n</think>\n\nIt is 4.",
+                &[][..],
+                false,
+                json!("It is 4."),
+                json!("Two and two."),
+            ),
+            (
+                "Two and two.\n</think>\nIt is 4.",
+                &[][..],
+                true,
+                json!("It is 4."),
+                json!("Two and two."),
+            ),
+            ("No tags here.", &[][..], false, json!("No tags here."), Json::Null),
+            ("<think>\n\n</think>\n\nHi", &[][..], false, json!("Hi"), Json::Null),
+            (
+                with_call.as_str(),
+                &["get_weather"][..],
+                false,
+                Json::Null,
+                json!("Weather needed."),
+            ),
+        ] {
+            let whole = collect(think_reply(tools, opened, false), text, StopReason::EndOfGeneration);
+            let message = &whole["choices"][0]["message"];
+            assert_eq!(
+                (&message["content"], &message["reasoning_content"]),
+                (&content, &reasoning),
+                "{text}"
+            );
+            assert_eq!(
+                message["tool_calls"].as_array().map_or(0, Vec::len),
+                tools.len(),
+                "{text}"
+            );
+            for size in [1, 3, 7, 1000] {
+                let (_, got) = stream(
+                    think_reply(tools, opened, false),
+                    text,
+                    size,
+                    StopReason::EndOfGeneration,
+                );
+                assert_eq!(
+                    got["content"],
+                    content.as_str().unwrap_or(""),
+                    "{text} in pieces of {size}"
+                );
+                assert_eq!(
+                    got["reasoning_content"],
+                    reasoning.as_str().unwrap_or(""),
+                    "{text} in pieces of {size}"
+                );
+                assert_eq!(got["calls"].as_array().unwrap().len(), tools.len());
+            }
+        }
+        // deepseek-legacy: the reasoning is split out and the content keeps it as generated.
+        let text = "<think>a</think>b";
+        let legacy = collect(think_reply(&[], false, true), text, StopReason::EndOfGeneration);
+        assert_eq!(legacy["choices"][0]["message"]["content"], text);
+        assert_eq!(legacy["choices"][0]["message"]["reasoning_content"], "a");
+        let (_, got) = stream(think_reply(&[], false, true), text, 2, StopReason::EndOfGeneration);
+        assert_eq!(
+            (&got["content"], &got["reasoning_content"]),
+            (&json!(text), &json!("a"))
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::response::{self as shapes, Collector, Endpoint, LlamaReply, Reply, St
 use super::slots::{Job, Run, Scheduler};
 use super::tool_calls;
 use crate::engine::{GenerateOptions, Model};
+use crate::template::reasoning::{ReasoningFormat, ThinkTags};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
@@ -433,7 +434,11 @@ async fn props(State(app): State<App>) -> Json<Value> {
         ignore_eos: false,
         stream: false,
         n_probs: 0,
-        llama: &Default::default(),
+        llama: &request::LlamaFields {
+            reasoning_format: app.defaults.reasoning_format,
+            verbose: app.defaults.verbose,
+            ..Default::default()
+        },
         eog: &[],
     });
     let template = app.model.template();
@@ -561,7 +566,7 @@ fn settings_json(s: &SettingsOf) -> Value {
         "grammar_triggers": [],
         "preserved_tokens": [],
         "chat_format": "Content-only",
-        "reasoning_format": "auto",
+        "reasoning_format": s.llama.reasoning_format.name(),
         "reasoning_in_content": false,
         "generation_prompt": "",
         "samplers": p.samplers.iter().map(|k| k.name()).collect::<Vec<_>>(),
@@ -1064,7 +1069,18 @@ async fn chat(State(app): State<App>, req: Request) -> Response {
         })
         .await?;
         let fault = app.fault_marker.as_deref().is_some_and(|m| text.contains(m));
-        let reply = ReplyTools { names: tools };
+        // A thinking template's reasoning goes to reasoning_content unless the request or the
+        // server says `none` (harmony models are read by their own parser).
+        let format = common.llama.reasoning_format;
+        let think = (!harmony && format != ReasoningFormat::None)
+            .then(|| ThinkTags::of_template(app.model.template().source()))
+            .flatten()
+            .map(|tags| super::response::Think {
+                tags,
+                opened: tags.opened_by(&text),
+                legacy: format == ReasoningFormat::DeepseekLegacy,
+            });
+        let reply = ReplyTools { names: tools, think };
         start(&app, Endpoint::Chat, common, vec![tokens], reply, fault, peer).await
     }
     .await;
@@ -1178,11 +1194,13 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// How a reply is read for tool calls.
+/// How a chat reply is read: for tool calls, and a thinking model's reasoning.
 #[derive(Default)]
 struct ReplyTools {
     /// The offered tools' names; none: the reply is not parsed for calls.
     names: Vec<String>,
+    /// How a thinking model's reply is split; `None`: it is not.
+    think: Option<super::response::Think>,
 }
 
 /// Requests taken so far, for `/slots`' `id_task`.
@@ -1387,6 +1405,7 @@ async fn start(
         model: app.model_id.clone(),
         endpoint,
         tools: tools.names,
+        think: tools.think,
         include_usage: common.include_usage,
         n: common.n,
         tokenizer: app.model.shared_tokenizer(),

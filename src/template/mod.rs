@@ -26,6 +26,7 @@ mod guard;
 pub mod harmony;
 mod input;
 mod python;
+pub mod reasoning;
 mod strftime;
 mod tojson;
 

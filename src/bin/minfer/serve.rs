@@ -122,9 +122,21 @@ pub(crate) struct ServeArgs {
     /// `verbose` asks (llama-server's --verbose).
     #[arg(short = 'v', long)]
     pub(crate) verbose: bool,
+    /// Where a thinking model's reasoning goes in chat replies (llama-server's
+    /// --reasoning-format): `auto` (the default) and `deepseek` put it in `reasoning_content`
+    /// where the chat template thinks, `deepseek-legacy` there and in the content too, `none`
+    /// leaves it in the content. A request's `reasoning_format` wins.
+    #[arg(long, value_name = "FORMAT", default_value = "auto", value_parser = reasoning_format)]
+    pub(crate) reasoning_format: minfer::template::reasoning::ReasoningFormat,
     /// The sampling a request gets for the fields it leaves out, as llama-server's flags set it.
     #[command(flatten)]
     pub(crate) sampling: SamplingArgs,
+}
+
+/// `--reasoning-format`'s value.
+fn reasoning_format(name: &str) -> Result<minfer::template::reasoning::ReasoningFormat, String> {
+    minfer::template::reasoning::ReasoningFormat::from_name(name)
+        .ok_or_else(|| format!("'{name}' is not one of none, deepseek, deepseek-legacy, auto"))
 }
 
 /// What a request gets for the fields it leaves out: the server's defaults (no repeat penalty;
@@ -189,6 +201,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
         verbose: args.verbose,
+        reasoning_format: args.reasoning_format,
         ..request_defaults(&args.sampling, args.n_predict)?
     };
     anyhow::ensure!(

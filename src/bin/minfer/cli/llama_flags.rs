@@ -235,6 +235,11 @@ pub const SERVE: &[Flag] = &[
         value: false,
         action: Action::To("--verbose"),
     },
+    Flag {
+        names: &["--reasoning-format"],
+        value: true,
+        action: Action::To("--reasoning-format"),
+    },
 ];
 
 /// The flag spelled `name` in `table`.
