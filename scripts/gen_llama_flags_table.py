@@ -113,7 +113,7 @@ SUBJECT = [
      "minfer picks its devices with --backend and -ngl only"),
     (("--spec-", "-hfd", "-ngld", "-td", "-tbd", "-devd", "-ctkd", "-ctvd", "-otd", "-cmoed", "-ncmoed", "-Cd", "-Crd", "-Cbd"),
      "minfer's speculative decoding takes --model-draft, --draft-max, --draft-min, --draft-p-min and --spec-type"),
-    (("--reasoning", "-rea"), "reasoning formats are not supported yet"),
+    (("--reasoning", "-rea"), "the CLI does not read reasoning yet (minfer serve takes --reasoning-format and -rea)"),
     (("--models-",), "minfer's server serves one model"),
     (("--ssl-",), "minfer serves plain HTTP: put a TLS proxy in front of it (docs/server.md)"),
     (("--log-file", "--log-jsonl", "--log-prompts-dir"), "minfer logs only to standard error"),

@@ -1658,4 +1658,32 @@ fn a_thinking_templates_reply_goes_to_reasoning_content_unless_the_format_is_non
     );
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("reasoning_format 'deep'"), "{text}");
+    // Thinking is on by default, as llama.cpp renders templates; -rea off turns it off for
+    // requests that do not set it (R1's template then closes the reasoning in the prompt).
+    let prompt_of = |server: &Server, kwargs: Value| -> String {
+        let (_, applied) = server.post(
+            "/apply-template",
+            &json!({"messages": messages, "chat_template_kwargs": kwargs}).to_string(),
+        );
+        serde_json::from_str::<Value>(&applied).unwrap()["prompt"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(prompt_of(&server, json!({})).ends_with("<think>\n"));
+    drop(server);
+    let off = Server::start(
+        &model,
+        &[
+            "--n-slots",
+            "1",
+            "--chat-template-file",
+            template.to_str().unwrap(),
+            "-rea",
+            "off",
+        ],
+        &[],
+    );
+    assert!(prompt_of(&off, json!({})).ends_with("<think>\n</think>"));
+    assert!(prompt_of(&off, json!({"enable_thinking": true})).ends_with("<think>\n"));
 }

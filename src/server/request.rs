@@ -989,6 +989,9 @@ pub struct RequestDefaults {
     pub verbose: bool,
     /// Where a chat reply's reasoning goes when the request does not say (`--reasoning-format`).
     pub reasoning_format: ReasoningFormat,
+    /// Template variables of a request that does not set them: `enable_thinking`, true unless
+    /// `--reasoning off`.
+    pub template_kwargs: Map<String, Json>,
 }
 
 impl Default for RequestDefaults {
@@ -1002,6 +1005,12 @@ impl Default for RequestDefaults {
             ignore_eos: false,
             verbose: false,
             reasoning_format: ReasoningFormat::Auto,
+            // llama-server passes `enable_thinking` to every template, true unless
+            // `--reasoning off` (a template that closes the reasoning unless it is set, as
+            // llama.cpp's copy of R1's does, thinks).
+            template_kwargs: [("enable_thinking".to_string(), Json::Bool(true))]
+                .into_iter()
+                .collect(),
         }
     }
 }
@@ -1129,7 +1138,7 @@ pub fn chat(body: &Json, d: &RequestDefaults) -> Result<ChatRequest, ApiError> {
         messages,
         tools,
         tool_choice,
-        template_kwargs: template_kwargs(&f)?,
+        template_kwargs: template_kwargs(&f, d)?,
         add_generation_prompt,
         prefill,
     })
@@ -1214,13 +1223,17 @@ const RENDERER_VARIABLES: [&str; 4] = ["messages", "tools", "documents", "add_ge
 /// [`REASONING_EFFORTS`] wherever it is given, and `enable_thinking` a boolean (a string
 /// `"false"` would read as true); a kwarg may not stand for the conversation the renderer
 /// passes. Each refusal names the field and the value.
-fn template_kwargs(f: &Fields) -> Result<Map<String, Json>, ApiError> {
+fn template_kwargs(f: &Fields, d: &RequestDefaults) -> Result<Map<String, Json>, ApiError> {
     const KWARGS: &str = "chat_template_kwargs";
     let mut kwargs = match f.get(KWARGS) {
         None => Map::new(),
         Some(Json::Object(map)) => map.clone(),
         Some(other) => return Err(f.wrong(KWARGS, "an object of template variables", other)),
     };
+    // The server's own (`--reasoning off`: enable_thinking false) under the request's.
+    for (name, value) in &d.template_kwargs {
+        kwargs.entry(name.clone()).or_insert_with(|| value.clone());
+    }
     kwargs.retain(|_, v| !v.is_null());
     for (name, value) in &kwargs {
         let path = format!("{KWARGS}.{name}");
@@ -2114,7 +2127,9 @@ mod tests {
             }
             chat(&body)
         };
-        assert!(kwargs(json!({})).unwrap().template_kwargs.is_empty());
+        // Only the server's default beside a request that sets none: thinking on.
+        let defaults = json!({"enable_thinking": true});
+        assert_eq!(Json::Object(kwargs(json!({})).unwrap().template_kwargs), defaults);
         let r = kwargs(json!({"chat_template_kwargs": {"enable_thinking": false, "builtin_tools": ["python"], "reasoning_effort": "low"}}))
             .unwrap();
         assert_eq!(
@@ -2132,10 +2147,14 @@ mod tests {
             );
         }
         // A null field is an absent one.
-        assert!(kwargs(json!({"reasoning_effort": null, "chat_template_kwargs": null}))
-            .unwrap()
-            .template_kwargs
-            .is_empty());
+        assert_eq!(
+            Json::Object(
+                kwargs(json!({"reasoning_effort": null, "chat_template_kwargs": null}))
+                    .unwrap()
+                    .template_kwargs
+            ),
+            defaults
+        );
     }
 
     #[test]

@@ -128,6 +128,10 @@ pub(crate) struct ServeArgs {
     /// leaves it in the content. A request's `reasoning_format` wins.
     #[arg(long, value_name = "FORMAT", default_value = "auto", value_parser = reasoning_format)]
     pub(crate) reasoning_format: minfer::template::reasoning::ReasoningFormat,
+    /// Whether a thinking model thinks (llama-server's -rea/--reasoning): the template variable
+    /// `enable_thinking` of requests that do not set it, true unless `off`.
+    #[arg(long, value_name = "on|off|auto", value_parser = ["on", "off", "auto"])]
+    pub(crate) reasoning: Option<String>,
     /// The sampling a request gets for the fields it leaves out, as llama-server's flags set it.
     #[command(flatten)]
     pub(crate) sampling: SamplingArgs,
@@ -202,6 +206,12 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         ignore_eos: args.ignore_eos,
         verbose: args.verbose,
         reasoning_format: args.reasoning_format,
+        template_kwargs: [(
+            "enable_thinking".to_string(),
+            (args.reasoning.as_deref() != Some("off")).into(),
+        )]
+        .into_iter()
+        .collect(),
         ..request_defaults(&args.sampling, args.n_predict)?
     };
     anyhow::ensure!(

@@ -240,6 +240,11 @@ pub const SERVE: &[Flag] = &[
         value: true,
         action: Action::To("--reasoning-format"),
     },
+    Flag {
+        names: &["-rea", "--reasoning"],
+        value: true,
+        action: Action::To("--reasoning"),
+    },
 ];
 
 /// The flag spelled `name` in `table`.
