@@ -627,3 +627,29 @@ fn by_default_the_context_is_the_training_context_and_generation_runs_until_it_i
     assert_eq!(number_after("Prefill: ") + number_after("Generated: "), 2049, "{err}");
     assert!(!err.contains("Context shifts"), "{err}");
 }
+
+#[test]
+fn a_thinking_templates_reasoning_goes_to_standard_error_and_the_answer_to_standard_output() {
+    // A template whose prompt opens the reasoning: the tiny model never closes it, so its whole
+    // reply is reasoning — on stderr, stdout empty — and --reasoning-format none prints it as
+    // generated on stdout.
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("think.jinja");
+    std::fs::write(
+        &template,
+        "{%- for m in messages %}{{ m.content }}{% endfor %}{{ '<think>\\n' }}{# replies close it with </think> #}",
+    )
+    .unwrap();
+    let base = ["-m", model.to_str().unwrap(), "-p", "Hello", "-n", "8", "--greedy"];
+    let mut args = base.to_vec();
+    args.extend(["--chat-template-file", template.to_str().unwrap()]);
+    let split = minfer_ok(&args, &[]);
+    let plain = minfer_ok(&args, &["--reasoning-format", "none"]);
+    let plain_text = String::from_utf8(plain.stdout).unwrap();
+    assert!(!plain_text.trim().is_empty());
+    assert!(split.stdout.is_empty(), "{:?}", String::from_utf8_lossy(&split.stdout));
+    let err = stderr(&split);
+    let reasoning = &err[..err.find("Prefill: ").unwrap()];
+    assert_eq!(reasoning.trim(), plain_text.trim());
+}

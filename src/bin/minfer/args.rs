@@ -8,6 +8,12 @@ use minfer::gguf::GgufFile;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+/// `--reasoning-format`'s value.
+pub(crate) fn reasoning_format(name: &str) -> Result<minfer::template::reasoning::ReasoningFormat, String> {
+    minfer::template::reasoning::ReasoningFormat::from_name(name)
+        .ok_or_else(|| format!("'{name}' is not one of none, deepseek, deepseek-legacy, auto"))
+}
+
 /// Generate text: `minfer MODEL [PROMPT]`.
 #[derive(clap::Args)]
 pub(crate) struct RunArgs {
@@ -36,6 +42,11 @@ pub(crate) struct RunArgs {
     /// Send the prompt as raw text, without the chat template.
     #[arg(long)]
     pub(crate) no_template: bool,
+    /// Where a thinking model's reasoning goes (llama.cpp's --reasoning-format): `auto` (the
+    /// default) and `deepseek` write it to standard error, dimmed on a terminal, and only the
+    /// answer to standard output; `none` and `deepseek-legacy` print the reply as generated.
+    #[arg(long, value_name = "FORMAT", default_value = "auto", value_parser = reasoning_format)]
+    pub(crate) reasoning_format: minfer::template::reasoning::ReasoningFormat,
     /// Most tokens to generate (per reply with --cnv); -1, the default as in llama.cpp: no
     /// limit (until the end of generation, or the context is full; with --context-shift, until
     /// stopped); -2: until the context is full.

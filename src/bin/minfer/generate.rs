@@ -157,7 +157,14 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
     if !args.log_disable {
         args.sampling.say_drawn_seed(&sampling);
     }
-    let mut stdout = Colored::new(std::io::stdout().lock(), color);
+    // A thinking model's reasoning goes to stderr (dimmed on a terminal), its answer to stdout.
+    let think = crate::cli::reasoning::think_of(&loaded.model, args.reasoning_format, !args.no_template, &tokens);
+    let mut stdout = crate::cli::reasoning::Reasoned::new(
+        Colored::new(std::io::stdout().lock(), color),
+        std::io::stderr(),
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        think,
+    );
     anyhow::ensure!(
         drafter.is_none() || args.session.is_none(),
         "--session cannot be combined with speculative decoding yet"
@@ -177,7 +184,7 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         )?,
         (None, None) => run::run_generation(&mut loaded, &tokens, &options, &mut stdout)?,
     };
-    let mut stdout = stdout.into_inner();
+    let mut stdout = stdout.finish()?.into_inner();
     // stdout carries only the generated text; a terminal gets a final newline so that the
     // timing line on stderr starts on a line of its own.
     if std::io::IsTerminal::is_terminal(&stdout) {
@@ -284,6 +291,7 @@ pub(super) fn run_conversation(
         keep,
         context_shift: args.context_shift,
         interactive,
+        reasoning_format: args.reasoning_format,
         session: args.session,
     };
     terminal::install_ctrl_c().context("cannot catch Ctrl-C")?;

@@ -137,12 +137,6 @@ pub(crate) struct ServeArgs {
     pub(crate) sampling: SamplingArgs,
 }
 
-/// `--reasoning-format`'s value.
-fn reasoning_format(name: &str) -> Result<minfer::template::reasoning::ReasoningFormat, String> {
-    minfer::template::reasoning::ReasoningFormat::from_name(name)
-        .ok_or_else(|| format!("'{name}' is not one of none, deepseek, deepseek-legacy, auto"))
-}
-
 /// What a request gets for the fields it leaves out: the server's defaults (no repeat penalty;
 /// no min-p on the OpenAI endpoints, llama.cpp's 0.05 on `/completion`), changed by the
 /// sampling flags given; `--seed -1` (the default) lets each request draw its own seed.

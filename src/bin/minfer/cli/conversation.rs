@@ -51,6 +51,8 @@ pub struct ConversationOptions {
     pub context_shift: bool,
     /// Show the prompt (`> `) and the hints: someone is at a terminal.
     pub interactive: bool,
+    /// Where a thinking model's reasoning goes (`--reasoning-format`).
+    pub reasoning_format: minfer::template::reasoning::ReasoningFormat,
     /// A saved session to start from when it exists, and to save after each turn.
     pub session: Option<std::path::PathBuf>,
 }
@@ -208,9 +210,11 @@ pub fn run_conversation(
             ..options.generate.clone()
         };
         interrupt.store(false, Ordering::SeqCst);
+        // A thinking model's reasoning goes to the log, dimmed for a person at the terminal;
+        // the turn kept in the conversation is the answer.
+        let think = super::reasoning::think_of(&loaded.model, options.reasoning_format, true, &prepared.prompt);
         let mut reply = Reply {
-            out: &mut *out,
-            text: Vec::new(),
+            out: super::reasoning::Reasoned::new(&mut *out, &mut *log, options.interactive, think),
             interrupt,
         };
         let result = generate_cached(
@@ -221,7 +225,8 @@ pub fn run_conversation(
             &generate,
             &mut reply,
         );
-        let text = String::from_utf8_lossy(&reply.text).into_owned();
+        reply.out.end().map_err(write_err("the reply"))?;
+        let text = String::from_utf8_lossy(reply.out.content()).into_owned();
         out.write_all(b"\n")
             .and_then(|()| out.flush())
             .map_err(write_err("the reply"))?;
@@ -302,14 +307,13 @@ fn read_turn(input: &mut dyn LineSource, interactive: bool) -> std::io::Result<O
 
 /// Streams the reply and keeps its text; stops when the user presses Ctrl-C.
 struct Reply<'a> {
-    out: &'a mut dyn Write,
-    text: Vec<u8>,
+    /// The answer to the terminal (and kept), the reasoning to the log.
+    out: super::reasoning::Reasoned<&'a mut dyn Write, &'a mut dyn Write>,
     interrupt: &'a AtomicBool,
 }
 
 impl GenerationObserver for Reply<'_> {
     fn on_text(&mut self, text: &[u8]) -> Result<(), String> {
-        self.text.extend_from_slice(text);
         self.out
             .write_all(text)
             .and_then(|()| self.out.flush())

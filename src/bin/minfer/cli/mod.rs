@@ -13,6 +13,7 @@ pub mod llama_flags;
 pub mod llama_flags_table;
 pub mod pull;
 pub mod quantize;
+pub mod reasoning;
 pub mod run;
 pub mod split;
 pub mod terminal;
