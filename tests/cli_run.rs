@@ -653,3 +653,23 @@ fn a_thinking_templates_reasoning_goes_to_standard_error_and_the_answer_to_stand
     let reasoning = &err[..err.find("Prefill: ").unwrap()];
     assert_eq!(reasoning.trim(), plain_text.trim());
 }
+
+#[test]
+fn info_into_a_reader_that_stops_early_ends_quietly() {
+    // `minfer info M | head -1`: the reader goes before the output is written.
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .args(["info", model.to_str().unwrap(), "--tensors"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(
+        out.status.success() && !err.contains("panicked"),
+        "{:?}: {err}",
+        out.status
+    );
+}

@@ -293,9 +293,9 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
     match command {
         Command::Pull { reference } => {
             let path = crate::cli::pull::pull(&reference)?;
-            println!("{}", path.display());
+            write_stdout(&format!("{}\n", path.display()))?;
         }
-        Command::List => print!("{}", crate::cli::pull::list()?),
+        Command::List => write_stdout(&crate::cli::pull::list()?)?,
         Command::Imatrix {
             model,
             file,
@@ -369,20 +369,21 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Info { model, tensors } => {
             let file = open_model(&model)?;
-            print!("{}", crate::cli::info::render(&file, tensors));
+            let mut text = crate::cli::info::render(&file, tensors);
             // Whether minfer can run it: the architecture, its keys and tensors, their types.
             if let Err(e) = minfer::models::load_model(&file) {
-                println!("\nminfer cannot run this file: {e}");
+                text += &format!("\nminfer cannot run this file: {e}\n");
             }
             // Where it would run: every backend of this build, as this machine offers it.
-            println!();
+            text.push('\n');
             for entry in minfer::graph::registry::entries().iter().filter(|e| e.compiled) {
-                println!(
-                    "backend {:<6} = {}",
+                text += &format!(
+                    "backend {:<6} = {}\n",
                     entry.name,
                     minfer::backends::describe(entry.handle)
                 );
             }
+            write_stdout(&text)?;
         }
         Command::Tokenize {
             model,
@@ -440,7 +441,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
                 std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
             }
-            println!("{}", crate::cli::run::top_logits_json(&logits, top));
+            write_stdout(&format!("{}\n", crate::cli::run::top_logits_json(&logits, top)))?;
         }
         Command::Bench(args) => bench::run(args)?,
         Command::Viz {
@@ -477,6 +478,17 @@ fn one_line(e: &anyhow::Error) -> String {
         }
     }
     line
+}
+
+/// `text` on standard output. A reader that went away (`minfer info M | head`) ends the command
+/// quietly, as a command stopped by SIGPIPE would, instead of the panic of `println!`.
+fn write_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        result => Ok(result?),
+    }
 }
 
 fn main() -> ExitCode {
