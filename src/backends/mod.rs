@@ -18,6 +18,17 @@ use crate::graph::registry::Unusable;
 use crate::graph::{Backend, BackendDevice, BackendError, ComputeBackend, TensorSource, WeightUse};
 use std::sync::Arc;
 
+/// The host's memory as Linux's `/proc/meminfo` reports it under `field` (`MemTotal`,
+/// `MemAvailable`), in bytes; `None` where it cannot be read.
+pub fn host_memory(field: &str) -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Whether backend `handle`, which this build contains, can run on this machine: the registry's
 /// probe ([`crate::graph::registry::resolve_fence`]).
 pub fn probe(handle: Backend) -> Result<(), Unusable> {

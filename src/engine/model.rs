@@ -342,7 +342,8 @@ impl Model {
         let total = fit_context(
             self.hparams().n_ctx_train.max(1),
             self.file.file_size(),
-            total_memory(),
+            // The machine's memory, which is what llama.cpp's CPU device reports.
+            crate::backends::host_memory("MemTotal"),
             |n_ctx| {
                 // A windowed layer keeps only its window (and a batch) unless --swa-full.
                 let n_ctx_swa = if options.swa_full {
@@ -386,15 +387,6 @@ fn fit_context(n_ctx_train: usize, weights: u64, memory: Option<u64>, kv_bytes: 
         }
     }
     (lo / 256 * 256).max(floor)
-}
-
-/// The machine's memory (Linux's `MemTotal`, which is what llama.cpp's CPU device reports), or
-/// `None` where it cannot be read.
-fn total_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// The most CPU threads a model runs on: four per logical CPU. More only adds threads waiting

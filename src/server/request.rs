@@ -1414,18 +1414,23 @@ pub fn completion(body: &Json, d: &RequestDefaults) -> Result<CompletionRequest,
         return Err(ApiError::field("suffix", "suffix is not supported"));
     }
     let prompts = prompts(&f)?;
-    if prompts.len() * common.n > MAX_CHOICES {
+    within_choices(prompts.len(), common.n, "n")?;
+    Ok(CompletionRequest { common, prompts })
+}
+
+/// Refuses `n_prompts` prompts answered `n` times each (`n_name`: the field that gave `n`) when
+/// that is more than [`MAX_CHOICES`] completions.
+fn within_choices(n_prompts: usize, n: usize, n_name: &str) -> Result<(), ApiError> {
+    if n_prompts * n > MAX_CHOICES {
         return Err(ApiError::field(
             "prompt",
             format!(
-                "{} prompts × n = {} asks for {} completions; at most {MAX_CHOICES} are allowed",
-                prompts.len(),
-                common.n,
-                prompts.len() * common.n
+                "{n_prompts} prompts × {n_name} = {n} asks for {} completions; at most {MAX_CHOICES} are allowed",
+                n_prompts * n
             ),
         ));
     }
-    Ok(CompletionRequest { common, prompts })
+    Ok(())
 }
 
 /// A body of llama-server's own `/completion`: its prompts (each answered apart, `n_cmpl`
@@ -1458,17 +1463,7 @@ pub fn native_completion(body: &Json, d: &RequestDefaults) -> Result<NativeReque
     let f = Fields::of(body, "")?;
     let common = native_common(&f, d)?;
     let prompts = prompts(&f)?;
-    if prompts.len() * common.n > MAX_CHOICES {
-        return Err(ApiError::field(
-            "prompt",
-            format!(
-                "{} prompts × n_cmpl = {} asks for {} completions; at most {MAX_CHOICES} are allowed",
-                prompts.len(),
-                common.n,
-                prompts.len() * common.n
-            ),
-        ));
-    }
+    within_choices(prompts.len(), common.n, "n_cmpl")?;
     Ok(NativeRequest { common, prompts })
 }
 

@@ -188,12 +188,9 @@ impl ThinkStream {
                     }
                 }
                 State::ReasoningStart => {
-                    let trimmed = self.held.trim_start().len();
-                    self.held.drain(..self.held.len() - trimmed);
-                    if self.held.is_empty() {
+                    if !self.skip_blanks(State::Reasoning) {
                         return out;
                     }
-                    self.state = State::Reasoning;
                 }
                 State::Reasoning => match self.held.find(self.tags.close) {
                     Some(at) => {
@@ -217,12 +214,9 @@ impl ThinkStream {
                     }
                 },
                 State::ContentStart => {
-                    let trimmed = self.held.trim_start().len();
-                    self.held.drain(..self.held.len() - trimmed);
-                    if self.held.is_empty() {
+                    if !self.skip_blanks(State::Content) {
                         return out;
                     }
-                    self.state = State::Content;
                 }
                 State::Content => {
                     if !self.held.is_empty() {
@@ -232,6 +226,18 @@ impl ThinkStream {
                 }
             }
         }
+    }
+
+    /// Drops the blanks the held text starts with and, once text follows them, moves to `next`;
+    /// whether it did (otherwise the next piece must say more).
+    fn skip_blanks(&mut self, next: State) -> bool {
+        let blanks = self.held.len() - self.held.trim_start().len();
+        self.held.drain(..blanks);
+        if self.held.is_empty() {
+            return false;
+        }
+        self.state = next;
+        true
     }
 
     /// The parts held back at the end of the reply.

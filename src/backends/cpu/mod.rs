@@ -194,10 +194,7 @@ pub fn repacks(ty: crate::quant::GgmlType, shape: &[u64]) -> bool {
 /// The memory available for new allocations (Linux's `MemAvailable`), or `None` where it cannot
 /// be read.
 fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    super::host_memory("MemAvailable")
 }
 
 /// Run `job` on every thread of the device's pool while this session is the only one executing

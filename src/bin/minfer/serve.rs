@@ -195,19 +195,17 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         args.api_key = Some(keys[0].to_string());
     }
     let draft_choice = args.draft.choice()?;
-    let defaults = minfer::server::RequestDefaults {
+    let mut defaults = minfer::server::RequestDefaults {
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
         verbose: args.verbose,
         reasoning_format: args.reasoning_format,
-        template_kwargs: [(
-            "enable_thinking".to_string(),
-            (args.reasoning.as_deref() != Some("off")).into(),
-        )]
-        .into_iter()
-        .collect(),
         ..request_defaults(&args.sampling, args.n_predict)?
     };
+    // Thinking is on by default (`on` and `auto` leave it so); `-rea off` turns it off.
+    if args.reasoning.as_deref() == Some("off") {
+        defaults.template_kwargs.insert("enable_thinking".into(), false.into());
+    }
     anyhow::ensure!(
         !args.embeddings,
         "--embeddings cannot be honoured: minfer computes no pooled hidden states (/v1/embeddings answers 501)"
