@@ -14,7 +14,8 @@ venv_python="${venv}/bin/python"
 stamp="${venv}/.minfer-requirements"
 
 # Exact pins: the fixtures under tests/fixtures/{quant,gguf} were generated with gguf and numpy;
-# the server tests (tests/server.rs) drive `minfer serve` with the official openai client; pandas
+# the server tests (tests/server.rs, tests/server_apis.rs) drive `minfer serve` with the official openai,
+# anthropic and ollama clients; pandas
 # reads llama-bench's and minfer's CSV as one frame (scripts/check-bench-columns.py); the
 # CUDA kernels are compiled by the NVRTC of nvidia-cuda-nvrtc (no GPU needed; the version the
 # CUDA 13.0 driver machines have), see scripts/test.sh.
@@ -23,6 +24,8 @@ numpy==2.4.6
 openai==3.57.0
 jsonschema==4.26.0
 pandas==3.1.1
+anthropic==2.17.0
+ollama==0.6.3
 nvidia-cuda-nvrtc==13.0.88"
 
 base_python="${PYTHON:-}"

@@ -13,6 +13,7 @@
 //! on how many are open) and graceful shutdown (not ready, then the listener closed, then
 //! in-flight work finished); it must not know the API's shapes itself.
 
+mod apis;
 mod body;
 mod callers;
 mod error;

@@ -57,6 +57,10 @@ pub struct Reply {
     pub think: Option<Think>,
     /// What llama-server's answers add.
     pub llama: LlamaReply,
+    /// The chat answer is read by another API's shape ([`super::apis`]): each finished choice
+    /// carries llama-server's `stop_type`, which tells a stop string from the end of
+    /// generation, as OpenAI's `finish_reason` does not.
+    pub for_dialect: bool,
 }
 
 /// How a thinking model's chat reply is split ([`crate::template::reasoning`]).
@@ -219,6 +223,16 @@ fn finish_reason(reason: Option<StopReason>, tool_calls: bool) -> &'static str {
     }
 }
 
+/// llama-server's `stop_type`: `eos`, `word` (a stop string), `limit` or `none`.
+fn stop_type(reason: Option<StopReason>) -> &'static str {
+    match reason {
+        Some(StopReason::EndOfGeneration) => "eos",
+        Some(StopReason::MaxTokens | StopReason::ContextFull) => "limit",
+        Some(StopReason::StopString) => "word",
+        Some(StopReason::Interrupted) | None => "none",
+    }
+}
+
 fn tool_call_id() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -324,12 +338,7 @@ impl Reply {
     /// its sixteen keys, `completion_probabilities` when asked for, cut to `response_fields`.
     /// In a stream, the text and tokens went out in the frames: `content` is empty here.
     fn native_final(&self, index: usize, c: &Choice, stream: bool) -> Json {
-        let stop_type = match c.reason {
-            Some(StopReason::EndOfGeneration) => "eos",
-            Some(StopReason::MaxTokens | StopReason::ContextFull) => "limit",
-            Some(StopReason::StopString) => "word",
-            Some(StopReason::Interrupted) | None => "none",
-        };
+        let stop_type = stop_type(c.reason);
         let prompt = index / self.n.max(1);
         let (content, tokens) = if stream {
             ("", &[][..])
@@ -515,12 +524,16 @@ impl Collector {
                     if !calls.is_empty() {
                         message["tool_calls"] = Json::Array(calls.iter().map(tool_call_json).collect());
                     }
-                    json!({
+                    let mut choice = json!({
                         "index": index,
                         "message": message,
                         "logprobs": reply.logprobs_or_null(c, |lps| reply.chat_logprobs(lps)),
                         "finish_reason": finish_reason(c.reason, !calls.is_empty()),
-                    })
+                    });
+                    if reply.for_dialect {
+                        choice["stop_type"] = json!(stop_type(c.reason));
+                    }
+                    choice
                 }
                 Endpoint::Completion | Endpoint::Native => json!({
                     "index": index,
@@ -568,6 +581,12 @@ pub fn frame(data: &Json) -> String {
     format!("data: {data}\n\n")
 }
 
+/// Frames as SSE text.
+#[cfg(test)]
+fn sse(frames: Vec<Json>) -> String {
+    frames.iter().map(frame).collect()
+}
+
 impl Streamer {
     pub fn new(reply: Reply) -> Self {
         Streamer {
@@ -588,10 +607,10 @@ impl Streamer {
         })
     }
 
-    fn chunk(&self, index: usize, delta: Json, logprobs: Json, finish: Option<&str>) -> String {
+    fn chunk(&self, index: usize, delta: Json, logprobs: Json, finish: Option<&str>) -> Json {
         if self.reply.endpoint == Endpoint::Native {
             let content = delta.get("content").and_then(Json::as_str).unwrap_or("");
-            return frame(&self.native_chunk(index, content, Vec::new(), None));
+            return self.native_chunk(index, content, Vec::new(), None);
         }
         let choice = match self.reply.endpoint {
             Endpoint::Chat => json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}),
@@ -609,7 +628,7 @@ impl Streamer {
         if let Some(t) = &self.timings_now {
             body["timings"] = timings_json(t);
         }
-        frame(&body)
+        body
     }
 
     /// llama-server's frame for some of a run's text (`stop` false): its tokens, the counts so
@@ -685,7 +704,7 @@ impl Streamer {
     }
 
     /// The role delta that opens a chat choice, once.
-    fn open(&mut self, index: usize, out: &mut String) {
+    fn open(&mut self, index: usize, out: &mut Vec<Json>) {
         let chat = self.reply.endpoint == Endpoint::Chat;
         let choice = self.choice(index);
         if choice.role_sent || !chat {
@@ -693,7 +712,7 @@ impl Streamer {
         }
         choice.role_sent = true;
         // llama-server's first delta: the role, with null content.
-        out.push_str(&self.chunk(index, json!({"role": "assistant", "content": null}), Json::Null, None));
+        out.push(self.chunk(index, json!({"role": "assistant", "content": null}), Json::Null, None));
     }
 
     fn pending_logprobs(&mut self, index: usize, text_len: usize) -> Json {
@@ -711,16 +730,16 @@ impl Streamer {
         }
     }
 
-    fn parts(&mut self, index: usize, parts: impl IntoIterator<Item = Part>, out: &mut String) {
+    fn parts(&mut self, index: usize, parts: impl IntoIterator<Item = Part>, out: &mut Vec<Json>) {
         for part in parts {
             match part {
                 Part::Content(text) => {
                     let lps = self.pending_logprobs(index, text.len());
-                    out.push_str(&self.chunk(index, json!({"content": text}), lps, None));
+                    out.push(self.chunk(index, json!({"content": text}), lps, None));
                 }
                 Part::Reasoning(text) => {
                     let lps = self.pending_logprobs(index, text.len());
-                    out.push_str(&self.chunk(index, json!({"reasoning_content": text}), lps, None));
+                    out.push(self.chunk(index, json!({"reasoning_content": text}), lps, None));
                 }
                 Part::Call(call) => {
                     let choice = self.choice(index);
@@ -729,15 +748,35 @@ impl Streamer {
                     let mut delta = tool_call_json(&call);
                     delta["index"] = json!(k);
                     let lps = self.pending_logprobs(index, 0);
-                    out.push_str(&self.chunk(index, json!({"tool_calls": [delta]}), lps, None));
+                    out.push(self.chunk(index, json!({"tool_calls": [delta]}), lps, None));
                 }
             }
         }
     }
 
-    /// The frames an event makes (possibly none).
+    /// The SSE text an event makes (possibly none), as an OpenAI-shaped stream sends it
+    /// (`apis::OpenAi` writes the server's).
+    #[cfg(test)]
     pub fn push(&mut self, event: Event) -> String {
-        let mut out = String::new();
+        sse(self.push_frames(event))
+    }
+
+    /// The SSE text after the last event: [`Self::finish_frames`], then `[DONE]` (not after a
+    /// failure, whose error frame ends the stream, and not on llama-server's own stream, which
+    /// ends with its final object).
+    #[cfg(test)]
+    pub fn finish(&mut self) -> String {
+        let mut out = sse(self.finish_frames());
+        if !self.failed && self.reply.endpoint != Endpoint::Native {
+            out.push_str("data: [DONE]\n\n");
+        }
+        out
+    }
+
+    /// The frames an event makes (possibly none), as JSON: chunks, and an error body on a
+    /// failure.
+    pub fn push_frames(&mut self, event: Event) -> Vec<Json> {
+        let mut out = Vec::new();
         match event {
             Event::Logprob { index, logprob } => self.choice(index).logprobs.push(logprob),
             Event::Text {
@@ -758,7 +797,7 @@ impl Streamer {
                     if let Some(t) = &timings {
                         body["timings"] = timings_json(t);
                     }
-                    out.push_str(&frame(&body));
+                    out.push(body);
                     return out;
                 }
                 self.open(index, &mut out);
@@ -801,7 +840,7 @@ impl Streamer {
                 if self.reply.llama.timings_per_token {
                     body["timings"] = timings_json(&timings);
                 }
-                out.push_str(&frame(&body));
+                out.push(body);
             }
             Event::Done {
                 index,
@@ -830,7 +869,7 @@ impl Streamer {
                 (choice.tokens, choice.slot, choice.n_cells, choice.timings) = (tokens, slot, n_cells, timings);
                 let n_calls = choice.n_calls;
                 if self.reply.endpoint == Endpoint::Native {
-                    out.push_str(&frame(&self.reply.native_final(index, &self.choices[&index], true)));
+                    out.push(self.reply.native_final(index, &self.choices[&index], true));
                     return out;
                 }
                 let finish = finish_reason(Some(reason), n_calls > 0);
@@ -841,39 +880,35 @@ impl Streamer {
                 };
                 // A run's last chunk carries its timings, as llama-server's does.
                 self.timings_now = Some(timings);
-                out.push_str(&self.chunk(index, delta, lps, Some(finish)));
+                let mut chunk = self.chunk(index, delta, lps, Some(finish));
+                if self.reply.for_dialect {
+                    chunk["choices"][0]["stop_type"] = json!(stop_type(Some(reason)));
+                }
+                out.push(chunk);
                 self.timings_now = None;
             }
             Event::Failed(message) => {
                 self.failed = true;
-                out.push_str(&frame(
-                    &ApiError::internal(format!("generation failed: {message}")).body(),
-                ));
+                out.push(ApiError::internal(format!("generation failed: {message}")).body());
             }
             Event::Refused(message) => {
                 self.failed = true;
-                out.push_str(&frame(&refused(&message).body()));
+                out.push(refused(&message).body());
             }
         }
         out
     }
 
-    /// The frames after the last event: the usage chunk if asked for, then `[DONE]` (neither
-    /// after a failure, whose error frame ends the stream).
-    pub fn finish(&mut self) -> String {
-        // llama-server's own stream ends with its final object, without `[DONE]`.
-        if self.failed || self.reply.endpoint == Endpoint::Native {
-            return String::new();
+    /// The frames after the last event: the usage chunk if asked for (none after a failure,
+    /// nor on llama-server's own stream).
+    pub fn finish_frames(&mut self) -> Vec<Json> {
+        if self.failed || self.reply.endpoint == Endpoint::Native || !self.reply.include_usage {
+            return Vec::new();
         }
-        let mut out = String::new();
-        if self.reply.include_usage {
-            let mut body = self.reply.envelope(true, Vec::new());
-            body["usage"] = self.usage.json();
-            body["timings"] = timings_json(&combined(self.choices.values().map(|c| c.timings)));
-            out.push_str(&frame(&body));
-        }
-        out.push_str("data: [DONE]\n\n");
-        out
+        let mut body = self.reply.envelope(true, Vec::new());
+        body["usage"] = self.usage.json();
+        body["timings"] = timings_json(&combined(self.choices.values().map(|c| c.timings)));
+        vec![body]
     }
 }
 
@@ -903,6 +938,7 @@ mod tests {
             harmony: false,
             think: None,
             llama: LlamaReply::default(),
+            for_dialect: false,
         }
     }
 

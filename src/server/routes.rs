@@ -8,6 +8,7 @@
 //! with `response`. Nothing here generates, and nothing here blocks: the only waits are on
 //! channels.
 
+use super::apis::{Dialect, OpenAi};
 use super::body;
 use super::error::ApiError;
 use super::lifecycle::{Lifecycle, Readiness};
@@ -112,6 +113,10 @@ pub fn router(app: App) -> Router {
         .route("/apply-template", post(apply_template))
         .route("/slots", get(slots))
         .route("/slots/{id}", post(slot_action))
+        .route("/v1/messages", post(super::apis::anthropic::messages))
+        .route("/v1/messages/count_tokens", post(super::apis::anthropic::count_tokens))
+        .route("/v1/responses", post(super::apis::responses::create))
+        .route("/responses", post(super::apis::responses::create))
         .route("/v1/embeddings", post(embeddings))
         .route("/embeddings", post(embeddings))
         .route("/embedding", post(embeddings))
@@ -163,7 +168,7 @@ async fn echo_session(req: Request, next: Next) -> Response {
     response
 }
 
-const ROUTES: [&str; 23] = [
+const ROUTES: [&str; 27] = [
     "/",
     "/v1/chat/completions",
     "/v1/chat/completions/input_tokens",
@@ -187,6 +192,10 @@ const ROUTES: [&str; 23] = [
     "/slots",
     "/v1/embeddings",
     "/embeddings",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/responses",
+    "/responses",
 ];
 
 async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
@@ -259,11 +268,12 @@ async fn authenticate(State(app): State<App>, req: Request, next: Next) -> Respo
             let ok = given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), key.as_bytes()));
             if !ok {
                 let message = if given.is_none() {
-                    "missing API key: send it as 'Authorization: Bearer KEY'"
+                    "missing API key: send it as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'"
                 } else {
                     "invalid API key"
                 };
-                return ApiError::new(StatusCode::UNAUTHORIZED, message).into_response();
+                let e = ApiError::new(StatusCode::UNAUTHORIZED, message);
+                return (e.status, Json(super::apis::error_body_for(req.uri().path(), &e))).into_response();
             }
         }
     }
@@ -824,7 +834,7 @@ async fn native_completion(State(app): State<App>, req: Request) -> Response {
         let peer = watched(peer);
         let fault = faulty(&app, &req.prompts);
         let prompts = encode_prompts(&app, req.prompts).await?;
-        let tools = ReplyTools::default();
+        let tools = ReplyTools::plain(OpenAi::boxed(true));
         start(&app, Endpoint::Native, req.common, prompts, tools, fault, peer).await
     }
     .await;
@@ -881,7 +891,7 @@ async fn infill(State(app): State<App>, req: Request) -> Response {
             Ok(tokens)
         })
         .await?;
-        let tools = ReplyTools::default();
+        let tools = ReplyTools::plain(OpenAi::boxed(true));
         start(&app, Endpoint::Native, req.common, vec![tokens], tools, fault, peer).await
     }
     .await;
@@ -1020,71 +1030,119 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
 }
 
 async fn chat(State(app): State<App>, req: Request) -> Response {
+    chat_as(app, req, |_| Ok((None, OpenAi::boxed(false))), ApiError::body).await
+}
+
+/// A chat request in another API's shape (`read` turns the body into a chat completion
+/// request, `None` when it is one, and gives the dialect that writes the answer), answered
+/// through the chat pipeline; a failure is written by `error`.
+pub(super) async fn chat_as(
+    app: App,
+    req: Request,
+    read: impl FnOnce(&Value) -> Result<(Option<Value>, Box<dyn Dialect>), ApiError> + Send + 'static,
+    error: fn(&ApiError) -> Value,
+) -> Response {
     let result = async {
         let peer = peer_of(&req);
-        let req = read_request(&app, req, with_defaults(&app, request::chat)).await?;
-        let peer = watched(peer);
-        let tools: Vec<String> = req
-            .tools
-            .iter()
-            .flatten()
-            .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
-            .collect();
-        // With tools, the reply follows their grammar: a valid call where one is required,
-        // text or a valid call otherwise. A format the request asks for takes the place of the
-        // optional call; with a required one it is a contradiction. A harmony model writes its
-        // calls in its own messages, which the `<tool_call>` grammar would forbid (no grammar
-        // text can produce a control token): its calls are read from the reply instead, and
-        // one that must be made cannot be enforced yet.
-        let mut common = req.common.clone();
-        let harmony = app.model.template().is_harmony();
-        if req.tools.is_some() {
-            match (&req.tool_choice, &common.grammar) {
-                (ToolChoice::Auto, Some(_)) => {}
-                (_, Some((field, _))) => {
-                    return Err(ApiError::field(
-                        field.clone(),
-                        format!("{field} cannot be combined with a tool_choice that requires a call"),
-                    ))
-                }
-                (ToolChoice::Auto, None) if harmony => {}
-                (_, None) if harmony => {
-                    return Err(ApiError::field(
-                        "tool_choice",
-                        "tool_choice can only be 'auto' or 'none' for a model that speaks harmony (gpt-oss): \
-                         a call it must make cannot be enforced on its channels yet",
-                    ))
-                }
-                (choice, None) => {
-                    let tools = req.tools.as_deref().unwrap_or(&[]);
-                    common.grammar = Some(("tools".into(), tool_calls::call_grammar(tools, choice)));
-                }
-            }
-        }
-        let state = Arc::clone(&app);
-        let (text, tokens) = blocking(move || {
-            let rendered = render_chat(&state, &req)?;
-            let tokens = state.model.encode_rendered(&rendered);
-            Ok((rendered.text, tokens))
+        let defaults = Arc::clone(&app.defaults);
+        let (req, dialect) = read_request(&app, req, move |body| {
+            let (converted, dialect) = read(body)?;
+            Ok((request::chat(converted.as_ref().unwrap_or(body), &defaults)?, dialect))
         })
         .await?;
-        let fault = app.fault_marker.as_deref().is_some_and(|m| text.contains(m));
-        // A thinking template's reasoning goes to reasoning_content unless the request or the
-        // server says `none` (harmony models are read by their own parser).
-        let format = common.llama.reasoning_format;
-        let think = (!harmony && format != ReasoningFormat::None)
-            .then(|| ThinkTags::of_template(app.model.template().source()))
-            .flatten()
-            .map(|tags| super::response::Think {
-                tags,
-                opened: tags.opened_by(&text),
-                legacy: format == ReasoningFormat::DeepseekLegacy,
-            });
-        let reply = ReplyTools { names: tools, think };
-        start(&app, Endpoint::Chat, common, vec![tokens], reply, fault, peer).await
+        let peer = watched(peer);
+        chat_reply(&app, req, peer, dialect).await
     }
     .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+    result.unwrap_or_else(|e| (e.status, Json(error(&e))).into_response())
+}
+
+/// How many tokens a chat request's prompt is, the request in another API's shape (`read`, as
+/// for [`chat_as`]).
+pub(super) async fn count_as(
+    app: &App,
+    req: Request,
+    read: impl FnOnce(&Value) -> Result<Value, ApiError> + Send + 'static,
+) -> Result<usize, ApiError> {
+    let defaults = Arc::clone(&app.defaults);
+    let req = read_request(app, req, move |body| request::chat(&read(body)?, &defaults)).await?;
+    let state = Arc::clone(app);
+    blocking(move || {
+        let rendered = render_chat(&state, &req)?;
+        Ok(state.model.encode_rendered(&rendered).len())
+    })
+    .await
+}
+
+/// A read chat request, rendered, tokenized and answered in `dialect`'s shape.
+async fn chat_reply(
+    app: &App,
+    req: request::ChatRequest,
+    peer: Option<Arc<Peer>>,
+    dialect: Box<dyn Dialect>,
+) -> Result<Response, ApiError> {
+    let tools: Vec<String> = req
+        .tools
+        .iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+        .collect();
+    // With tools, the reply follows their grammar: a valid call where one is required,
+    // text or a valid call otherwise. A format the request asks for takes the place of the
+    // optional call; with a required one it is a contradiction. A harmony model writes its
+    // calls in its own messages, which the `<tool_call>` grammar would forbid (no grammar
+    // text can produce a control token): its calls are read from the reply instead, and
+    // one that must be made cannot be enforced yet.
+    let mut common = req.common.clone();
+    let harmony = app.model.template().is_harmony();
+    if req.tools.is_some() {
+        match (&req.tool_choice, &common.grammar) {
+            (ToolChoice::Auto, Some(_)) => {}
+            (_, Some((field, _))) => {
+                return Err(ApiError::field(
+                    field.clone(),
+                    format!("{field} cannot be combined with a tool_choice that requires a call"),
+                ))
+            }
+            (ToolChoice::Auto, None) if harmony => {}
+            (_, None) if harmony => {
+                return Err(ApiError::field(
+                    "tool_choice",
+                    "tool_choice can only be 'auto' or 'none' for a model that speaks harmony (gpt-oss): \
+                     a call it must make cannot be enforced on its channels yet",
+                ))
+            }
+            (choice, None) => {
+                let tools = req.tools.as_deref().unwrap_or(&[]);
+                common.grammar = Some(("tools".into(), tool_calls::call_grammar(tools, choice)));
+            }
+        }
+    }
+    let state = Arc::clone(app);
+    let (text, tokens) = blocking(move || {
+        let rendered = render_chat(&state, &req)?;
+        let tokens = state.model.encode_rendered(&rendered);
+        Ok((rendered.text, tokens))
+    })
+    .await?;
+    let fault = app.fault_marker.as_deref().is_some_and(|m| text.contains(m));
+    // A thinking template's reasoning goes to reasoning_content unless the request or the
+    // server says `none` (harmony models are read by their own parser).
+    let format = common.llama.reasoning_format;
+    let think = (!harmony && format != ReasoningFormat::None)
+        .then(|| ThinkTags::of_template(app.model.template().source()))
+        .flatten()
+        .map(|tags| super::response::Think {
+            tags,
+            opened: tags.opened_by(&text),
+            legacy: format == ReasoningFormat::DeepseekLegacy,
+        });
+    let reply = ReplyTools {
+        names: tools,
+        think,
+        dialect,
+    };
+    start(app, Endpoint::Chat, common, vec![tokens], reply, fault, peer).await
 }
 
 async fn completions(State(app): State<App>, req: Request) -> Response {
@@ -1099,7 +1157,7 @@ async fn completions(State(app): State<App>, req: Request) -> Response {
             Endpoint::Completion,
             req.common,
             prompts,
-            ReplyTools::default(),
+            ReplyTools::plain(OpenAi::boxed(false)),
             fault,
             peer,
         )
@@ -1194,13 +1252,25 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// How a chat reply is read: for tool calls, and a thinking model's reasoning.
-#[derive(Default)]
+/// How a reply is read (for tool calls, and a thinking model's reasoning) and written.
 struct ReplyTools {
     /// The offered tools' names; none: the reply is not parsed for calls.
     names: Vec<String>,
     /// How a thinking model's reply is split; `None`: it is not.
     think: Option<super::response::Think>,
+    /// The API whose shape the answer takes.
+    dialect: Box<dyn Dialect>,
+}
+
+impl ReplyTools {
+    /// A reply read as generated, in `dialect`'s shape.
+    fn plain(dialect: Box<dyn Dialect>) -> Self {
+        ReplyTools {
+            names: Vec::new(),
+            think: None,
+            dialect,
+        }
+    }
 }
 
 /// Requests taken so far, for `/slots`' `id_task`.
@@ -1219,6 +1289,7 @@ async fn start(
     fault: bool,
     peer: Option<Arc<Peer>>,
 ) -> Result<Response, ApiError> {
+    let mut dialect = tools.dialect;
     let session = common
         .user
         .as_deref()
@@ -1232,6 +1303,8 @@ async fn start(
     };
     let n_ctx = app.n_ctx;
     let mut common = common;
+    // Another API's answer is written from the whole chat answer, usage included.
+    common.include_usage |= dialect.translated();
     if let Some(id) = common.llama.id_slot.filter(|&id| id >= app.n_slots) {
         return Err(ApiError::field(
             "id_slot",
@@ -1358,6 +1431,7 @@ async fn start(
         Vec::new()
     };
     let n_choices = runs.len();
+    dialect.begin(n_prompt_each.iter().sum());
     // A harmony model's replies keep their control tokens (`<|channel|>`, `<|message|>`,
     // `<|end|>`, ...), which llama.cpp prints for it too: the chat reply is read back from them
     // and the completions endpoints return them, as llama-server does.
@@ -1420,6 +1494,7 @@ async fn start(
             post_sampling_probs: llama.post_sampling_probs,
             timings_per_token: llama.timings_per_token,
         },
+        for_dialect: dialect.translated(),
     };
     if !common.stream {
         let mut collector = Collector::new(reply);
@@ -1427,12 +1502,14 @@ async fn start(
             collector.push(event)?;
         }
         drop(guard);
-        return Ok(with_session(Json(collector.finish(n_choices)?).into_response()));
+        let body = dialect.whole(collector.finish(n_choices)?);
+        return Ok(with_session(Json(body).into_response()));
     }
     let streamer = Streamer::new(reply);
+    let content_type = dialect.content_type();
     let frames = futures_util::stream::unfold(
-        (rx, streamer, guard, false),
-        move |(mut rx, mut streamer, guard, done)| async move {
+        (rx, (streamer, dialect), guard, false),
+        move |(mut rx, (mut streamer, mut dialect), guard, done)| async move {
             if done {
                 return None;
             }
@@ -1445,34 +1522,36 @@ async fn start(
                     Some(interval) => match tokio::time::timeout(interval, rx.recv()).await {
                         Ok(next) => next,
                         Err(_) => {
+                            let text = dialect.keepalive().to_string();
                             return Some((
-                                Ok::<_, std::convert::Infallible>(":\n\n".to_string()),
-                                (rx, streamer, guard, false),
-                            ))
+                                Ok::<_, std::convert::Infallible>(text),
+                                (rx, (streamer, dialect), guard, false),
+                            ));
                         }
                     },
                     None => rx.recv().await,
                 };
                 match next {
                     Some(event) => {
-                        let text = streamer.push(event);
+                        let text = dialect.frames(streamer.push_frames(event));
                         if !text.is_empty() {
-                            return Some((Ok(text), (rx, streamer, guard, false)));
+                            return Some((Ok(text), (rx, (streamer, dialect), guard, false)));
                         }
                     }
                     None => {
-                        let text = streamer.finish();
+                        let mut text = dialect.frames(streamer.finish_frames());
+                        text.push_str(&dialect.end());
                         if text.is_empty() {
                             return None;
                         }
-                        return Some((Ok(text), (rx, streamer, guard, true)));
+                        return Some((Ok(text), (rx, (streamer, dialect), guard, true)));
                     }
                 }
             }
         },
     );
     Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(frames))
         .map(with_session)
