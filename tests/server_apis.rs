@@ -34,3 +34,9 @@ fn the_openai_client_gets_responses_plain_streamed_with_function_calls_and_schem
     let server = Server::start(&tiny(), &["--n-slots", "1"], &[]);
     run(&server, "tests/server/responses_client.py", "protocol", &[]);
 }
+
+#[test]
+fn the_ollama_client_chats_generates_lists_and_shows_through_its_own_api() {
+    let server = Server::start(&tiny(), &["--n-slots", "1"], &[]);
+    run(&server, "tests/server/ollama_client.py", "protocol", &[]);
+}

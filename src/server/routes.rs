@@ -117,6 +117,19 @@ pub fn router(app: App) -> Router {
         .route("/v1/messages/count_tokens", post(super::apis::anthropic::count_tokens))
         .route("/v1/responses", post(super::apis::responses::create))
         .route("/responses", post(super::apis::responses::create))
+        .route("/api/chat", post(super::apis::ollama::chat))
+        .route("/api/generate", post(super::apis::ollama::generate))
+        .route("/api/tags", get(super::apis::ollama::tags))
+        .route("/api/ps", get(super::apis::ollama::ps))
+        .route("/api/show", post(super::apis::ollama::show))
+        .route("/api/version", get(super::apis::ollama::version))
+        .route("/api/embed", post(super::apis::ollama::unsupported))
+        .route("/api/embeddings", post(super::apis::ollama::unsupported))
+        .route("/api/pull", post(super::apis::ollama::unsupported))
+        .route("/api/create", post(super::apis::ollama::unsupported))
+        .route("/api/copy", post(super::apis::ollama::unsupported))
+        .route("/api/push", post(super::apis::ollama::unsupported))
+        .route("/api/delete", axum::routing::delete(super::apis::ollama::unsupported))
         .route("/v1/embeddings", post(embeddings))
         .route("/embeddings", post(embeddings))
         .route("/embedding", post(embeddings))
@@ -168,7 +181,7 @@ async fn echo_session(req: Request, next: Next) -> Response {
     response
 }
 
-const ROUTES: [&str; 27] = [
+const ROUTES: [&str; 33] = [
     "/",
     "/v1/chat/completions",
     "/v1/chat/completions/input_tokens",
@@ -196,6 +209,12 @@ const ROUTES: [&str; 27] = [
     "/v1/messages/count_tokens",
     "/v1/responses",
     "/responses",
+    "/api/chat",
+    "/api/generate",
+    "/api/tags",
+    "/api/ps",
+    "/api/show",
+    "/api/version",
 ];
 
 async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
@@ -1052,6 +1071,50 @@ pub(super) async fn chat_as(
         .await?;
         let peer = watched(peer);
         chat_reply(&app, req, peer, dialect).await
+    }
+    .await;
+    result.unwrap_or_else(|e| (e.status, Json(error(&e))).into_response())
+}
+
+/// Ollama's `/api/generate`: `read` gives nothing for an empty prompt (the answer is that the
+/// model is loaded), a chat request, or with `raw` a completion request of the prompt as it
+/// is; answered in the dialect it gives, a failure written by `error`.
+pub(super) async fn generate_as(
+    app: App,
+    req: Request,
+    read: fn(&Value) -> Result<super::apis::ollama::Generate, ApiError>,
+    error: fn(&ApiError) -> Value,
+) -> Response {
+    enum Read {
+        Loaded(Value),
+        Chat(request::ChatRequest, Box<dyn Dialect>),
+        Raw(request::CompletionRequest, Box<dyn Dialect>),
+    }
+    let result = async {
+        let peer = peer_of(&req);
+        let defaults = Arc::clone(&app.defaults);
+        let read = read_request(&app, req, move |body| {
+            Ok(match read(body)? {
+                None => Read::Loaded(body.get("model").cloned().unwrap_or(Value::Null)),
+                Some((chat, false, dialect)) => Read::Chat(request::chat(&chat, &defaults)?, dialect),
+                Some((completion, true, dialect)) => Read::Raw(request::completion(&completion, &defaults)?, dialect),
+            })
+        })
+        .await?;
+        let peer = watched(peer);
+        match read {
+            Read::Loaded(model) => Ok(Json(json!({
+                "model": model, "created_at": "", "response": "", "done": true, "done_reason": "load",
+            }))
+            .into_response()),
+            Read::Chat(req, dialect) => chat_reply(&app, req, peer, dialect).await,
+            Read::Raw(req, dialect) => {
+                let fault = faulty(&app, &req.prompts);
+                let prompts = encode_prompts(&app, req.prompts).await?;
+                let reply = ReplyTools::plain(dialect);
+                start(&app, Endpoint::Completion, req.common, prompts, reply, fault, peer).await
+            }
+        }
     }
     .await;
     result.unwrap_or_else(|e| (e.status, Json(error(&e))).into_response())

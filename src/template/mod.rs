@@ -28,6 +28,8 @@ mod input;
 mod python;
 pub mod reasoning;
 mod strftime;
+/// UTC time as strftime formats it (the server's timestamps use it too).
+pub use strftime::format_utc;
 mod tojson;
 
 pub use builtin::{builtin, builtin_names, LLAMA_CPP_NAMES};

@@ -96,7 +96,7 @@ impl Civil {
 /// Formats `unix` (seconds since the epoch, UTC). Supports the C-locale directives, glibc's `-`
 /// flag (no padding: `%-d`), `%e`, `%s` and `%%`; an unknown directive is copied as written, as
 /// glibc does.
-pub(super) fn format_utc(format: &str, unix: i64) -> String {
+pub fn format_utc(format: &str, unix: i64) -> String {
     let t = Civil::from_unix(unix);
     let mut out = String::with_capacity(format.len() + 16);
     let mut chars = format.chars();

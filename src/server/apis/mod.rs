@@ -9,6 +9,7 @@
 //! Nothing here generates, tokenizes or renders; a dialect sees JSON and writes text.
 
 pub mod anthropic;
+pub mod ollama;
 pub mod responses;
 
 use super::error::ApiError;
@@ -86,6 +87,8 @@ impl Dialect for OpenAi {
 pub fn error_body_for(path: &str, e: &ApiError) -> Json {
     if path.starts_with("/v1/messages") {
         anthropic::error_body(e)
+    } else if path.starts_with("/api/") {
+        ollama::error_body(e)
     } else {
         e.body()
     }
