@@ -26,6 +26,8 @@ TO, IGNORE, REFUSE, HF = "To", "Ignore", "Refuse", "HfRepo"
 POS = {
     "--help": (TO, "--help"), "--version": (TO, "--version"),
     "--reasoning-format": (TO, "--reasoning-format"),
+    "--reasoning-budget": (TO, "--reasoning-budget"),
+    "--reasoning-budget-message": (TO, "--reasoning-budget-message"),
     "-t": (TO, "--threads"), "-c": (TO, "--ctx-size"), "-n": (TO, "--n-predict"),
     "-b": (TO, "--batch-size"), "-ub": (TO, "--ubatch-size"), "--keep": (TO, "--keep"),
     "--swa-full": (TO, "--swa-full"), "-fa": (TO, "--flash-attn"), "-p": (TO, "--prompt"),
@@ -114,7 +116,7 @@ SUBJECT = [
      "minfer picks its devices with --backend and -ngl only"),
     (("--spec-", "-hfd", "-ngld", "-td", "-tbd", "-devd", "-ctkd", "-ctvd", "-otd", "-cmoed", "-ncmoed", "-Cd", "-Crd", "-Cbd"),
      "minfer's speculative decoding takes --model-draft, --draft-max, --draft-min, --draft-p-min and --spec-type"),
-    (("--reasoning", "-rea"), "of the reasoning flags minfer takes --reasoning-format, and on minfer serve -rea; budgets, effort and preserving are not supported yet"),
+    (("--reasoning", "-rea"), "of the reasoning flags minfer takes --reasoning-format and --reasoning-budget, and on minfer serve -rea; effort and preserving are not supported yet"),
     (("--models-",), "minfer's server serves one model"),
     (("--ssl-",), "minfer serves plain HTTP: put a TLS proxy in front of it (docs/server.md)"),
     (("--log-file", "--log-jsonl", "--log-prompts-dir"), "minfer logs only to standard error"),

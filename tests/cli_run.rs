@@ -655,6 +655,40 @@ fn a_thinking_templates_reasoning_goes_to_standard_error_and_the_answer_to_stand
 }
 
 #[test]
+fn a_reasoning_budget_closes_the_reasoning_and_the_model_answers_on_standard_output() {
+    // The same opened template: with --reasoning-budget 3 the closing tag is forced after three
+    // tokens, so the rest of the reply is the answer; budget 0 answers at once.
+    let model = common::tiny_model("qwen2", "Q8_0");
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("think.jinja");
+    std::fs::write(
+        &template,
+        "{%- for m in messages %}{{ m.content }}{% endfor %}{{ '<think>\\n' }}{# replies close it with </think> #}",
+    )
+    .unwrap();
+    let base = ["-m", model.to_str().unwrap(), "-p", "Hello", "-n", "10", "--greedy"];
+    let mut args = base.to_vec();
+    args.extend(["--chat-template-file", template.to_str().unwrap()]);
+    let plain = |budget: &str| {
+        let out = minfer_ok(&args, &["--reasoning-format", "none", "--reasoning-budget", budget]);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (three, zero) = (plain("3"), plain("0"));
+    assert!(zero.starts_with("</think>"), "{zero:?}");
+    let unlimited = plain("-1");
+    assert!(!unlimited.contains("</think>"), "{unlimited:?}");
+    let closed = three.find("</think>").expect("the closing tag is forced");
+    // What came before it is the start of the unlimited reply: the model's own three tokens.
+    assert!(
+        closed > 0 && unlimited.starts_with(&three[..closed]),
+        "{three:?} {unlimited:?}"
+    );
+    let split = minfer_ok(&args, &["--reasoning-budget", "3"]);
+    let answer = String::from_utf8(split.stdout).unwrap();
+    assert_eq!(answer.trim(), three[closed + "</think>".len()..].trim());
+}
+
+#[test]
 fn info_into_a_reader_that_stops_early_ends_quietly() {
     // `minfer info M | head -1`: the reader goes before the output is written.
     let model = common::tiny_model("qwen2", "Q8_0");

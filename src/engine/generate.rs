@@ -29,6 +29,8 @@ pub struct GenerateOptions {
     /// first `n_keep` tokens, discard half of the rest, go on); `None` stops the generation
     /// with [`StopReason::ContextFull`].
     pub context_shift: Option<usize>,
+    /// A limit on a thinking model's reasoning, its closing tag forced when it is spent.
+    pub reasoning_budget: Option<super::ReasoningBudget>,
 }
 
 impl Default for GenerateOptions {
@@ -41,6 +43,7 @@ impl Default for GenerateOptions {
             grammar: None,
             special: false,
             context_shift: None,
+            reasoning_budget: None,
         }
     }
 }

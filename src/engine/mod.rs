@@ -35,6 +35,7 @@ mod kv_cells;
 mod kv_window;
 mod model;
 pub mod profile;
+mod reasoning_budget;
 mod sequence;
 mod session;
 pub mod session_file;
@@ -53,6 +54,7 @@ pub use imatrix::{compute_imatrix, ChunkDone, ImatrixComputeError, ImatrixOption
 pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use kv_window::{kv_cache_bytes, KvWindow};
 pub use model::{encode_prompt, max_threads, usable_gpu, LoadError, Model, ModelOptions};
+pub use reasoning_budget::ReasoningBudget;
 pub use sequence::{Sequence, Step};
 pub use session::{LayerRows, Session, SessionOptions};
 pub use speculative::{

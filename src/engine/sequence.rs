@@ -6,6 +6,7 @@
 //! It knows no session, no batch and no transport: the caller evaluates the tokens it accepts.
 
 use super::generate::{GenerateOptions, GenerationResult, GenerationStats, StopReason};
+use super::reasoning_budget::BudgetTracker;
 use super::stop::StopMatcher;
 use super::EngineError;
 use crate::grammar::{allowed, Constraint};
@@ -77,6 +78,8 @@ pub struct Sequence<'t> {
     max_tokens: usize,
     ignore_eos: bool,
     finished: Option<StopReason>,
+    /// The reasoning budget being spent, if the generation has one.
+    budget: Option<BudgetTracker>,
 }
 
 impl<'t> Sequence<'t> {
@@ -94,6 +97,7 @@ impl<'t> Sequence<'t> {
             max_tokens: options.max_tokens,
             ignore_eos: options.ignore_eos,
             finished: (options.max_tokens == 0).then_some(StopReason::MaxTokens),
+            budget: options.reasoning_budget.clone().map(BudgetTracker::new),
         })
     }
 
@@ -107,6 +111,9 @@ impl<'t> Sequence<'t> {
     /// among the tokens it allows: the others are -inf before the filters see the row, so
     /// top-k, top-p and the rest choose among valid continuations only.
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32, EngineError> {
+        if let Some(token) = self.forced() {
+            return Ok(token);
+        }
         let Some(constraint) = &mut self.constraint else {
             return Ok(self.sampler.sample(logits, &self.history)?);
         };
@@ -124,6 +131,15 @@ impl<'t> Sequence<'t> {
         logits: &[f32],
         inspect: &mut dyn FnMut(&[Candidate]),
     ) -> Result<u32, EngineError> {
+        if let Some(token) = self.forced() {
+            // The chain did not choose it: it was the only candidate.
+            inspect(&[Candidate {
+                id: token,
+                logit: logits.get(token as usize).copied().unwrap_or(0.0),
+                weight: 1.0,
+            }]);
+            return Ok(token);
+        }
         let candidates = match &mut self.constraint {
             None => self.sampler.build_candidates(logits, &self.history)?,
             Some(constraint) => {
@@ -134,6 +150,12 @@ impl<'t> Sequence<'t> {
         };
         inspect(candidates);
         Ok(self.sampler.draw()?)
+    }
+
+    /// The token the reasoning budget forces next (its closing tag, once the budget is spent),
+    /// taken whatever the logits say.
+    fn forced(&self) -> Option<u32> {
+        self.budget.as_ref().and_then(BudgetTracker::forced)
     }
 
     /// Computes what the grammar allows next, if there is one, so that the next
@@ -160,6 +182,9 @@ impl<'t> Sequence<'t> {
     /// grammar allows one only where its text is complete.
     pub fn accept(&mut self, token: u32) -> Step {
         self.history.push(token);
+        if let Some(budget) = &mut self.budget {
+            budget.accept(&self.history);
+        }
         let n_generated = self.history.len() - self.n_prompt;
         let mut grammar_done = false;
         if let Some(constraint) = &mut self.constraint {

@@ -67,6 +67,8 @@ pub struct Common {
     pub logit_bias_text: Vec<(String, f32)>,
     /// The rest of llama-server's fields.
     pub llama: LlamaFields,
+    /// The reasoning budget as tokens, once the handler knows the template's tags.
+    pub reasoning_budget: Option<crate::engine::ReasoningBudget>,
 }
 
 /// llama-server's own request fields beyond sampling, the same on every endpoint.
@@ -99,6 +101,12 @@ pub struct LlamaFields {
     /// Where a chat reply's reasoning goes (`reasoning_format`; the server's `--reasoning-format`
     /// when absent).
     pub reasoning_format: ReasoningFormat,
+    /// Tokens a thinking model may reason before its closing tag is forced
+    /// (`reasoning_budget_tokens`, or `thinking_budget_tokens`; -1 or absent: the server's
+    /// `--reasoning-budget`; `None`: no limit), and the text forced before the tag
+    /// (`reasoning_budget_message`).
+    pub reasoning_budget: Option<usize>,
+    pub reasoning_budget_message: String,
 }
 
 impl Default for LlamaFields {
@@ -116,6 +124,8 @@ impl Default for LlamaFields {
             n_keep: 0,
             n_discard: 0,
             reasoning_format: ReasoningFormat::Auto,
+            reasoning_budget: None,
+            reasoning_budget_message: String::new(),
         }
     }
 }
@@ -530,6 +540,7 @@ fn common(f: &Fields, logprobs: Option<usize>, d: &RequestDefaults) -> Result<Co
         user: f.get("user").and_then(Json::as_str).map(str::to_string),
         logit_bias_text,
         llama: llama_server_fields(f, d)?,
+        reasoning_budget: None,
     })
 }
 
@@ -539,7 +550,7 @@ type OffValue = (&'static str, fn(&Json) -> bool, &'static str);
 /// llama-server's fields minfer cannot honour, each with whether a value leaves it off (then it
 /// is read and changes nothing, as in llama-server); any other value is a 400 naming the field,
 /// since the output would not be what was asked for.
-const UNSUPPORTED: [OffValue; 13] = [
+const UNSUPPORTED: [OffValue; 11] = [
     ("dynatemp_range", is_zero, "0"),
     ("adaptive_target", is_negative, "a negative number"),
     ("min_keep", is_zero, "0"),
@@ -551,8 +562,6 @@ const UNSUPPORTED: [OffValue; 13] = [
     ("grammar_triggers", is_empty_array, "[]"),
     ("preserved_tokens", is_empty_array, "[]"),
     ("reasoning_control", is_false, "false"),
-    ("reasoning_budget_tokens", is_minus_one, "-1"),
-    ("thinking_budget_tokens", is_minus_one, "-1"),
 ];
 
 /// Fields llama-server's own chat handler sets for its parser: a client sending one at its
@@ -572,9 +581,6 @@ fn is_negative(v: &Json) -> bool {
 }
 fn is_not_positive(v: &Json) -> bool {
     v.as_f64().is_some_and(|x| x <= 0.0)
-}
-fn is_minus_one(v: &Json) -> bool {
-    v.as_f64() == Some(-1.0)
 }
 fn is_empty_array(v: &Json) -> bool {
     v.as_array().is_some_and(Vec::is_empty)
@@ -599,7 +605,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "seed", "stop", "n", "n_cmpl", "ignore_eos", "response_format", "json_schema", "grammar", "user",
     "logprobs", "n_probs", "model", "dynatemp_exponent", "adaptive_decay", "backend_sampling",
     "reasoning_budget_start_tag", "reasoning_budget_end_tags", "reasoning_budget_end_tag",
-    "reasoning_budget_message", "reasoning_format",
+    "reasoning_budget_message", "reasoning_format", "reasoning_budget_tokens", "thinking_budget_tokens",
     // llama-server's request options.
     "post_sampling_probs", "id_slot", "cache_prompt", "return_tokens", "return_progress",
     "timings_per_token", "verbose", "response_fields", "sse_ping_interval", "n_keep", "n_discard",
@@ -673,6 +679,16 @@ fn llama_server_fields(f: &Fields, d: &RequestDefaults) -> Result<LlamaFields, A
             .unwrap_or(defaults.sse_ping_interval),
         n_keep: f.integer("n_keep", -1, i32::MAX as i64)?.unwrap_or(0),
         n_discard: f.integer("n_discard", 0, i32::MAX as i64)?.unwrap_or(0),
+        reasoning_budget: match f.integer("reasoning_budget_tokens", -1, i32::MAX as i64)? {
+            Some(-1) | None => match f.integer("thinking_budget_tokens", -1, i32::MAX as i64)? {
+                Some(-1) | None => d.reasoning_budget,
+                Some(n) => Some(n as usize),
+            },
+            Some(n) => Some(n as usize),
+        },
+        reasoning_budget_message: f
+            .str("reasoning_budget_message")?
+            .map_or_else(|| d.reasoning_budget_message.clone(), str::to_string),
         reasoning_format: match f.str("reasoning_format")? {
             None => d.reasoning_format,
             Some(name) => ReasoningFormat::from_name(name).ok_or_else(|| {
@@ -992,6 +1008,12 @@ pub struct RequestDefaults {
     /// Template variables of a request that does not set them: `enable_thinking`, true unless
     /// `--reasoning off`.
     pub template_kwargs: Map<String, Json>,
+    /// The reasoning budget of a request that sets none (`--reasoning-budget`; `None`: no
+    /// limit).
+    pub reasoning_budget: Option<usize>,
+    /// The text forced before the closing tag when the budget is spent
+    /// (`--reasoning-budget-message`).
+    pub reasoning_budget_message: String,
 }
 
 impl Default for RequestDefaults {
@@ -1011,6 +1033,8 @@ impl Default for RequestDefaults {
             template_kwargs: [("enable_thinking".to_string(), Json::Bool(true))]
                 .into_iter()
                 .collect(),
+            reasoning_budget: None,
+            reasoning_budget_message: String::new(),
         }
     }
 }
@@ -1789,7 +1813,6 @@ mod tests {
             ("grammar_triggers", json!([{"type": 0, "value": "x"}]), json!([])),
             ("preserved_tokens", json!(["<x>"]), json!([])),
             ("reasoning_control", json!(true), json!(false)),
-            ("reasoning_budget_tokens", json!(64), json!(-1)),
             ("chat_format", json!(3), json!(0)),
             ("parse_tool_calls", json!(true), json!(false)),
         ] {
@@ -1811,7 +1834,8 @@ mod tests {
                           "timings_per_token": true, "verbose": true, "post_sampling_probs": true,
                           "response_fields": ["content", "timings/prompt_n"], "sse_ping_interval": -1,
                           "n_keep": 4, "n_discard": 8, "backend_sampling": true, "dynatemp_exponent": 2,
-                          "reasoning_format": "deepseek-legacy"});
+                          "reasoning_format": "deepseek-legacy", "reasoning_budget_tokens": 12,
+                          "reasoning_budget_message": "Done."});
         let expected = LlamaFields {
             post_sampling_probs: true,
             id_slot: Some(1),
@@ -1825,6 +1849,8 @@ mod tests {
             n_keep: 4,
             n_discard: 8,
             reasoning_format: ReasoningFormat::DeepseekLegacy,
+            reasoning_budget: Some(12),
+            reasoning_budget_message: "Done.".into(),
         };
         let mut chat_body = body.clone();
         chat_body["messages"] = json!([{"role": "user", "content": "x"}]);
@@ -1841,6 +1867,41 @@ mod tests {
         assert_eq!(
             native_with("id_slot", json!(-2)).unwrap_err().param.as_deref(),
             Some("id_slot")
+        );
+    }
+
+    #[test]
+    fn a_reasoning_budget_is_read_from_either_name_and_minus_one_means_the_servers() {
+        let budget = |extra: Json| {
+            chat_with("messages", json!([{"role": "user", "content": "x"}]))
+                .map(|_| ())
+                .and_then(|_| {
+                    let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+                    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+                    super::chat(
+                        &body,
+                        &RequestDefaults {
+                            reasoning_budget: Some(9),
+                            ..Default::default()
+                        },
+                    )
+                })
+                .map(|r| (r.common.llama.reasoning_budget, r.common.llama.reasoning_budget_message))
+        };
+        assert_eq!(budget(json!({})).unwrap(), (Some(9), String::new()));
+        assert_eq!(budget(json!({"reasoning_budget_tokens": 3})).unwrap().0, Some(3));
+        assert_eq!(budget(json!({"thinking_budget_tokens": 0})).unwrap().0, Some(0));
+        assert_eq!(budget(json!({"reasoning_budget_tokens": -1})).unwrap().0, Some(9));
+        assert_eq!(
+            budget(json!({"reasoning_budget_tokens": 4, "reasoning_budget_message": "Enough."})).unwrap(),
+            (Some(4), "Enough.".to_string())
+        );
+        assert_eq!(
+            budget(json!({"reasoning_budget_tokens": -2}))
+                .unwrap_err()
+                .param
+                .as_deref(),
+            Some("reasoning_budget_tokens")
         );
     }
 

@@ -1200,6 +1200,32 @@ async fn chat_reply(
             opened: tags.opened_by(&text),
             legacy: format == ReasoningFormat::DeepseekLegacy,
         });
+    // The budget counts the reasoning's tokens as the template tags it; a harmony model's
+    // channels are not tags, and a budget there cannot be kept.
+    if let Some(n) = common.llama.reasoning_budget {
+        let tags = (!harmony)
+            .then(|| ThinkTags::of_template(app.model.template().source()))
+            .flatten();
+        match tags {
+            Some(tags) => {
+                common.reasoning_budget = Some(crate::engine::ReasoningBudget::for_tags(
+                    app.model.tokenizer(),
+                    tags,
+                    tags.opened_by(&text),
+                    n,
+                    &common.llama.reasoning_budget_message,
+                ))
+            }
+            None if harmony => {
+                return Err(ApiError::field(
+                    "reasoning_budget_tokens",
+                    "a reasoning budget cannot be kept for a model that speaks harmony (gpt-oss): its reasoning is a channel, not tags",
+                ))
+            }
+            // A template that does not think: there is no reasoning to limit.
+            None => {}
+        }
+    }
     let reply = ReplyTools {
         names: tools,
         think,
@@ -1513,6 +1539,7 @@ async fn start(
             grammar,
             special: harmony,
             context_shift: None,
+            reasoning_budget: common.reasoning_budget,
         },
         logprobs: common.logprobs,
         post_sampling: llama.post_sampling_probs,

@@ -8,6 +8,19 @@ use minfer::gguf::GgufFile;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+/// `--reasoning-budget`'s value: -1 or more.
+pub(crate) fn reasoning_budget(value: &str) -> Result<i64, String> {
+    match value.parse::<i64>() {
+        Ok(n) if n >= -1 && n <= i32::MAX as i64 => Ok(n),
+        _ => Err(format!("'{value}' is not -1 (no limit) or a number of tokens")),
+    }
+}
+
+/// The budget a `--reasoning-budget` value means: -1 none.
+pub(crate) fn budget_tokens(n: i64) -> Option<usize> {
+    usize::try_from(n).ok()
+}
+
 /// `--reasoning-format`'s value.
 pub(crate) fn reasoning_format(name: &str) -> Result<minfer::template::reasoning::ReasoningFormat, String> {
     minfer::template::reasoning::ReasoningFormat::from_name(name)
@@ -47,6 +60,14 @@ pub(crate) struct RunArgs {
     /// answer to standard output; `none` and `deepseek-legacy` print the reply as generated.
     #[arg(long, value_name = "FORMAT", default_value = "auto", value_parser = reasoning_format)]
     pub(crate) reasoning_format: minfer::template::reasoning::ReasoningFormat,
+    /// Tokens a thinking model may reason before its closing tag is forced (llama.cpp's
+    /// --reasoning-budget): -1, the default, no limit; 0: it answers without reasoning.
+    #[arg(long, value_name = "N", default_value_t = -1, allow_negative_numbers = true, value_parser = reasoning_budget)]
+    pub(crate) reasoning_budget: i64,
+    /// Text forced before the closing tag when the reasoning budget is spent (llama.cpp's
+    /// --reasoning-budget-message).
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub(crate) reasoning_budget_message: String,
     /// Most tokens to generate (per reply with --cnv); -1, the default as in llama.cpp: no
     /// limit (until the end of generation, or the context is full; with --context-shift, until
     /// stopped); -2: until the context is full.

@@ -153,6 +153,13 @@ pub(super) fn run_generate(args: RunArgs) -> anyhow::Result<()> {
         special: args.special,
         // -n -2 (llama.cpp's): until the context is full, so never shifted.
         context_shift: (args.context_shift && args.n_predict != -2).then_some(n_keep),
+        reasoning_budget: crate::cli::reasoning::budget_of(
+            &loaded.model,
+            crate::args::budget_tokens(args.reasoning_budget),
+            &args.reasoning_budget_message,
+            !args.no_template,
+            &tokens,
+        ),
     };
     if !args.log_disable {
         args.sampling.say_drawn_seed(&sampling);
@@ -287,7 +294,10 @@ pub(super) fn run_conversation(
             grammar,
             special: args.special,
             context_shift: None,
+            reasoning_budget: None,
         },
+        reasoning_budget: crate::args::budget_tokens(args.reasoning_budget),
+        reasoning_budget_message: args.reasoning_budget_message,
         keep,
         context_shift: args.context_shift,
         interactive,

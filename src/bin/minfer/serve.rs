@@ -132,6 +132,16 @@ pub(crate) struct ServeArgs {
     /// `enable_thinking` of requests that do not set it, true unless `off`.
     #[arg(long, value_name = "on|off|auto", value_parser = ["on", "off", "auto"])]
     pub(crate) reasoning: Option<String>,
+    /// Tokens a thinking model may reason before its closing tag is forced, for requests that
+    /// set no `reasoning_budget_tokens` (llama-server's --reasoning-budget): -1, the default,
+    /// no limit; 0: answers without reasoning.
+    #[arg(long, value_name = "N", default_value_t = -1, allow_negative_numbers = true,
+          value_parser = crate::args::reasoning_budget)]
+    pub(crate) reasoning_budget: i64,
+    /// Text forced before the closing tag when the budget is spent (llama-server's
+    /// --reasoning-budget-message).
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub(crate) reasoning_budget_message: String,
     /// The sampling a request gets for the fields it leaves out, as llama-server's flags set it.
     #[command(flatten)]
     pub(crate) sampling: SamplingArgs,
@@ -200,6 +210,8 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         ignore_eos: args.ignore_eos,
         verbose: args.verbose,
         reasoning_format: args.reasoning_format,
+        reasoning_budget: crate::args::budget_tokens(args.reasoning_budget),
+        reasoning_budget_message: args.reasoning_budget_message.clone(),
         ..request_defaults(&args.sampling, args.n_predict)?
     };
     // Thinking is on by default (`on` and `auto` leave it so); `-rea off` turns it off.

@@ -146,7 +146,7 @@ pub fn read(body: &Json, counting: bool) -> Result<(Json, Box<dyn Dialect>), Api
         };
         chat.insert("chat_template_kwargs".into(), json!({ "enable_thinking": enabled }));
         if let Some(budget) = thinking.get("budget_tokens") {
-            chat.insert("reasoning_budget_tokens".into(), budget.clone());
+            chat.insert("thinking_budget_tokens".into(), budget.clone());
         }
     }
     if let Some(config) = b.get("output_config") {

@@ -53,6 +53,10 @@ pub struct ConversationOptions {
     pub interactive: bool,
     /// Where a thinking model's reasoning goes (`--reasoning-format`).
     pub reasoning_format: minfer::template::reasoning::ReasoningFormat,
+    /// `--reasoning-budget` (`None`: no limit) and `--reasoning-budget-message`, applied to
+    /// each reply.
+    pub reasoning_budget: Option<usize>,
+    pub reasoning_budget_message: String,
     /// A saved session to start from when it exists, and to save after each turn.
     pub session: Option<std::path::PathBuf>,
 }
@@ -207,6 +211,13 @@ pub fn run_conversation(
         };
         let generate = GenerateOptions {
             context_shift: options.context_shift.then_some(n_keep),
+            reasoning_budget: super::reasoning::budget_of(
+                &loaded.model,
+                options.reasoning_budget,
+                &options.reasoning_budget_message,
+                true,
+                &prepared.prompt,
+            ),
             ..options.generate.clone()
         };
         interrupt.store(false, Ordering::SeqCst);
