@@ -117,7 +117,7 @@ SUBJECT = [
     (("--spec-", "-hfd", "-ngld", "-td", "-tbd", "-devd", "-ctkd", "-ctvd", "-otd", "-cmoed", "-ncmoed", "-Cd", "-Crd", "-Cbd"),
      "minfer's speculative decoding takes --model-draft, --draft-max, --draft-min, --draft-p-min and --spec-type"),
     (("--reasoning", "-rea"), "of the reasoning flags minfer takes --reasoning-format and --reasoning-budget, and on minfer serve -rea; effort and preserving are not supported yet"),
-    (("--models-",), "minfer's server serves one model"),
+    (("--models-",), "minfer serve takes --models-dir and --models-max (models load on first use); presets and turning autoload off are not supported"),
     (("--ssl-",), "minfer serves plain HTTP: put a TLS proxy in front of it (docs/server.md)"),
     (("--log-file", "--log-jsonl", "--log-prompts-dir"), "minfer logs only to standard error"),
     (("-lm", "-lzm", "--override-kv", "-kvu", "--kv-unified", "-ctxcp", "-cms", "-cram", "--cache-idle-slots", "--cache-reuse", "-lcs", "-lcd", "-sps", "--slot-save-path"),

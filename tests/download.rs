@@ -812,6 +812,31 @@ fn an_ollama_model_is_fetched_by_name_and_tag_and_verified() {
         "{list}"
     );
 
+    // Ollama's habit: the bare NAME:TAG is the same model, `minfer run` runs it (one answer
+    // with a prompt, a conversation without one), from the cache now.
+    let out = minfer(&server, dir.path())
+        .args(["run", "tiny:q4", "Hello", "-n", "3", "--greedy"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut chat = minfer(&server, dir.path())
+        .args(["run", "tiny:q4", "-n", "3", "--greedy"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut chat.stdin.take().unwrap(), b"Hello\nAgain\n").unwrap();
+    let out = chat.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Two lines in, two turns answered.
+    assert_eq!(
+        stderr(&out).matches("Prefill:").count(),
+        2,
+        "a conversation: {}",
+        stderr(&out)
+    );
+
     let out = pull(&server, dir.path(), "ollama:tiny");
     assert!(!out.status.success());
     assert!(

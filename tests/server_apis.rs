@@ -109,3 +109,84 @@ fn a_thinking_models_reasoning_is_apart_from_its_answer_on_every_api() {
         run(&server, &format!("tests/server/{script}"), "thinking", &[]);
     }
 }
+
+#[test]
+fn a_router_gives_each_model_its_own_answers_and_serves_them_in_turn_under_models_max() {
+    use serde_json::{json, Value};
+    let models = [
+        ("tiny-qwen2", tiny()),
+        ("tiny-llama", common::tiny_model("llama", "Q8_0")),
+        ("qwen2.5-coder", common::default_model()),
+    ];
+    let ask = |server: &Server, model: &str| -> String {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "Name a colour."}],
+                          "max_tokens": 8, "temperature": 0});
+        let (status, answer) = server.json("/v1/chat/completions", body);
+        assert_eq!(status, 200, "{model}: {answer}");
+        answer["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+    };
+    let args = ["--n-slots", "1", "-c", "512"];
+    let alone: Vec<String> = models
+        .iter()
+        .map(|(_, path)| ask(&Server::start(path, &args, &[]), "any"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, path) in &models {
+        std::os::unix::fs::symlink(path, dir.path().join(format!("{name}.gguf"))).unwrap();
+    }
+    let mut all = args.to_vec();
+    all.extend(["--models-max", "1"]);
+    let server = Server::start_models(dir.path(), &all);
+    let (status, _) = server.request("GET", "/ready", "", b"");
+    assert_eq!(status, 200, "ready once it listens, before any model is loaded");
+    let idle_kb = server.memory_kb("VmRSS");
+    let (_, list) = server.request("GET", "/v1/models", "", b"");
+    let list: Value = serde_json::from_str(&list).unwrap();
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["qwen2.5-coder", "tiny-llama", "tiny-qwen2"]);
+    // Interleaved, one at a time: each model's own answer, loaded and unloaded in turn.
+    for _ in 0..2 {
+        for ((name, _), expected) in models.iter().zip(&alone) {
+            assert_eq!(&ask(&server, name), expected, "{name}");
+        }
+    }
+    // At once: each waits for the one before it to finish, and none is lost.
+    std::thread::scope(|s| {
+        let handles: Vec<_> = models.iter().map(|(name, _)| s.spawn(|| ask(&server, name))).collect();
+        for (handle, expected) in handles.into_iter().zip(&alone) {
+            assert_eq!(&handle.join().unwrap(), expected);
+        }
+    });
+    let log = server.log();
+    assert!(log.matches("unloaded model").count() >= 6, "{log}");
+    assert!(server.metric("minfer_model_unloads_total") >= 6.0);
+    // The last model asked is a tiny one (the real one was unloaded before it): its memory is
+    // back near the idle level (weights mapped and cache freed).
+    ask(&server, "tiny-qwen2");
+    let after_kb = server.memory_kb("VmRSS");
+    assert!(
+        after_kb < idle_kb + 150 * 1024,
+        "RSS {after_kb} kB after unloading, {idle_kb} kB idle"
+    );
+    // Names are looked up in the listing, never joined into a path.
+    for (name, status) in [("../tiny-qwen2", 404), ("/etc/passwd", 404), ("nope", 404)] {
+        let (got, body) = server.json(
+            "/v1/chat/completions",
+            json!({"model": name, "messages": [{"role": "user", "content": "x"}]}),
+        );
+        assert_eq!(got, status, "{name}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(name), "{body}");
+    }
+    let (status, body) = server.json(
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "x"}]}),
+    );
+    assert_eq!(status, 400, "{body}");
+    let (_, ps) = server.request("GET", "/api/ps", "", b"");
+    assert!(ps.contains("\"tiny-qwen2\""), "{ps}");
+}

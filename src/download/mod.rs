@@ -442,6 +442,13 @@ impl ModelRef {
                 tag: tag.to_string(),
             });
         }
+        // Ollama's habit: a bare `NAME:TAG` (or `USER/NAME:TAG`) is an Ollama model. Only with
+        // the tag: a bare name is a cache entry's, so a typo still gets "did you mean".
+        if reference.contains(':') && !reference.starts_with(['.', '/', '~']) && !reference.contains('\\') {
+            if let Ok(model_ref @ ModelRef::Ollama { .. }) = Self::parse(&format!("ollama:{reference}")) {
+                return Ok(model_ref);
+            }
+        }
         Ok(ModelRef::Local(reference.to_string()))
     }
 
@@ -589,6 +596,39 @@ mod tests {
             ModelRef::parse("models/x.gguf").unwrap(),
             ModelRef::Local("models/x.gguf".into())
         );
+    }
+
+    #[test]
+    fn a_bare_name_with_a_tag_is_an_ollama_model_and_one_without_stays_a_cache_name() {
+        let ollama = |name: &str, tag: &str| ModelRef::Ollama {
+            name: name.into(),
+            tag: tag.into(),
+        };
+        assert_eq!(
+            ModelRef::parse("qwen2.5-coder:0.5b").unwrap(),
+            ollama("qwen2.5-coder", "0.5b")
+        );
+        assert_eq!(
+            ModelRef::parse("someone/model:q4").unwrap(),
+            ollama("someone/model", "q4")
+        );
+        assert_eq!(
+            ModelRef::parse("qwen2.5-coder:0.5b").unwrap().canonical(),
+            "ollama:qwen2.5-coder:0.5b"
+        );
+        for local in [
+            "qwen2.5-coder",
+            "./a:b.gguf",
+            "/models/a:b.gguf",
+            "C:\\models\\a.gguf",
+            "a/b/c:d",
+        ] {
+            assert_eq!(
+                ModelRef::parse(local).unwrap(),
+                ModelRef::Local(local.into()),
+                "{local}"
+            );
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod callers;
 mod error;
 mod lifecycle;
 mod metrics;
+mod models;
 mod peer;
 mod request;
 mod response;
@@ -28,6 +29,7 @@ mod tool_calls;
 mod write_timeout;
 
 pub use error::{ApiError, ServerError};
+pub use models::ModelsConfig;
 pub use request::RequestDefaults;
 pub use routes::SESSION_HEADER;
 
@@ -125,6 +127,9 @@ pub struct ServerConfig {
     /// Speculative decoding (`--model-draft`, `--spec-type`): where each slot's proposals come
     /// from, and how many a step checks.
     pub draft: Option<(crate::engine::DraftSource, crate::engine::DraftOptions)>,
+    /// Several models (`--models-dir`): `model` is then unused, and each model the directory
+    /// holds is served with these settings when a request names it.
+    pub models: Option<ModelsConfig>,
 }
 
 /// The most slots a server runs: one KV sequence each, and a cache holds at most
@@ -217,7 +222,10 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         .enable_all()
         .build()
         .map_err(ServerError::Runtime)?;
-    let result = runtime.block_on(run_server(config, load_delay));
+    let result = match config.models.clone() {
+        Some(models) => runtime.block_on(run_router(config, models)),
+        None => runtime.block_on(run_server(config, load_delay)),
+    };
     // The model may still be loading on the blocking pool after a signal: not waited for.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
@@ -428,6 +436,68 @@ async fn run_server(config: ServerConfig, load_delay: Duration) -> Result<(), Se
             let _ = tokio::time::timeout(Duration::from_secs(2), &mut server).await;
         }
     }
+    eprintln!("minfer serve: stopped");
+    Ok(())
+}
+
+/// Serves the models of a directory (`--models-dir`): ready as soon as it listens, each model
+/// loaded when a request first names it.
+async fn run_router(config: ServerConfig, models: ModelsConfig) -> Result<(), ServerError> {
+    if !models.dir.is_dir() {
+        return Err(ServerError::Config(format!(
+            "--models-dir {}: no such directory",
+            models.dir.display()
+        )));
+    }
+    let addr = format!("{}:{}", config.host, config.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let local = listener.local_addr().map_err(ServerError::Serve)?;
+    let lifecycle = Arc::new(lifecycle::Lifecycle::default());
+    lifecycle.loaded();
+    let listed = models::list(&models.dir);
+    eprintln!(
+        "minfer serve: {} models in {} (loaded on first use, at most {} at once){}",
+        listed.len(),
+        models.dir.display(),
+        models.max,
+        if config.api_key.is_some() {
+            " | API key required"
+        } else {
+            " | no API key"
+        }
+    );
+    let registry = Arc::new(models::Registry::new(models, config.clone(), Arc::clone(&lifecycle)));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let draining = Arc::clone(&lifecycle);
+    let drain_delay = config.drain_delay;
+    log_other_signals();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        draining.drain();
+        if !drain_delay.is_zero() {
+            tokio::time::sleep(drain_delay).await;
+        }
+        eprintln!("minfer serve: shutting down: listener closed");
+        let _ = tx.send(true);
+    });
+    let limits = Limits {
+        header_timeout: config.header_timeout,
+        write_timeout: config.write_timeout,
+        max_connections: config.max_connections,
+    };
+    let loaded = Arc::new(std::sync::OnceLock::new());
+    let _ = loaded.set(models::router(registry));
+    let routers = Routers {
+        loading: routes::loading_router(),
+        loaded,
+    };
+    eprintln!("minfer serve: ready: listening on http://{local}");
+    accept_loop(listener, routers, limits, rx).await?;
     eprintln!("minfer serve: stopped");
     Ok(())
 }

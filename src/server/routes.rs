@@ -272,31 +272,36 @@ async fn cors(State(app): State<App>, req: Request, next: Next) -> Response {
 }
 
 async fn authenticate(State(app): State<App>, req: Request, next: Next) -> Response {
-    if let Some(key) = &app.api_key {
-        if !matches!(req.uri().path(), "/health" | "/v1/health" | "/ready" | "/") {
-            // The scheme is case-insensitive (RFC 9110 §11.1): `bearer KEY` is as good. Like
-            // llama-server, the key may also come as `X-Api-Key` (Anthropic's clients).
-            let given = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim_start().split_once(' '))
-                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                .map(|(_, key)| key)
-                .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()));
-            let ok = given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), key.as_bytes()));
-            if !ok {
-                let message = if given.is_none() {
-                    "missing API key: send it as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'"
-                } else {
-                    "invalid API key"
-                };
-                let e = ApiError::new(StatusCode::UNAUTHORIZED, message);
-                return (e.status, Json(super::apis::error_body_for(req.uri().path(), &e))).into_response();
-            }
-        }
+    if let Err(e) = check_key(app.api_key.as_deref(), &req) {
+        return (e.status, Json(super::apis::error_body_for(req.uri().path(), &e))).into_response();
     }
     next.run(req).await
+}
+
+/// With a key, every route but `/health`, `/ready` and the chat page needs it, as
+/// `Authorization: Bearer KEY` or, like llama-server, `X-Api-Key: KEY` (Anthropic's clients).
+pub(super) fn check_key(key: Option<&str>, req: &Request) -> Result<(), ApiError> {
+    let Some(key) = key else { return Ok(()) };
+    if matches!(req.uri().path(), "/health" | "/v1/health" | "/ready" | "/") {
+        return Ok(());
+    }
+    // The scheme is case-insensitive (RFC 9110 §11.1): `bearer KEY` is as good.
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim_start().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key)
+        .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()));
+    match given {
+        Some(g) if constant_time_eq(g.trim().as_bytes(), key.as_bytes()) => Ok(()),
+        Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid API key")),
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing API key: send it as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'",
+        )),
+    }
 }
 
 /// Compares without an early exit, so timing does not reveal how much of a guess was right.

@@ -189,6 +189,9 @@ struct Shared {
     model: Arc<Model>,
     /// Set at shutdown: every generation stops at its next step.
     stop_all: AtomicBool,
+    /// Set when the model is unloaded: no job is taken any more, and the engine loop ends once
+    /// its slots are idle, dropping the session.
+    closed: AtomicBool,
     n_slots: usize,
     /// Jobs that may wait for a slot; `None`: any number.
     queue_max: Option<usize>,
@@ -203,6 +206,8 @@ pub struct QueueFull;
 #[derive(Clone)]
 pub struct Scheduler {
     shared: Arc<Shared>,
+    /// The engine loop's thread, joined when the model is unloaded.
+    engine: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 /// How many leading tokens `held` (what a slot's cells hold, in position order) shares with `b`.
@@ -271,16 +276,32 @@ impl Scheduler {
             metrics,
             model,
             stop_all: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             n_slots: config.n_slots,
             queue_max: config.queue_max,
             speculative: config.drafters.is_some(),
         });
         let engine = Arc::clone(&shared);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("engine".into())
             .stack_size(super::REQUEST_STACK_BYTES)
             .spawn(move || Engine::new(session, config, &engine).run())?;
-        Ok(Scheduler { shared })
+        Ok(Scheduler {
+            shared,
+            engine: Arc::new(Mutex::new(Some(thread))),
+        })
+    }
+
+    /// Ends the engine loop once the jobs it holds are done (a model being unloaded): queued
+    /// jobs still run, new ones are refused. Blocks until the loop has ended and dropped its
+    /// session.
+    pub fn close(&self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
+        self.shared.wake.notify_one();
+        let thread = self.engine.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 
     fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Job>> {
@@ -291,7 +312,7 @@ impl Scheduler {
     /// `--queue-max` jobs already wait for one.
     pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
         let mut queue = self.queue();
-        if self.full_with(queue.len()) {
+        if self.full_with(queue.len()) || self.shared.closed.load(Ordering::Relaxed) {
             return Err(QueueFull);
         }
         queue.push_back(job);
@@ -524,6 +545,9 @@ impl<'s> Engine<'s> {
             self.metrics().queue_depth.store(queue.len(), Ordering::Relaxed);
             if self.slots.iter().any(Option::is_some) {
                 return true;
+            }
+            if self.shared.closed.load(Ordering::Relaxed) && queue.is_empty() {
+                return false;
             }
             queue = self.shared.wake.wait(queue).unwrap_or_else(PoisonError::into_inner);
         }

@@ -40,6 +40,14 @@ impl Server {
         Self::start_until(model, args, env, "listening on http://")
     }
 
+    /// Starts `minfer serve --models-dir DIR` (several models, loaded on demand).
+    #[allow(dead_code)]
+    pub fn start_models(dir: &Path, args: &[&str]) -> Server {
+        // `serve --models-dir=DIR ...`: the flag stands where the model would.
+        let flag = format!("--models-dir={}", dir.display());
+        Self::start_until(Path::new(&flag), args, &[], "listening on http://")
+    }
+
     /// Starts `minfer serve` and returns as soon as a log line holds `marker` followed by the
     /// address: "bound to http://" returns while the model is still loading.
     pub fn start_until(model: &Path, args: &[&str], env: &[(&str, &str)], marker: &str) -> Server {

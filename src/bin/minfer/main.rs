@@ -23,7 +23,7 @@ use generate::*;
     version,
     about = "A pure-Rust LLM inference engine for GGUF models",
     args_conflicts_with_subcommands = true,
-    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2\n  minfer serve model.gguf --port 8080\n  minfer hf:Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M 'Write a haiku about Rust'\n  minfer pull ollama:qwen2.5-coder:0.5b\n\nMODEL is a GGUF file, a file name in the model cache ($MINFER_MODELS, default\n~/.cache/minfer/models), hf:OWNER/REPO[:QUANT] or ollama:NAME[:TAG]; a reference the cache\nlacks is fetched into it first."
+    after_help = "Examples:\n  minfer model.gguf 'Write a haiku about Rust'\n  echo 'def fib(n):' | minfer model.gguf --no-template --greedy -n 64\n  minfer info model.gguf --tensors\n  minfer bench model.gguf -p 512 -n 128 -t 1,2\n  minfer serve model.gguf --port 8080\n  minfer hf:Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M 'Write a haiku about Rust'\n  minfer pull ollama:qwen2.5-coder:0.5b\n  minfer run qwen2.5-coder:0.5b            (a conversation, as `ollama run`)\n\nMODEL is a GGUF file, a file name in the model cache ($MINFER_MODELS, default\n~/.cache/minfer/models), hf:OWNER/REPO[:QUANT] or ollama:NAME[:TAG] (NAME:TAG alone is\nollama:NAME:TAG); a reference the cache lacks is fetched into it first."
 )]
 struct Cli {
     /// Record every forward pass (each executed node's op, layer, backend, shapes, start and
@@ -501,14 +501,26 @@ fn main() -> ExitCode {
     }
     let command = <Cli as clap::CommandFactory>::command();
     let subcommands: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
-    let args = match crate::cli::llama_flags::expand(std::env::args_os(), &subcommands) {
+    let mut raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // Ollama's habit, `minfer run NAME [PROMPT]`: a run of NAME, and a conversation when no
+    // prompt is given (unless a file named `run` is what was meant).
+    let ollama_run = raw.get(1).is_some_and(|a| a == "run") && !std::path::Path::new("run").exists();
+    if ollama_run {
+        raw.remove(1);
+    }
+    let args = match crate::cli::llama_flags::expand(raw, &subcommands) {
         Ok(args) => args,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match run(Cli::parse_from(args)) {
+    let mut cli = Cli::parse_from(args);
+    if ollama_run && cli.command.is_none() {
+        let r = &mut cli.run;
+        r.cnv |= r.prompt.is_none() && r.prompt_flag.is_none() && r.prompt_file.is_none();
+    }
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));

@@ -12,6 +12,15 @@ pub(crate) struct ServeArgs {
     /// The GGUF model file (llama-server's -m).
     #[arg(short = 'm', long = "model", value_name = "FILE", conflicts_with = "model")]
     pub(crate) model_flag: Option<PathBuf>,
+    /// Serve every GGUF model in this directory, each loaded when a request first names it in
+    /// its `model` field (llama-server's router mode); without a model or --models-dir, the
+    /// model cache (`minfer list`) is the directory.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) models_dir: Option<PathBuf>,
+    /// With several models: most loaded at once; the least recently used idle one is unloaded
+    /// to make room (also when memory would not hold the next).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub(crate) models_max: u32,
     /// The model's name in /v1/models and in every response's `model` field (llama-server's
     /// --alias); the file's name without `.gguf` by default.
     #[arg(long, value_name = "NAME")]
@@ -184,11 +193,22 @@ pub(crate) fn request_defaults(
 /// signal stops the server.
 pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     let model_options = args.model_args.options()?;
-    let model = args
-        .model
-        .take()
-        .or(args.model_flag.take())
-        .context("no model given (usage: minfer serve MODEL, or -m MODEL; see --help)")?;
+    let model = args.model.take().or(args.model_flag.take());
+    anyhow::ensure!(
+        model.is_none() || args.models_dir.is_none(),
+        "give one model or --models-dir, not both"
+    );
+    // Without a model: every model of the directory, the cache by default.
+    let models = match &model {
+        Some(_) => None,
+        None => Some(minfer::server::ModelsConfig {
+            dir: args
+                .models_dir
+                .clone()
+                .unwrap_or_else(minfer::download::cache::default_dir),
+            max: args.models_max as usize,
+        }),
+    };
     if let Some(seconds) = args.timeout {
         (args.body_timeout, args.write_timeout) = (seconds, seconds);
     }
@@ -261,7 +281,10 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     };
     let seconds = std::time::Duration::from_secs_f64;
     minfer::server::serve(minfer::server::ServerConfig {
-        model: model_path(&model)?,
+        model: match &model {
+            Some(model) => model_path(model)?,
+            None => PathBuf::new(),
+        },
         alias: args.alias,
         host: args.host,
         port: args.port,
@@ -293,6 +316,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         webui: !args.no_webui,
         draft,
         defaults,
+        models,
     })?;
     Ok(())
 }

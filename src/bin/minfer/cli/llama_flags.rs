@@ -245,6 +245,16 @@ pub const SERVE: &[Flag] = &[
         value: true,
         action: Action::To("--reasoning"),
     },
+    Flag {
+        names: &["--models-dir"],
+        value: true,
+        action: Action::To("--models-dir"),
+    },
+    Flag {
+        names: &["--models-max"],
+        value: true,
+        action: Action::To("--models-max"),
+    },
 ];
 
 /// The flag spelled `name` in `table`.

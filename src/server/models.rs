@@ -1,0 +1,548 @@
+//! Several models behind one server (`minfer serve --models-dir DIR`, llama-server's router
+//! mode, Ollama's habit): the directory's GGUF files are the models, each named by its file
+//! name without `.gguf` (a symlink by its own name; a split model by its first part, without
+//! the `-00001-of-0000N` suffix). A request names one in its `model` field (`?model=` on a
+//! GET); that model loads on first use into a server of its own (its slots, its router, every
+//! endpoint), and requests are handed to it. At most `--models-max` are loaded at once, and a
+//! load that would not fit in the memory available first unloads the least recently used idle
+//! models; a model with requests in flight is never unloaded, so a request waits for one to
+//! finish rather than being lost. Loading one model does not hold up requests to another.
+//!
+//! Names are matched against the directory's listing, never joined into a path: a name with a
+//! `/` or `..` in it is simply not one of the models.
+//!
+//! This file owns the registry and the dispatch; each model's server is `routes`' as it is.
+
+use super::apis;
+use super::error::ApiError;
+use super::lifecycle::Lifecycle;
+use super::routes::{self, App};
+use super::{ServerConfig, ServerError};
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A model of the directory: its name and file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub name: String,
+    pub path: PathBuf,
+    /// Bytes of the file (all parts of a split model).
+    pub size: u64,
+}
+
+/// The models in `dir`, by name, sorted: `*.gguf` files and symlinks to them; of a split model
+/// only the first part, named without its part suffix.
+pub fn list(dir: &Path) -> Vec<Listed> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut models: Vec<Listed> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let file_name = entry.file_name().into_string().ok()?;
+            let stem = file_name.strip_suffix(".gguf")?;
+            let name = match split_part(stem) {
+                Some((base, 1, _)) => base.to_string(),
+                Some(_) => return None,
+                None => stem.to_string(),
+            };
+            let path = entry.path();
+            let size = std::fs::metadata(&path).ok().filter(|m| m.is_file())?.len();
+            Some(Listed { name, path, size })
+        })
+        .collect();
+    models.sort_by(|a, b| a.name.cmp(&b.name));
+    models
+}
+
+/// `NAME-0000K-of-0000N` as `(NAME, K, N)`.
+fn split_part(stem: &str) -> Option<(&str, u32, u32)> {
+    let (rest, n) = stem.rsplit_once("-of-")?;
+    let (base, k) = rest.rsplit_once('-')?;
+    let (k, n) = (k.parse().ok()?, n.parse().ok()?);
+    (n > 1 && rest.len() > base.len()).then_some((base, k, n))
+}
+
+/// The listed model a request's name means: the name itself, or with Ollama's default tag
+/// `:latest` dropped.
+fn find<'a>(models: &'a [Listed], name: &str) -> Option<&'a Listed> {
+    let bare = name.strip_suffix(":latest").unwrap_or(name);
+    models.iter().find(|m| m.name == name || m.name == bare)
+}
+
+/// One loaded model.
+struct Served {
+    name: String,
+    app: App,
+    router: Router,
+    /// When it last took a request (ms since the registry started), for least-recently-used.
+    last_used: AtomicU64,
+    /// Requests handed to it whose answers have not finished.
+    in_flight: AtomicUsize,
+    size: u64,
+}
+
+/// What the router serves from: the directory, the server's settings for each model, and the
+/// models loaded.
+pub struct Registry {
+    dir: PathBuf,
+    max: usize,
+    config: ServerConfig,
+    /// Per name: the lock a load holds (requests for that model wait on it; others do not).
+    loading: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    loaded: Mutex<HashMap<String, Arc<Served>>>,
+    started: Instant,
+    lifecycle: Arc<Lifecycle>,
+    loads: AtomicU64,
+    unloads: AtomicU64,
+}
+
+/// Settings of the router itself.
+#[derive(Clone, Debug)]
+pub struct ModelsConfig {
+    /// The directory whose GGUF files are the models.
+    pub dir: PathBuf,
+    /// Most models loaded at once (`--models-max`).
+    pub max: usize,
+}
+
+impl Registry {
+    pub fn new(models: ModelsConfig, config: ServerConfig, lifecycle: Arc<Lifecycle>) -> Self {
+        Registry {
+            dir: models.dir,
+            max: models.max.max(1),
+            config,
+            loading: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+            lifecycle,
+            loads: AtomicU64::new(0),
+            unloads: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn loaded(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Served>>> {
+        self.loaded.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The model `listed`, loading it first if it is not (making room as needed).
+    async fn get(self: &Arc<Self>, listed: &Listed) -> Result<Arc<Served>, ApiError> {
+        if let Some(served) = self.loaded().get(&listed.name) {
+            return Ok(Arc::clone(served));
+        }
+        let lock = Arc::clone(
+            self.loading
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(listed.name.clone())
+                .or_default(),
+        );
+        let _guard = lock.lock().await;
+        // Loaded by the request that held the lock before this one.
+        if let Some(served) = self.loaded().get(&listed.name) {
+            return Ok(Arc::clone(served));
+        }
+        self.make_room(listed.size).await;
+        eprintln!(
+            "minfer serve: loading model {} ({})",
+            listed.name,
+            listed.path.display()
+        );
+        let started = Instant::now();
+        let mut config = self.config.clone();
+        config.model = listed.path.clone();
+        config.alias = Some(listed.name.clone());
+        let lifecycle = Arc::new(Lifecycle::default());
+        lifecycle.loaded();
+        let loaded = tokio::task::spawn_blocking(move || super::load(&config, lifecycle))
+            .await
+            .map_err(|e| ApiError::internal(format!("loading the model failed: {e}")))?
+            .map_err(|e| load_error(&listed.name, &e))?;
+        let served = Arc::new(Served {
+            name: listed.name.clone(),
+            router: routes::router(Arc::clone(&loaded.app)),
+            app: loaded.app,
+            last_used: AtomicU64::new(self.now_ms()),
+            in_flight: AtomicUsize::new(0),
+            size: listed.size,
+        });
+        self.loads.fetch_add(1, Ordering::Relaxed);
+        eprintln!(
+            "minfer serve: loaded model {} in {:.2} s ({} slots × {} tokens of context)",
+            listed.name,
+            started.elapsed().as_secs_f64(),
+            served.app.n_slots,
+            served.app.n_ctx
+        );
+        self.loaded().insert(listed.name.clone(), Arc::clone(&served));
+        Ok(served)
+    }
+
+    /// Unloads least-recently-used idle models until one more fits under `--models-max` and
+    /// a model of `size` bytes fits in the memory available (its weights, and a margin for its
+    /// KV cache and buffers); waits while every candidate has requests in flight.
+    async fn make_room(&self, size: u64) {
+        loop {
+            let (n_loaded, victim) = {
+                let loaded = self.loaded();
+                let victim = loaded
+                    .values()
+                    .filter(|s| s.in_flight.load(Ordering::Relaxed) == 0)
+                    .min_by_key(|s| s.last_used.load(Ordering::Relaxed))
+                    .cloned();
+                (loaded.len(), victim)
+            };
+            if n_loaded == 0 {
+                return;
+            }
+            let over_count = n_loaded >= self.max;
+            let available = crate::backends::host_memory("MemAvailable:").unwrap_or(u64::MAX);
+            let short_of_memory = size.saturating_add(size / 4).saturating_add(512 << 20) > available;
+            if !over_count && !short_of_memory {
+                return;
+            }
+            let Some(victim) = victim else {
+                // Every loaded model is answering: the first to finish makes the room.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            self.unload(&victim, if over_count { "--models-max" } else { "memory" })
+                .await;
+        }
+    }
+
+    async fn unload(&self, served: &Arc<Served>, why: &str) {
+        self.loaded().remove(&served.name);
+        let scheduler = served.app.scheduler.clone();
+        // The engine loop ends and drops its session; the model's memory goes with the last
+        // handle, and the allocator gives the freed pages back.
+        let _ = tokio::task::spawn_blocking(move || {
+            scheduler.close();
+            super::body::release_freed_memory();
+        })
+        .await;
+        self.unloads.fetch_add(1, Ordering::Relaxed);
+        eprintln!(
+            "minfer serve: unloaded model {} (least recently used; {why} bound, {} MiB)",
+            served.name,
+            served.size >> 20
+        );
+    }
+}
+
+fn load_error(name: &str, e: &ServerError) -> ApiError {
+    ApiError::internal(format!("model {name} could not be loaded: {e}"))
+}
+
+type Shared = Arc<Registry>;
+
+/// The router of several models: its own listings, health and metrics, and every other
+/// request handed to the model it names.
+pub fn router(registry: Shared) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/health", get(health))
+        .route("/ready", get(ready))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .route("/api/tags", get(tags))
+        .route("/api/ps", get(ps))
+        .route("/api/version", get(apis::ollama::version))
+        .route("/metrics", get(metrics))
+        .fallback(dispatch)
+        .with_state(registry)
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Ready once listening: models load on demand. 503 while draining.
+async fn ready(State(registry): State<Shared>) -> Response {
+    let r = super::lifecycle::Readiness::of(registry.lifecycle.phase(), || false);
+    let loaded: Vec<String> = registry.loaded().keys().cloned().collect();
+    (r.status(), Json(json!({"status": r.name(), "models_loaded": loaded}))).into_response()
+}
+
+fn state_of(registry: &Registry, name: &str) -> &'static str {
+    if registry.loaded().contains_key(name) {
+        "loaded"
+    } else {
+        "unloaded"
+    }
+}
+
+/// `/v1/models`: every model of the directory, with whether it is loaded (llama-server's
+/// router lists `status` so).
+async fn models(State(registry): State<Shared>) -> Json<Value> {
+    let data: Vec<Value> = list(&registry.dir)
+        .iter()
+        .map(|m| {
+            json!({"id": m.name, "object": "model", "created": 0, "owned_by": "minfer",
+                   "status": {"value": state_of(&registry, &m.name)}, "size": m.size})
+        })
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+fn modified_at(path: &Path) -> String {
+    let modified = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs() as i64);
+    crate::template::format_utc("%Y-%m-%dT%H:%M:%SZ", modified)
+}
+
+/// `/api/tags`: Ollama's list of the directory's models.
+async fn tags(State(registry): State<Shared>) -> Json<Value> {
+    let models: Vec<Value> = list(&registry.dir)
+        .iter()
+        .map(|m| {
+            json!({"name": m.name, "model": m.name, "modified_at": modified_at(&m.path), "size": m.size,
+                   "digest": "", "details": {"format": "gguf"}})
+        })
+        .collect();
+    Json(json!({ "models": models }))
+}
+
+/// `/api/ps`: the models loaded now.
+async fn ps(State(registry): State<Shared>) -> Json<Value> {
+    let loaded: Vec<Arc<Served>> = registry.loaded().values().cloned().collect();
+    let models: Vec<Value> = loaded
+        .iter()
+        .map(|s| {
+            json!({"name": s.name, "model": s.name, "size": s.size, "digest": "", "details": {"format": "gguf"},
+                   "expires_at": "0001-01-01T00:00:00Z", "size_vram": 0, "context_length": s.app.n_ctx,
+                   "in_flight": s.in_flight.load(Ordering::Relaxed)})
+        })
+        .collect();
+    Json(json!({ "models": models }))
+}
+
+/// The router's counters, then each loaded model's, every sample labelled with its model.
+async fn metrics(State(registry): State<Shared>) -> Response {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP minfer_models_loaded Models loaded now.\n# TYPE minfer_models_loaded gauge\nminfer_models_loaded {}",
+        registry.loaded().len()
+    );
+    for (name, help, value) in [
+        (
+            "minfer_model_loads_total",
+            "Models loaded since start.",
+            &registry.loads,
+        ),
+        (
+            "minfer_model_unloads_total",
+            "Models unloaded since start.",
+            &registry.unloads,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+            value.load(Ordering::Relaxed)
+        );
+    }
+    let loaded: Vec<Arc<Served>> = registry.loaded().values().cloned().collect();
+    let mut described = std::collections::HashSet::new();
+    for served in &loaded {
+        for line in served.app.metrics.render().lines() {
+            if line.starts_with('#') {
+                // HELP and TYPE once per metric name, as the format asks.
+                if described.insert(line.to_string()) {
+                    let _ = writeln!(out, "{line}");
+                }
+                continue;
+            }
+            let _ = writeln!(out, "{}", with_model_label(line, &served.name));
+        }
+    }
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}
+
+/// A sample line with `model="NAME"` among its labels.
+fn with_model_label(line: &str, model: &str) -> String {
+    let label = format!("model=\"{}\"", model.replace('\\', "\\\\").replace('"', "\\\""));
+    match line.find('{') {
+        Some(i) if line[..i].find(' ').is_none() => format!("{}{{{label},{}", &line[..i], &line[i + 1..]),
+        _ => match line.split_once(' ') {
+            Some((name, value)) => format!("{name}{{{label}}} {value}"),
+            None => line.to_string(),
+        },
+    }
+}
+
+/// Hands a request to the model it names, loading that model first if needed. The body is
+/// read (within the server's limits) to find the name, then given to the model's router whole.
+async fn dispatch(State(registry): State<Shared>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let fail = |e: ApiError| (e.status, Json(apis::error_body_for(&path, &e))).into_response();
+    if let Err(e) = registry.check_key(&req) {
+        return fail(e);
+    }
+    let query_model = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("model=")))
+        .map(|m| m.replace("%3A", ":").replace("%3a", ":"));
+    let (parts, body) = req.into_parts();
+    let limit = registry.config.max_body_bytes;
+    let bytes = match tokio::time::timeout(
+        registry.config.body_timeout,
+        Bytes::from_request(Request::from_parts(parts.clone(), body), &()),
+    )
+    .await
+    {
+        Err(_) => {
+            return fail(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            ))
+        }
+        Ok(Err(_)) => {
+            return fail(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is larger than the limit of {limit} bytes"),
+            ))
+        }
+        Ok(Ok(bytes)) if bytes.len() > limit => {
+            return fail(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is larger than the limit of {limit} bytes"),
+            ))
+        }
+        Ok(Ok(bytes)) => bytes,
+    };
+    let name = query_model.or_else(|| model_field(&bytes));
+    let Some(name) = name else {
+        return fail(ApiError::field(
+            "model",
+            "this server serves several models: name one in the request's 'model' field (GET /v1/models lists them)",
+        ));
+    };
+    let models = list(&registry.dir);
+    let Some(listed) = find(&models, &name) else {
+        return fail(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("model '{name}' is not one of this server's models (GET /v1/models lists them)"),
+        ));
+    };
+    let served = match registry.get(listed).await {
+        Ok(served) => served,
+        Err(e) => return fail(e),
+    };
+    served.last_used.store(registry.now_ms(), Ordering::Relaxed);
+    served.in_flight.fetch_add(1, Ordering::Relaxed);
+    let guard = InFlight(Arc::clone(&served));
+    let request = Request::from_parts(parts, Body::from(bytes));
+    let response = match tower::ServiceExt::oneshot(served.router.clone(), request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    };
+    // The answer is done when its body is: a stream holds the model until it ends.
+    let (parts, body) = response.into_parts();
+    let body = Body::from_stream(futures_util::StreamExt::map(body.into_data_stream(), move |chunk| {
+        let _ = &guard;
+        chunk
+    }));
+    Response::from_parts(parts, body)
+}
+
+/// Keeps a model from being unloaded while an answer of it is being sent.
+struct InFlight(Arc<Served>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The `model` (or Ollama's `name`) field of a JSON body, read without building the rest.
+fn model_field(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        model: Option<String>,
+        name: Option<String>,
+    }
+    let named: Named = serde_json::from_slice(bytes).ok()?;
+    named.model.or(named.name).filter(|m| !m.is_empty())
+}
+
+impl Registry {
+    /// With `--api-key`, every request needs it before anything is loaded for it.
+    fn check_key(&self, req: &Request) -> Result<(), ApiError> {
+        routes::check_key(self.config.api_key.as_deref(), req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directorys_models_are_its_gguf_files_named_without_the_extension_or_part_suffix() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bytes) in [
+            ("a.gguf", 3),
+            ("big-00001-of-00002.gguf", 5),
+            ("big-00002-of-00002.gguf", 5),
+            ("notes.txt", 1),
+        ] {
+            std::fs::write(dir.path().join(name), vec![0u8; bytes]).unwrap();
+        }
+        std::fs::create_dir(dir.path().join("sub.gguf")).unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(dir.path().join("a.gguf"), dir.path().join("alias.gguf")).unwrap();
+        let names: Vec<String> = list(dir.path()).into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["a", "alias", "big"]);
+        let models = list(dir.path());
+        assert_eq!(find(&models, "big").unwrap().size, 5);
+        assert_eq!(find(&models, "a:latest").unwrap().name, "a");
+        // A name is looked up, never joined into a path.
+        for hostile in ["../a", "/etc/passwd", "a.gguf", "sub", "", "big-00002-of-00002"] {
+            assert!(find(&models, hostile).is_none(), "{hostile}");
+        }
+    }
+
+    #[test]
+    fn each_models_metrics_carry_its_name() {
+        assert_eq!(with_model_label("minfer_x 3", "m"), "minfer_x{model=\"m\"} 3");
+        assert_eq!(
+            with_model_label("minfer_y{route=\"/a\"} 1", "m"),
+            "minfer_y{model=\"m\",route=\"/a\"} 1"
+        );
+    }
+
+    #[test]
+    fn the_model_is_read_from_the_body_or_ollamas_name_field() {
+        assert_eq!(model_field(br#"{"model": "a", "messages": []}"#).as_deref(), Some("a"));
+        assert_eq!(model_field(br#"{"name": "b"}"#).as_deref(), Some("b"));
+        assert_eq!(model_field(br#"{"model": ""}"#), None);
+        assert_eq!(model_field(b"not json"), None);
+    }
+}
