@@ -846,6 +846,66 @@ fn an_ollama_model_is_fetched_by_name_and_tag_and_verified() {
     );
 }
 
+#[test]
+fn a_server_of_several_models_pulls_one_as_ollama_does_and_serves_it_by_that_name() {
+    let server = Server::start();
+    let (sha, size) = server.add_blob(fixture("tiny-qwen2-Q8_0.gguf"));
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": format!("sha256:{sha}"), "size": size}],
+    });
+    server
+        .state
+        .lock()
+        .unwrap()
+        .manifests
+        .insert("tiny:q8".into(), manifest.to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let flag = format!("--models-dir={}", dir.path().display());
+    let registry = server.url.clone();
+    let serve = common::server::Server::start_until(
+        Path::new(&flag),
+        &["--n-slots", "1", "-c", "256"],
+        &[
+            ("MINFER_OLLAMA_REGISTRY", registry.as_str()),
+            ("MINFER_HTTP_TIMEOUT", "20"),
+        ],
+        "listening on http://",
+    );
+    let (status, lines) = serve.post("/api/pull", r#"{"model": "tiny:q8"}"#);
+    assert_eq!(status, 200, "{lines}");
+    // NDJSON lines (the raw body is chunked: its size lines are no objects).
+    let lines: Vec<serde_json::Value> = lines
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(serde_json::Value::is_object)
+        .collect();
+    assert_eq!(lines[0]["status"], "pulling manifest");
+    assert!(
+        lines.iter().any(|l| l["completed"] == size && l["total"] == size),
+        "{lines:?}"
+    );
+    assert_eq!(lines.last().unwrap()["status"], "success", "{lines:?}");
+    // The model is the directory's now, by the name it was pulled as and by its file's.
+    let chat = |model: &str| {
+        serve.post(
+            "/api/chat",
+            &serde_json::json!({"model": model, "messages": [{"role": "user", "content": "Hi"}], "stream": false,
+                                "options": {"num_predict": 2}})
+            .to_string(),
+        )
+    };
+    let (status, answer) = chat("tiny:q8");
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("\"done\":true"), "{answer}");
+    assert_eq!(chat("ollama-tiny-q8").0, 200);
+    let (_, tags) = serve.request("GET", "/api/tags", "", b"");
+    assert!(tags.contains("ollama-tiny-q8"), "{tags}");
+    // One the registry lacks ends with Ollama's error line.
+    let (_, missing) = serve.post("/api/pull", r#"{"model": "nope:1", "stream": false}"#);
+    assert!(missing.contains("\"error\"") && missing.contains("nope"), "{missing}");
+}
+
 /// Run `command` to its end, or kill it after `limit` and fail: a download the limits do not
 /// stop would otherwise hang the suite.
 fn output_within(command: &mut Command, limit: Duration) -> (Output, Duration) {

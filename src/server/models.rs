@@ -74,10 +74,30 @@ fn split_part(stem: &str) -> Option<(&str, u32, u32)> {
 }
 
 /// The listed model a request's name means: the name itself, or with Ollama's default tag
-/// `:latest` dropped.
-fn find<'a>(models: &'a [Listed], name: &str) -> Option<&'a Listed> {
+/// `:latest` dropped, or the model fetched into the directory under that reference
+/// (`qwen2.5-coder:0.5b` once `/api/pull` or `minfer pull` brought `ollama:qwen2.5-coder:0.5b`).
+fn find<'a>(dir: &Path, models: &'a [Listed], name: &str) -> Option<&'a Listed> {
     let bare = name.strip_suffix(":latest").unwrap_or(name);
-    models.iter().find(|m| m.name == name || m.name == bare)
+    if let Some(m) = models.iter().find(|m| m.name == name || m.name == bare) {
+        return Some(m);
+    }
+    fetched(dir, name).and_then(|path| models.iter().find(|m| m.path == path))
+}
+
+/// The file a fetched reference (`hf:…`, `ollama:…`, or a bare `NAME:TAG`) resolved to in
+/// `dir`, by the sidecars the download wrote.
+#[cfg(feature = "download")]
+fn fetched(dir: &Path, name: &str) -> Option<PathBuf> {
+    use crate::download::{cache, ModelRef};
+    match ModelRef::parse(name).ok()? {
+        ModelRef::Local(_) => None,
+        model_ref => cache::find_reference(dir, &model_ref.canonical()).ok().flatten(),
+    }
+}
+
+#[cfg(not(feature = "download"))]
+fn fetched(_dir: &Path, _name: &str) -> Option<PathBuf> {
+    None
 }
 
 /// One loaded model.
@@ -263,6 +283,7 @@ pub fn router(registry: Shared) -> Router {
         .route("/api/ps", get(ps))
         .route("/api/version", get(apis::ollama::version))
         .route("/metrics", get(metrics))
+        .route("/api/pull", axum::routing::post(pull))
         .fallback(dispatch)
         .with_state(registry)
 }
@@ -446,7 +467,7 @@ async fn dispatch(State(registry): State<Shared>, req: Request) -> Response {
         ));
     };
     let models = list(&registry.dir);
-    let Some(listed) = find(&models, &name) else {
+    let Some(listed) = find(&registry.dir, &models, &name) else {
         return fail(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("model '{name}' is not one of this server's models (GET /v1/models lists them)"),
@@ -471,6 +492,127 @@ async fn dispatch(State(registry): State<Shared>, req: Request) -> Response {
         chunk
     }));
     Response::from_parts(parts, body)
+}
+
+/// Ollama's `POST /api/pull` (`{"model"|"name", "stream"}`): fetches the model into the
+/// directory with minfer's own download (`NAME[:TAG]` is `ollama:NAME:TAG`; `hf:` and
+/// `ollama:` references as they are), then it is one of the models. Streamed as Ollama's
+/// NDJSON status lines (`pulling manifest`, `pulling DIGEST` with `total` and `completed`,
+/// `verifying sha256 digest`, `success`), or the last one alone with `stream: false`.
+#[cfg(feature = "download")]
+async fn pull(State(registry): State<Shared>, req: Request) -> Response {
+    use crate::download::{self, Config, ModelRef, Progress};
+    let fail = |e: ApiError| (e.status, Json(apis::ollama::error_body(&e))).into_response();
+    if let Err(e) = registry.check_key(&req) {
+        return fail(e);
+    }
+    let bytes = match Bytes::from_request(req, &()).await {
+        Ok(b) if b.len() <= 64 << 10 => b,
+        _ => return fail(ApiError::bad_request("the /api/pull body must be a small JSON object")),
+    };
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let Some(name) = body["model"]
+        .as_str()
+        .or(body["name"].as_str())
+        .filter(|n| !n.is_empty())
+    else {
+        return fail(ApiError::field(
+            "model",
+            "model is required: the model to pull, such as qwen2.5-coder:0.5b",
+        ));
+    };
+    let reference = match ModelRef::parse(name) {
+        Ok(ModelRef::Local(_)) => format!("ollama:{name}"),
+        Ok(_) => name.to_string(),
+        Err(e) => return fail(ApiError::field("model", e.to_string())),
+    };
+    if let Err(e) = ModelRef::parse(&reference) {
+        return fail(ApiError::field("model", e.to_string()));
+    }
+    let mut config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => return fail(ApiError::internal(e.to_string())),
+    };
+    config.cache_dir = registry.dir.clone();
+    let stream = body["stream"].as_bool().unwrap_or(true);
+
+    /// Status lines sent as the download goes.
+    struct Lines {
+        tx: tokio::sync::mpsc::UnboundedSender<Value>,
+        name: String,
+        total: u64,
+        /// The last hundredth reported, so a large file makes a hundred lines, not millions.
+        step: u64,
+    }
+    impl Progress for Lines {
+        fn start(&mut self, name: &str, total: u64, resumed_from: u64) {
+            (self.name, self.total, self.step) = (name.to_string(), total, 0);
+            let _ = self.tx.send(json!({"status": format!("pulling {name}"), "digest": name,
+                                        "total": total, "completed": resumed_from}));
+        }
+        fn advance(&mut self, done: u64) {
+            let step = done.saturating_mul(100) / self.total.max(1);
+            if step > self.step {
+                self.step = step;
+                let _ = self
+                    .tx
+                    .send(json!({"status": format!("pulling {}", self.name), "digest": self.name,
+                                            "total": self.total, "completed": done}));
+            }
+        }
+        fn finish(&mut self) {
+            let _ = self.tx.send(json!({"status": "verifying sha256 digest"}));
+        }
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let _ = tx.send(json!({"status": "pulling manifest"}));
+    let mut lines = Lines {
+        tx: tx.clone(),
+        name: String::new(),
+        total: 0,
+        step: 0,
+    };
+    let task = tokio::task::spawn_blocking(move || {
+        let result = download::pull(&reference, &config, &mut lines);
+        let last = match &result {
+            Ok(path) => {
+                eprintln!("minfer serve: pulled {reference} into {}", path.display());
+                json!({"status": "success"})
+            }
+            Err(e) => json!({"error": e.to_string()}),
+        };
+        let _ = tx.send(last);
+    });
+    drop(task);
+    if !stream {
+        let mut last = Value::Null;
+        while let Some(line) = rx.recv().await {
+            last = line;
+        }
+        let status = if last.get("error").is_some() {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::OK
+        };
+        return (status, Json(last)).into_response();
+    }
+    let lines = futures_util::stream::unfold(rx, |mut rx| async move {
+        let line = rx.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(format!("{line}\n")), rx))
+    });
+    Response::builder()
+        .header(axum::http::header::CONTENT_TYPE, "application/x-ndjson")
+        .body(Body::from_stream(lines))
+        .unwrap_or_else(|e| fail(ApiError::internal(e.to_string())))
+}
+
+#[cfg(not(feature = "download"))]
+async fn pull() -> Response {
+    let e = ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "/api/pull is not supported: this build has no downloads",
+    );
+    (e.status, Json(apis::ollama::error_body(&e))).into_response()
 }
 
 /// Keeps a model from being unloaded while an answer of it is being sent.
@@ -521,11 +663,20 @@ mod tests {
         let names: Vec<String> = list(dir.path()).into_iter().map(|m| m.name).collect();
         assert_eq!(names, ["a", "alias", "big"]);
         let models = list(dir.path());
-        assert_eq!(find(&models, "big").unwrap().size, 5);
-        assert_eq!(find(&models, "a:latest").unwrap().name, "a");
+        let dir = dir.path();
+        assert_eq!(find(dir, &models, "big").unwrap().size, 5);
+        assert_eq!(find(dir, &models, "a:latest").unwrap().name, "a");
         // A name is looked up, never joined into a path.
-        for hostile in ["../a", "/etc/passwd", "a.gguf", "sub", "", "big-00002-of-00002"] {
-            assert!(find(&models, hostile).is_none(), "{hostile}");
+        for hostile in [
+            "../a",
+            "/etc/passwd",
+            "a.gguf",
+            "sub",
+            "",
+            "big-00002-of-00002",
+            "ollama:../a",
+        ] {
+            assert!(find(dir, &models, hostile).is_none(), "{hostile}");
         }
     }
 

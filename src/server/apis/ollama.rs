@@ -624,7 +624,7 @@ pub async fn unsupported(req: Request) -> Response {
     let path = req.uri().path().to_string();
     let why = match path.as_str() {
         "/api/embed" | "/api/embeddings" => "embeddings are not supported yet",
-        "/api/pull" => "this server serves the model it was started with: fetch others with `minfer pull`",
+        "/api/pull" => "this server serves the model it was started with (`minfer serve --models-dir DIR` serves and pulls several; `minfer pull` fetches)",
         _ => "minfer creates, copies, pushes and deletes no models over HTTP (use `minfer pull` and the model cache)",
     };
     let e = ApiError::new(StatusCode::NOT_IMPLEMENTED, format!("{path} is not supported: {why}"));
