@@ -190,3 +190,110 @@ fn a_router_gives_each_model_its_own_answers_and_serves_them_in_turn_under_model
     let (_, ps) = server.request("GET", "/api/ps", "", b"");
     assert!(ps.contains("\"tiny-qwen2\""), "{ps}");
 }
+
+#[test]
+fn a_model_loading_holds_up_only_the_requests_for_it() {
+    use serde_json::json;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    for (name, path) in [("a", tiny()), ("b", common::tiny_model("llama", "Q8_0"))] {
+        std::os::unix::fs::symlink(path, dir.path().join(format!("{name}.gguf"))).unwrap();
+    }
+    let flag = format!("--models-dir={}", dir.path().display());
+    // Every load takes three seconds more than it would.
+    let server = Server::start_until(
+        std::path::Path::new(&flag),
+        &["--n-slots", "1", "-c", "256"],
+        &[("MINFER_SERVE_LOAD_DELAY", "3")],
+        "listening on http://",
+    );
+    let ask = |model: &str| {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2});
+        server.json("/v1/chat/completions", body).0
+    };
+    assert_eq!(ask("b"), 200);
+    let a_done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert_eq!(ask("a"), 200);
+            a_done.store(true, Ordering::SeqCst);
+        });
+        // `a` is loading (its log line is out); `b` answers meanwhile.
+        while !server.log().contains("loading model a ") {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(ask("b"), 200);
+        assert!(
+            !a_done.load(Ordering::SeqCst),
+            "b waited for a's load:\n{}",
+            server.log()
+        );
+    });
+    assert!(a_done.load(Ordering::SeqCst));
+}
+
+#[test]
+fn bad_input_on_every_new_endpoint_gets_that_apis_error_shape_and_the_server_serves_on() {
+    use serde_json::Value;
+    let server = Server::start(&tiny(), &["--n-slots", "1"], &[]);
+    let nested = "[".repeat(100_000);
+    let cases: &[(&str, &str, &str)] = &[
+        ("/v1/messages", "[]", "anthropic"),
+        ("/v1/messages", "not json", "anthropic"),
+        ("/v1/messages", &nested, "anthropic"),
+        ("/v1/messages", r#"{"max_tokens": 4, "messages": "hi"}"#, "anthropic"),
+        (
+            "/v1/messages",
+            r#"{"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "audio"}]}]}"#,
+            "anthropic",
+        ),
+        (
+            "/v1/messages",
+            r#"{"max_tokens": 1000000000000000, "messages": [{"role": "user", "content": "x"}]}"#,
+            "anthropic",
+        ),
+        (
+            "/v1/messages",
+            r#"{"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": 5}]}"#,
+            "anthropic",
+        ),
+        ("/v1/messages/count_tokens", "{}", "anthropic"),
+        ("/v1/responses", r#"{"input": {"x": 1}}"#, "openai"),
+        ("/v1/responses", r#"{"input": [{"type": "function_call"}]}"#, "openai"),
+        (
+            "/v1/responses",
+            r#"{"input": "x", "max_output_tokens": 1000000000000000}"#,
+            "openai",
+        ),
+        ("/v1/responses", &nested, "openai"),
+        ("/api/chat", r#"{"messages": 5}"#, "ollama"),
+        ("/api/chat", r#"{"messages": [], "options": [1]}"#, "ollama"),
+        (
+            "/api/chat",
+            r#"{"messages": [{"role": "robot", "content": "x"}]}"#,
+            "ollama",
+        ),
+        ("/api/generate", r#"{"prompt": 5}"#, "ollama"),
+        ("/api/generate", &nested, "ollama"),
+    ];
+    for (path, body, shape) in cases {
+        let (status, text) = server.post(path, body);
+        let what = &body[..body.len().min(80)];
+        assert!((400..500).contains(&status), "{path} {what}: {status} {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path} {what}: {text}"));
+        let message = match *shape {
+            "anthropic" => {
+                assert_eq!(v["type"], "error", "{path}: {v}");
+                v["error"]["message"].as_str()
+            }
+            "ollama" => v["error"].as_str(),
+            _ => v["error"]["message"].as_str(),
+        };
+        assert!(message.is_some_and(|m| !m.is_empty()), "{path} {what}: {v}");
+    }
+    let (status, _) = server.post(
+        "/api/chat",
+        r#"{"messages": [{"role": "user", "content": "x"}], "stream": false, "options": {"num_predict": 1}}"#,
+    );
+    assert_eq!(status, 200);
+}

@@ -223,7 +223,7 @@ pub fn serve(config: ServerConfig) -> Result<(), ServerError> {
         .build()
         .map_err(ServerError::Runtime)?;
     let result = match config.models.clone() {
-        Some(models) => runtime.block_on(run_router(config, models)),
+        Some(models) => runtime.block_on(run_router(config, models, load_delay)),
         None => runtime.block_on(run_server(config, load_delay)),
     };
     // The model may still be loading on the blocking pool after a signal: not waited for.
@@ -442,7 +442,7 @@ async fn run_server(config: ServerConfig, load_delay: Duration) -> Result<(), Se
 
 /// Serves the models of a directory (`--models-dir`): ready as soon as it listens, each model
 /// loaded when a request first names it.
-async fn run_router(config: ServerConfig, models: ModelsConfig) -> Result<(), ServerError> {
+async fn run_router(config: ServerConfig, models: ModelsConfig, load_delay: Duration) -> Result<(), ServerError> {
     if !models.dir.is_dir() {
         return Err(ServerError::Config(format!(
             "--models-dir {}: no such directory",
@@ -471,7 +471,12 @@ async fn run_router(config: ServerConfig, models: ModelsConfig) -> Result<(), Se
             " | no API key"
         }
     );
-    let registry = Arc::new(models::Registry::new(models, config.clone(), Arc::clone(&lifecycle)));
+    let registry = Arc::new(models::Registry::new(
+        models,
+        config.clone(),
+        Arc::clone(&lifecycle),
+        load_delay,
+    ));
     let (tx, rx) = tokio::sync::watch::channel(false);
     let draining = Arc::clone(&lifecycle);
     let drain_delay = config.drain_delay;

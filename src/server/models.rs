@@ -125,6 +125,8 @@ pub struct Registry {
     lifecycle: Arc<Lifecycle>,
     loads: AtomicU64,
     unloads: AtomicU64,
+    /// `MINFER_SERVE_LOAD_DELAY` before each load, for tests that watch a load in progress.
+    load_delay: Duration,
 }
 
 /// Settings of the router itself.
@@ -137,7 +139,7 @@ pub struct ModelsConfig {
 }
 
 impl Registry {
-    pub fn new(models: ModelsConfig, config: ServerConfig, lifecycle: Arc<Lifecycle>) -> Self {
+    pub fn new(models: ModelsConfig, config: ServerConfig, lifecycle: Arc<Lifecycle>, load_delay: Duration) -> Self {
         Registry {
             dir: models.dir,
             max: models.max.max(1),
@@ -148,6 +150,7 @@ impl Registry {
             lifecycle,
             loads: AtomicU64::new(0),
             unloads: AtomicU64::new(0),
+            load_delay,
         }
     }
 
@@ -188,10 +191,14 @@ impl Registry {
         config.alias = Some(listed.name.clone());
         let lifecycle = Arc::new(Lifecycle::default());
         lifecycle.loaded();
-        let loaded = tokio::task::spawn_blocking(move || super::load(&config, lifecycle))
-            .await
-            .map_err(|e| ApiError::internal(format!("loading the model failed: {e}")))?
-            .map_err(|e| load_error(&listed.name, &e))?;
+        let delay = self.load_delay;
+        let loaded = tokio::task::spawn_blocking(move || {
+            std::thread::sleep(delay);
+            super::load(&config, lifecycle)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("loading the model failed: {e}")))?
+        .map_err(|e| load_error(&listed.name, &e))?;
         let served = Arc::new(Served {
             name: listed.name.clone(),
             router: routes::router(Arc::clone(&loaded.app)),
