@@ -41,12 +41,13 @@ fn the_ollama_client_chats_generates_lists_and_shows_through_its_own_api() {
     run(&server, "tests/server/ollama_client.py", "protocol", &[]);
 }
 
-/// A server whose template opens the reasoning (DeepSeek-R1's), with a budget of five tokens:
-/// the tiny model never closes it itself, so the forced closing tag is what splits its reply.
+/// A tiny Qwen3 whose template opens the reasoning (DeepSeek-R1's Qwen distill's), with a budget
+/// of five tokens: the tiny model never closes it itself, so the forced closing tag is what
+/// splits its reply.
 fn thinking_server() -> Server {
     let template = common::fixtures().join("chat/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
     Server::start(
-        &tiny(),
+        &common::tiny_model("qwen3", "Q8_0"),
         &[
             "--n-slots",
             "1",
