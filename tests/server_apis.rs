@@ -101,6 +101,11 @@ fn a_reasoning_budget_forces_the_closing_tag_after_exactly_its_tokens() {
         let content: String = tokens[budget + end.len()..].iter().map(|t| t.1.as_str()).collect();
         assert_eq!(choice["message"]["content"], content.trim_start(), "{choice}");
     }
+    // A grammar constrains what the model chooses; the forced tag is not its choice, so a
+    // budget and a JSON answer go together.
+    let choice = ask(json!({"reasoning_budget_tokens": 2, "response_format": {"type": "json_object"}}));
+    let ids: Vec<u64> = tokens(&choice).iter().map(|t| t.0).collect();
+    assert_eq!(ids[2..2 + end.len()], end[..], "{choice}");
 }
 
 #[test]
@@ -190,6 +195,16 @@ fn a_router_gives_each_model_its_own_answers_and_serves_them_in_turn_under_model
     assert_eq!(status, 400, "{body}");
     let (_, ps) = server.request("GET", "/api/ps", "", b"");
     assert!(ps.contains("\"tiny-qwen2\""), "{ps}");
+    // Without a key on loopback, a foreign Host (DNS rebinding) loads nothing.
+    let body = json!({"model": "tiny-llama", "messages": [{"role": "user", "content": "x"}]}).to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, text) = server.raw(request.as_bytes());
+    assert_eq!(status, 403, "{text}");
+    let (_, ps) = server.request("GET", "/api/ps", "", b"");
+    assert!(!ps.contains("\"tiny-llama\""), "{ps}");
 }
 
 #[test]
@@ -259,6 +274,11 @@ fn bad_input_on_every_new_endpoint_gets_that_apis_error_shape_and_the_server_ser
             "anthropic",
         ),
         ("/v1/messages/count_tokens", "{}", "anthropic"),
+        (
+            "/v1/messages",
+            r#"{"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "n": 2}"#,
+            "anthropic",
+        ),
         ("/v1/responses", r#"{"input": {"x": 1}}"#, "openai"),
         ("/v1/responses", r#"{"input": [{"type": "function_call"}]}"#, "openai"),
         (

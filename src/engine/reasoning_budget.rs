@@ -104,11 +104,27 @@ impl BudgetTracker {
             State::Idle => State::Idle,
             State::Done => State::Done,
             State::Counting(_) if ends_with(&self.budget.end) => State::Done,
-            State::Counting(left) if left <= 1 => State::Forcing(0),
+            State::Counting(left) if left <= 1 => self.forcing_after(history),
             State::Counting(left) => State::Counting(left - 1),
             State::Forcing(at) if at + 1 >= self.budget.forced.len() => State::Done,
             State::Forcing(at) => State::Forcing(at + 1),
         };
+    }
+
+    /// Forcing, from where the history leaves off: when the model has already written the
+    /// start of what is forced (the first token of a closing tag of several), the rest only.
+    fn forcing_after(&self, history: &[u32]) -> State {
+        let forced = &self.budget.forced;
+        let written = (1..forced.len())
+            .rev()
+            .find(|&k| history.ends_with(&forced[..k]))
+            .unwrap_or(0);
+        State::Forcing(written)
+    }
+
+    /// Whether the next token is forced (so not the model's, nor a grammar's, choice).
+    pub fn forcing(&self) -> bool {
+        matches!(self.state, State::Forcing(_))
     }
 }
 
@@ -166,6 +182,19 @@ mod tests {
             run(budget(2, false), &[START, 10, END, START, 20, 21, 22]),
             [START, 10, END, START, 20, 21, 7, END, 22]
         );
+    }
+
+    #[test]
+    fn a_closing_tag_the_model_has_begun_when_the_budget_ends_is_finished_not_repeated() {
+        let b = ReasoningBudget {
+            tokens: 3,
+            start: vec![START],
+            end: vec![60, 61],
+            forced: vec![60, 61],
+            opened: true,
+        };
+        // The third reasoning token is the tag's first: only its second is forced.
+        assert_eq!(run(b, &[10, 11, 60, 12]), [10, 11, 60, 61, 12]);
     }
 
     #[test]

@@ -181,13 +181,16 @@ impl<'t> Sequence<'t> {
     /// end-of-generation token ends a constrained generation even with `ignore_eos`: the
     /// grammar allows one only where its text is complete.
     pub fn accept(&mut self, token: u32) -> Step {
+        // A token the reasoning budget forces is outside any grammar: the grammar constrains
+        // what the model chooses, and the closing tag is not its choice.
+        let forced = self.budget.as_ref().is_some_and(BudgetTracker::forcing);
         self.history.push(token);
         if let Some(budget) = &mut self.budget {
             budget.accept(&self.history);
         }
         let n_generated = self.history.len() - self.n_prompt;
         let mut grammar_done = false;
-        if let Some(constraint) = &mut self.constraint {
+        if let Some(constraint) = self.constraint.as_mut().filter(|_| !forced) {
             // A refusal is kept by the constraint and reported by the next `sample`.
             grammar_done = constraint.accept(token).is_ok() && self.tokenizer.is_eog(token);
         }

@@ -66,25 +66,45 @@ pub fn cors_allows(origins: &[String], origin: &str) -> bool {
 
 /// The admission checks, as a middleware.
 pub async fn admit(State(app): State<App>, req: Request, next: Next) -> Response {
+    match check(
+        &app.callers,
+        app.api_key.is_some(),
+        &app.cors_origins,
+        app.max_body_bytes,
+        &req,
+    ) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The admission checks of one request: a declared body within `max_body_bytes`; and, on a
+/// server without an API key, a `Host` that is one of its names when it listens on loopback
+/// (DNS rebinding), and no cross-origin POST from an origin not allowed.
+pub fn check(
+    callers: &Callers,
+    has_key: bool,
+    cors_origins: &[String],
+    max_body_bytes: usize,
+    req: &Request,
+) -> Result<(), ApiError> {
     if let Some(declared) = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
     {
-        if declared > app.max_body_bytes as u64 {
-            return ApiError::new(
+        if declared > max_body_bytes as u64 {
+            return Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
-                    "the request body of {declared} bytes (Content-Length) is larger than the limit of {} bytes",
-                    app.max_body_bytes
+                    "the request body of {declared} bytes (Content-Length) is larger than the limit of {max_body_bytes} bytes"
                 ),
-            )
-            .into_response();
+            ));
         }
     }
-    if app.api_key.is_some() {
-        return next.run(req).await;
+    if has_key {
+        return Ok(());
     }
     let host = req
         .headers()
@@ -93,16 +113,15 @@ pub async fn admit(State(app): State<App>, req: Request, next: Next) -> Response
         .map(str::to_string);
     let probe = matches!(req.uri().path(), "/health" | "/ready");
     if let Some(host) = &host {
-        if app.callers.loopback && !probe && !app.callers.host_allowed(host) {
-            return ApiError::new(
+        if callers.loopback && !probe && !callers.host_allowed(host) {
+            return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 format!(
                     "Host '{}' is not a name of this server, which listens on loopback without an API key \
                      (--allowed-host NAME admits another name, as behind a proxy)",
                     host.chars().take(200).collect::<String>()
                 ),
-            )
-            .into_response();
+            ));
         }
     }
     if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
@@ -113,20 +132,19 @@ pub async fn admit(State(app): State<App>, req: Request, next: Next) -> Response
                     .split_once("://")
                     .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host))
             });
-            if !own && !cors_allows(&app.cors_origins, origin) {
-                return ApiError::new(
+            if !own && !cors_allows(cors_origins, origin) {
+                return Err(ApiError::new(
                     StatusCode::FORBIDDEN,
                     format!(
                         "a cross-origin request from '{}' is refused: the server has no API key \
                          (--cors-origin ORIGIN lets a page from ORIGIN call it)",
                         origin.chars().take(200).collect::<String>()
                     ),
-                )
-                .into_response();
+                ));
             }
         }
     }
-    next.run(req).await
+    Ok(())
 }
 
 #[cfg(test)]

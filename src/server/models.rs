@@ -18,8 +18,8 @@ use super::error::ApiError;
 use super::lifecycle::Lifecycle;
 use super::routes::{self, App};
 use super::{ServerConfig, ServerError};
-use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Request, State};
+use axum::body::Body;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -118,8 +118,14 @@ pub struct Registry {
     dir: PathBuf,
     max: usize,
     config: ServerConfig,
-    /// Per name: the lock a load holds (requests for that model wait on it; others do not).
-    loading: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Who may call a server without a key (as each model's own router checks it).
+    callers: super::callers::Callers,
+    /// Held while room is made for a model and it loads: loads, and the unloads that make
+    /// room for them, happen one at a time, so `--models-max` and the memory check see every
+    /// model. Requests to loaded models never wait on it.
+    admission: Arc<tokio::sync::Mutex<()>>,
+    /// The models loaded. A model is taken for a request (counted in flight) and chosen to be
+    /// unloaded (removed) under this lock, so a model taken is never one being unloaded.
     loaded: Mutex<HashMap<String, Arc<Served>>>,
     started: Instant,
     lifecycle: Arc<Lifecycle>,
@@ -143,8 +149,12 @@ impl Registry {
         Registry {
             dir: models.dir,
             max: models.max.max(1),
+            callers: super::callers::Callers {
+                loopback: super::callers::is_loopback_bind(&config.host),
+                allowed_hosts: config.allowed_hosts.clone(),
+            },
             config,
-            loading: Mutex::new(HashMap::new()),
+            admission: Arc::new(tokio::sync::Mutex::new(())),
             loaded: Mutex::new(HashMap::new()),
             started: Instant::now(),
             lifecycle,
@@ -162,24 +172,39 @@ impl Registry {
         self.loaded.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The model `listed`, loading it first if it is not (making room as needed).
-    async fn get(self: &Arc<Self>, listed: &Listed) -> Result<Arc<Served>, ApiError> {
-        if let Some(served) = self.loaded().get(&listed.name) {
-            return Ok(Arc::clone(served));
+    /// The loaded model `name`, taken for a request (counted in flight until the guard goes).
+    fn take(&self, name: &str) -> Option<InFlight> {
+        let loaded = self.loaded();
+        let served = loaded.get(name)?;
+        served.in_flight.fetch_add(1, Ordering::Relaxed);
+        served.last_used.store(self.now_ms(), Ordering::Relaxed);
+        Some(InFlight(Arc::clone(served)))
+    }
+
+    /// The model `listed`, taken for a request: loaded first if it is not, after making room.
+    /// The load runs in a task of its own, so a client that goes away does not abandon a load
+    /// half done (its model would hold its memory with nobody to unload it).
+    async fn get(self: &Arc<Self>, listed: &Listed) -> Result<InFlight, ApiError> {
+        if let Some(taken) = self.take(&listed.name) {
+            return Ok(taken);
         }
-        let lock = Arc::clone(
-            self.loading
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(listed.name.clone())
-                .or_default(),
-        );
-        let _guard = lock.lock().await;
-        // Loaded by the request that held the lock before this one.
-        if let Some(served) = self.loaded().get(&listed.name) {
-            return Ok(Arc::clone(served));
-        }
-        self.make_room(listed.size).await;
+        let registry = Arc::clone(self);
+        let listed = listed.clone();
+        tokio::spawn(async move {
+            let _admitted = Arc::clone(&registry.admission).lock_owned().await;
+            // Loaded by the request admitted before this one.
+            if let Some(taken) = registry.take(&listed.name) {
+                return Ok(taken);
+            }
+            registry.make_room(&listed).await?;
+            registry.load(&listed).await
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("loading the model failed: {e}")))?
+    }
+
+    /// Loads `listed` (admitted) and takes it.
+    async fn load(&self, listed: &Listed) -> Result<InFlight, ApiError> {
         eprintln!(
             "minfer serve: loading model {} ({})",
             listed.name,
@@ -204,7 +229,7 @@ impl Registry {
             router: routes::router(Arc::clone(&loaded.app)),
             app: loaded.app,
             last_used: AtomicU64::new(self.now_ms()),
-            in_flight: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(1),
             size: listed.size,
         });
         self.loads.fetch_add(1, Ordering::Relaxed);
@@ -216,44 +241,56 @@ impl Registry {
             served.app.n_ctx
         );
         self.loaded().insert(listed.name.clone(), Arc::clone(&served));
-        Ok(served)
+        Ok(InFlight(served))
     }
 
-    /// Unloads least-recently-used idle models until one more fits under `--models-max` and
-    /// a model of `size` bytes fits in the memory available (its weights, and a margin for its
-    /// KV cache and buffers); waits while every candidate has requests in flight.
-    async fn make_room(&self, size: u64) {
+    /// Unloads least-recently-used idle models (admitted) until one more fits under
+    /// `--models-max` and `listed` fits in the memory available (its weights, a quarter more
+    /// for its KV cache and buffers, and 512 MiB); waits while every candidate has requests in
+    /// flight, for [`ROOM_WAIT`] at most.
+    async fn make_room(&self, listed: &Listed) -> Result<(), ApiError> {
+        let started = Instant::now();
         loop {
-            let (n_loaded, victim) = {
-                let loaded = self.loaded();
+            let (victim, bound) = {
+                let mut loaded = self.loaded();
+                if loaded.is_empty() {
+                    return Ok(());
+                }
+                let over_count = loaded.len() >= self.max;
+                let available = crate::backends::host_memory("MemAvailable:").unwrap_or(u64::MAX);
+                let size = listed.size;
+                let short_of_memory = size.saturating_add(size / 4).saturating_add(512 << 20) > available;
+                if !over_count && !short_of_memory {
+                    return Ok(());
+                }
+                // Chosen and removed under one hold of the lock: nothing can take it after.
                 let victim = loaded
                     .values()
                     .filter(|s| s.in_flight.load(Ordering::Relaxed) == 0)
                     .min_by_key(|s| s.last_used.load(Ordering::Relaxed))
-                    .cloned();
-                (loaded.len(), victim)
+                    .map(|s| s.name.clone())
+                    .and_then(|name| loaded.remove(&name));
+                (victim, if over_count { "--models-max" } else { "memory" })
             };
-            if n_loaded == 0 {
-                return;
-            }
-            let over_count = n_loaded >= self.max;
-            let available = crate::backends::host_memory("MemAvailable:").unwrap_or(u64::MAX);
-            let short_of_memory = size.saturating_add(size / 4).saturating_add(512 << 20) > available;
-            if !over_count && !short_of_memory {
-                return;
-            }
-            let Some(victim) = victim else {
+            match victim {
+                Some(victim) => self.unload(victim, bound).await,
+                None if started.elapsed() >= ROOM_WAIT => {
+                    return Err(ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "model {} cannot be loaded now: every loaded model is answering requests \
+                             (--models-max {}); try again shortly",
+                            listed.name, self.max
+                        ),
+                    ))
+                }
                 // Every loaded model is answering: the first to finish makes the room.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            };
-            self.unload(&victim, if over_count { "--models-max" } else { "memory" })
-                .await;
+                None => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
         }
     }
 
-    async fn unload(&self, served: &Arc<Served>, why: &str) {
-        self.loaded().remove(&served.name);
+    async fn unload(&self, served: Arc<Served>, bound: &str) {
         let scheduler = served.app.scheduler.clone();
         // The engine loop ends and drops its session; the model's memory goes with the last
         // handle, and the allocator gives the freed pages back.
@@ -264,12 +301,15 @@ impl Registry {
         .await;
         self.unloads.fetch_add(1, Ordering::Relaxed);
         eprintln!(
-            "minfer serve: unloaded model {} (least recently used; {why} bound, {} MiB)",
+            "minfer serve: unloaded model {} (least recently used; {bound} bound, {} MiB)",
             served.name,
             served.size >> 20
         );
     }
 }
+
+/// How long a load waits for a loaded model to become idle before it is refused.
+const ROOM_WAIT: Duration = Duration::from_secs(120);
 
 fn load_error(name: &str, e: &ServerError) -> ApiError {
     ApiError::internal(format!("model {name} could not be loaded: {e}"))
@@ -292,7 +332,26 @@ pub fn router(registry: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/pull", axum::routing::post(pull))
         .fallback(dispatch)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&registry), admit))
         .with_state(registry)
+}
+
+/// Every request, before anything is loaded for it: the admission checks (host, origin,
+/// declared size) and the API key, as each model's own router makes them.
+async fn admit(State(registry): State<Shared>, req: Request, next: axum::middleware::Next) -> Response {
+    let config = &registry.config;
+    let checked = super::callers::check(
+        &registry.callers,
+        config.api_key.is_some(),
+        &config.cors_origins,
+        config.max_body_bytes,
+        &req,
+    )
+    .and_then(|()| routes::check_key(config.api_key.as_deref(), &req));
+    match checked {
+        Ok(()) => next.run(req).await,
+        Err(e) => (e.status, Json(apis::error_body_for(req.uri().path(), &e))).into_response(),
+    }
 }
 
 async fn health() -> Json<Value> {
@@ -430,9 +489,6 @@ fn with_model_label(line: &str, model: &str) -> String {
 async fn dispatch(State(registry): State<Shared>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let fail = |e: ApiError| (e.status, Json(apis::error_body_for(&path, &e))).into_response();
-    if let Err(e) = registry.check_key(&req) {
-        return fail(e);
-    }
     let query_model = req
         .uri()
         .query()
@@ -440,12 +496,7 @@ async fn dispatch(State(registry): State<Shared>, req: Request) -> Response {
         .map(|m| m.replace("%3A", ":").replace("%3a", ":"));
     let (parts, body) = req.into_parts();
     let limit = registry.config.max_body_bytes;
-    let bytes = match tokio::time::timeout(
-        registry.config.body_timeout,
-        Bytes::from_request(Request::from_parts(parts.clone(), body), &()),
-    )
-    .await
-    {
+    let bytes = match tokio::time::timeout(registry.config.body_timeout, axum::body::to_bytes(body, limit)).await {
         Err(_) => {
             return fail(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
@@ -455,13 +506,7 @@ async fn dispatch(State(registry): State<Shared>, req: Request) -> Response {
         Ok(Err(_)) => {
             return fail(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the request body is larger than the limit of {limit} bytes"),
-            ))
-        }
-        Ok(Ok(bytes)) if bytes.len() > limit => {
-            return fail(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the request body is larger than the limit of {limit} bytes"),
+                format!("the request body could not be read within the limit of {limit} bytes"),
             ))
         }
         Ok(Ok(bytes)) => bytes,
@@ -480,22 +525,19 @@ async fn dispatch(State(registry): State<Shared>, req: Request) -> Response {
             format!("model '{name}' is not one of this server's models (GET /v1/models lists them)"),
         ));
     };
-    let served = match registry.get(listed).await {
-        Ok(served) => served,
+    let taken = match registry.get(listed).await {
+        Ok(taken) => taken,
         Err(e) => return fail(e),
     };
-    served.last_used.store(registry.now_ms(), Ordering::Relaxed);
-    served.in_flight.fetch_add(1, Ordering::Relaxed);
-    let guard = InFlight(Arc::clone(&served));
     let request = Request::from_parts(parts, Body::from(bytes));
-    let response = match tower::ServiceExt::oneshot(served.router.clone(), request).await {
+    let response = match tower::ServiceExt::oneshot(taken.0.router.clone(), request).await {
         Ok(response) => response,
         Err(never) => match never {},
     };
     // The answer is done when its body is: a stream holds the model until it ends.
     let (parts, body) = response.into_parts();
     let body = Body::from_stream(futures_util::StreamExt::map(body.into_data_stream(), move |chunk| {
-        let _ = &guard;
+        let _ = &taken;
         chunk
     }));
     Response::from_parts(parts, body)
@@ -510,12 +552,8 @@ async fn dispatch(State(registry): State<Shared>, req: Request) -> Response {
 async fn pull(State(registry): State<Shared>, req: Request) -> Response {
     use crate::download::{self, Config, ModelRef, Progress};
     let fail = |e: ApiError| (e.status, Json(apis::ollama::error_body(&e))).into_response();
-    if let Err(e) = registry.check_key(&req) {
-        return fail(e);
-    }
-    let bytes = match Bytes::from_request(req, &()).await {
-        Ok(b) if b.len() <= 64 << 10 => b,
-        _ => return fail(ApiError::bad_request("the /api/pull body must be a small JSON object")),
+    let Ok(bytes) = axum::body::to_bytes(req.into_body(), 64 << 10).await else {
+        return fail(ApiError::bad_request("the /api/pull body must be a small JSON object"));
     };
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let Some(name) = body["model"]
@@ -640,13 +678,6 @@ fn model_field(bytes: &[u8]) -> Option<String> {
     }
     let named: Named = serde_json::from_slice(bytes).ok()?;
     named.model.or(named.name).filter(|m| !m.is_empty())
-}
-
-impl Registry {
-    /// With `--api-key`, every request needs it before anything is loaded for it.
-    fn check_key(&self, req: &Request) -> Result<(), ApiError> {
-        routes::check_key(self.config.api_key.as_deref(), req)
-    }
 }
 
 #[cfg(test)]

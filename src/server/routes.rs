@@ -1397,8 +1397,18 @@ async fn start(
     };
     let n_ctx = app.n_ctx;
     let mut common = common;
-    // Another API's answer is written from the whole chat answer, usage included.
+    // Another API's answer is written from the whole chat answer, usage included; it has one
+    // choice.
     common.include_usage |= dialect.translated();
+    if dialect.translated() && common.n > 1 {
+        return Err(ApiError::field(
+            "n",
+            format!(
+                "n {} is not supported on this API: it answers with one message",
+                common.n
+            ),
+        ));
+    }
     if let Some(id) = common.llama.id_slot.filter(|&id| id >= app.n_slots) {
         return Err(ApiError::field(
             "id_slot",
@@ -1617,7 +1627,7 @@ async fn start(
                     Some(interval) => match tokio::time::timeout(interval, rx.recv()).await {
                         Ok(next) => next,
                         Err(_) => {
-                            let text = dialect.keepalive().to_string();
+                            let text = dialect.keepalive();
                             return Some((
                                 Ok::<_, std::convert::Infallible>(text),
                                 (rx, (streamer, dialect), guard, false),

@@ -642,8 +642,8 @@ impl Dialect for Anthropic {
         out
     }
 
-    fn keepalive(&self) -> &'static str {
-        "event: ping\ndata: {\"type\": \"ping\"}\n\n"
+    fn keepalive(&self) -> String {
+        "event: ping\ndata: {\"type\": \"ping\"}\n\n".into()
     }
 }
 

@@ -32,8 +32,9 @@ pub trait Dialect: Send + 'static {
     fn frames(&mut self, chunks: Vec<Json>) -> String;
     /// The stream text after the last chunk.
     fn end(&mut self) -> String;
-    /// What an idle stream sends to keep clients and proxies from timing it out.
-    fn keepalive(&self) -> &'static str;
+    /// What an idle stream sends to keep clients and proxies from timing it out: something
+    /// the API's clients read past.
+    fn keepalive(&self) -> String;
     /// The stream's media type.
     fn content_type(&self) -> &'static str {
         "text/event-stream"
@@ -77,9 +78,9 @@ impl Dialect for OpenAi {
         }
     }
 
-    fn keepalive(&self) -> &'static str {
+    fn keepalive(&self) -> String {
         // An SSE comment, as llama-server sends.
-        ":\n\n"
+        ":\n\n".into()
     }
 }
 

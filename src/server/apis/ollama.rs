@@ -488,9 +488,9 @@ impl Dialect for Ollama {
         format!("{line}\n")
     }
 
-    fn keepalive(&self) -> &'static str {
-        // NDJSON has no comment: a blank line, which Ollama's clients skip.
-        "\n"
+    fn keepalive(&self) -> String {
+        // NDJSON has no comment, and Ollama's clients parse every line: a line of no text.
+        format!("{}\n", self.line("", None, None, false))
     }
 
     fn content_type(&self) -> &'static str {
@@ -749,6 +749,12 @@ mod tests {
         assert_eq!(lines[0]["done"], false);
         assert_eq!(lines[1]["done"], true);
         assert!(lines[1].get("message").is_none());
+        // What an idle stream sends is a line Ollama's clients parse: no text, not done.
+        let idle: Json = serde_json::from_str(g.keepalive().trim_end()).unwrap();
+        assert_eq!(
+            (idle["response"].clone(), idle["done"].clone()),
+            (json!(""), json!(false))
+        );
     }
 
     #[test]

@@ -695,8 +695,8 @@ impl Dialect for Responses {
         out
     }
 
-    fn keepalive(&self) -> &'static str {
-        ":\n\n"
+    fn keepalive(&self) -> String {
+        ":\n\n".into()
     }
 }
 
