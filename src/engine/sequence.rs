@@ -251,6 +251,12 @@ impl<'t> Sequence<'t> {
         &self.stops.text[range]
     }
 
+    /// The stop string that ended the generation ([`StopReason::StopString`]), else empty:
+    /// llama-server's `stopping_word`.
+    pub fn stopping_word(&self) -> &str {
+        self.stops.matched.as_deref().unwrap_or("")
+    }
+
     /// Why the generation ended, once it has.
     pub fn finished(&self) -> Option<StopReason> {
         self.finished

@@ -9,6 +9,8 @@ pub(super) struct StopMatcher {
     /// Every byte of the generation so far (cut at a stop string once one is found).
     pub(super) text: Vec<u8>,
     emitted: usize,
+    /// The stop string found, once one is.
+    pub(super) matched: Option<String>,
 }
 
 impl StopMatcher {
@@ -18,6 +20,7 @@ impl StopMatcher {
             stops: stops.to_vec(),
             text: Vec::new(),
             emitted: 0,
+            matched: None,
         }
     }
 
@@ -30,9 +33,10 @@ impl StopMatcher {
             .stops
             .iter()
             .filter(|s| !s.is_empty())
-            .filter_map(|s| find(&self.text[search_from..], s.as_bytes()).map(|p| search_from + p))
-            .min();
-        if let Some(at) = found {
+            .filter_map(|s| find(&self.text[search_from..], s.as_bytes()).map(|p| (search_from + p, s)))
+            .min_by_key(|&(at, _)| at);
+        if let Some((at, stop)) = found {
+            self.matched = Some(stop.clone());
             let range = self.emitted..at.max(self.emitted);
             self.emitted = self.text.len();
             self.text.truncate(at.max(range.start));
@@ -90,6 +94,15 @@ mod tests {
     fn a_stop_string_split_across_pieces_is_found_and_not_printed() {
         assert_eq!(run(&["END"], &["hello E", "N", "D more"]), ("hello ".into(), true));
         assert_eq!(run(&["\n\n"], &["a\n", "\nb"]), ("a".into(), true));
+    }
+
+    #[test]
+    fn the_stop_string_found_first_in_the_text_is_the_one_named() {
+        let mut m = StopMatcher::new(&["B".into(), "END".into(), "".into()]);
+        m.push(b"xx EN");
+        assert_eq!(m.matched, None);
+        m.push(b"D then B");
+        assert_eq!(m.matched.as_deref(), Some("END"));
     }
 
     #[test]

@@ -183,6 +183,8 @@ struct Choice {
     slot: usize,
     n_cells: usize,
     timings: RunTimings,
+    /// The stop string that ended the run, else empty.
+    stopping_word: String,
     /// Tokens streamed so far, and whether a newline was among their text.
     n_streamed: usize,
     has_new_line: bool,
@@ -361,7 +363,7 @@ impl Reply {
             "has_new_line": c.has_new_line || c.text.contains('\n'),
             "truncated": c.reason == Some(StopReason::ContextFull),
             "stop_type": stop_type,
-            "stopping_word": "",
+            "stopping_word": c.stopping_word,
             "tokens_cached": c.n_cells,
             "timings": timings_json(&c.timings),
         });
@@ -459,9 +461,11 @@ impl Collector {
                 tokens,
                 n_cells,
                 timings,
+                stopping_word,
             } => {
                 let choice = self.choices.entry(index).or_default();
                 choice.reason = Some(reason);
+                choice.stopping_word = stopping_word;
                 (choice.n_prompt, choice.n_cached, choice.n_generated) = (n_prompt, n_cached, n_generated);
                 (choice.tokens, choice.slot, choice.n_cells, choice.timings) = (tokens, slot, n_cells, timings);
                 self.usage.add(index, self.reply.n, n_prompt, n_cached, n_generated);
@@ -532,6 +536,7 @@ impl Collector {
                     });
                     if reply.for_dialect {
                         choice["stop_type"] = json!(stop_type(c.reason));
+                        choice["stopping_word"] = json!(c.stopping_word);
                     }
                     choice
                 }
@@ -852,6 +857,7 @@ impl Streamer {
                 tokens,
                 n_cells,
                 timings,
+                stopping_word,
             } => {
                 self.open(index, &mut out);
                 if self.reads_harmony() {
@@ -865,6 +871,7 @@ impl Streamer {
                 let lps = self.pending_logprobs(index, 0);
                 let choice = self.choice(index);
                 choice.reason = Some(reason);
+                choice.stopping_word = stopping_word.clone();
                 (choice.n_prompt, choice.n_cached, choice.n_generated) = (n_prompt, n_cached, n_generated);
                 (choice.tokens, choice.slot, choice.n_cells, choice.timings) = (tokens, slot, n_cells, timings);
                 let n_calls = choice.n_calls;
@@ -883,6 +890,7 @@ impl Streamer {
                 let mut chunk = self.chunk(index, delta, lps, Some(finish));
                 if self.reply.for_dialect {
                     chunk["choices"][0]["stop_type"] = json!(stop_type(Some(reason)));
+                    chunk["choices"][0]["stopping_word"] = json!(stopping_word);
                 }
                 out.push(chunk);
                 self.timings_now = None;
@@ -961,6 +969,7 @@ mod tests {
             slot: 0,
             tokens: vec![7; n_generated],
             n_cells: 10 + n_generated,
+            stopping_word: String::new(),
             timings: RunTimings {
                 n_prompt: 6,
                 n_cached: 4,
@@ -1501,6 +1510,7 @@ mod tests {
                 tokens,
                 n_cells,
                 timings,
+                stopping_word: String::new(),
             })
             .unwrap();
         }

@@ -148,6 +148,8 @@ pub enum Event {
         /// Cells the slot holds after the run (prompt and generated tokens).
         n_cells: usize,
         timings: RunTimings,
+        /// The stop string that ended it, else empty.
+        stopping_word: String,
     },
     /// The job failed inside the server; no more events follow.
     Failed(String),
@@ -1078,6 +1080,7 @@ impl<'s> Engine<'s> {
                 tokens: active.seq.generated().to_vec(),
                 n_cells,
                 timings,
+                stopping_word: active.seq.stopping_word().to_string(),
             },
         );
         let next = active.next_run.fetch_add(1, Ordering::Relaxed);

@@ -128,8 +128,12 @@ def protocol():
         whole = text_of(client.messages.create(model=MODEL, max_tokens=16, messages=USER, **GREEDY))
         stop = whole[len(whole) // 2 :][:3]
         assert stop.strip(), whole
-        m = client.messages.create(model=MODEL, max_tokens=16, messages=USER, stop_sequences=[stop], **GREEDY)
+        m = client.messages.create(model=MODEL, max_tokens=16, messages=USER, stop_sequences=["\x07", stop], **GREEDY)
         assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop, (m, stop)
+        with client.messages.stream(model=MODEL, max_tokens=16, messages=USER, stop_sequences=["\x07", stop],
+                                    **GREEDY) as s:
+            streamed = s.get_final_message()
+        assert streamed.stop_sequence == stop, (streamed, stop)
         assert text_of(m) == whole[: whole.index(stop)], (text_of(m), whole, stop)
 
     @check("output_config.format makes the answer follow its JSON schema")

@@ -159,10 +159,7 @@ pub fn read(body: &Json, counting: bool) -> Result<(Json, Box<dyn Dialect>), Api
             chat.entry(name.clone()).or_insert_with(|| value.clone());
         }
     }
-    let dialect = Anthropic {
-        stops,
-        ..Default::default()
-    };
+    let dialect = Anthropic::default();
     Ok((Json::Object(chat), Box::new(dialect)))
 }
 
@@ -422,9 +419,8 @@ enum Block {
 pub struct Anthropic {
     /// The served model's name, as the chat answer carries it.
     model: String,
-    /// The request's stop sequences: the one that stopped the reply is named when there is
-    /// only one it can be.
-    stops: Vec<String>,
+    /// The stop sequence that ended the reply, once one has.
+    stopping_word: Option<String>,
     id: String,
     n_prompt: usize,
     started: bool,
@@ -447,8 +443,8 @@ impl Anthropic {
     }
 
     fn stop_sequence(&self, reason: Option<&str>) -> Json {
-        match (reason, self.stops.as_slice()) {
-            (Some("stop_sequence"), [only]) => json!(only),
+        match (reason, &self.stopping_word) {
+            (Some("stop_sequence"), Some(word)) => json!(word),
             _ => Json::Null,
         }
     }
@@ -566,6 +562,10 @@ impl Dialect for Anthropic {
         }
         let reason = self.stop_reason(choice["stop_type"].as_str().unwrap_or("eos"), !calls.is_empty());
         self.model = chat["model"].as_str().unwrap_or_default().to_string();
+        self.stopping_word = choice["stopping_word"]
+            .as_str()
+            .filter(|w| !w.is_empty())
+            .map(str::to_string);
         self.usage = super::usage_counts(&chat["usage"]);
         json!({
             "id": self.message_id(),
@@ -616,6 +616,7 @@ impl Dialect for Anthropic {
             }
             if let Some((stop_type, calls)) = &parts.finish {
                 self.stop_reason = Some(self.stop_reason(stop_type, *calls));
+                self.stopping_word = parts.stopping_word.clone();
             }
             if let Some(usage) = parts.usage {
                 self.usage = usage;
@@ -765,10 +766,9 @@ mod tests {
         );
     }
 
-    fn dialect(stops: &[&str]) -> Anthropic {
+    fn dialect() -> Anthropic {
         Anthropic {
             model: "m".into(),
-            stops: stops.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
         }
     }
@@ -782,7 +782,7 @@ mod tests {
                                 "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}}],
             "usage": {"prompt_tokens": 30, "completion_tokens": 12, "prompt_tokens_details": {"cached_tokens": 10}},
         });
-        let m = dialect(&[]).whole(chat);
+        let m = dialect().whole(chat);
         assert_eq!(
             m["content"],
             json!([
@@ -801,16 +801,15 @@ mod tests {
             (m["type"].clone(), m["role"].clone()),
             (json!("message"), json!("assistant"))
         );
-        let stopped = |stop_type: &str, stops: &[&str]| {
-            let chat = json!({"choices": [{"finish_reason": "stop", "stop_type": stop_type,
+        let stopped = |stop_type: &str, word: &str| {
+            let chat = json!({"choices": [{"finish_reason": "stop", "stop_type": stop_type, "stopping_word": word,
                                            "message": {"role": "assistant", "content": "x"}}], "usage": {}});
-            let m = dialect(stops).whole(chat);
+            let m = dialect().whole(chat);
             (m["stop_reason"].clone(), m["stop_sequence"].clone())
         };
-        assert_eq!(stopped("word", &["END"]), (json!("stop_sequence"), json!("END")));
-        assert_eq!(stopped("word", &["A", "B"]), (json!("stop_sequence"), Json::Null));
-        assert_eq!(stopped("limit", &[]), (json!("max_tokens"), Json::Null));
-        assert_eq!(stopped("eos", &[]), (json!("end_turn"), Json::Null));
+        assert_eq!(stopped("word", "END"), (json!("stop_sequence"), json!("END")));
+        assert_eq!(stopped("limit", ""), (json!("max_tokens"), Json::Null));
+        assert_eq!(stopped("eos", ""), (json!("end_turn"), Json::Null));
     }
 
     fn events(text: &str) -> Vec<(String, Json)> {
@@ -832,7 +831,7 @@ mod tests {
 
     #[test]
     fn a_stream_opens_a_block_per_kind_of_part_and_ends_with_the_stop_reason_and_usage() {
-        let mut d = dialect(&[]);
+        let mut d = dialect();
         d.begin(25);
         let mut out = d.frames(vec![chunk(json!({"role": "assistant", "content": null}))]);
         out += &d.frames(vec![
@@ -896,7 +895,7 @@ mod tests {
 
     #[test]
     fn a_failure_mid_stream_is_an_error_event_and_ends_it() {
-        let mut d = dialect(&[]);
+        let mut d = dialect();
         let mut out = d.frames(vec![chunk(json!({"content": "Hi"}))]);
         out += &d.frames(vec![ApiError::internal("generation failed: boom").body()]);
         out += &d.end();

@@ -110,6 +110,8 @@ pub struct ChunkParts {
     /// The choice ended: llama-server's `stop_type` (`eos`, `word`, `limit`, `none`) and
     /// whether it ended with tool calls.
     pub finish: Option<(String, bool)>,
+    /// The stop string that ended it (`stopping_word`), when one did.
+    pub stopping_word: Option<String>,
     /// The usage chunk's counts: prompt, cached, generated.
     pub usage: Option<(u64, u64, u64)>,
     /// llama-server's `timings` and `prompt_progress`, when the chunk carries them.
@@ -153,6 +155,10 @@ impl ChunkParts {
         if let Some(reason) = choice["finish_reason"].as_str() {
             let stop_type = choice["stop_type"].as_str().unwrap_or("eos").to_string();
             parts.finish = Some((stop_type, reason == "tool_calls"));
+            parts.stopping_word = choice["stopping_word"]
+                .as_str()
+                .filter(|w| !w.is_empty())
+                .map(str::to_string);
         }
         parts
     }
