@@ -119,20 +119,7 @@ pub fn read(body: &Json, counting: bool) -> Result<(Json, Box<dyn Dialect>), Api
     if let Some(user) = b.get("metadata").and_then(|m| m.get("user_id")) {
         chat.insert("user".into(), user.clone());
     }
-    if let Some(tools) = b.get("tools") {
-        let Json::Array(items) = tools else {
-            return Err(ApiError::field("tools", "tools must be an array of tools"));
-        };
-        let tools = items
-            .iter()
-            .enumerate()
-            .map(|(i, t)| tool(i, t))
-            .collect::<Result<Vec<_>, _>>()?;
-        chat.insert("tools".into(), Json::Array(tools));
-    }
-    if let Some(choice) = b.get("tool_choice") {
-        chat.insert("tool_choice".into(), tool_choice(choice)?);
-    }
+    super::tools_into(b, &mut chat, tool, tool_choice)?;
     if let Some(thinking) = b.get("thinking") {
         let enabled = match thinking["type"].as_str() {
             Some("enabled" | "adaptive" | "between_tools") => true,

@@ -164,6 +164,31 @@ impl ChunkParts {
     }
 }
 
+/// The request's `tools`, each read by the API's `tool`, and its `tool_choice`, read by
+/// `choice`, into the chat request.
+pub fn tools_into(
+    body: &serde_json::Map<String, Json>,
+    chat: &mut serde_json::Map<String, Json>,
+    tool: fn(usize, &Json) -> Result<Json, ApiError>,
+    choice: fn(&Json) -> Result<Json, ApiError>,
+) -> Result<(), ApiError> {
+    if let Some(tools) = body.get("tools") {
+        let Json::Array(items) = tools else {
+            return Err(ApiError::field("tools", "tools must be an array of tools"));
+        };
+        let tools = items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| tool(i, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        chat.insert("tools".into(), Json::Array(tools));
+    }
+    if let Some(value) = body.get("tool_choice") {
+        chat.insert("tool_choice".into(), choice(value)?);
+    }
+    Ok(())
+}
+
 /// Prompt, cached and generated tokens of an OpenAI `usage` object.
 pub fn usage_counts(usage: &Json) -> (u64, u64, u64) {
     (

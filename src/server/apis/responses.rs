@@ -131,20 +131,7 @@ pub fn read(body: &Json) -> Result<(Json, Box<dyn Dialect>), ApiError> {
     if let Some(user) = b.get("safety_identifier").or_else(|| b.get("user")) {
         chat.insert("user".into(), user.clone());
     }
-    if let Some(tools) = b.get("tools") {
-        let Json::Array(items) = tools else {
-            return Err(ApiError::field("tools", "tools must be an array of tools"));
-        };
-        let tools = items
-            .iter()
-            .enumerate()
-            .map(|(i, t)| tool(i, t))
-            .collect::<Result<Vec<_>, _>>()?;
-        chat.insert("tools".into(), Json::Array(tools));
-    }
-    if let Some(choice) = b.get("tool_choice") {
-        chat.insert("tool_choice".into(), tool_choice(choice)?);
-    }
+    super::tools_into(b, &mut chat, tool, tool_choice)?;
     if let Some(format) = b.get("text").and_then(|t| t.get("format")).filter(|f| !f.is_null()) {
         if let Some(format) = text_format(format)? {
             chat.insert("response_format".into(), format);
