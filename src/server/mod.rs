@@ -335,15 +335,18 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
     })
 }
 
-async fn run_server(config: ServerConfig, load_delay: Duration) -> Result<(), ServerError> {
+/// The listening socket at `--host`:`--port`, and the address it got (port 0 picks one).
+async fn bind(config: &ServerConfig) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), ServerError> {
     let addr = format!("{}:{}", config.host, config.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
-        .map_err(|source| ServerError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
+        .map_err(|source| ServerError::Bind { addr, source })?;
     let local = listener.local_addr().map_err(ServerError::Serve)?;
+    Ok((listener, local))
+}
+
+async fn run_server(config: ServerConfig, load_delay: Duration) -> Result<(), ServerError> {
+    let (listener, local) = bind(&config).await?;
     // Bound before the model loads, so that an orchestrator's probes see a live process that is
     // not ready yet rather than a refused connection it cannot tell from a dead one.
     eprintln!(
@@ -449,14 +452,7 @@ async fn run_router(config: ServerConfig, models: ModelsConfig, load_delay: Dura
             models.dir.display()
         )));
     }
-    let addr = format!("{}:{}", config.host, config.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
-    let local = listener.local_addr().map_err(ServerError::Serve)?;
+    let (listener, local) = bind(&config).await?;
     let lifecycle = Arc::new(lifecycle::Lifecycle::default());
     lifecycle.loaded();
     let listed = models::list(&models.dir);

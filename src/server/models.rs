@@ -386,21 +386,12 @@ async fn models(State(registry): State<Shared>) -> Json<Value> {
     Json(json!({"object": "list", "data": data}))
 }
 
-fn modified_at(path: &Path) -> String {
-    let modified = std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs() as i64);
-    crate::template::format_utc("%Y-%m-%dT%H:%M:%SZ", modified)
-}
-
 /// `/api/tags`: Ollama's list of the directory's models.
 async fn tags(State(registry): State<Shared>) -> Json<Value> {
     let models: Vec<Value> = list(&registry.dir)
         .iter()
         .map(|m| {
-            json!({"name": m.name, "model": m.name, "modified_at": modified_at(&m.path), "size": m.size,
+            json!({"name": m.name, "model": m.name, "modified_at": apis::ollama::modified_at(&m.path), "size": m.size,
                    "digest": "", "details": {"format": "gguf"}})
         })
         .collect();

@@ -534,8 +534,9 @@ fn size(app: &App) -> u64 {
     app.model.file().tensors().iter().map(|t| t.size).sum()
 }
 
-fn modified_at(app: &App) -> String {
-    let modified = std::fs::metadata(app.model.path())
+/// A model file's modification time as Ollama writes `modified_at` (RFC 3339, UTC).
+pub fn modified_at(path: &std::path::Path) -> String {
+    let modified = std::fs::metadata(path)
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -546,7 +547,7 @@ fn modified_at(app: &App) -> String {
 /// `GET /api/tags`: the models this server has.
 pub async fn tags(State(app): State<App>) -> Response {
     axum::Json(json!({"models": [{
-        "name": app.model_id, "model": app.model_id, "modified_at": modified_at(&app),
+        "name": app.model_id, "model": app.model_id, "modified_at": modified_at(app.model.path()),
         "size": size(&app), "digest": "", "details": details(&app),
     }]}))
     .into_response()
@@ -614,7 +615,7 @@ pub async fn show(State(app): State<App>) -> Response {
         "details": details(&app),
         "model_info": info,
         "capabilities": capabilities,
-        "modified_at": modified_at(&app),
+        "modified_at": modified_at(app.model.path()),
     }))
     .into_response()
 }
