@@ -629,6 +629,7 @@ fn base_params() -> GraphParams {
             type_k: DType::F16,
             type_v: DType::F16,
             keep_matmul_inputs: false,
+            output: Default::default(),
         },
         weights_version: 1,
     }

@@ -1106,24 +1106,28 @@ fn llama_servers_own_completion_apply_template_slots_and_embeddings_answer_as_it
     // Embeddings and, on a model without FIM tokens, infill: refused by name.
     let (status, err) = server.json("/v1/embeddings", json!({"input": "hi"}));
     assert_eq!(status, 501);
-    assert!(err["error"]["message"].as_str().unwrap().contains("embeddings"));
+    assert!(err["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("Start it with `--embeddings`"));
     let (status, err) = server.json("/infill", json!({"input_prefix": "a", "input_suffix": "b"}));
     assert_eq!(status, 501);
     assert!(
         err["error"]["message"].as_str().unwrap().contains("fim_prefix"),
         "{err}"
     );
-    // Without --slots, /slots says how to turn it on; --embeddings is refused at start.
+    // Without --slots, /slots says how to turn it on; --reranking on a model without a rank
+    // head is refused at start.
     let plain = Server::start(&model, &["--n-slots", "1"], &[]);
     let (status, err) = plain.request("GET", "/slots", "", b"");
     assert_eq!(status, 501);
     assert!(err.contains("--slots"), "{err}");
     let refused = Command::new(env!("CARGO_BIN_EXE_minfer"))
-        .args(["serve", model.to_str().unwrap(), "--embeddings"])
+        .args(["serve", model.to_str().unwrap(), "--reranking"])
         .output()
         .unwrap();
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--embeddings cannot be honoured"));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cls.output.weight"));
 }
 
 /// What llama-server's clients read, end to end: `/completion`'s sixteen keys and its frames,

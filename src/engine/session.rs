@@ -13,8 +13,8 @@
 use super::{Batch, EngineError, KvCells, KvWindow, Model, SeqId};
 use crate::graph::scheduler::Timed;
 use crate::graph::{
-    Backend, CParams, ComputeBackend, ComputeGraph, DType, GraphAllocator, GraphCache, GraphError, GraphParams,
-    InputKind, KShift, NodeMeta,
+    Backend, CParams, ComputeBackend, ComputeGraph, DType, GraphAllocator, GraphCache, GraphError, GraphOutput,
+    GraphParams, InputKind, KShift, NodeMeta,
 };
 use crate::models::ModelDef;
 use std::sync::Arc;
@@ -902,10 +902,29 @@ impl Session {
         Ok(&self.logits)
     }
 
-    /// The logits of row `row` of the last batch (llama.cpp's `llama_get_logits_ith`); the row
-    /// must have wanted them.
+    /// What the session's passes end with: logits (the default), or embeddings (the final
+    /// norm's rows, or a reranker's head on them) read through the same
+    /// [`Session::logits_ith`]; see [`embed`](super::embed).
+    pub fn set_output(&mut self, output: GraphOutput) {
+        self.params.cparams.output = output;
+        self.logits.clear();
+    }
+
+    /// Values in each output row: n_vocab for logits, n_embd for embeddings, the rank head's
+    /// classes for rank scores.
+    pub fn output_width(&self) -> usize {
+        let hp = self.model.hparams();
+        match (self.params.cparams.output, &hp.rank_head) {
+            (GraphOutput::Logits, _) => hp.n_vocab,
+            (GraphOutput::Rank, Some(head)) => head.n_cls,
+            (GraphOutput::Embeddings | GraphOutput::Rank, _) => hp.n_embd,
+        }
+    }
+
+    /// The output row of row `row` of the last batch (llama.cpp's `llama_get_logits_ith`), of
+    /// [`Session::output_width`] values; the row must have wanted it.
     pub fn logits_ith(&self, row: usize) -> Result<&[f32], EngineError> {
-        let n_vocab = self.model.hparams().n_vocab;
+        let n_vocab = self.output_width();
         match self.output_rows.get(row) {
             Some(&r) if r >= 0 => Ok(&self.logits[r as usize * n_vocab..][..n_vocab]),
             _ => Err(EngineError::NoLogits {

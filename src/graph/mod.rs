@@ -33,7 +33,7 @@ pub use ops::{
     AttnMeta, AttnMode, EmbedMeta, FusedFfnMeta, FusedOp, FusedQkvMeta, InputKind, KvcacheMeta, MatMulIdMeta,
     MatMulMeta, NodeMeta, NormMeta, Op, RopeMeta, RopeStyle, YarnMeta,
 };
-pub use params::{CParams, GraphParams, GraphType};
+pub use params::{CParams, GraphOutput, GraphParams, GraphType};
 pub use weights::{TensorSource, Weight, WeightUse};
 
 /// Index of a node in [`ComputeGraph::nodes`]; ids follow build order, so a node's sources

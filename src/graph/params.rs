@@ -11,6 +11,19 @@ pub enum GraphType {
     Decode,
 }
 
+/// What a forward pass ends with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GraphOutput {
+    /// The head's logits, `[n_vocab, n_out]`: generation.
+    #[default]
+    Logits,
+    /// The final norm's rows, `[n_embd, n_out]` (llama.cpp's `t_embd`): embeddings, pooled by
+    /// the engine. The head is not computed.
+    Embeddings,
+    /// A reranker's classification head on the final norm's rows, `[n_cls, n_out]`.
+    Rank,
+}
+
 /// Context parameters that shape the graph.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CParams {
@@ -51,6 +64,9 @@ pub struct CParams {
     /// Every weight's matrix-product input is kept as a graph output, to be read back after the
     /// step (`minfer imatrix`'s statistics); part of the reuse identity.
     pub keep_matmul_inputs: bool,
+    /// What the graph ends with: logits, or embeddings for `minfer embed` and the server's
+    /// `--embeddings`.
+    pub output: GraphOutput,
 }
 
 impl CParams {
@@ -71,6 +87,7 @@ impl CParams {
             n_ctx_swa: 0,
             explicit_span_swa: false,
             keep_matmul_inputs: false,
+            output: GraphOutput::Logits,
         }
     }
 }

@@ -383,19 +383,28 @@ pub fn ffn_swiglu(
 
 /// Final norm and the output head: `F32 [n_vocab, n_out]` (times the model's logit scale where
 /// it has one), marked as the graph's output.
-pub fn output_head(b: &mut GraphBuilder, hp: &HParams, h: NodeId, output: &WeightRef) -> NodeId {
+pub fn output_head(b: &mut GraphBuilder, hp: &HParams, params: &GraphParams, h: NodeId, output: &WeightRef) -> NodeId {
     let normed = b.rms_norm("output_norm", h, Some("output_norm.weight"), hp.rms_eps);
-    let logits = b.matmul("output", normed, matmul_meta(output, None, hp.n_embd, hp.n_vocab));
-    let logits = match hp.logit_scale {
-        Some(s) => b.scale("output_scaled", logits, s),
-        None => logits,
+    let result = match (params.cparams.output, &hp.rank_head) {
+        (GraphOutput::Logits, _) => {
+            let logits = b.matmul("output", normed, matmul_meta(output, None, hp.n_embd, hp.n_vocab));
+            let logits = match hp.logit_scale {
+                Some(s) => b.scale("output_scaled", logits, s),
+                None => logits,
+            };
+            match hp.final_softcap {
+                Some(cap) => b.softcap("output_softcapped", logits, cap),
+                None => logits,
+            }
+        }
+        (GraphOutput::Embeddings, _) | (GraphOutput::Rank, None) => normed,
+        (GraphOutput::Rank, Some(head)) => {
+            let meta = matmul_meta(&head.weight, head.bias.as_ref(), hp.n_embd, head.n_cls);
+            b.matmul("cls_output", normed, meta)
+        }
     };
-    let logits = match hp.final_softcap {
-        Some(cap) => b.softcap("output_softcapped", logits, cap),
-        None => logits,
-    };
-    b.output(logits);
-    logits
+    b.output(result);
+    result
 }
 
 /// The blocks' fused and unfused paths, through Qwen2's tiny fixture: the RoPE pairing of the

@@ -84,6 +84,10 @@ pub struct HParams {
     /// `n_expert_used`, `n_ff_exp`): set by the architectures that have them, `None` for a
     /// dense FFN.
     pub experts: Option<super::moe::ExpertParams>,
+    /// How the file says its hidden states pool into embeddings (`pooling_type`), if it says.
+    pub pooling: Option<super::pooling::Pooling>,
+    /// A reranker's classification head (`cls.output.weight`), if the file has one.
+    pub rank_head: Option<super::pooling::RankHead>,
 }
 
 /// YaRN's parameters as llama.cpp's context derives them from the file (`llama_context`'s
@@ -179,7 +183,7 @@ impl HParams {
             .copied()
             .unwrap_or(0) as usize;
         positive("n_vocab", n_vocab)?;
-        Ok(HParams {
+        let mut hp = HParams {
             n_vocab,
             n_ctx_train: uint(m, arch, "context_length")?,
             n_embd,
@@ -213,7 +217,11 @@ impl HParams {
             rope_yarn: None,
             attn_sinks: false,
             experts: None,
-        })
+            pooling: None,
+            rank_head: None,
+        };
+        (hp.pooling, hp.rank_head) = super::pooling::load(file, arch, &hp)?;
+        Ok(hp)
     }
 }
 

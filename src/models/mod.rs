@@ -12,6 +12,7 @@ pub mod hparams;
 pub mod llama;
 pub mod moe;
 pub mod phi3;
+pub mod pooling;
 pub mod qwen2;
 pub mod qwen2moe;
 pub mod qwen3;
@@ -395,9 +396,12 @@ pub(crate) fn check_arch_keys(file: &GgufFile, arch: &'static str, known: &[Arch
         let Some(suffix) = key.strip_prefix(&prefix) else {
             continue;
         };
-        let ok = known.iter().any(|k| match k {
-            ArchKey::Read(s) | ArchKey::Descriptive(s) => *s == suffix,
-        });
+        // Every architecture's hyper-parameters read the pooling rule ([`pooling::load`]); a
+        // reranker's class labels only name the rank head's outputs.
+        let ok = ["pooling_type", "classifier.output_labels"].contains(&suffix)
+            || known.iter().any(|k| match k {
+                ArchKey::Read(s) | ArchKey::Descriptive(s) => *s == suffix,
+            });
         if !ok {
             return Err(ModelError::UnknownKey {
                 key: key.to_string(),
@@ -410,7 +414,9 @@ pub(crate) fn check_arch_keys(file: &GgufFile, arch: &'static str, known: &[Arch
 
 /// Refuse, by name, the first tensor of `file` not in `used` (the names the graph reads).
 pub(crate) fn check_used_tensors(file: &GgufFile, arch: &'static str, used: &[String]) -> Result<(), ModelError> {
-    let used: std::collections::HashSet<&str> = used.iter().map(String::as_str).collect();
+    let mut used: std::collections::HashSet<&str> = used.iter().map(String::as_str).collect();
+    // Every architecture's rank head is read by [`pooling::load`] and the embeddings graph.
+    used.extend(["cls.output.weight", "cls.output.bias"]);
     match file.tensors().iter().find(|t| !used.contains(t.name.as_str())) {
         Some(t) => Err(ModelError::UnusedTensor {
             name: t.name.clone(),

@@ -16,6 +16,7 @@
 mod apis;
 mod body;
 mod callers;
+mod embeddings;
 mod error;
 mod lifecycle;
 mod metrics;
@@ -115,6 +116,13 @@ pub struct ServerConfig {
     /// Tokens one forward pass takes at most: the generating slots' next tokens, then prompt
     /// chunks (`--batch-size`).
     pub batch_size: usize,
+    /// Serve embeddings (`--embeddings`): `/v1/embeddings`, `/embedding`, Ollama's
+    /// `/api/embed`, and `/rerank` when the pooling is `rank` (`--reranking`).
+    pub embeddings: bool,
+    /// The embeddings' pooling (`--pooling`); the model's rule, else `last`, when `None`.
+    pub pooling: Option<crate::models::pooling::Pooling>,
+    /// How embeddings are scaled when a request does not say (`--embd-normalize`).
+    pub embd_normalize: crate::engine::Normalize,
     /// Origins allowed to call the server from a browser (`--cors-origin`, `*` for any).
     pub cors_origins: Vec<String>,
     /// Names besides its own that a server on loopback without a key answers in `Host`
@@ -302,8 +310,19 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
         Arc::clone(&metrics),
     )
     .map_err(ServerError::Runtime)?;
+    // Embedding passes read up to --batch-size tokens, as llama-server's (n_batch = n_ubatch
+    // with --embeddings), of up to one input per slot.
+    let embeddings = config
+        .embeddings
+        .then(|| {
+            let pass = (config.batch_size, config.session.n_seq_max);
+            embeddings::EmbedService::start(&model, config.pooling, pass, config.embd_normalize)
+        })
+        .transpose()
+        .map_err(|e| ServerError::Config(e.to_string()))?;
     let app = Arc::new(routes::AppState {
         scheduler: scheduler.clone(),
+        embeddings,
         model,
         metrics,
         model_id,

@@ -185,16 +185,22 @@ fn prompts(f: &Fields) -> Result<Vec<Prompt>, ApiError> {
     let value = f
         .get("prompt")
         .ok_or_else(|| ApiError::field("prompt", "prompt is required"))?;
+    prompt_list("prompt", value)
+}
+
+/// A field holding prompts in llama-server's shapes (`prompt`, the embeddings' `input`): a
+/// text, an array holding any integer (one prompt), or an array of prompts.
+pub(super) fn prompt_list(name: &str, value: &Json) -> Result<Vec<Prompt>, ApiError> {
     let prompts = match value {
         Json::Array(items) if items.is_empty() => {
-            return Err(ApiError::field("prompt", "prompt must not be an empty array"))
+            return Err(ApiError::field(name, format!("{name} must not be an empty array")))
         }
         Json::Array(items) if !items.iter().any(is_integer) => items
             .iter()
             .enumerate()
-            .map(|(i, item)| subprompt(&format!("prompt[{i}]"), item))
+            .map(|(i, item)| subprompt(&format!("{name}[{i}]"), item))
             .collect::<Result<_, _>>()?,
-        other => vec![subprompt("prompt", other)?],
+        other => vec![subprompt(name, other)?],
     };
     Ok(prompts)
 }
@@ -263,7 +269,7 @@ pub struct CompletionRequest {
 }
 
 /// A JSON object's fields, read with errors that name them.
-struct Fields<'a> {
+pub(super) struct Fields<'a> {
     map: &'a Map<String, Json>,
     prefix: String,
 }
@@ -280,7 +286,7 @@ pub fn kind(v: &Json) -> &'static str {
 }
 
 impl<'a> Fields<'a> {
-    fn of(value: &'a Json, name: &str) -> Result<Self, ApiError> {
+    pub(super) fn of(value: &'a Json, name: &str) -> Result<Self, ApiError> {
         match value {
             Json::Object(map) => Ok(Fields {
                 map,
@@ -303,11 +309,11 @@ impl<'a> Fields<'a> {
     }
 
     /// The field, with JSON null read as absent (OpenAI accepts null for every optional field).
-    fn get(&self, name: &str) -> Option<&'a Json> {
+    pub(super) fn get(&self, name: &str) -> Option<&'a Json> {
         self.map.get(name).filter(|v| !v.is_null())
     }
 
-    fn wrong(&self, name: &str, expected: &str, got: &Json) -> ApiError {
+    pub(super) fn wrong(&self, name: &str, expected: &str, got: &Json) -> ApiError {
         let path = self.path(name);
         ApiError::field(&path, format!("{path} must be {expected}, not {}", kind(got)))
     }
@@ -317,7 +323,7 @@ impl<'a> Fields<'a> {
         ApiError::field(&path, format!("{path} = {value} is out of range: {expected}"))
     }
 
-    fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
+    pub(super) fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(Json::Bool(b)) => Ok(Some(*b)),
@@ -325,7 +331,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn str(&self, name: &str) -> Result<Option<&'a str>, ApiError> {
+    pub(super) fn str(&self, name: &str) -> Result<Option<&'a str>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(Json::String(s)) => Ok(Some(s)),
@@ -356,7 +362,7 @@ impl<'a> Fields<'a> {
     }
 
     /// An integer within `[min, max]`.
-    fn integer(&self, name: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+    pub(super) fn integer(&self, name: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(Json::Number(n)) => {

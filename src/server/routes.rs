@@ -36,6 +36,8 @@ use std::time::Instant;
 /// What every handler shares.
 pub struct AppState {
     pub scheduler: Scheduler,
+    /// The embedding thread, with `--embeddings`.
+    pub embeddings: Option<super::embeddings::EmbedService>,
     /// The loaded model (tokenizer, chat template, backends), shared with the slots.
     pub model: Arc<Model>,
     pub metrics: Arc<Metrics>,
@@ -123,16 +125,20 @@ pub fn router(app: App) -> Router {
         .route("/api/ps", get(super::apis::ollama::ps))
         .route("/api/show", post(super::apis::ollama::show))
         .route("/api/version", get(super::apis::ollama::version))
-        .route("/api/embed", post(super::apis::ollama::unsupported))
-        .route("/api/embeddings", post(super::apis::ollama::unsupported))
+        .route("/api/embed", post(super::apis::ollama::embed))
+        .route("/api/embeddings", post(super::apis::ollama::embeddings))
         .route("/api/pull", post(super::apis::ollama::unsupported))
         .route("/api/create", post(super::apis::ollama::unsupported))
         .route("/api/copy", post(super::apis::ollama::unsupported))
         .route("/api/push", post(super::apis::ollama::unsupported))
         .route("/api/delete", axum::routing::delete(super::apis::ollama::unsupported))
-        .route("/v1/embeddings", post(embeddings))
-        .route("/embeddings", post(embeddings))
-        .route("/embedding", post(embeddings))
+        .route("/v1/embeddings", post(super::embeddings::openai))
+        .route("/embeddings", post(super::embeddings::native))
+        .route("/embedding", post(super::embeddings::native))
+        .route("/rerank", post(super::embeddings::rerank))
+        .route("/reranking", post(super::embeddings::rerank))
+        .route("/v1/rerank", post(super::embeddings::rerank))
+        .route("/v1/reranking", post(super::embeddings::rerank))
         .route("/", get(chat_page))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -181,7 +187,7 @@ async fn echo_session(req: Request, next: Next) -> Response {
     response
 }
 
-const ROUTES: [&str; 33] = [
+const ROUTES: [&str; 39] = [
     "/",
     "/v1/chat/completions",
     "/v1/chat/completions/input_tokens",
@@ -215,6 +221,12 @@ const ROUTES: [&str; 33] = [
     "/api/ps",
     "/api/show",
     "/api/version",
+    "/rerank",
+    "/reranking",
+    "/v1/rerank",
+    "/v1/reranking",
+    "/api/embed",
+    "/api/embeddings",
 ];
 
 async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
@@ -703,15 +715,6 @@ async fn slot_action(req: Request) -> ApiError {
     )
 }
 
-/// Embeddings would need the model's pooled hidden states, which the engine does not expose:
-/// a clear refusal rather than a 404.
-async fn embeddings() -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "embeddings are not supported: minfer does not compute pooled hidden states",
-    )
-}
-
 /// A chat request's messages and tools through the model's template, control-token text in
 /// the messages kept as text, with the request's template variables (`chat_template_kwargs`,
 /// `reasoning_effort`); what `/v1/chat/completions` reads and `/apply-template` shows. A harmony
@@ -857,7 +860,7 @@ async fn native_completion(State(app): State<App>, req: Request) -> Response {
         let req = read_request(&app, req, with_defaults(&app, request::native_completion)).await?;
         let peer = watched(peer);
         let fault = faulty(&app, &req.prompts);
-        let prompts = encode_prompts(&app, req.prompts).await?;
+        let prompts = encode_prompts(&app, "prompt", req.prompts).await?;
         let tools = ReplyTools::plain(OpenAi::boxed(true));
         start(&app, Endpoint::Native, req.common, prompts, tools, fault, peer).await
     }
@@ -993,7 +996,7 @@ fn with_defaults<T: 'static>(
 /// connection and task for as long as it likes), then parses it as JSON and reads it with
 /// `read` (`request::chat`, `request::completion`) on the blocking pool: a body of megabytes
 /// takes milliseconds to parse, which would stall every other connection on the async threads.
-async fn read_request<T: Send + 'static>(
+pub(super) async fn read_request<T: Send + 'static>(
     app: &AppState,
     req: Request,
     read: impl FnOnce(&Value) -> Result<T, ApiError> + Send + 'static,
@@ -1047,7 +1050,9 @@ fn body_bytes(max_body_bytes: usize, body: Result<Bytes, BytesRejection>) -> Res
 }
 
 /// Runs blocking work (template rendering, tokenization) off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ApiError::internal(format!("a request task failed: {e}")))?
@@ -1115,7 +1120,7 @@ pub(super) async fn generate_as(
             Read::Chat(req, dialect) => chat_reply(&app, req, peer, dialect).await,
             Read::Raw(req, dialect) => {
                 let fault = faulty(&app, &req.prompts);
-                let prompts = encode_prompts(&app, req.prompts).await?;
+                let prompts = encode_prompts(&app, "prompt", req.prompts).await?;
                 let reply = ReplyTools::plain(dialect);
                 start(&app, Endpoint::Completion, req.common, prompts, reply, fault, peer).await
             }
@@ -1245,7 +1250,7 @@ async fn completions(State(app): State<App>, req: Request) -> Response {
         let req = read_request(&app, req, with_defaults(&app, request::completion)).await?;
         let peer = watched(peer);
         let fault = faulty(&app, &req.prompts);
-        let prompts = encode_prompts(&app, req.prompts).await?;
+        let prompts = encode_prompts(&app, "prompt", req.prompts).await?;
         start(
             &app,
             Endpoint::Completion,
@@ -1278,16 +1283,16 @@ fn faulty(app: &AppState, prompts: &[Prompt]) -> bool {
 /// The prompts as tokens, as llama-server reads them: a text with BOS (if the model adds one)
 /// and control-token text parsed, ids as given, and in a mixed prompt the first piece's text
 /// alone with BOS. Ids outside the vocabulary are refused, naming the prompt.
-async fn encode_prompts(app: &App, prompts: Vec<Prompt>) -> Result<Vec<Vec<u32>>, ApiError> {
+pub(super) async fn encode_prompts(app: &App, field: &str, prompts: Vec<Prompt>) -> Result<Vec<Vec<u32>>, ApiError> {
     let several = prompts.len() > 1;
     for (i, prompt) in prompts.iter().enumerate() {
         let which = if several {
-            format!("prompt {i}")
+            format!("{field} {i}")
         } else {
-            "the prompt".to_string()
+            format!("the {field}")
         };
         match prompt {
-            Prompt::Tokens(ids) => check_ids(app, "prompt", &which, ids)?,
+            Prompt::Tokens(ids) => check_ids(app, field, &which, ids)?,
             Prompt::Mixed(pieces) => {
                 let ids: Vec<u32> = pieces
                     .iter()
@@ -1296,7 +1301,7 @@ async fn encode_prompts(app: &App, prompts: Vec<Prompt>) -> Result<Vec<Vec<u32>>
                         PromptPiece::Text(_) => None,
                     })
                     .collect();
-                check_ids(app, "prompt", &which, &ids)?
+                check_ids(app, field, &which, &ids)?
             }
             Prompt::Text(_) => {}
         }

@@ -160,6 +160,9 @@ pub struct Tokenizer {
     eot: Option<u32>,
     pad: Option<u32>,
     add_bos: bool,
+    /// `tokenizer.ggml.add_eos_token`: `encode` with `add_special` appends EOS (embedding
+    /// models that pool the last token, such as Qwen3-Embedding, ask for it).
+    add_eos: bool,
     /// The tokens that end a generation ([`eog_tokens`]), as llama.cpp's `special_eog_ids`.
     eog: std::collections::HashSet<u32>,
 }
@@ -285,6 +288,10 @@ impl Tokenizer {
         };
         // llama.cpp adds BOS for `gemma4` whatever the file says (its workaround for Gemma 4).
         let add_bos = add_bos || model == "gemma4";
+        let add_eos = match m.get("tokenizer.ggml.add_eos_token") {
+            None => false,
+            Some(_) => m.get_bool("tokenizer.ggml.add_eos_token")?,
+        };
 
         let eos = token_id("tokenizer.ggml.eos_token_id")?;
         let eot = token_id("tokenizer.ggml.eot_token_id")?;
@@ -311,6 +318,7 @@ impl Tokenizer {
             specials,
             rstrip,
             add_bos,
+            add_eos,
         })
     }
 
@@ -405,6 +413,12 @@ impl Tokenizer {
     /// `tokenizer.ggml.add_bos_token` (false when absent): whether `encode` with `add_special` prepends BOS.
     pub fn add_bos(&self) -> bool {
         self.add_bos
+    }
+
+    /// `tokenizer.ggml.add_eos_token` (false when absent): whether `encode` with `add_special`
+    /// appends EOS, as llama.cpp's tokenizer does.
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
     }
 
     /// The token's text as stored in the vocabulary (byte-mapped for normal tokens).
@@ -521,6 +535,9 @@ impl Tokenizer {
                     }
                 }
             }
+        }
+        if add_special && self.add_eos {
+            out.extend(self.eos);
         }
         out
     }

@@ -138,7 +138,7 @@ def protocol():
                 lambda: client.chat(model=MODEL, messages=[{"role": "user", "content": "x", "images": ["AAAA"]}]))
         bad = httpx.post(BASE + "/api/chat", json={"model": MODEL, "messages": MESSAGES, "format": "yaml"})
         assert bad.status_code == 400 and "format" in bad.json()["error"], bad.text
-        refused("/api/embed", lambda: client.embed(model=MODEL, input="x"))
+        refused("--embeddings", lambda: client.embed(model=MODEL, input="x"))
         refused("/api/pull", lambda: client.pull(MODEL))
 
 

@@ -218,6 +218,43 @@ enum Command {
         #[command(flatten)]
         load: LoadArgs,
     },
+    /// Embed texts: each TEXT, and each line of -f FILE, pooled into one vector (as
+    /// llama-embedding does), printed as JSON.
+    ///
+    /// Pooling is the file's pooling_type, else `last` (a decoder model without the key); the
+    /// vectors are scaled by --embd-normalize (llama.cpp's integers: -1 none, 0 max absolute,
+    /// 1 taxicab, 2 euclidean, the default, p > 2 a p-norm). Inputs share forward passes of up
+    /// to -b tokens (default 2048); each is embedded as it would be alone.
+    ///
+    /// Examples:
+    ///   minfer embed MODEL 'Hello world' 'Bonjour le monde' -o json+
+    ///   minfer embed MODEL -f lines.txt --pooling mean --embd-normalize -1 -o array
+    #[command(verbatim_doc_comment)]
+    Embed {
+        /// The GGUF model (a path, a cached name, hf:… or ollama:…).
+        model: PathBuf,
+        /// The texts to embed, one vector each.
+        texts: Vec<String>,
+        /// Also embed each non-empty line of FILE ('-' for standard input).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// How token rows become one vector: none, mean, cls, last or rank.
+        #[arg(long, value_name = "P")]
+        pooling: Option<String>,
+        /// How vectors are scaled (llama.cpp's integers; 2: euclidean).
+        #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_name = "N")]
+        embd_normalize: i32,
+        /// Output format: json, json+ (with the cosine similarity matrix) or array.
+        #[arg(
+            short = 'o',
+            long = "embd-output-format",
+            default_value = "json",
+            value_name = "FORMAT"
+        )]
+        embd_output_format: String,
+        #[command(flatten)]
+        load: LoadArgs,
+    },
     /// Measure prompt processing and generation speed, as llama-bench does.
     ///
     /// Each -p size is a test (pp512: a batch of 512 random tokens from an empty context, in one
@@ -442,6 +479,33 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
             }
             write_stdout(&format!("{}\n", crate::cli::run::top_logits_json(&logits, top)))?;
+        }
+        Command::Embed {
+            model,
+            texts,
+            file,
+            pooling,
+            embd_normalize,
+            embd_output_format,
+            load,
+        } => {
+            use crate::cli::embed;
+            let format = embed::OutputFormat::parse(&embd_output_format)?;
+            let pooling = pooling
+                .map(|p| {
+                    minfer::models::pooling::Pooling::parse(&p)
+                        .ok_or_else(|| anyhow::anyhow!("--pooling {p}: expected none, mean, cls, last or rank"))
+                })
+                .transpose()?;
+            let normalize = minfer::engine::Normalize::new(embd_normalize).context("--embd-normalize")?;
+            let file = file.map(|f| read_text_arg(&f)).transpose()?;
+            let inputs = embed::inputs(&texts, file.as_deref())?;
+            let options = load.options()?;
+            let model = minfer::engine::Model::load(model_path(&model)?, &options.model)?;
+            let n_batch = options.session.n_ubatch.unwrap_or(2048);
+            let kv_types = (options.session.type_k, options.session.type_v);
+            let vectors = embed::embed(&model, &inputs, pooling, normalize, n_batch, kv_types)?;
+            write_stdout(&embed::render(&vectors, format))?;
         }
         Command::Bench(args) => bench::run(args)?,
         Command::Viz {

@@ -99,9 +99,22 @@ pub(crate) struct ServeArgs {
     /// Do not serve the chat page at / (llama-server's --no-webui).
     #[arg(long)]
     pub(crate) no_webui: bool,
-    /// llama-server's embeddings mode: refused, as minfer computes no pooled hidden states.
-    #[arg(long)]
+    /// Serve embeddings (llama-server's --embeddings): /v1/embeddings, /embedding and Ollama's
+    /// /api/embed, beside generation; inputs share passes of up to --batch-size tokens.
+    #[arg(long, visible_alias = "embedding")]
     pub(crate) embeddings: bool,
+    /// Serve reranking (llama-server's --reranking): --embeddings with pooling rank, for a
+    /// model with a rank head (a reranker); enables /rerank and /v1/rerank.
+    #[arg(long, visible_alias = "rerank")]
+    pub(crate) reranking: bool,
+    /// How the embeddings pool token rows: none, mean, cls, last or rank (default: the model's
+    /// pooling_type, else last).
+    #[arg(long, value_name = "P", value_parser = parse_pooling)]
+    pub(crate) pooling: Option<minfer::models::pooling::Pooling>,
+    /// How embeddings are scaled when a request does not say (its `embd_normalize`):
+    /// llama.cpp's integers, -1 none, 0 max absolute, 1 taxicab, 2 euclidean, p > 2 a p-norm.
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_name = "N")]
+    pub(crate) embd_normalize: i32,
     /// Tokens one forward pass takes at most: every generating slot's next token, then
     /// chunks of the prompts being read (llama.cpp's -b; -ub is the same here).
     #[arg(short = 'b', long, alias = "ubatch-size", default_value_t = minfer::server::DEFAULT_BATCH_SIZE)]
@@ -238,10 +251,14 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     if args.reasoning.as_deref() == Some("off") {
         defaults.template_kwargs.insert("enable_thinking".into(), false.into());
     }
-    anyhow::ensure!(
-        !args.embeddings,
-        "--embeddings cannot be honoured: minfer computes no pooled hidden states (/v1/embeddings answers 501)"
-    );
+    if args.reranking {
+        anyhow::ensure!(
+            args.pooling.is_none_or(|p| p == minfer::models::pooling::Pooling::Rank),
+            "--reranking pools by rank; --pooling {} contradicts it",
+            args.pooling.map_or("", |p| p.name())
+        );
+        args.pooling = Some(minfer::models::pooling::Pooling::Rank);
+    }
     for (flag, seconds) in [
         ("--shutdown-timeout", args.shutdown_timeout),
         ("--drain-delay", args.drain_delay),
@@ -310,6 +327,9 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         max_connections: args.max_connections,
         special_in_content: args.special_in_content,
         batch_size: args.batch_size,
+        embeddings: args.embeddings || args.reranking,
+        pooling: args.pooling,
+        embd_normalize: minfer::engine::Normalize::new(args.embd_normalize).context("--embd-normalize")?,
         cors_origins: args.cors_origins,
         allowed_hosts: args.allowed_hosts,
         slots_endpoint: args.slots,
@@ -319,6 +339,12 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         models,
     })?;
     Ok(())
+}
+
+/// A `--pooling` value by llama.cpp's name.
+fn parse_pooling(name: &str) -> Result<minfer::models::pooling::Pooling, String> {
+    minfer::models::pooling::Pooling::parse(name)
+        .ok_or_else(|| format!("'{name}': expected none, mean, cls, last or rank"))
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ impl Gemma3 {
             };
             h = b.add(&format!("ffn_residual-{il}"), h, d);
         }
-        blocks::output_head(&mut b, hp, h, &self.output);
+        blocks::output_head(&mut b, hp, params, h, &self.output);
         b.build()
     }
 }

@@ -25,7 +25,7 @@ impl GptOss {
             h = blocks::attention_residual(&mut b, hp, il, last, inp.out_ids, h, wo);
             h = moe::ffn(&mut b, hp, params, il, h, &w.ffn_norm, &w.ffn);
         }
-        blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]
+        blocks::output_head(&mut b, hp, params, h, &self.output); // F32 [n_vocab, n_out]
         b.build()
     }
 }

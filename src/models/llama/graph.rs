@@ -41,7 +41,7 @@ impl Llama {
                 experts => moe::ffn(&mut b, hp, params, il, h, &w.ffn_norm, experts),
             };
         }
-        blocks::output_head(&mut b, hp, h, &self.output); // F32 [n_vocab, n_out]
+        blocks::output_head(&mut b, hp, params, h, &self.output); // F32 [n_vocab, n_out]
         b.build()
     }
 }

@@ -1,5 +1,5 @@
 //! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`,
-//! `/api/version`), what OpenWebUI, editor plugins and countless scripts speak.
+//! `/api/version`, `/api/embed`, `/api/embeddings`), what OpenWebUI, editor plugins and countless scripts speak.
 //!
 //! `/api/chat` becomes a chat completion request (messages with `thinking` and `tool_calls`,
 //! `tools`, `format` `"json"` or a schema, `options`, `think`), `/api/generate` one user turn
@@ -18,6 +18,7 @@
 //! This file holds the shapes only: it reads JSON into JSON and writes lines.
 
 use super::{ChunkParts, Dialect};
+use crate::server::embeddings;
 use crate::server::error::ApiError;
 use crate::server::request::kind;
 use crate::server::routes::{self, App};
@@ -624,12 +625,132 @@ pub async fn show(State(app): State<App>) -> Response {
 pub async fn unsupported(req: Request) -> Response {
     let path = req.uri().path().to_string();
     let why = match path.as_str() {
-        "/api/embed" | "/api/embeddings" => "embeddings are not supported yet",
         "/api/pull" => "this server serves the model it was started with (`minfer serve --models-dir DIR` serves and pulls several; `minfer pull` fetches)",
         _ => "minfer creates, copies, pushes and deletes no models over HTTP (use `minfer pull` and the model cache)",
     };
     let e = ApiError::new(StatusCode::NOT_IMPLEMENTED, format!("{path} is not supported: {why}"));
     (e.status, axum::Json(error_body(&e))).into_response()
+}
+
+/// `POST /api/embed`: `input` (a text or texts) as L2-normalized vectors, as Ollama answers;
+/// `truncate` (default true) cuts an input to what one pass reads, else it is refused.
+pub async fn embed(State(app): State<App>, req: Request) -> Response {
+    let result = async {
+        let start = std::time::Instant::now();
+        let (texts, truncate, dimensions) = routes::read_request(&app, req, read_embed).await?;
+        let (rows, pooling, n_tokens) = embeddings::embed_texts(&app, texts, truncate).await?;
+        let vectors = pooled(rows, pooling)?;
+        if let Some(d) = dimensions.filter(|&d| vectors.first().is_some_and(|v| v.len() != d)) {
+            return Err(ApiError::bad_request(format!(
+                "dimensions = {d} is not supported: this model's embeddings have {} dimensions and it was not trained to be truncated",
+                vectors[0].len()
+            )));
+        }
+        let vectors: Vec<Vec<f32>> = vectors
+            .into_iter()
+            .map(|mut v| {
+                crate::engine::Normalize::EUCLIDEAN.apply(&mut v);
+                v
+            })
+            .collect();
+        Ok::<_, ApiError>(axum::Json(json!({
+            "model": app.model_id, "embeddings": vectors, "total_duration": start.elapsed().as_nanos() as u64,
+            "load_duration": 0, "prompt_eval_count": n_tokens,
+        }))
+        .into_response())
+    }
+    .await;
+    result.unwrap_or_else(|e| (e.status, axum::Json(error_body(&e))).into_response())
+}
+
+/// `POST /api/embeddings`, Ollama's older form: `prompt` to one vector, not normalized (an
+/// empty prompt gives an empty vector, as Ollama's does).
+pub async fn embeddings(State(app): State<App>, req: Request) -> Response {
+    let result = async {
+        let prompt = routes::read_request(&app, req, |body| {
+            let map = object(body)?;
+            match map.get("prompt") {
+                None | Some(Json::Null) => Ok(String::new()),
+                Some(Json::String(p)) => Ok(p.clone()),
+                Some(other) => Err(ApiError::field(
+                    "prompt",
+                    format!("prompt must be a string, not {}", kind(other)),
+                )),
+            }
+        })
+        .await?;
+        if prompt.is_empty() {
+            return Ok(axum::Json(json!({"embedding": []})).into_response());
+        }
+        let (rows, pooling, _) = embeddings::embed_texts(&app, vec![prompt], true).await?;
+        let vector = pooled(rows, pooling)?.pop().unwrap_or_default();
+        Ok::<_, ApiError>(axum::Json(json!({ "embedding": vector })).into_response())
+    }
+    .await;
+    result.unwrap_or_else(|e| (e.status, axum::Json(error_body(&e))).into_response())
+}
+
+/// One vector per input: Ollama has no per-token rows or rank scores.
+fn pooled(rows: Vec<crate::engine::Rows>, pooling: crate::models::pooling::Pooling) -> Result<Vec<Vec<f32>>, ApiError> {
+    use crate::models::pooling::Pooling;
+    if matches!(pooling, Pooling::None | Pooling::Rank) {
+        return Err(ApiError::bad_request(format!(
+            "this server pools embeddings by '{pooling}', which gives no single vector per input: start it with another --pooling"
+        )));
+    }
+    Ok(rows.into_iter().filter_map(|mut r| r.pop()).collect())
+}
+
+/// An `/api/embed` body: `input` (a text or an array of texts), `truncate`, `dimensions`.
+fn read_embed(body: &Json) -> Result<(Vec<String>, bool, Option<usize>), ApiError> {
+    let map = object(body)?;
+    let texts = match map.get("input") {
+        None | Some(Json::Null) => Vec::new(),
+        Some(Json::String(s)) => vec![s.clone()],
+        Some(Json::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Json::String(s) => Ok(s.clone()),
+                other => Err(ApiError::field(
+                    format!("input[{i}]"),
+                    format!("input[{i}] must be a string, not {}", kind(other)),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(ApiError::field(
+                "input",
+                format!("input must be a string or an array of strings, not {}", kind(other)),
+            ))
+        }
+    };
+    if texts.is_empty() {
+        return Err(ApiError::field(
+            "input",
+            "input is required: a text or an array of texts",
+        ));
+    }
+    let truncate = match map.get("truncate") {
+        None | Some(Json::Null) => true,
+        Some(Json::Bool(b)) => *b,
+        Some(other) => {
+            return Err(ApiError::field(
+                "truncate",
+                format!("truncate must be a boolean, not {}", kind(other)),
+            ))
+        }
+    };
+    let dimensions = match map.get("dimensions") {
+        None | Some(Json::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|&d| d > 0)
+                .ok_or_else(|| ApiError::field("dimensions", "dimensions must be a positive integer"))?
+                as usize,
+        ),
+    };
+    Ok((texts, truncate, dimensions))
 }
 
 #[cfg(test)]

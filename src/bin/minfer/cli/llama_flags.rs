@@ -443,6 +443,8 @@ mod tests {
         let serve = cli.find_subcommand("serve").unwrap().clone();
         let run_flags = longs(&cli);
         let serve_flags = longs(&serve);
+        // llama-embedding's flags are `minfer embed`'s.
+        let embed_flags = longs(&cli.find_subcommand("embed").unwrap().clone());
         let mut counts = [0usize; 4];
         for line in std::fs::read_to_string(fixture).unwrap().lines() {
             let option: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -471,6 +473,7 @@ mod tests {
                             let found: Vec<bool> = run_flags
                                 .iter()
                                 .chain(&serve_flags)
+                                .chain(&embed_flags)
                                 .filter(|(n, _)| n == long)
                                 .map(|&(_, v)| v)
                                 .collect();

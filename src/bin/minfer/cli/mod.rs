@@ -6,6 +6,7 @@ pub mod batched_bench;
 pub mod bench;
 pub mod conversation;
 pub mod draft;
+pub mod embed;
 pub mod glob;
 pub mod imatrix;
 pub mod info;
