@@ -291,3 +291,27 @@ fn phi3_refuses_one_longrope_factor_set_without_the_other_and_a_bias_by_name() {
     let err = rewrite("", Some(("blk.0.attn_qkv.bias", vec![512])));
     assert!(err.contains("'blk.0.attn_qkv.bias'"), "{err}");
 }
+
+#[test]
+fn encoder_attention_unknown_pooling_and_dense_rank_heads_are_refused_by_name() {
+    let err = refusal(&[("llama.attention.causal", Value::Bool(false))], &[]).to_string();
+    assert!(err.contains("llama.attention.causal = false"), "{err}");
+    let err = refusal(&[("llama.pooling_type", Value::U32(7))], &[]).to_string();
+    assert!(err.contains("llama.pooling_type = 7"), "{err}");
+    let err = refusal(&[("llama.pooling_type", Value::U32(4))], &[]).to_string();
+    assert!(err.contains("cls.output.weight"), "{err}");
+    let err = refusal(&[], &[("cls.weight", vec![256, 256])]).to_string();
+    assert!(err.contains("cls.weight"), "{err}");
+    // A causal flag that changes nothing, a pooling rule and a one-projection head load.
+    let (_dir, file) = llama_file(
+        &[
+            ("llama.attention.causal", Value::Bool(true)),
+            ("llama.pooling_type", Value::U32(1)),
+        ],
+        &[("cls.output.weight", vec![256, 3])],
+    );
+    let model = load_model(&file).unwrap();
+    let hp = model.hparams();
+    assert_eq!(hp.pooling, Some(minfer::models::pooling::Pooling::Mean));
+    assert_eq!(hp.rank_head.as_ref().map(|h| h.n_cls), Some(3));
+}

@@ -396,9 +396,9 @@ pub(crate) fn check_arch_keys(file: &GgufFile, arch: &'static str, known: &[Arch
         let Some(suffix) = key.strip_prefix(&prefix) else {
             continue;
         };
-        // Every architecture's hyper-parameters read the pooling rule ([`pooling::load`]); a
-        // reranker's class labels only name the rank head's outputs.
-        let ok = ["pooling_type", "classifier.output_labels"].contains(&suffix)
+        // Every architecture's hyper-parameters read the pooling rule and the causal flag
+        // ([`pooling::load`]); a reranker's class labels only name the rank head's outputs.
+        let ok = ["pooling_type", "classifier.output_labels", "attention.causal"].contains(&suffix)
             || known.iter().any(|k| match k {
                 ArchKey::Read(s) | ArchKey::Descriptive(s) => *s == suffix,
             });

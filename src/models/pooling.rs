@@ -84,7 +84,8 @@ pub struct RankHead {
 
 /// The file's pooling rule (`{arch}.pooling_type`, `None` when absent or `-1`) and its rank head
 /// (`cls.output.weight`), checked; the dense-and-tanh head of BERT-style rerankers
-/// (`cls.weight`) is refused by name.
+/// (`cls.weight`) and non-causal attention (`{arch}.attention.causal = false`) are refused by
+/// name.
 pub(crate) fn load(
     file: &GgufFile,
     arch: &str,
@@ -103,6 +104,15 @@ pub(crate) fn load(
         }
         false => None,
     };
+    // Encoder models (BERT's kind) attend both ways; minfer's attention is causal, and running
+    // one causally would silently give other vectors.
+    let causal = format!("{arch}.attention.causal");
+    if m.contains(&causal) && !m.get_bool(&causal)? {
+        return Err(ModelError::Unsupported {
+            what: format!("{causal} = false"),
+            reason: "non-causal attention (an encoder model) is not supported".into(),
+        });
+    }
     if file.tensor("cls.weight").is_ok() {
         return Err(ModelError::Unsupported {
             what: "tensor 'cls.weight'".into(),

@@ -189,7 +189,7 @@ fn read_embeddings(body: &Value) -> Result<EmbeddingsRequest, ApiError> {
         (None, Some(v)) => ("content", v, true),
         (None, None) => return Err(ApiError::bad_request("\"input\" or \"content\" must be provided")),
     };
-    let inputs = request::prompt_list(name, value)?;
+    let inputs = request::prompt_list(name, &content_parts_as_text(name, value)?)?;
     let base64 = match f.str("encoding_format")? {
         None | Some("float") => false,
         Some("base64") => true,
@@ -212,6 +212,47 @@ fn read_embeddings(body: &Value) -> Result<EmbeddingsRequest, ApiError> {
         dimensions: f.integer("dimensions", 1, i64::MAX)?,
         model: f.str("model")?.map(str::to_string),
     })
+}
+
+/// `value` with every OpenAI content object (`{"content": [{"type": "text", "text": ...}]}`, an
+/// input of its own or one of a list) replaced by its texts joined, as llama-server reads them;
+/// a part that is not text is refused by name (minfer reads no images, audio or video).
+fn content_parts_as_text(name: &str, value: &Value) -> Result<Value, ApiError> {
+    let one = |path: &str, v: &Value| -> Result<Value, ApiError> {
+        let Some(parts) = v.as_object().and_then(|o| o.get("content")) else {
+            return Ok(v.clone());
+        };
+        let Value::Array(parts) = parts else {
+            return Err(ApiError::field(
+                format!("{path}.content"),
+                format!("{path}.content must be an array of content parts"),
+            ));
+        };
+        let mut text = String::new();
+        for (i, part) in parts.iter().enumerate() {
+            match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                (Some("text"), Some(t)) => text.push_str(t),
+                (kind, _) => {
+                    return Err(ApiError::field(
+                        format!("{path}.content[{i}]"),
+                        format!(
+                            "{path}.content[{i}] of type {} is not supported: minfer embeds text parts only (no images, audio or video)",
+                            kind.unwrap_or("(none)")
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(Value::String(text))
+    };
+    match value {
+        Value::Array(items) => Ok(Value::Array(
+            (items.iter().enumerate())
+                .map(|(i, v)| one(&format!("{name}[{i}]"), v))
+                .collect::<Result<_, _>>()?,
+        )),
+        other => one(name, other),
+    }
 }
 
 /// llama-server's `/embedding` and `/embeddings`: `[{"index", "embedding": [[...]]}]`, one row
@@ -459,6 +500,12 @@ mod tests {
         assert!(read_embeddings(&json!({"input": "a", "encoding_format": "int8"})).is_err());
         assert!(read_embeddings(&json!({"model": "x"})).is_err());
         assert!(read_embeddings(&json!({"input": []})).is_err());
+        let parts = json!({"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]});
+        let r = read_embeddings(&json!({"input": ["hello world", parts]})).unwrap();
+        assert_eq!(r.inputs[0], r.inputs[1]);
+        let image = json!({"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]});
+        let err = read_embeddings(&json!({"input": image})).err().unwrap();
+        assert!(err.message.contains("image_url"), "{}", err.message);
     }
 
     #[test]

@@ -311,11 +311,12 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
     )
     .map_err(ServerError::Runtime)?;
     // Embedding passes read up to --batch-size tokens, as llama-server's (n_batch = n_ubatch
-    // with --embeddings), of up to one input per slot.
+    // with --embeddings), of as many inputs as fit: short inputs share a pass whatever the
+    // slots (the embedder's cache is one pass of cells, cleared before each).
     let embeddings = config
         .embeddings
         .then(|| {
-            let pass = (config.batch_size, config.session.n_seq_max);
+            let pass = (config.batch_size, crate::engine::MAX_SEQUENCES);
             embeddings::EmbedService::start(&model, config.pooling, pass, config.embd_normalize)
         })
         .transpose()
