@@ -294,3 +294,59 @@ fn a_server_without_embeddings_answers_llama_servers_501() {
     assert_eq!(status, 501, "{body}");
     assert!(body["error"].as_str().unwrap().contains("--embeddings"), "{body}");
 }
+
+#[test]
+fn bad_input_on_every_embeddings_endpoint_is_a_400_in_its_apis_shape_and_the_server_serves_on() {
+    let nested = "[".repeat(100_000);
+    let many = serde_json::to_string(&json!({"input": vec!["a"; 2049]})).unwrap();
+    let server = Server::start(
+        &common::tiny_model("qwen3", "Q4_K"),
+        &["--n-slots", "1", "--embeddings"],
+        &[],
+    );
+    let cases: &[(&str, &str)] = &[
+        ("/v1/embeddings", "[]"),
+        ("/v1/embeddings", "not json"),
+        ("/v1/embeddings", &nested),
+        ("/v1/embeddings", r#"{"input": 5}"#),
+        ("/v1/embeddings", r#"{"input": [[-1]]}"#),
+        ("/v1/embeddings", r#"{"input": [[99999999]]}"#),
+        ("/v1/embeddings", r#"{"input": "x", "embd_normalize": -5}"#),
+        ("/v1/embeddings", r#"{"input": "x", "dimensions": 0}"#),
+        ("/v1/embeddings", r#"{"input": [{"content": [{"type": "image_url"}]}]}"#),
+        ("/v1/embeddings", r#"{"input": [{"content": "text"}]}"#),
+        ("/v1/embeddings", &many),
+        ("/embedding", r#"{"content": {"x": 1}}"#),
+        ("/api/embed", r#"{"input": 5}"#),
+        ("/api/embed", r#"{"input": ["a", 1]}"#),
+        ("/api/embed", r#"{"input": "x", "truncate": "yes"}"#),
+        ("/api/embed", &many),
+        ("/api/embeddings", r#"{"prompt": 5}"#),
+    ];
+    for (path, body) in cases {
+        let (status, text) = server.post(path, body);
+        let what = &body[..body.len().min(80)];
+        assert_eq!(status, 400, "{path} {what}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path} {what}: {text}"));
+        let message = match path.starts_with("/api/") {
+            true => v["error"].as_str(),
+            false => v["error"]["message"].as_str(),
+        };
+        assert!(message.is_some_and(|m| !m.is_empty()), "{path} {what}: {v}");
+    }
+    let (status, body) = server.json("/v1/embeddings", json!({"input": "still serving"}));
+    assert_eq!(status, 200, "{body}");
+
+    let ranker = Server::start(&reranker(), &["--n-slots", "1", "--reranking"], &[]);
+    let many = serde_json::to_string(&json!({"query": "q", "documents": vec!["d"; 2049]})).unwrap();
+    for body in [
+        r#"{"query": "q", "documents": "d"}"#,
+        r#"{"query": "q", "documents": ["a"], "top_n": -1}"#,
+        r#"{"query": ["q"], "documents": ["a"]}"#,
+        r#"{"query": "q", "documents": [5]}"#,
+        many.as_str(),
+    ] {
+        let (status, text) = ranker.post("/rerank", body);
+        assert_eq!(status, 400, "{}: {text}", &body[..body.len().min(80)]);
+    }
+}

@@ -140,6 +140,8 @@ pub struct Embedder {
     session: Session,
     pooling: Pooling,
     batch: Batch,
+    /// Forward passes run so far.
+    n_passes: u64,
 }
 
 impl Embedder {
@@ -160,6 +162,7 @@ impl Embedder {
             session,
             pooling,
             batch: Batch::new(),
+            n_passes: 0,
         })
     }
 
@@ -190,6 +193,11 @@ impl Embedder {
     /// Tokens one pass reads: the most an input may have.
     pub fn n_ubatch(&self) -> usize {
         self.session.n_ubatch().min(self.session.n_ctx())
+    }
+
+    /// Forward passes run so far (llama.cpp's decode calls, for metrics).
+    pub fn n_passes(&self) -> u64 {
+        self.n_passes
     }
 
     /// The session (for its backends and graph, in traces and tests).
@@ -258,6 +266,7 @@ impl Embedder {
             }
         }
         self.session.decode(&self.batch)?;
+        self.n_passes += 1;
         let head_softmax = self.pooling == Pooling::Rank
             && (self.session.model().hparams().rank_head.as_ref()).is_some_and(|h| h.softmax);
         let mut row = 0;

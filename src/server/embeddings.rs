@@ -10,6 +10,7 @@
 //! computes a vector.
 
 use super::error::ApiError;
+use super::metrics::Metrics;
 use super::request::{self, Fields};
 use super::routes::{self, App};
 use crate::engine::{EmbedError, Embedder, Model, Normalize, Rows};
@@ -37,8 +38,13 @@ pub struct EmbedService {
     normalize: Normalize,
 }
 
-/// Jobs taken together into one call of the embedder (their inputs share passes).
-const JOBS_PER_GROUP: usize = 64;
+/// Inputs one request may send: OpenAI's limit. The answer holds a vector per input, so the
+/// bound is on its size as much as on the work.
+pub const MAX_INPUTS: usize = 2048;
+
+/// Rows one request may ask for with pooling `none` (one per token): 8192 rows of a 4096-wide
+/// model are about 600 MB of JSON.
+const MAX_TOKEN_ROWS: usize = 8192;
 
 impl EmbedService {
     /// Starts the embedding thread over `model`: passes of up to `n_batch` tokens and
@@ -49,6 +55,7 @@ impl EmbedService {
         pooling: Option<Pooling>,
         (n_batch, n_seq_max): (usize, usize),
         normalize: Normalize,
+        metrics: Arc<Metrics>,
     ) -> Result<Self, EmbedError> {
         let embedder = Embedder::for_model(model, pooling, n_batch, n_seq_max)?;
         let (jobs, rx) = mpsc::channel::<Job>();
@@ -62,7 +69,7 @@ impl EmbedService {
         std::thread::Builder::new()
             .name("minfer-embed".into())
             .stack_size(super::REQUEST_STACK_BYTES)
-            .spawn(move || serve_jobs(embedder, rx))
+            .spawn(move || serve_jobs(embedder, rx, &metrics))
             .map_err(|e| EmbedError::Engine(crate::engine::EngineError::Output(e.to_string())))?;
         Ok(service)
     }
@@ -85,6 +92,18 @@ impl EmbedService {
     /// Each input's pooled rows, unnormalized; an empty or too long input is refused (as
     /// llama-server words it) before anything runs.
     pub async fn embed(&self, inputs: Vec<Vec<u32>>) -> Result<Vec<Rows>, ApiError> {
+        if inputs.len() > MAX_INPUTS {
+            return Err(ApiError::bad_request(format!(
+                "{} inputs in one request; at most {MAX_INPUTS} may be sent at once",
+                inputs.len()
+            )));
+        }
+        let n_tokens: usize = inputs.iter().map(Vec::len).sum();
+        if self.pooling == Pooling::None && n_tokens > MAX_TOKEN_ROWS {
+            return Err(ApiError::bad_request(format!(
+                "{n_tokens} tokens in one request with pooling 'none' (a vector per token); at most {MAX_TOKEN_ROWS}"
+            )));
+        }
         if inputs.iter().any(Vec::is_empty) {
             return Err(ApiError::bad_request("Input content cannot be empty"));
         }
@@ -106,18 +125,27 @@ impl EmbedService {
 }
 
 /// The embedding thread: each job, with every job queued behind it, in one embedder call.
-fn serve_jobs(mut embedder: Embedder, rx: mpsc::Receiver<Job>) {
+fn serve_jobs(mut embedder: Embedder, rx: mpsc::Receiver<Job>, metrics: &Metrics) {
     while let Ok(first) = rx.recv() {
+        // Queued jobs join while the group holds fewer than one request's worth of inputs.
+        let mut n_inputs = first.inputs.len();
         let mut group = vec![first];
-        while group.len() < JOBS_PER_GROUP {
+        while n_inputs < MAX_INPUTS {
             match rx.try_recv() {
-                Ok(job) => group.push(job),
+                Ok(job) => {
+                    n_inputs += job.inputs.len();
+                    group.push(job);
+                }
                 Err(_) => break,
             }
         }
         let counts: Vec<usize> = group.iter().map(|j| j.inputs.len()).collect();
         let inputs: Vec<Vec<u32>> = group.iter_mut().flat_map(|j| std::mem::take(&mut j.inputs)).collect();
-        match embedder.embed(&inputs, Normalize::NONE) {
+        let (start, passes) = (std::time::Instant::now(), embedder.n_passes());
+        let result = embedder.embed(&inputs, Normalize::NONE);
+        let n_tokens = inputs.iter().map(Vec::len).sum();
+        metrics.record_embedding(n_tokens, embedder.n_passes() - passes, start.elapsed());
+        match result {
             Ok(rows) => {
                 let mut rows = rows.into_iter();
                 for (job, n) in group.into_iter().zip(counts) {
@@ -141,6 +169,17 @@ fn service(app: &App) -> Result<&EmbedService, ApiError> {
             "This server does not support embeddings. Start it with `--embeddings`",
         )
     })
+}
+
+/// `n` inputs in field `name`, refused past [`MAX_INPUTS`] before any is tokenized.
+pub fn check_count(name: &str, n: usize) -> Result<(), ApiError> {
+    if n > MAX_INPUTS {
+        return Err(ApiError::field(
+            name,
+            format!("{name} holds {n} inputs; at most {MAX_INPUTS} may be sent at once"),
+        ));
+    }
+    Ok(())
 }
 
 /// `rows` scaled by `normalize` where they are pooled vectors (llama-server leaves per-token
@@ -190,6 +229,7 @@ fn read_embeddings(body: &Value) -> Result<EmbeddingsRequest, ApiError> {
         (None, None) => return Err(ApiError::bad_request("\"input\" or \"content\" must be provided")),
     };
     let inputs = request::prompt_list(name, &content_parts_as_text(name, value)?)?;
+    check_count(name, inputs.len())?;
     let base64 = match f.str("encoding_format")? {
         None | Some("float") => false,
         Some("base64") => true,
@@ -379,6 +419,7 @@ fn read_rerank(body: &Value) -> Result<RerankRequest, ApiError> {
             ))
         }
     };
+    check_count(name, documents.len())?;
     let top_n = f.integer("top_n", 0, i64::MAX)?.map_or(documents.len(), |n| n as usize);
     let return_text = f
         .bool(if tei { "return_text" } else { "return_documents" })?
@@ -517,5 +558,8 @@ mod tests {
         assert!(read_rerank(&json!({"query": 1, "documents": ["a"]})).is_err());
         assert!(read_rerank(&json!({"query": "q", "documents": []})).is_err());
         assert!(read_rerank(&json!({"documents": ["a"]})).is_err());
+        let many = vec!["d"; MAX_INPUTS + 1];
+        let err = read_rerank(&json!({"query": "q", "documents": many})).err().unwrap();
+        assert!(err.message.contains("2049 inputs"), "{}", err.message);
     }
 }

@@ -79,6 +79,14 @@ impl Metrics {
             .fetch_add(micros(stats.gen_time), Ordering::Relaxed);
     }
 
+    /// Embedding work: prompt tokens read in `n_passes` forward passes over `elapsed` (as
+    /// llama-server counts an embedding's prompt and its decode calls; nothing is generated).
+    pub fn record_embedding(&self, n_tokens: usize, n_passes: u64, elapsed: Duration) {
+        self.prompt_tokens.fetch_add(n_tokens as u64, Ordering::Relaxed);
+        self.n_decode.fetch_add(n_passes, Ordering::Relaxed);
+        self.prompt_micros.fetch_add(micros(elapsed), Ordering::Relaxed);
+    }
+
     /// Time from a request's arrival in the queue to its first generated token.
     pub fn record_ttft(&self, ttft: Duration) {
         self.ttft_micros.fetch_add(micros(ttft), Ordering::Relaxed);

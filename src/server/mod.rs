@@ -317,7 +317,13 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
         .embeddings
         .then(|| {
             let pass = (config.batch_size, crate::engine::MAX_SEQUENCES);
-            embeddings::EmbedService::start(&model, config.pooling, pass, config.embd_normalize)
+            embeddings::EmbedService::start(
+                &model,
+                config.pooling,
+                pass,
+                config.embd_normalize,
+                Arc::clone(&metrics),
+            )
         })
         .transpose()
         .map_err(|e| ServerError::Config(e.to_string()))?;

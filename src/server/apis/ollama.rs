@@ -731,6 +731,7 @@ fn read_embed(body: &Json) -> Result<(Vec<String>, bool, Option<usize>), ApiErro
             "input is required: a text or an array of texts",
         ));
     }
+    embeddings::check_count("input", texts.len())?;
     let truncate = match map.get("truncate") {
         None | Some(Json::Null) => true,
         Some(Json::Bool(b)) => *b,
