@@ -274,6 +274,21 @@ pub(super) struct Fields<'a> {
     prefix: String,
 }
 
+/// The strings of array `name`, an item of another type refused naming its index.
+pub fn strings(name: &str, items: &[Json]) -> Result<Vec<String>, ApiError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Json::String(s) => Ok(s.clone()),
+            other => Err(ApiError::field(
+                format!("{name}[{i}]"),
+                format!("{name}[{i}] must be a string, not {}", kind(other)),
+            )),
+        })
+        .collect()
+}
+
 pub fn kind(v: &Json) -> &'static str {
     match v {
         Json::Null => "null",
@@ -655,17 +670,7 @@ fn llama_server_fields(f: &Fields, d: &RequestDefaults) -> Result<LlamaFields, A
     let defaults = LlamaFields::default();
     let response_fields = match f.get("response_fields") {
         None => Vec::new(),
-        Some(Json::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Json::String(s) => Ok(s.clone()),
-                other => Err(ApiError::field(
-                    format!("response_fields[{i}]"),
-                    format!("response_fields[{i}] must be a string, not {}", kind(other)),
-                )),
-            })
-            .collect::<Result<_, _>>()?,
+        Some(Json::Array(items)) => strings("response_fields", items)?,
         Some(other) => return Err(f.wrong("response_fields", "an array of field names", other)),
     };
     Ok(LlamaFields {

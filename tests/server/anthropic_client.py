@@ -14,6 +14,7 @@ import json
 import sys
 
 import anthropic
+from checks import check
 
 BASE, GROUP = sys.argv[1], sys.argv[2]
 KEY = sys.argv[3] if len(sys.argv) > 3 else "unused"
@@ -32,15 +33,6 @@ WEATHER = {
         "additionalProperties": False,
     },
 }
-
-
-def check(name):
-    def wrap(f):
-        f()
-        print(f"ok: {name}", flush=True)
-        return f
-
-    return wrap
 
 
 def text_of(message):

@@ -19,18 +19,10 @@ import sys
 import httpx
 import ollama
 import openai
+from checks import check
 
 BASE, GROUP, FIXTURE = sys.argv[1], sys.argv[2], sys.argv[3]
 FX = json.load(open(FIXTURE))
-
-
-def check(name):
-    def wrap(f):
-        f()
-        print(f"ok: {name}", flush=True)
-        return f
-
-    return wrap
 
 
 def cosine(a, b):

@@ -15,6 +15,7 @@ import sys
 
 import httpx
 import ollama
+from checks import check
 
 BASE, GROUP = sys.argv[1], sys.argv[2]
 client = ollama.Client(host=BASE, timeout=120)
@@ -34,15 +35,6 @@ WEATHER = {
         },
     },
 }
-
-
-def check(name):
-    def wrap(f):
-        f()
-        print(f"ok: {name}", flush=True)
-        return f
-
-    return wrap
 
 
 def protocol():

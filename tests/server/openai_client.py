@@ -14,21 +14,13 @@ import time
 
 import openai
 from openai import OpenAI
+from checks import check
 
 BASE, GROUP = sys.argv[1], sys.argv[2]
 KEY = sys.argv[3] if len(sys.argv) > 3 else "unused"
 client = OpenAI(base_url=BASE + "/v1", api_key=KEY, max_retries=0, timeout=120)
 MODEL = client.models.list().data[0].id if GROUP != "auth" else "any"
 USER = [{"role": "user", "content": "Write a haiku about the sea."}]
-
-
-def check(name):
-    def wrap(f):
-        f()
-        print(f"ok: {name}", flush=True)
-        return f
-
-    return wrap
 
 
 def stream_chat(**kw):

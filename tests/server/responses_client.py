@@ -15,6 +15,7 @@ import sys
 
 import openai
 from openai import OpenAI
+from checks import check
 
 BASE, GROUP = sys.argv[1], sys.argv[2]
 client = OpenAI(base_url=BASE + "/v1", api_key="unused", max_retries=0, timeout=120)
@@ -32,15 +33,6 @@ WEATHER = {
         "additionalProperties": False,
     },
 }
-
-
-def check(name):
-    def wrap(f):
-        f()
-        print(f"ok: {name}", flush=True)
-        return f
-
-    return wrap
 
 
 def protocol():

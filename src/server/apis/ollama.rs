@@ -707,17 +707,7 @@ fn read_embed(body: &Json) -> Result<(Vec<String>, bool, Option<usize>), ApiErro
     let texts = match map.get("input") {
         None | Some(Json::Null) => Vec::new(),
         Some(Json::String(s)) => vec![s.clone()],
-        Some(Json::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Json::String(s) => Ok(s.clone()),
-                other => Err(ApiError::field(
-                    format!("input[{i}]"),
-                    format!("input[{i}] must be a string, not {}", kind(other)),
-                )),
-            })
-            .collect::<Result<_, _>>()?,
+        Some(Json::Array(items)) => crate::server::request::strings("input", items)?,
         Some(other) => {
             return Err(ApiError::field(
                 "input",
