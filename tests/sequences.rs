@@ -165,6 +165,48 @@ fn removed_cells_reach_no_token_and_a_kept_sequence_runs_on_alone() {
 }
 
 #[test]
+fn a_prompt_shares_the_longest_prefix_another_sequence_holds_and_gets_the_logits_it_gets_alone() {
+    check_shared_prefix(&load(&common::tiny_model("qwen3", "Q4_K")));
+}
+
+#[test]
+fn a_shared_prefix_gives_the_logits_read_alone_on_the_real_model() {
+    check_shared_prefix(&load(&common::default_model()));
+}
+
+/// Sequence 0 reads a system prompt and its own question; sequence 1 shares the system prompt's
+/// cells and reads another question: its logits are those of its prompt read alone, also after
+/// sequence 0 drops everything.
+fn check_shared_prefix(model: &Model) {
+    let ps = prompts(model, &[40, 5, 7]);
+    let (system, a, b) = (&ps[0], &ps[1], &ps[2]);
+    let (prompt_a, prompt_b) = ([system.as_slice(), a].concat(), [system.as_slice(), b].concat());
+    let mut session = Session::with_sequences_of(model, 128, 2).unwrap();
+    session.decode(&Batch::for_sequence(&prompt_a, 0, 0, 1)).unwrap();
+    // Sequence 1 holds nothing of its own: it shares sequence 0's cells for the system prompt.
+    let start = session.share_prefix(0, 1, &prompt_b).unwrap();
+    assert_eq!(start, system.len());
+    assert_eq!(
+        session.kv().n_used(),
+        prompt_a.len(),
+        "the prefix's cells are shared, not copied"
+    );
+    session
+        .decode(&Batch::for_sequence(&prompt_b[start..], start, 1, 1))
+        .unwrap();
+    assert!(same_bits(session.last_logits().unwrap(), &alone_last(model, &prompt_b)));
+    // Sequence 0 dropping everything leaves sequence 1's shared cells in place.
+    session.seq_rm(Some(0), 0, i32::MAX).unwrap();
+    session
+        .decode(&Batch::for_sequence(&[11], prompt_b.len(), 1, 1))
+        .unwrap();
+    let expected = alone_last(model, &[prompt_b.as_slice(), &[11]].concat());
+    assert!(same_bits(session.last_logits().unwrap(), &expected));
+    // A shorter prefix elsewhere does not replace a longer one of the sequence's own.
+    assert_eq!(session.share_prefix(0, 1, &prompt_b).unwrap(), prompt_b.len() - 1);
+}
+
+#[test]
 fn a_prompt_reuses_the_longest_prefix_its_sequence_holds() {
     let model = load(&common::tiny_model("qwen2", "Q4_0"));
     let mut session = Session::new(&model, 64);

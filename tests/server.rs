@@ -1691,3 +1691,33 @@ fn a_thinking_templates_reply_goes_to_reasoning_content_unless_the_format_is_non
     assert!(prompt_of(&off, json!({})).ends_with("<think>\n</think>"));
     assert!(prompt_of(&off, json!({"enable_thinking": true})).ends_with("<think>\n"));
 }
+
+/// A conversation that lands on another slot shares the system prompt a slot already read (its
+/// cells, not a copy), and answers exactly as when the prompt is read from scratch.
+#[test]
+fn a_prompt_on_another_slot_shares_the_prefix_a_slot_holds_and_answers_as_read_from_scratch() {
+    let server = Server::start(&common::tiny_model("qwen2", "Q8_0"), &["--n-slots", "2"], &[]);
+    let system = "You are a careful assistant who answers in one short line. ".repeat(8);
+    let ask = |slot: i64, question: &str, cache_prompt: bool| {
+        let (status, body) = server.json(
+            "/completion",
+            serde_json::json!({"prompt": format!("{system}{question}"), "n_predict": 8, "temperature": 0,
+                   "id_slot": slot, "cache_prompt": cache_prompt, "n_probs": 3}),
+        );
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    ask(0, "First question?", true);
+    let shared = ask(1, "Second question?", true);
+    let (_, tokens) = server.json("/tokenize", serde_json::json!({"content": system}));
+    let n_system = tokens["tokens"].as_array().unwrap().len() as u64;
+    let cached = shared["timings"]["cache_n"].as_u64().unwrap();
+    assert!(
+        cached + 2 >= n_system,
+        "{cached} of the system prompt's {n_system} tokens shared"
+    );
+    let fresh = ask(1, "Second question?", false);
+    assert_eq!(fresh["timings"]["cache_n"], 0);
+    assert_eq!(shared["content"], fresh["content"]);
+    assert_eq!(shared["completion_probabilities"], fresh["completion_probabilities"]);
+}

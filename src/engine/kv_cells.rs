@@ -102,6 +102,17 @@ impl KvCells {
         self.seq_cells(seq).iter().map(|&c| self.tokens[c as usize])
     }
 
+    /// How many of `prompt`'s first tokens `seq` holds at positions `0, 1, ...` in order: the
+    /// prefix another sequence can share ([`KvCells::seq_cp`]) without a gap.
+    pub fn prefix_len(&self, seq: SeqId, prompt: &[u32]) -> usize {
+        self.seq_cells(seq)
+            .iter()
+            .zip(prompt)
+            .enumerate()
+            .take_while(|&(i, (&c, &t))| self.pos[c as usize] == i as i32 && self.tokens[c as usize] == t)
+            .count()
+    }
+
     /// Whether `seq`'s cells are exactly its positions `0, 1, ...` in order: attention can then
     /// bound each token by its position alone.
     pub fn is_identity(&self, seq: SeqId) -> bool {

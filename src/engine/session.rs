@@ -649,6 +649,25 @@ impl Session {
         self.seq_rm(Some(seq), kept as i32, i32::MAX)?;
         Ok(kept)
     }
+    /// [`Session::reuse_prefix`] for `dst`, taking the prefix of `prompt` that `src` holds when
+    /// it is longer than what `dst` keeps of its own: `dst` then shares `src`'s cells for it
+    /// (llama.cpp's `seq_cp`; nothing is copied or computed again, and what either sequence
+    /// drops later stays for the other). Returns where prefilling starts. With a window cache
+    /// only `dst`'s own prefix is kept: the window layers' cells are not shared.
+    pub fn share_prefix(&mut self, src: SeqId, dst: SeqId, prompt: &[u32]) -> Result<usize, EngineError> {
+        let own = self.reuse_prefix(dst, prompt)?;
+        if self.window.is_some() || src == dst {
+            return Ok(own);
+        }
+        let shared = self.kv.prefix_len(src, prompt).min(prompt.len().saturating_sub(1));
+        if shared <= own {
+            return Ok(own);
+        }
+        self.seq_rm(Some(dst), 0, i32::MAX)?;
+        self.seq_cp(src, dst, 0, shared as i32)?;
+        Ok(shared)
+    }
+
     /// Turn the decode fusions on or off (the default comes from `MINFER_NO_FUSE_QKV` /
     /// `MINFER_NO_FUSE_FFN`). The flags are part of the graph's identity, so the next step
     /// rebuilds.

@@ -573,6 +573,19 @@ impl<'s> Engine<'s> {
         }
     }
 
+    /// The slot whose cells hold the longest prefix of `prompt` (`id` itself on a tie), busy or
+    /// idle: its cells at those positions never change while it runs, and sharing them keeps
+    /// them for `id` whatever it does next.
+    fn prefix_source(&self, id: usize, prompt: &[u32]) -> usize {
+        let kv = self.session.kv();
+        let own = kv.prefix_len(id, prompt);
+        (0..self.slots.len())
+            .map(|s| (kv.prefix_len(s, prompt), s))
+            .filter(|&(len, _)| len > own)
+            .max_by_key(|&(len, s)| (len, std::cmp::Reverse(s)))
+            .map_or(id, |(_, s)| s)
+    }
+
     fn begin(&mut self, id: usize, job: Arc<Job>, next_run: Arc<AtomicUsize>, run: usize, wait_for: Option<usize>) {
         self.set_processing(id, true);
         if job.fault {
@@ -595,7 +608,12 @@ impl<'s> Engine<'s> {
                 let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
                 0
             }
-            None => match self.session.reuse_prefix(id, &r.prompt) {
+            // The longest prefix of the prompt any slot holds (this one's own conversation, or a
+            // system prompt another slot read) is shared, not read again.
+            None => match self
+                .session
+                .share_prefix(self.prefix_source(id, &r.prompt), id, &r.prompt)
+            {
                 Ok(n) => n,
                 Err(_) => {
                     let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
