@@ -204,7 +204,12 @@ def reranker():
         "pieces": pieces,
         "embedding_rank": emb,
     }
-    dest = out_dir / "tiny-qwen3-reranker.rerank.json"
+    write_fixture("tiny-qwen3-reranker.rerank.json", doc)
+
+
+def write_fixture(name, doc):
+    """`doc` to tests/fixtures/embeddings/NAME, checked to read back as JSON."""
+    dest = out_dir / name
     text = dumps(doc) + "\n"
     json.loads(text)
     dest.write_text(text)
@@ -241,11 +246,7 @@ def embeddings_server():
         "exchanges": ex,
         "errors": errors,
     }
-    dest = out_dir / "tiny-qwen3-server.json"
-    text = dumps(doc) + "\n"
-    json.loads(text)
-    dest.write_text(text)
-    print(dest)
+    write_fixture("tiny-qwen3-server.json", doc)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,25 @@ fn softmax(v: &mut [f32]) {
     v.iter_mut().for_each(|x| *x *= inv);
 }
 
+/// Whether every input can be embedded: none empty, none longer than one pass of `n_ubatch`
+/// tokens. [`Embedder::embed`] checks this first; a caller that batches several requests
+/// checks each before it joins them, so that one bad input fails only its own request.
+pub fn check_inputs(inputs: &[Vec<u32>], n_ubatch: usize) -> Result<(), EmbedError> {
+    for (index, input) in inputs.iter().enumerate() {
+        if input.is_empty() {
+            return Err(EmbedError::EmptyInput { index });
+        }
+        if input.len() > n_ubatch {
+            return Err(EmbedError::InputTooLong {
+                index,
+                n_tokens: input.len(),
+                n_ubatch,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// One input's vectors: one row when pooled, one per token for pooling `none`.
 pub type Rows = Vec<Vec<f32>>;
 
@@ -180,6 +199,11 @@ impl Embedder {
         Self::new(session, pooling)
     }
 
+    /// Store the KV cache as `type_k` and `type_v` (`-ctk`, `-ctv`).
+    pub fn set_kv_types(&mut self, type_k: crate::graph::DType, type_v: crate::graph::DType) -> Result<(), EmbedError> {
+        Ok(self.session.set_kv_types(type_k, type_v)?)
+    }
+
     /// The pooling rule in force.
     pub fn pooling(&self) -> Pooling {
         self.pooling
@@ -209,18 +233,7 @@ impl Embedder {
     /// Inputs share passes as sequences, as many as the session holds and one pass reads.
     pub fn embed(&mut self, inputs: &[Vec<u32>], normalize: Normalize) -> Result<Vec<Rows>, EmbedError> {
         let n_ubatch = self.n_ubatch();
-        for (index, input) in inputs.iter().enumerate() {
-            if input.is_empty() {
-                return Err(EmbedError::EmptyInput { index });
-            }
-            if input.len() > n_ubatch {
-                return Err(EmbedError::InputTooLong {
-                    index,
-                    n_tokens: input.len(),
-                    n_ubatch,
-                });
-            }
-        }
+        check_inputs(inputs, n_ubatch)?;
         let n_seq_max = self.session.n_seq_max();
         let mut out = Vec::with_capacity(inputs.len());
         let mut first = 0;

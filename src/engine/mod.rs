@@ -47,7 +47,7 @@ pub mod trace;
 pub use crate::backends::default_threads;
 pub use batch::{Batch, SeqId};
 pub use conversation::{Prepared, TokenStream};
-pub use embed::{cosine_similarity, EmbedError, Embedder, Normalize, Rows};
+pub use embed::{check_inputs, cosine_similarity, EmbedError, Embedder, Normalize, Rows};
 pub use generate::{
     eval_preparing, generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats,
     StopReason, PREFILL_CHUNK,

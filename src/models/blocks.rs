@@ -381,8 +381,10 @@ pub fn ffn_swiglu(
     residual_add(b, hp, "ffn", il, h, d)
 }
 
-/// Final norm and the output head: `F32 [n_vocab, n_out]` (times the model's logit scale where
-/// it has one), marked as the graph's output.
+/// Final norm and what the graph ends with ([`GraphOutput`]), marked as the graph's output: the
+/// head's logits `F32 [n_vocab, n_out]` (times the model's logit scale, soft-capped, where it
+/// has them); the final norm's rows `F32 [n_embd, n_out]` for embeddings; a reranker's head on
+/// them, `F32 [n_cls, n_out]`.
 pub fn output_head(b: &mut GraphBuilder, hp: &HParams, params: &GraphParams, h: NodeId, output: &WeightRef) -> NodeId {
     let normed = b.rms_norm("output_norm", h, Some("output_norm.weight"), hp.rms_eps);
     let result = match (params.cparams.output, &hp.rank_head) {

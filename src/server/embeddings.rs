@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::metrics::Metrics;
 use super::request::{self, Fields};
 use super::routes::{self, App};
-use crate::engine::{EmbedError, Embedder, Model, Normalize, Rows};
+use crate::engine::{check_inputs, EmbedError, Embedder, Model, Normalize, Rows};
 use crate::models::pooling::Pooling;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -90,29 +90,24 @@ impl EmbedService {
     }
 
     /// Each input's pooled rows, unnormalized; an empty or too long input is refused (as
-    /// llama-server words it) before anything runs.
+    /// llama-server words it) before anything runs. The inputs' count was bounded where the
+    /// request was read ([`check_count`]).
     pub async fn embed(&self, inputs: Vec<Vec<u32>>) -> Result<Vec<Rows>, ApiError> {
-        if inputs.len() > MAX_INPUTS {
-            return Err(ApiError::bad_request(format!(
-                "{} inputs in one request; at most {MAX_INPUTS} may be sent at once",
-                inputs.len()
-            )));
-        }
         let n_tokens: usize = inputs.iter().map(Vec::len).sum();
         if self.pooling == Pooling::None && n_tokens > MAX_TOKEN_ROWS {
             return Err(ApiError::bad_request(format!(
                 "{n_tokens} tokens in one request with pooling 'none' (a vector per token); at most {MAX_TOKEN_ROWS}"
             )));
         }
-        if inputs.iter().any(Vec::is_empty) {
-            return Err(ApiError::bad_request("Input content cannot be empty"));
-        }
-        if let Some(long) = inputs.iter().find(|i| i.len() > self.n_ubatch) {
-            return Err(ApiError::bad_request(format!(
-                "input ({} tokens) is too large to process. increase the physical batch size (current batch size: {})",
-                long.len(),
-                self.n_ubatch
-            )));
+        match check_inputs(&inputs, self.n_ubatch) {
+            Err(EmbedError::EmptyInput { .. }) => return Err(ApiError::bad_request("Input content cannot be empty")),
+            Err(EmbedError::InputTooLong { n_tokens, n_ubatch, .. }) => {
+                return Err(ApiError::bad_request(format!(
+                    "input ({n_tokens} tokens) is too large to process. increase the physical batch size (current batch size: {n_ubatch})"
+                )))
+            }
+            Err(e) => return Err(ApiError::internal(e.to_string())),
+            Ok(()) => {}
         }
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.jobs
@@ -182,8 +177,9 @@ pub fn check_count(name: &str, n: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `rows` scaled by `normalize` where they are pooled vectors (llama-server leaves per-token
-/// rows and rank scores as they are).
+/// `rows` scaled by `normalize` where they are pooled vectors: llama-server leaves per-token
+/// rows and rank scores as they are, where llama-embedding (and so [`Embedder::embed`], which
+/// the thread calls with [`Normalize::NONE`]) scales per-token rows too.
 fn normalized(pooling: Pooling, normalize: Normalize, mut rows: Vec<Rows>) -> Vec<Rows> {
     if !matches!(pooling, Pooling::None | Pooling::Rank) {
         rows.iter_mut().flatten().for_each(|r| normalize.apply(r));

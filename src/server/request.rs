@@ -511,17 +511,7 @@ fn common(f: &Fields, logprobs: Option<usize>, d: &RequestDefaults) -> Result<Co
                     format!("stop has {} strings; at most {MAX_STOPS} are allowed", items.len()),
                 ));
             }
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, s)| match s {
-                    Json::String(s) => Ok(s.clone()),
-                    other => Err(ApiError::field(
-                        format!("stop[{i}]"),
-                        format!("stop[{i}] must be a string, not {}", kind(other)),
-                    )),
-                })
-                .collect::<Result<_, _>>()?
+            strings("stop", items)?
         }
         Some(other) => return Err(f.wrong("stop", "a string or an array of strings", other)),
     };

@@ -2,7 +2,7 @@
 //! with `--embd-output-format` (`json`, `array`, `json+`). The engine pools and normalizes;
 //! this file only reads the inputs and writes the numbers.
 
-use minfer::engine::{cosine_similarity, Embedder, Model, Normalize, Session};
+use minfer::engine::{cosine_similarity, Embedder, Model, Normalize};
 use minfer::graph::DType;
 use minfer::models::pooling::Pooling;
 use std::fmt::Write;
@@ -53,11 +53,8 @@ pub fn embed(
     kv_types: (DType, DType),
 ) -> anyhow::Result<Vec<Vec<f32>>> {
     let tokens: Vec<Vec<u32>> = inputs.iter().map(|t| model.encode(t)).collect();
-    let n_seq = inputs.len().clamp(1, minfer::engine::MAX_SEQUENCES);
-    let mut session = Session::with_sequences(model, n_batch, n_seq)?;
-    session.set_kv_types(kv_types.0, kv_types.1)?;
-    session.set_n_ubatch(n_batch)?;
-    let mut embedder = Embedder::new(session, pooling)?;
+    let mut embedder = Embedder::for_model(model, pooling, n_batch, inputs.len())?;
+    embedder.set_kv_types(kv_types.0, kv_types.1)?;
     let rows = embedder.embed(&tokens, normalize)?;
     Ok(rows.into_iter().flatten().collect())
 }
