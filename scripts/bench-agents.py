@@ -7,10 +7,15 @@ tokens actually prefilled (llama-server's `timings.prompt_n`, else usage.prompt_
 cached_tokens), the naive sum (every turn's whole prompt), and aggregate generated tok/s.
 
     scripts/bench-agents.py URL [--conversations 16] [--turns 4] [--max-tokens 24]
+                                [--duration SECONDS --rss-pid PID]
 
 Start each server with the same KV budget, e.g. 16,384 cells:
-    minfer serve MODEL -t 2 --n-slots 4 -c 4096 --port 8090
+    minfer serve MODEL -t 2 -c 16384 --port 8090
     llama-server -m MODEL -t 2 -np 4 -c 16384 --port 8091
+
+With --duration the workload runs round after round (each round's conversations new, the system
+prompt the same) until that many seconds have passed, and with --rss-pid the server's VmRSS is
+sampled every 5 s; the figures are then those of all rounds, with the RSS samples' min/max.
 """
 import argparse
 import json
@@ -24,6 +29,8 @@ ap.add_argument("url")
 ap.add_argument("--conversations", type=int, default=16)
 ap.add_argument("--turns", type=int, default=4)
 ap.add_argument("--max-tokens", type=int, default=24)
+ap.add_argument("--duration", type=float, default=0)
+ap.add_argument("--rss-pid", type=int)
 a = ap.parse_args()
 
 TOOLS = [
@@ -102,20 +109,43 @@ def turn(messages):
     return text
 
 
-def conversation(i):
+def conversation(i, round_):
     messages = [{"role": "system", "content": SYSTEM}]
+    label = f"conversation {i}" if round_ == 0 else f"round {round_}, conversation {i}"
     for t in range(a.turns):
-        messages.append({"role": "user", "content": f"[conversation {i}] {QUESTIONS[t % len(QUESTIONS)]}"})
+        messages.append({"role": "user", "content": f"[{label}] {QUESTIONS[t % len(QUESTIONS)]}"})
         messages.append({"role": "assistant", "content": turn(messages)})
 
 
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+
+rss, done = [], threading.Event()
+
+
+def sample_rss():
+    while not done.is_set():
+        rss.append(rss_kb(a.rss_pid))
+        done.wait(5)
+
+
+if a.rss_pid:
+    threading.Thread(target=sample_rss, daemon=True).start()
 start = time.perf_counter()
-threads = [threading.Thread(target=conversation, args=(i,)) for i in range(a.conversations)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
+rounds = 0
+while True:
+    threads = [threading.Thread(target=conversation, args=(i, rounds)) for i in range(a.conversations)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rounds += 1
+    if time.perf_counter() - start >= a.duration:
+        break
 wall = time.perf_counter() - start
+done.set()
 q = statistics.quantiles(ttfts, n=20)
 print(json.dumps({
     "conversations": a.conversations, "turns": a.turns, "requests": len(ttfts),
@@ -123,4 +153,7 @@ print(json.dumps({
     "prefilled_tokens": prefilled[0], "naive_prompt_tokens": naive[0],
     "prefilled_ratio": round(prefilled[0] / max(naive[0], 1), 3),
     "generated_tokens": generated[0], "aggregate_tok_s": round(generated[0] / wall, 2), "wall_s": round(wall, 1),
+    "rounds": rounds,
+    **({"rss_mib_min": round(min(rss) / 1024, 1), "rss_mib_max": round(max(rss) / 1024, 1), "rss_samples": len(rss)}
+       if rss else {}),
 }))

@@ -8,6 +8,7 @@
 mod common;
 
 use minfer::engine::{Batch, EngineError, Model, ModelOptions, Session};
+use minfer::graph::DType;
 use std::path::Path;
 
 fn load(path: &Path) -> Model {
@@ -204,6 +205,51 @@ fn check_shared_prefix(model: &Model) {
     assert!(same_bits(session.last_logits().unwrap(), &expected));
     // A shorter prefix elsewhere does not replace a longer one of the sequence's own.
     assert_eq!(session.share_prefix(0, 1, &prompt_b).unwrap(), prompt_b.len() - 1);
+}
+
+#[test]
+fn a_prefix_copied_to_host_memory_and_restored_elsewhere_gives_the_logits_read_alone() {
+    let model = load(&common::tiny_model("qwen3", "Q4_K"));
+    check_host_copy(&model, DType::F16);
+    check_host_copy(&model, DType::Q8_0);
+    check_host_copy(&load(&common::tiny_model("qwen2", "Q8_0")), DType::F32);
+}
+
+#[test]
+fn a_prefix_restored_from_host_memory_gives_the_logits_read_alone_on_the_real_model() {
+    check_host_copy(&load(&common::default_model()), DType::F16);
+}
+
+/// Sequence 0 reads a prompt across scattered cells (another sequence's tokens in between);
+/// its copy is saved, its cells dropped, and sequence 1 restores part of it into other cells,
+/// reads the rest and goes on: every logit is that of the prompt read alone.
+fn check_host_copy(model: &Model, kv: DType) {
+    let ps = prompts(model, &[30, 9, 6]);
+    let (prompt, other) = ([ps[0].as_slice(), &ps[1]].concat(), &ps[2]);
+    let mut session = Session::with_budget(model, 128, 3).unwrap();
+    session.set_kv_types(kv, kv).unwrap();
+    // Interleaved chunks: sequence 0's cells are not its positions.
+    session.decode(&Batch::for_sequence(other, 0, 2, 1)).unwrap();
+    session.decode(&Batch::for_sequence(&prompt[..20], 0, 0, 1)).unwrap();
+    session
+        .decode(&Batch::for_sequence(&[5, 6], other.len(), 2, 1))
+        .unwrap();
+    session.decode(&Batch::for_sequence(&prompt[20..], 20, 0, 1)).unwrap();
+    let saved = session.save_prefix(0).unwrap();
+    assert_eq!(saved.tokens, prompt);
+    session.seq_rm(Some(0), 0, i32::MAX).unwrap();
+    // Sequence 1 shares nothing: it restores the first 25 positions and reads the rest.
+    assert_eq!(session.restore_prefix(1, &saved, 0, 25).unwrap(), 25);
+    assert_eq!(session.seq_tokens(1), prompt[..25]);
+    session.decode(&Batch::for_sequence(&prompt[25..], 25, 1, 1)).unwrap();
+    let expected = {
+        let mut alone = Session::new(model, 256);
+        alone.set_kv_types(kv, kv).unwrap();
+        alone.eval(&prompt, 1).unwrap().to_vec()
+    };
+    assert!(same_bits(session.last_logits().unwrap(), &expected), "KV {kv:?}");
+    // A sequence that does not hold exactly the copy's first positions takes nothing.
+    assert_eq!(session.restore_prefix(2, &saved, 0, 10).unwrap(), 0);
 }
 
 #[test]

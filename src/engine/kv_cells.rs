@@ -75,6 +75,26 @@ impl KvCells {
         self.n_used
     }
 
+    /// Cells holding no token.
+    pub fn n_free(&self) -> usize {
+        self.n_ctx() - self.n_used
+    }
+
+    /// Cells held only by sequences in `seqs` (bit `s` for sequence `s`): what removing all of
+    /// them would free. A cell another sequence also holds stays.
+    pub fn held_only_by(&self, seqs: u64) -> usize {
+        self.seqs.iter().filter(|&&m| m != 0 && m & !seqs == 0).count()
+    }
+
+    /// Of `seq`'s cells at positions below `p1`, those held only by sequences in `seqs`.
+    pub fn prefix_held_only_by(&self, seq: SeqId, p1: i32, seqs: u64) -> usize {
+        self.seq_cells(seq)
+            .iter()
+            .take_while(|&&c| self.pos[c as usize] < p1)
+            .filter(|&&c| self.seqs[c as usize] & !seqs == 0)
+            .count()
+    }
+
     /// The cells of `seq`, ordered by position.
     pub fn seq_cells(&self, seq: SeqId) -> &[u32] {
         self.lists.get(seq).map_or(&[], |l| l.as_slice())

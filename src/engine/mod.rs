@@ -31,6 +31,7 @@ mod batch;
 mod conversation;
 mod embed;
 mod generate;
+mod host_cache;
 mod imatrix;
 mod kv_cells;
 mod kv_window;
@@ -52,6 +53,7 @@ pub use generate::{
     eval_preparing, generate, generate_cached, GenerateOptions, GenerationObserver, GenerationResult, GenerationStats,
     StopReason, PREFILL_CHUNK,
 };
+pub use host_cache::{HostCache, SavedPrefix};
 pub use imatrix::{compute_imatrix, ChunkDone, ImatrixComputeError, ImatrixOptions};
 pub use kv_cells::{KvCells, MAX_SEQUENCES};
 pub use kv_window::{kv_cache_bytes, KvWindow};

@@ -334,11 +334,20 @@ impl Model {
     /// training context shared by the `n_seq_max` sequences, made smaller where the weights, that
     /// KV cache and 1 GiB to spare would not fit the machine's memory, as llama.cpp's `--fit`
     /// does on a CPU: never below 4,096 cells in all (or the training context, if smaller).
+    /// With `kv_unified` the cells are the whole cache's: `n_ctx` as given (at least 1), or the
+    /// fit context undivided.
     pub fn session_n_ctx(&self, options: &super::SessionOptions) -> usize {
         if options.n_ctx > 0 {
-            return self.clamp_n_ctx(options.n_ctx);
+            return match options.kv_unified {
+                true => options.n_ctx,
+                false => self.clamp_n_ctx(options.n_ctx),
+            };
         }
-        let n_seq = options.n_seq_max.max(1);
+        let n_seq = if options.kv_unified {
+            1
+        } else {
+            options.n_seq_max.max(1)
+        };
         let total = fit_context(
             self.hparams().n_ctx_train.max(1),
             self.file.file_size(),

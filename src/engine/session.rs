@@ -10,6 +10,7 @@
 //! position; anything else runs it over explicit per-sequence cell lists, which gives each
 //! sequence the bits it would get alone.
 
+use super::host_cache::SavedPrefix;
 use super::{Batch, EngineError, KvCells, KvWindow, Model, SeqId};
 use crate::graph::scheduler::Timed;
 use crate::graph::{
@@ -34,6 +35,11 @@ pub struct SessionOptions {
     pub n_ctx: usize,
     /// Sequences the cache holds at once (a server's slots), each of `n_ctx` cells.
     pub n_seq_max: usize,
+    /// One cache of `n_ctx` cells shared by every sequence (llama.cpp's `--kv-unified`, the
+    /// server's way): `n_ctx` is the whole KV budget, not clamped to the training context, and
+    /// each sequence may hold up to the smaller of the two; a cell several sequences share
+    /// counts once. 0 means the training context fit to memory, undivided.
+    pub kv_unified: bool,
     /// How the KV cache stores K (`--cache-type-k`: f32, f16 or q8_0).
     pub type_k: DType,
     /// How the KV cache stores V (`--cache-type-v`).
@@ -53,6 +59,7 @@ impl Default for SessionOptions {
         SessionOptions {
             n_ctx: 4096,
             n_seq_max: 1,
+            kv_unified: false,
             type_k: DType::F16,
             type_v: DType::F16,
             n_ubatch: None,
@@ -165,11 +172,32 @@ impl Session {
         Ok(session)
     }
 
+    /// A session of up to `n_seq_max` sequences sharing one cache of `n_ctx` cells (at least
+    /// 1; not clamped to the training context: it is a budget for all of them), each sequence
+    /// limited to the training context: a server that admits sequences by the cells they need
+    /// rather than giving each a fixed share.
+    pub fn with_budget(model: &Model, n_ctx: usize, n_seq_max: usize) -> Result<Self, EngineError> {
+        let n_ctx = n_ctx.max(1);
+        let n_ctx_seq = model.clamp_n_ctx(n_ctx);
+        let mut session = Self::build(
+            Arc::clone(model.def()),
+            model.backends().new_contexts(),
+            n_ctx,
+            n_seq_max,
+        )?;
+        session.params.cparams.n_ctx_seq = n_ctx_seq;
+        session.params.cparams.n_gpu_layers = model.backends().n_gpu_layers();
+        session.kv.set_max_per_seq(n_ctx_seq);
+        Ok(session)
+    }
+
     /// A session over `model` as `options` say: its sequences, context, KV types and prompt
     /// passes.
     pub fn with_options(model: &Model, options: &SessionOptions) -> Result<Self, EngineError> {
         let n_ctx = model.session_n_ctx(options);
-        let mut session = if options.n_seq_max <= 1 {
+        let mut session = if options.kv_unified {
+            Self::with_budget(model, n_ctx, options.n_seq_max.max(1))?
+        } else if options.n_seq_max <= 1 {
             Self::with_sequences(model, n_ctx, 1)?
         } else {
             Self::with_sequences_of(model, n_ctx, options.n_seq_max)?
@@ -257,6 +285,12 @@ impl Session {
     /// The context size: KV cells in all.
     pub fn n_ctx(&self) -> usize {
         self.params.cparams.n_ctx
+    }
+
+    /// Cells one sequence may hold (llama.cpp's `n_ctx_seq`): [`Session::n_ctx`] unless the
+    /// cache is split between sequences or is a budget larger than the training context.
+    pub fn n_ctx_seq(&self) -> usize {
+        self.kv.max_per_seq()
     }
 
     /// Prompt tokens a generation prefills per forward pass (llama.cpp's `n_ubatch`; default
@@ -668,6 +702,89 @@ impl Session {
         Ok(shared)
     }
 
+    /// A host copy of what `seq` holds at positions `0, 1, ...` without a gap: its tokens and
+    /// each layer's stored K and V rows (for the host tier of the prompt cache). Refused with a
+    /// window cache, whose layers hold only the last positions.
+    pub fn save_prefix(&mut self, seq: SeqId) -> Result<SavedPrefix, EngineError> {
+        if let Some(w) = &self.window {
+            return Err(EngineError::WindowNotSaved {
+                n_past: self.kv.seq_cells(seq).len(),
+                n_swa: w.n_swa(),
+            });
+        }
+        let tokens: Vec<u32> = self.kv.seq_tokens(seq).collect();
+        let n = self.kv.prefix_len(seq, &tokens);
+        let cells: Vec<u32> = self.kv.seq_cells(seq)[..n].to_vec();
+        let (row_k, row_v) = self.row_bytes();
+        let alloc = self.cache.alloc_mut();
+        let mut layers = Vec::new();
+        for layer in alloc.kv_layers() {
+            let mut pair = [Vec::new(), Vec::new()];
+            for (v, row) in [(false, row_k), (true, row_v)] {
+                let rows = &mut pair[usize::from(v)];
+                rows.resize(n * row, 0);
+                for_runs(&cells, |i, cell, len| {
+                    alloc.read_kv_at(layer, v, cell * row, &mut rows[i * row..(i + len) * row])
+                })?;
+            }
+            let [k, v] = pair;
+            layers.push((layer, k, v));
+        }
+        Ok(SavedPrefix {
+            tokens: tokens[..n].to_vec(),
+            layers,
+        })
+    }
+
+    /// Give `seq`, which holds exactly positions `0..from` of `saved`'s tokens, positions
+    /// `from..to` from the copy: new cells whose K and V rows are the saved bytes (no forward
+    /// pass). Returns `to`.
+    pub fn restore_prefix(
+        &mut self,
+        seq: SeqId,
+        saved: &SavedPrefix,
+        from: usize,
+        to: usize,
+    ) -> Result<usize, EngineError> {
+        let to = to.min(saved.tokens.len());
+        let held = self.kv.prefix_len(seq, &saved.tokens);
+        if from >= to || held != from || self.kv.seq_cells(seq).len() != from || self.window.is_some() {
+            return Ok(from);
+        }
+        // The regions exist once a graph has been allocated.
+        self.prepare_graph(1, 1)?;
+        let mut batch = Batch::new();
+        for (i, &token) in saved.tokens[from..to].iter().enumerate() {
+            batch.add(token, (from + i) as i32, seq, false);
+        }
+        let mut cells = Vec::new();
+        self.kv.place(&batch, &mut cells)?;
+        let cells: Vec<u32> = cells.iter().map(|&c| c as u32).collect();
+        let (row_k, row_v) = self.row_bytes();
+        let alloc = self.cache.alloc_mut();
+        let written = saved.layers.iter().try_for_each(|(layer, k, v)| {
+            for (is_v, rows, row) in [(false, k, row_k), (true, v, row_v)] {
+                for_runs(&cells, |i, cell, len| {
+                    let src = &rows[(from + i) * row..(from + i + len) * row];
+                    alloc.write_kv_at(*layer, is_v, cell * row, src)
+                })?;
+            }
+            Ok::<(), EngineError>(())
+        });
+        if let Err(e) = written {
+            let _ = self.kv.seq_rm(Some(seq), from as i32, i32::MAX);
+            return Err(e);
+        }
+        Ok(to)
+    }
+
+    /// Bytes of one cell's K row and V row in the stored types.
+    fn row_bytes(&self) -> (usize, usize) {
+        let row = self.model.hparams().n_kv_embd();
+        let (k, v) = self.kv_types();
+        (k.bytes(row), v.bytes(row))
+    }
+
     /// Turn the decode fusions on or off (the default comes from `MINFER_NO_FUSE_QKV` /
     /// `MINFER_NO_FUSE_FFN`). The flags are part of the graph's identity, so the next step
     /// rebuilds.
@@ -952,4 +1069,22 @@ impl Session {
             }),
         }
     }
+}
+
+/// Calls `f(i, cell, len)` for each run of consecutive cells in `cells` (`cells[i..i + len]` is
+/// `cell, cell + 1, ...`), so rows move in as few copies as the layout allows.
+fn for_runs(
+    cells: &[u32],
+    mut f: impl FnMut(usize, usize, usize) -> Result<(), crate::graph::GraphError>,
+) -> Result<(), EngineError> {
+    let mut i = 0;
+    while i < cells.len() {
+        let mut len = 1;
+        while i + len < cells.len() && cells[i + len] == cells[i] + len as u32 {
+            len += 1;
+        }
+        f(i, cells[i] as usize, len)?;
+        i += len;
+    }
+    Ok(())
 }

@@ -128,6 +128,18 @@ impl GraphAllocator {
         Ok(self.backend_mut(buf.backend)?.write_buffer(buf.id, 0, src)?)
     }
 
+    /// Read a layer's K (`v = false`) or V region from byte `offset` into `dst`.
+    pub fn read_kv_at(&mut self, layer: usize, v: bool, offset: usize, dst: &mut [u8]) -> Result<(), GraphError> {
+        let buf = self.kv_buffer(layer, v)?;
+        Ok(self.backend_mut(buf.backend)?.read_buffer(buf.id, offset, dst)?)
+    }
+
+    /// Overwrite a layer's K or V region from byte `offset` with `src`.
+    pub fn write_kv_at(&mut self, layer: usize, v: bool, offset: usize, src: &[u8]) -> Result<(), GraphError> {
+        let buf = self.kv_buffer(layer, v)?;
+        Ok(self.backend_mut(buf.backend)?.write_buffer(buf.id, offset, src)?)
+    }
+
     /// Turn rows of a layer's K region by a context shift, on the backend that holds it.
     pub fn shift_k(&mut self, layer: usize, shift: &super::KShift) -> Result<(), GraphError> {
         let buf = self.kv_buffer(layer, false)?;

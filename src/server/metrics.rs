@@ -30,6 +30,8 @@ pub struct Metrics {
     ttft_count: AtomicU64,
     pub queue_depth: AtomicUsize,
     pub slots_busy: AtomicUsize,
+    /// The most slots generating at once so far.
+    pub slots_busy_max: AtomicUsize,
     pub slots_total: AtomicUsize,
     /// Whether each slot is generating, for `/slots`.
     pub slot_processing: Mutex<Vec<bool>>,
@@ -42,6 +44,15 @@ pub struct Metrics {
     pub n_busy_slots: AtomicU64,
     /// The most cells one slot has held at the end of a run (prompt and generated tokens).
     pub n_tokens_max: AtomicUsize,
+    /// Cells of cached prefixes (idle slots' tokens) evicted to make room.
+    pub cache_evicted_cells: AtomicU64,
+    /// Runs preempted because the cache was full (each resumed later).
+    pub preemptions: AtomicU64,
+    /// The host tier of the prompt cache (`--cache-ram`): bytes held, prompts that took a copy
+    /// back, and the tokens restored instead of read.
+    pub host_cache_bytes: AtomicUsize,
+    pub host_cache_hits: AtomicU64,
+    pub host_cache_tokens: AtomicU64,
     /// Speculative decoding: steps that checked proposals.
     pub draft_checks: AtomicU64,
     /// Tokens generated that took a decode step of their own: each run's first token comes
@@ -194,6 +205,42 @@ impl Metrics {
             "gauge",
             "Slots generating now.",
             plain(self.slots_busy.load(Ordering::Relaxed).to_string()),
+        );
+        metric(
+            "minfer_slots_busy_max",
+            "gauge",
+            "The most slots generating at once since the server started.",
+            plain(self.slots_busy_max.load(Ordering::Relaxed).to_string()),
+        );
+        metric(
+            "minfer_kv_evicted_cells_total",
+            "counter",
+            "KV cells of cached prompts (idle slots' tokens) evicted to make room, least recently used first.",
+            plain(load(&self.cache_evicted_cells).to_string()),
+        );
+        metric(
+            "minfer_preemptions_total",
+            "counter",
+            "Generations preempted because the KV cache was full (each resumed later, output unchanged).",
+            plain(load(&self.preemptions).to_string()),
+        );
+        metric(
+            "minfer_host_cache_bytes",
+            "gauge",
+            "Bytes of cached prompts held in host memory (--cache-ram).",
+            plain(self.host_cache_bytes.load(Ordering::Relaxed).to_string()),
+        );
+        metric(
+            "minfer_host_cache_hits_total",
+            "counter",
+            "Prompts that took KV rows back from host memory (--cache-ram).",
+            plain(load(&self.host_cache_hits).to_string()),
+        );
+        metric(
+            "minfer_host_cache_tokens_total",
+            "counter",
+            "Prompt tokens restored from host memory instead of prefilled (--cache-ram).",
+            plain(load(&self.host_cache_tokens).to_string()),
         );
         metric(
             "minfer_slots_total",

@@ -116,6 +116,10 @@ pub struct ServerConfig {
     /// Tokens one forward pass takes at most: the generating slots' next tokens, then prompt
     /// chunks (`--batch-size`).
     pub batch_size: usize,
+    /// The host tier of the prompt cache (`--cache-ram`), in bytes: cached prompts' K and V
+    /// rows kept in memory after their cells are evicted. `None`: none. Only with one cache for
+    /// all slots (`session.kv_unified`), and not for a model with a window cache.
+    pub cache_ram: Option<usize>,
     /// Serve embeddings (`--embeddings`): `/v1/embeddings`, `/embedding`, Ollama's
     /// `/api/embed`, and `/rerank` when the pooling is `rank` (`--reranking`).
     pub embeddings: bool,
@@ -269,10 +273,34 @@ struct Loaded {
 fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<Loaded, ServerError> {
     let model = Arc::new(Model::load(&config.model, &config.model_options)?);
     let n_threads = model.backends().n_threads();
-    // One session for every slot: sequence i is slot i, each with n_ctx positions of its own.
-    // (`with_options` resolves the context the same way.)
-    let n_ctx = model.session_n_ctx(&config.session);
+    // One session for every slot: sequence i is slot i, holding up to n_ctx positions (of one
+    // shared cache, or of its own share).
     let session = Session::with_options(&model, &config.session).map_err(|e| ServerError::Config(e.to_string()))?;
+    let n_ctx = session.n_ctx_seq();
+    let cache_ram = match config.cache_ram {
+        Some(_) if session.kv_window().is_some() => {
+            eprintln!(
+                "--cache-ram: not for this model: its windowed layers keep only their last positions, \
+                 so a cached prompt cannot be copied out whole (--swa-full keeps them all)"
+            );
+            None
+        }
+        Some(_) if !config.session.kv_unified => {
+            eprintln!("--cache-ram: not with --no-kv-unified: each slot keeps its own cells, none is evicted");
+            None
+        }
+        ram => ram,
+    };
+    eprintln!(
+        "KV cache: {} cells{}, {} slots, up to {n_ctx} cells each",
+        session.n_ctx(),
+        if config.session.kv_unified {
+            " shared by the slots"
+        } else {
+            " split between the slots"
+        },
+        config.session.n_seq_max,
+    );
     let n_vocab = model.hparams().n_vocab;
     let model_id = config.alias.clone().unwrap_or_else(|| {
         config
@@ -302,6 +330,8 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
         slots::SlotConfig {
             n_slots: config.session.n_seq_max,
             n_ctx,
+            by_memory: config.session.kv_unified,
+            cache_ram,
             step_tokens: config.batch_size,
             drafters,
             queue_max: config.queue_max,
@@ -440,7 +470,7 @@ async fn run_server(config: ServerConfig, load_delay: Duration) -> Result<(), Se
         n_threads,
     } = loaded;
     eprintln!(
-        "minfer serve: model {} | {} slots × {} tokens of context, {} threads shared{}",
+        "minfer serve: model {} | up to {} slots, each up to {} tokens of context, {} threads shared{}",
         app.model_id,
         app.n_slots,
         app.n_ctx,

@@ -234,7 +234,7 @@ impl Registry {
         });
         self.loads.fetch_add(1, Ordering::Relaxed);
         eprintln!(
-            "minfer serve: loaded model {} in {:.2} s ({} slots × {} tokens of context)",
+            "minfer serve: loaded model {} in {:.2} s (up to {} slots, each up to {} tokens of context)",
             listed.name,
             started.elapsed().as_secs_f64(),
             served.app.n_slots,

@@ -27,7 +27,8 @@
 use super::metrics::Metrics;
 use super::peer::Peer;
 use crate::engine::{
-    Batch, DraftOptions, Drafter, EngineError, GenerateOptions, GenerationStats, Model, Sequence, Session, StopReason,
+    Batch, DraftOptions, Drafter, EngineError, GenerateOptions, GenerationStats, HostCache, Model, Sequence, Session,
+    StopReason,
 };
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -235,6 +236,16 @@ fn refuses(queued: usize, idle: usize, max: usize) -> bool {
     queued >= idle && queued - idle >= max
 }
 
+/// Cells a job's reply is expected to take at admission, when its `max_tokens` allows as many:
+/// a job is admitted while its prompt's new cells and this much of its reply fit beside what
+/// the running jobs still expect (vLLM admits on the prompt alone; a margin keeps preemption
+/// rare). A reply that outgrows it takes cached prefixes' cells, then a later job's.
+pub const REPLY_RESERVE: usize = 256;
+
+/// Positions evicted at a time from the tail of an idle slot's cached tokens: its prefix,
+/// which other prompts may share, stays longest.
+pub const EVICT_BLOCK: usize = 256;
+
 /// Tokens one forward pass takes at most by default (`--batch-size`): every generating slot's
 /// next token, and prompt chunks up to the rest (llama.cpp's `n_batch`), so a long prompt
 /// shares the passes with the streams already running instead of stalling them.
@@ -242,10 +253,19 @@ pub const STEP_TOKENS: usize = 512;
 
 /// How the engine loop runs its slots.
 pub struct SlotConfig {
-    /// Slots: KV sequences `0..n_slots` of the session.
+    /// Slots: KV sequences `0..n_slots` of the session, at most [`crate::engine::MAX_SEQUENCES`].
     pub n_slots: usize,
     /// Positions each slot may hold.
     pub n_ctx: usize,
+    /// The slots share the session's whole cache (`--kv-unified`, the default): a job is
+    /// admitted while the cells it needs fit, cached prefixes are evicted least recently used
+    /// first, and a running job is preempted (and resumed later, bit for bit) when the cache
+    /// runs out. Otherwise each slot has its own `n_ctx` cells, and a free slot always admits.
+    pub by_memory: bool,
+    /// The host tier of the prompt cache (`--cache-ram`), in bytes: idle slots' cached tokens
+    /// are copied there before their cells are evicted, and restored into a slot whose prompt
+    /// starts with them. `None`: none.
+    pub cache_ram: Option<usize>,
     /// Tokens a pass takes at most (at least one per slot).
     pub step_tokens: usize,
     /// Speculative decoding: one drafter per slot, and how many proposals a step checks.
@@ -372,9 +392,10 @@ struct Active<'t> {
     /// The job's next run not yet started by any slot.
     next_run: Arc<AtomicUsize>,
     run: usize,
-    /// A choice started beside the job's first: it waits for that slot (`wait_for`) to have
-    /// read the prompt, then shares its KV cells up to the last prompt token.
-    wait_for: Option<usize>,
+    /// A run waiting for another slot to read the start of its prompt, to share those cells
+    /// rather than read them too: a choice started beside the job's first, or a prompt that
+    /// starts as one being read does (16 agents sending one system prompt at once read it once).
+    wait_for: Option<Wait>,
     seq: Sequence<'t>,
     /// Prompt tokens already in the slot's KV cells.
     next_prompt: usize,
@@ -399,9 +420,31 @@ struct Active<'t> {
     slot: usize,
     /// A chunk of the prompt went into this step's pass: its progress is reported after it.
     read_chunk: bool,
+    /// When the job was admitted (the engine's clock): the job admitted last is preempted first.
+    admitted: u64,
+    /// After a preemption: the tokens to read again before the pending token (the prompt and
+    /// what was generated before it), read as a prompt whose last row needs no logits.
+    replay: Vec<u32>,
 }
 
 impl Active<'_> {
+    /// What the slot reads before it generates: the prompt, or after a preemption the replay.
+    fn to_read(&self) -> &[u32] {
+        if self.replay.is_empty() {
+            &self.job.runs[self.run].prompt
+        } else {
+            &self.replay
+        }
+    }
+
+    /// Cells the run still expects to take: the rest of what it reads, and its reply up to
+    /// [`REPLY_RESERVE`].
+    fn outstanding(&self) -> usize {
+        let left = self.job.runs[self.run].max_tokens.saturating_sub(self.n_generated);
+        let read = self.next_prompt.max(self.wait_for.map_or(0, |w| w.len));
+        self.to_read().len().saturating_sub(read) + left.min(REPLY_RESERVE)
+    }
+
     /// The run's timings now: the prompt's time runs until the first token is sampled, the
     /// generation's from then on.
     fn timings(&self) -> RunTimings {
@@ -420,6 +463,11 @@ impl Active<'_> {
         }
     }
 
+    /// Whether the run's next token is pending (its prompt, or replay, read).
+    fn generating(&self) -> bool {
+        self.pending.is_some() && self.next_prompt >= self.to_read().len()
+    }
+
     /// The run's prompt progress as an event.
     fn progress(&self, timings: RunTimings) -> Event {
         let prompt_len = self.job.runs[self.run].prompt.len();
@@ -431,6 +479,15 @@ impl Active<'_> {
             timings,
         }
     }
+}
+
+/// Which run a waiting run waits for: the slot, the run's admission stamp (a slot that took
+/// another run since is not it), and the prompt positions `0..len` it will share.
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    slot: usize,
+    admitted: u64,
+    len: usize,
 }
 
 /// A step's proposals for one slot: batch rows after the pending token's, at the positions
@@ -447,6 +504,15 @@ struct Check {
 struct Engine<'s> {
     session: Session,
     n_ctx: usize,
+    /// Admission by memory, eviction and preemption ([`SlotConfig::by_memory`]).
+    by_memory: bool,
+    /// Runs preempted for memory, oldest admission first: they take free slots before any
+    /// queued job.
+    preempted: Vec<Active<'s>>,
+    /// The host tier (`--cache-ram`).
+    host: Option<HostCache>,
+    /// Per slot: its cached tokens are in the host tier already (since its last job began).
+    saved: Vec<bool>,
     /// Tokens a pass takes at most (at least one per slot).
     step_tokens: usize,
     shared: &'s Shared,
@@ -458,10 +524,11 @@ struct Engine<'s> {
     /// Each slot's drafter (none without speculative decoding, or after it panicked).
     drafters: Vec<Option<Box<dyn Drafter + Send>>>,
     draft: DraftOptions,
-    /// When each slot last took a job, in jobs taken (0: never); the least recent is evicted
-    /// first.
+    /// When each slot last took or ended a job, on the engine's clock (0: never); the least
+    /// recent idle slot is evicted first, and taken first by a job that shares none of it.
     last_used: Vec<u64>,
-    jobs_taken: u64,
+    /// Counts job starts and ends.
+    clock: u64,
 }
 
 impl<'s> Engine<'s> {
@@ -470,6 +537,10 @@ impl<'s> Engine<'s> {
         Engine {
             session,
             n_ctx: config.n_ctx,
+            by_memory: config.by_memory,
+            preempted: Vec::new(),
+            host: config.cache_ram.map(HostCache::new),
+            saved: vec![false; config.n_slots],
             step_tokens: config.step_tokens.max(config.n_slots),
             shared,
             slots: (0..config.n_slots).map(|_| None).collect(),
@@ -478,7 +549,7 @@ impl<'s> Engine<'s> {
             drafters: drafters.into_iter().map(Some).collect(),
             draft,
             last_used: vec![0; config.n_slots],
-            jobs_taken: 0,
+            clock: 0,
         }
     }
 
@@ -497,14 +568,17 @@ impl<'s> Engine<'s> {
 
     /// Gives queued jobs (oldest first) to idle slots, preferring the slot whose cached tokens
     /// share the longest prefix with the job's prompt; waits while there is nothing to do.
-    /// `false` when the process is going away.
+    /// Preempted runs come back first. By memory, a job starts only while the cells it needs
+    /// fit ([`Engine::fits`]); the jobs behind it wait their turn. `false` when the process is
+    /// going away.
     fn take_jobs(&mut self) -> bool {
+        self.resume_preempted();
         let mut queue = self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             // The oldest job that can start: one pinned to a busy slot waits for it while the
             // jobs behind it take the other slots.
             let mut next = 0;
-            while self.slots.iter().any(Option::is_none) && next < queue.len() {
+            while self.preempted.is_empty() && self.slots.iter().any(Option::is_none) && next < queue.len() {
                 if queue[next]
                     .id_slot
                     .is_some_and(|s| self.slots.get(s).is_none_or(Option::is_some))
@@ -512,8 +586,8 @@ impl<'s> Engine<'s> {
                     next += 1;
                     continue;
                 }
-                let Some(job) = queue.remove(next) else { break };
-                if job.abandoned() || self.shared.stop_all.load(Ordering::Relaxed) {
+                if queue[next].abandoned() || self.shared.stop_all.load(Ordering::Relaxed) {
+                    let job = queue.remove(next).expect("in the queue");
                     eprintln!(
                         "request cancelled before it started, after {:.3} s in the queue",
                         job.arrived.elapsed().as_secs_f64()
@@ -521,6 +595,7 @@ impl<'s> Engine<'s> {
                     self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                let job = &queue[next];
                 // Read in place: copying each idle slot's tokens for every job would cost a context
                 // of tokens per slot.
                 let prompt: &[u32] = job.runs.first().map_or(&[], |r| &r.prompt);
@@ -532,20 +607,27 @@ impl<'s> Engine<'s> {
                             let held = kv.seq_cells(id).len();
                             (
                                 reuse(common_prefix(kv.seq_tokens(id), prompt), held),
+                                // An empty slot before one whose cached tokens may come back.
+                                held == 0,
                                 std::cmp::Reverse(self.last_used[id]),
                                 std::cmp::Reverse(id),
                             )
                         })
                         .expect("a slot is idle")
                 });
-                self.jobs_taken += 1;
-                self.last_used[id] = self.jobs_taken;
+                let reply = job.runs.first().map_or(0, |r| r.max_tokens).min(REPLY_RESERVE);
+                if !self.fits(id, prompt, job.cache_prompt, reply) {
+                    break;
+                }
+                let job = queue.remove(next).expect("in the queue");
+                self.clock += 1;
+                self.last_used[id] = self.clock;
                 let (job, next_run) = (Arc::new(job), Arc::new(AtomicUsize::new(1)));
                 self.begin(id, Arc::clone(&job), Arc::clone(&next_run), 0, None);
                 self.fan_out(id, &job, &next_run);
             }
             self.metrics().queue_depth.store(queue.len(), Ordering::Relaxed);
-            if self.slots.iter().any(Option::is_some) {
+            if self.slots.iter().any(Option::is_some) || !self.preempted.is_empty() {
                 return true;
             }
             if self.shared.closed.load(Ordering::Relaxed) && queue.is_empty() {
@@ -553,6 +635,209 @@ impl<'s> Engine<'s> {
             }
             queue = self.shared.wake.wait(queue).unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    /// Whether a run that reads `tokens` on idle slot `id` (keeping the cached prefix it
+    /// would share, with `cache`) and expects `reply` cells of reply fits the cache now: free
+    /// cells and those only idle slots hold (evictable, less the prefix it keeps) cover what
+    /// the running jobs still expect and what it needs. Always true with a slot's own cells
+    /// (not by memory) and when nothing runs: an idle cache is the whole budget.
+    fn fits(&self, id: usize, tokens: &[u32], cache: bool, reply: usize) -> bool {
+        if !self.by_memory || self.slots.iter().all(Option::is_none) {
+            return true;
+        }
+        let kv = self.session.kv();
+        let idle = self.idle_mask();
+        let (src, kept) = match cache {
+            true => {
+                let src = self.prefix_source(id, tokens);
+                (src, kv.prefix_len(src, tokens).min(tokens.len().saturating_sub(1)))
+            }
+            false => (id, 0),
+        };
+        let room = (kv.n_free() + kv.held_only_by(idle)).saturating_sub(kv.prefix_held_only_by(src, kept as i32, idle));
+        // A prompt being read that this one starts with will be shared, not read again.
+        let ahead = match cache && self.by_memory {
+            true => self.reader_prefix(id, tokens).map_or(0, |(_, len)| len),
+            false => 0,
+        };
+        let committed: usize = self.slots.iter().flatten().map(Active::outstanding).sum();
+        room >= committed + tokens.len() - kept.max(ahead) + reply
+    }
+
+    /// The idle slots, bit `s` for slot `s`.
+    fn idle_mask(&self) -> u64 {
+        (0..self.slots.len())
+            .filter(|&s| self.slots[s].is_none())
+            .fold(0, |mask, s| mask | 1 << s)
+    }
+
+    /// Preempted runs take idle slots again, oldest admission first, while they fit: each
+    /// shares what the cache still holds of its tokens and reads the rest.
+    fn resume_preempted(&mut self) {
+        let stop_all = self.shared.stop_all.load(Ordering::Relaxed);
+        for active in self.preempted.extract_if(.., |a| stop_all || a.job.abandoned()) {
+            eprintln!("a preempted request was cancelled after {} tokens", active.n_generated);
+            self.shared.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+        }
+        while let Some(first) = self.preempted.first() {
+            let tokens = first.to_read();
+            let kv = self.session.kv();
+            let Some(id) = (0..self.slots.len())
+                .filter(|&id| self.slots[id].is_none())
+                .max_by_key(|&id| (kv.prefix_len(id, tokens), std::cmp::Reverse(self.last_used[id])))
+            else {
+                return;
+            };
+            let reply = first.job.runs[first.run].max_tokens.saturating_sub(first.n_generated);
+            if !self.fits(id, tokens, true, reply.min(REPLY_RESERVE)) {
+                return;
+            }
+            let mut active = self.preempted.remove(0);
+            let tokens = active.to_read().to_vec();
+            let kept = self
+                .session
+                .share_prefix(self.prefix_source(id, &tokens), id, &tokens)
+                .unwrap_or_else(|_| {
+                    let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
+                    0
+                });
+            eprintln!(
+                "slot {id}: resumes a preempted run after {} tokens ({kept} of {} still cached)",
+                active.n_generated,
+                tokens.len()
+            );
+            active.next_prompt = kept;
+            active.slot = id;
+            self.clock += 1;
+            self.last_used[id] = self.clock;
+            self.set_processing(id, true);
+            self.update_view(id, |v| {
+                v.processing = true;
+                v.has_next_token = true;
+            });
+            self.slots[id] = Some(active);
+        }
+    }
+
+    /// Makes `n` cells free if the idle slots' cached cells allow: the least recently used
+    /// idle slot's last [`EVICT_BLOCK`] positions go first, so shared prefixes stay longest.
+    /// `false` when the idle slots hold no more.
+    fn make_room(&mut self, n: usize) -> bool {
+        while self.session.kv().n_free() < n {
+            let kv = self.session.kv();
+            let victim = (0..self.slots.len())
+                .filter(|&s| self.slots[s].is_none() && !kv.seq_cells(s).is_empty())
+                .min_by_key(|&s| (self.last_used[s], s));
+            let Some(victim) = victim else {
+                return false;
+            };
+            if !self.saved[victim] {
+                self.saved[victim] = true;
+                self.save_to_host(victim);
+            }
+            let kv = self.session.kv();
+            let last = kv.seq_pos_max(victim).unwrap_or(0).max(0) as usize;
+            let from = (last / EVICT_BLOCK * EVICT_BLOCK) as i32;
+            let before = kv.n_free();
+            let _ = self.session.seq_rm(Some(victim), from, i32::MAX);
+            let freed = self.session.kv().n_free() - before;
+            self.metrics()
+                .cache_evicted_cells
+                .fetch_add(freed as u64, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Copies slot `id`'s cached tokens to the host tier, if there is one.
+    fn save_to_host(&mut self, id: usize) {
+        let Some(host) = &mut self.host else { return };
+        match self.session.save_prefix(id) {
+            Ok(prefix) => host.insert(prefix),
+            Err(e) => eprintln!("slot {id}: its cached tokens were not copied to host memory: {e}"),
+        }
+        self.shared
+            .metrics
+            .host_cache_bytes
+            .store(host.bytes(), Ordering::Relaxed);
+    }
+
+    /// Slot `id`'s run, just begun, takes from the host tier the longest copy of its prompt
+    /// beyond what its cells share (all but the prompt's last token, whose logits it needs):
+    /// rows written back, not computed again.
+    fn restore_from_host(&mut self, id: usize) {
+        let (Some(host), Some(active)) = (&mut self.host, &self.slots[id]) else {
+            return;
+        };
+        let prompt = &active.job.runs[active.run].prompt;
+        let from = active.next_prompt;
+        if !active.job.cache_prompt || active.wait_for.is_some() || from + 1 >= prompt.len() {
+            return;
+        }
+        let Some((saved, common)) = host.best(prompt) else {
+            return;
+        };
+        let to = common.min(prompt.len() - 1);
+        if to <= from {
+            return;
+        }
+        if !self.make_room(to - from) {
+            return;
+        }
+        match self.session.restore_prefix(id, &saved, from, to) {
+            Ok(to) if to > from => {
+                let metrics = self.metrics();
+                metrics.host_cache_hits.fetch_add(1, Ordering::Relaxed);
+                metrics
+                    .host_cache_tokens
+                    .fetch_add((to - from) as u64, Ordering::Relaxed);
+                eprintln!("slot {id}: {} prompt tokens restored from host memory", to - from);
+                let active = self.slots[id].as_mut().expect("checked");
+                active.next_prompt = to;
+                active.n_cached = to;
+                self.update_view(id, |v| v.n_cached = to);
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("slot {id}: the host copy of its prompt was not restored: {e}"),
+        }
+    }
+
+    /// Preempts the run admitted last (when another runs beside it) to give its cells back:
+    /// its slot becomes idle with its cells as a cached prefix (evicted as any), and the run
+    /// waits to resume, reading its prompt and what it generated again (bit for bit what it
+    /// held) before its pending token. `false` when no run can give way.
+    fn preempt(&mut self) -> bool {
+        let running: Vec<usize> = (0..self.slots.len())
+            .filter(|&s| self.slots[s].as_ref().is_some_and(|a| a.wait_for.is_none()))
+            .collect();
+        if running.len() < 2 {
+            return false;
+        }
+        let id = *running
+            .iter()
+            .max_by_key(|&&s| self.slots[s].as_ref().map_or(0, |a| a.admitted))
+            .expect("two run");
+        let mut active = self.slots[id].take().expect("running");
+        if active.pending.is_some() {
+            let history = active.seq.history();
+            active.replay = history[..history.len() - 1].to_vec();
+        }
+        active.next_prompt = 0;
+        eprintln!(
+            "slot {id}: preempted after {} generated tokens: the cache is full",
+            active.n_generated
+        );
+        self.metrics().preemptions.fetch_add(1, Ordering::Relaxed);
+        // Evicted first among the idle slots: the runs still going need the room.
+        self.last_used[id] = 0;
+        self.set_processing(id, false);
+        self.update_view(id, |v| {
+            v.processing = false;
+            v.has_next_token = false;
+        });
+        let at = self.preempted.partition_point(|a| a.admitted < active.admitted);
+        self.preempted.insert(at, active);
+        true
     }
 
     /// Starts run `run` of `job` on slot `id`: the slot keeps the longest prefix of the prompt
@@ -569,7 +854,12 @@ impl<'s> Engine<'s> {
                 return;
             }
             next_run.store(run + 1, Ordering::Relaxed);
-            self.begin(id, Arc::clone(job), Arc::clone(next_run), run, Some(leader));
+            let wait = Wait {
+                slot: leader,
+                admitted: self.slots[leader].as_ref().map_or(0, |a| a.admitted),
+                len: job.runs[0].prompt.len().saturating_sub(1),
+            };
+            self.begin(id, Arc::clone(job), Arc::clone(next_run), run, Some(wait));
         }
     }
 
@@ -586,7 +876,7 @@ impl<'s> Engine<'s> {
             .map_or(id, |(_, s)| s)
     }
 
-    fn begin(&mut self, id: usize, job: Arc<Job>, next_run: Arc<AtomicUsize>, run: usize, wait_for: Option<usize>) {
+    fn begin(&mut self, id: usize, job: Arc<Job>, next_run: Arc<AtomicUsize>, run: usize, wait_for: Option<Wait>) {
         self.set_processing(id, true);
         if job.fault {
             self.fail(id, job, "fault injected on purpose (MINFER_SERVE_FAULT)".into());
@@ -604,6 +894,7 @@ impl<'s> Engine<'s> {
                 let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
                 0
             }
+            // A choice beside the first shares the first's prompt cells once they are read.
             Some(_) => {
                 let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
                 0
@@ -662,16 +953,24 @@ impl<'s> Engine<'s> {
                     unsent: Vec::new(),
                     slot: id,
                     read_chunk: false,
+                    admitted: self.clock,
+                    replay: Vec::new(),
                 });
+                self.saved[id] = false;
+                self.restore_from_host(id);
                 if let Some(active) = self.slots[id]
                     .as_ref()
                     .filter(|a| a.job.progress && a.wait_for.is_none())
                 {
                     // Before any of the prompt is read: nothing processed, no time spent.
                     let _ = active.job.events.send(active.progress(RunTimings {
-                        n_cached,
+                        n_cached: active.n_cached,
                         ..Default::default()
                     }));
+                }
+                let job = Arc::clone(&self.slots[id].as_ref().expect("begun").job);
+                if let Some(wait) = self.reader_ahead(id, &job.runs[run].prompt) {
+                    self.slots[id].as_mut().expect("begun").wait_for = Some(wait);
                 }
             }
             Err(e) => self.fail(id, job, e.to_string()),
@@ -683,6 +982,8 @@ impl<'s> Engine<'s> {
     /// has seen its response complete sees a free slot.
     fn release(&mut self, id: usize, job: Arc<Job>) {
         self.slots[id] = None;
+        self.clock += 1;
+        self.last_used[id] = self.clock;
         self.update_view(id, |v| {
             v.processing = false;
             v.has_next_token = false;
@@ -710,7 +1011,8 @@ impl<'s> Engine<'s> {
         if let Some(s) = state.get_mut(id).filter(|s| **s != on) {
             *s = on;
             if on {
-                metrics.slots_busy.fetch_add(1, Ordering::Relaxed);
+                let busy = metrics.slots_busy.fetch_add(1, Ordering::Relaxed) + 1;
+                metrics.slots_busy_max.fetch_max(busy, Ordering::Relaxed);
             } else {
                 metrics.slots_busy.fetch_sub(1, Ordering::Relaxed);
             }
@@ -745,13 +1047,9 @@ impl<'s> Engine<'s> {
         self.batch.clear();
         self.rows.clear();
         let stop_all = self.shared.stop_all.load(Ordering::Relaxed);
-        // Proposals take what the generating slots' own tokens leave of the step.
-        let n_pending = self.slots.iter().flatten().filter(|a| a.pending.is_some()).count();
-        let mut spare = self.step_tokens.saturating_sub(n_pending);
         for id in 0..self.slots.len() {
             let Some(active) = &self.slots[id] else { continue };
-            let (cancelled, pending) = (stop_all || active.job.abandoned(), active.pending);
-            if cancelled {
+            if stop_all || active.job.abandoned() {
                 let active = self.slots[id].take().expect("checked");
                 eprintln!(
                     "slot {id}: request cancelled after {} tokens; slot freed",
@@ -759,11 +1057,29 @@ impl<'s> Engine<'s> {
                 );
                 self.metrics().cancelled.fetch_add(1, Ordering::Relaxed);
                 self.release(id, active.job);
+            }
+        }
+        // Room for every generating slot's next token: cached prefixes give way first, then
+        // the runs admitted last.
+        let generating = |slots: &[Option<Active>]| slots.iter().flatten().filter(|a| a.generating()).count();
+        while self.by_memory && !self.make_room(generating(&self.slots)) && self.preempt() {}
+        // Proposals take what the generating slots' own tokens leave of the step (and of the
+        // free cells).
+        let n_pending = generating(&self.slots);
+        let mut spare = self.step_tokens.saturating_sub(n_pending);
+        if self.by_memory {
+            spare = spare.min(self.session.kv().n_free().saturating_sub(n_pending));
+        }
+        for id in 0..self.slots.len() {
+            let Some(active) = &self.slots[id] else { continue };
+            if !active.generating() {
                 continue;
             }
-            if let Some(token) = pending {
+            if let Some(token) = active.pending {
                 let pos = self.session.kv().seq_pos_max(id).map_or(0, |p| p as usize + 1);
-                if pos >= self.n_ctx {
+                // Without a free cell (one run fills the whole cache) the run ends as one that
+                // fills its context does.
+                if pos >= self.n_ctx || self.session.kv().n_free() <= self.batch.len() {
                     self.finish_context_full(id);
                     continue;
                 }
@@ -784,26 +1100,50 @@ impl<'s> Engine<'s> {
             if budget == 0 {
                 break;
             }
-            let Some(active) = &mut self.slots[id] else { continue };
-            if active.wait_for.is_some() {
+            let Some(active) = &self.slots[id] else { continue };
+            if active.wait_for.is_some() || active.next_prompt >= active.to_read().len() {
                 continue;
             }
-            let prompt = &active.job.runs[active.run].prompt;
-            if active.pending.is_some() || active.next_prompt >= prompt.len() {
-                continue;
+            let wanted = budget.min(active.to_read().len() - active.next_prompt);
+            let budget = match self.by_memory {
+                true => {
+                    self.make_room(self.batch.len() + wanted);
+                    wanted.min(self.session.kv().n_free().saturating_sub(self.batch.len()))
+                }
+                false => wanted,
+            };
+            if budget == 0 {
+                break;
             }
-            let end = prompt.len().min(active.next_prompt + budget);
-            active.read_chunk = active.job.progress;
+            let active = self.slots[id].as_mut().expect("checked");
+            let (tokens, replay) = match active.replay.is_empty() {
+                true => (&active.job.runs[active.run].prompt, false),
+                false => (&active.replay, true),
+            };
+            let end = tokens.len().min(active.next_prompt + budget);
+            active.read_chunk = active.job.progress && !replay;
             for pos in active.next_prompt..end {
-                let last = pos + 1 == prompt.len();
+                // A replay's last row needs no logits: the pending token comes after it.
+                let last = pos + 1 == tokens.len() && !replay;
                 if last {
                     self.rows.push((self.batch.len(), id, 0));
                 }
-                self.batch.add(prompt[pos], pos as i32, id, last);
+                self.batch.add(tokens[pos], pos as i32, id, last);
             }
             active.next_prompt = end;
+            if replay && end == tokens.len() {
+                active.replay = Vec::new();
+            }
         }
         if self.batch.is_empty() {
+            // Prompts that cannot get a cell: a later run gives way, or (alone) ends.
+            if self.by_memory && !self.preempt() {
+                let stuck =
+                    (0..self.slots.len()).find(|&s| self.slots[s].as_ref().is_some_and(|a| a.wait_for.is_none()));
+                if let Some(id) = stuck.filter(|_| self.session.kv().n_free() == 0) {
+                    self.finish_context_full(id);
+                }
+            }
             return;
         }
         // The grammars' next masks are computed on a second thread while the pass runs. A
@@ -920,29 +1260,78 @@ impl<'s> Engine<'s> {
         });
     }
 
-    /// Choices waiting for their leader's prompt: once the leader has read all of it but the
-    /// last token, they take its cells for those positions (shared, not copied) and read the
-    /// last token themselves, for logits of their own. A leader that is gone leaves them to
-    /// read the prompt alone.
+    /// Runs waiting for another's prompt ([`Wait`]): once that run has read the positions they
+    /// share, they take its cells for them (shared, not copied) and read the rest themselves. A
+    /// run that is gone (finished, preempted, cancelled) leaves them to share whatever the
+    /// cache holds of their prompt, and read the rest.
     fn share_prompts(&mut self) {
         for id in 0..self.slots.len() {
             let Some(active) = &self.slots[id] else { continue };
-            let Some(leader) = active.wait_for else { continue };
-            let len = active.job.runs[active.run].prompt.len();
-            let ready = match &self.slots[leader] {
-                Some(l) if Arc::ptr_eq(&l.job, &active.job) && l.wait_for.is_none() => {
-                    (l.next_prompt + 1 >= len).then_some(true)
-                }
-                _ => Some(false),
+            let Some(wait) = active.wait_for else { continue };
+            let leader = self.slots[wait.slot]
+                .as_ref()
+                .filter(|l| l.admitted == wait.admitted && l.wait_for.is_none() && l.replay.is_empty());
+            let own_job = leader.is_some_and(|l| Arc::ptr_eq(&l.job, &active.job));
+            let shared = match leader {
+                Some(l) if l.next_prompt < wait.len => continue,
+                Some(_) => self
+                    .session
+                    .seq_cp(wait.slot, id, 0, wait.len as i32)
+                    .is_ok()
+                    .then_some(wait.len),
+                None => None,
             };
-            let Some(shared) = ready else { continue };
-            let shared = shared && len > 1 && self.session.seq_cp(leader, id, 0, len as i32 - 1).is_ok();
+            let prompt = active.job.runs[active.run].prompt.clone();
+            let next = match shared {
+                Some(len) => len,
+                None if active.job.cache_prompt => self
+                    .session
+                    .share_prefix(self.prefix_source(id, &prompt), id, &prompt)
+                    .unwrap_or(0),
+                None => 0,
+            };
             let active = self.slots[id].as_mut().expect("checked");
             active.wait_for = None;
-            if shared {
-                active.next_prompt = len - 1;
+            active.next_prompt = next;
+            // Another request's reading saved this one's: cached, as far as it is concerned.
+            if !own_job && active.job.cache_prompt {
+                active.n_cached = next;
+                self.update_view(id, |v| v.n_cached = next);
             }
         }
+    }
+
+    /// A run already reading a longer start of `prompt` than slot `id` holds: slot `id` waits
+    /// for it ([`Wait`]) instead of reading the same positions beside it.
+    fn reader_ahead(&self, id: usize, prompt: &[u32]) -> Option<Wait> {
+        let active = self.slots[id].as_ref()?;
+        if !active.job.cache_prompt || active.wait_for.is_some() || !self.by_memory {
+            return None;
+        }
+        let (slot, len) = self.reader_prefix(id, prompt)?;
+        (len > active.next_prompt).then(|| Wait {
+            slot,
+            admitted: self.slots[slot].as_ref().map_or(0, |a| a.admitted),
+            len,
+        })
+    }
+
+    /// The running slot (not `id`) that is reading a prompt sharing the longest start with
+    /// `prompt` that it has not read yet, and that length (at most all of `prompt` but its
+    /// last token).
+    fn reader_prefix(&self, id: usize, prompt: &[u32]) -> Option<(usize, usize)> {
+        (0..self.slots.len())
+            .filter(|&s| s != id)
+            .filter_map(|s| {
+                let l = self.slots[s].as_ref()?;
+                if l.wait_for.is_some() || !l.replay.is_empty() || l.pending.is_some() {
+                    return None;
+                }
+                let len = common_prefix(l.to_read().iter().copied(), prompt).min(prompt.len().saturating_sub(1));
+                (len > l.next_prompt).then_some((len, s))
+            })
+            .max()
+            .map(|(len, s)| (s, len))
     }
 
     /// Samples slot `id`'s next token from batch row `row` and reports it.

@@ -447,6 +447,7 @@ impl LoadArgs {
             session: minfer::engine::SessionOptions {
                 n_ctx: self.n_ctx,
                 n_seq_max: 1,
+                kv_unified: false,
                 type_k: self.cache.cache_type_k,
                 type_v: self.cache.cache_type_v,
                 n_ubatch: match (self.batch_size, self.ubatch_size) {

@@ -31,14 +31,26 @@ pub(crate) struct ServeArgs {
     /// Port to listen on (0 picks a free one; the address is printed on standard error).
     #[arg(long, default_value_t = 8080)]
     pub(crate) port: u16,
-    /// Concurrent generations, each with its own KV cache of --n-ctx tokens.
-    #[arg(long = "n-slots", alias = "parallel", default_value_t = 4)]
-    pub(crate) n_slots: usize,
-    /// Context size of each slot in tokens (clamped to the model's maximum). 0, the default:
-    /// the model's training context shared by the slots (fit to memory as the CLI's -c 0 is), the
-    /// KV memory llama-server's default takes.
+    /// Most concurrent generations (slots). Default: as many as the KV cache admits (up to 64;
+    /// 4 with a draft model, whose drafters hold a cache per slot; 4 with --no-kv-unified).
+    #[arg(long = "n-slots", alias = "parallel", value_name = "N")]
+    pub(crate) n_slots: Option<usize>,
+    /// The server's whole KV cache in tokens (cells), shared by every generation, as
+    /// llama-server's -c is; each generation may hold up to the model's training context of
+    /// it. 0, the default: the model's training context, fit to memory as the CLI's -c 0 is.
     #[arg(short = 'c', long = "n-ctx", alias = "ctx-size", default_value_t = 0)]
     pub(crate) n_ctx: usize,
+    /// One KV cache for all slots (the default): requests are admitted while the cells they
+    /// need fit, cached prompts are shared by any slot and evicted least recently used first.
+    /// --no-kv-unified splits -c evenly between the slots instead.
+    #[arg(long = "no-kv-unified", alias = "no-kvu", action = clap::ArgAction::SetFalse)]
+    pub(crate) kv_unified: bool,
+    /// MiB of host memory for cached prompts evicted from the KV cache (llama-server's
+    /// --cache-ram): a prompt that starts with one gets its rows back instead of reading it
+    /// again. -1: no limit; 0: none.
+    #[arg(long = "cache-ram", alias = "cram", value_name = "MIB", default_value_t = 8192, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i64).range(-1..))]
+    pub(crate) cache_ram: i64,
     /// Require this key as 'Authorization: Bearer KEY' (also MINFER_API_KEY).
     #[arg(
         long,
@@ -238,6 +250,18 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         args.api_key = Some(keys[0].to_string());
     }
     let draft_choice = args.draft.choice()?;
+    // Without -np the cache decides how many run at once, up to the most its cells can tell
+    // apart; a draft model's drafters each hold a cache, so they keep llama-server's 4.
+    let n_slots = args.n_slots.unwrap_or(match args.kv_unified && draft_choice.is_none() {
+        true => minfer::server::MAX_SLOTS,
+        false => 4,
+    });
+    // Split between the slots, -c is each one's share (llama-server's way without --kv-unified).
+    let n_ctx = match args.kv_unified {
+        true => args.n_ctx,
+        false if args.n_ctx > 0 => (args.n_ctx / n_slots.max(1)).max(1),
+        false => 0,
+    };
     let mut defaults = minfer::server::RequestDefaults {
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
@@ -307,13 +331,14 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         port: args.port,
         model_options,
         session: minfer::engine::SessionOptions {
-            n_ctx: args.n_ctx,
-            n_seq_max: args.n_slots,
+            n_ctx,
+            n_seq_max: n_slots,
+            kv_unified: args.kv_unified,
             type_k: args.cache.cache_type_k,
             type_v: args.cache.cache_type_v,
             // A step takes up to --batch-size tokens in one pass: the window cache, where the
             // model has one, holds that beside the slots' windows.
-            n_ubatch: Some(args.batch_size.max(args.n_slots)),
+            n_ubatch: Some(args.batch_size.max(n_slots)),
             swa_full: args.cache.swa_full,
         },
         api_key,
@@ -327,6 +352,11 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         max_connections: args.max_connections,
         special_in_content: args.special_in_content,
         batch_size: args.batch_size,
+        cache_ram: match args.cache_ram {
+            0 => None,
+            -1 => Some(usize::MAX),
+            mib => Some((mib as usize).saturating_mul(1 << 20)),
+        },
         embeddings: args.embeddings || args.reranking,
         pooling: args.pooling,
         embd_normalize: minfer::engine::Normalize::new(args.embd_normalize).context("--embd-normalize")?,
