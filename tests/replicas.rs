@@ -238,8 +238,9 @@ fn replicas() -> Vec<Server> {
     let args = [
         "--n-slots",
         "32",
+        // The whole cache: 1,024 cells a slot, as before -c was the cache's.
         "--n-ctx",
-        "1024",
+        "32768",
         "-t",
         "1",
         "--shutdown-timeout",

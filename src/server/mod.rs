@@ -120,6 +120,9 @@ pub struct ServerConfig {
     /// rows kept in memory after their cells are evicted. `None`: none. Only with one cache for
     /// all slots (`session.kv_unified`), and not for a model with a window cache.
     pub cache_ram: Option<usize>,
+    /// `session.n_seq_max` is a default, not the user's `-np`: a model with sliding-window
+    /// layers then gets 4 slots, as each slot keeps a window of its own in those layers.
+    pub n_slots_auto: bool,
     /// Serve embeddings (`--embeddings`): `/v1/embeddings`, `/embedding`, Ollama's
     /// `/api/embed`, and `/rerank` when the pooling is `rank` (`--reranking`).
     pub embeddings: bool,
@@ -147,6 +150,9 @@ pub struct ServerConfig {
 /// The most slots a server runs: one KV sequence each, and a cache holds at most
 /// [`MAX_SEQUENCES`](crate::engine::MAX_SEQUENCES) of them.
 pub const MAX_SLOTS: usize = crate::engine::MAX_SEQUENCES;
+
+/// Slots of a model with sliding-window layers when `-np` is not given.
+pub const DEFAULT_SLOTS_WINDOWED: usize = 4;
 /// The most tokens one forward pass may take (llama.cpp's largest common `n_batch`).
 pub const MAX_BATCH_SIZE: usize = 8192;
 /// Tokens one forward pass takes at most by default.
@@ -273,6 +279,13 @@ struct Loaded {
 fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<Loaded, ServerError> {
     let model = Arc::new(Model::load(&config.model, &config.model_options)?);
     let n_threads = model.backends().n_threads();
+    let hp = model.hparams();
+    let mut config = config.clone();
+    if config.n_slots_auto && !config.session.swa_full && (0..hp.n_layer).any(|il| hp.is_swa(il)) {
+        // 64 windows of every slot would outgrow the full cache they are meant to save.
+        config.session.n_seq_max = config.session.n_seq_max.min(DEFAULT_SLOTS_WINDOWED);
+    }
+    let config = &config;
     // One session for every slot: sequence i is slot i, holding up to n_ctx positions (of one
     // shared cache, or of its own share).
     let session = Session::with_options(&model, &config.session).map_err(|e| ServerError::Config(e.to_string()))?;

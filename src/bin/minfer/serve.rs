@@ -32,7 +32,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 8080)]
     pub(crate) port: u16,
     /// Most concurrent generations (slots). Default: as many as the KV cache admits (up to 64;
-    /// 4 with a draft model, whose drafters hold a cache per slot; 4 with --no-kv-unified).
+    /// 4 with a draft model, whose drafters hold a cache per slot, with --no-kv-unified, or for
+    /// a model with sliding-window layers, whose slots each keep a window).
     #[arg(long = "n-slots", alias = "parallel", value_name = "N")]
     pub(crate) n_slots: Option<usize>,
     /// The server's whole KV cache in tokens (cells), shared by every generation, as
@@ -352,6 +353,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         max_connections: args.max_connections,
         special_in_content: args.special_in_content,
         batch_size: args.batch_size,
+        n_slots_auto: args.n_slots.is_none(),
         cache_ram: match args.cache_ram {
             0 => None,
             -1 => Some(usize::MAX),

@@ -589,7 +589,7 @@ mod tests {
         assert_eq!(serve.model_flag.as_deref(), Some(std::path::Path::new("m.gguf")));
         assert_eq!(
             (serve.alias.as_deref(), serve.n_slots, serve.timeout),
-            (Some("a"), 3, Some(30.0))
+            (Some("a"), Some(3), Some(30.0))
         );
         let cli = parse(&["minfer", "-hf", "ggml-org/gemma-3-270m-GGUF:Q8_0"]).unwrap();
         assert_eq!(
