@@ -154,6 +154,7 @@ print(json.dumps({
     "prefilled_ratio": round(prefilled[0] / max(naive[0], 1), 3),
     "generated_tokens": generated[0], "aggregate_tok_s": round(generated[0] / wall, 2), "wall_s": round(wall, 1),
     "rounds": rounds,
-    **({"rss_mib_min": round(min(rss) / 1024, 1), "rss_mib_max": round(max(rss) / 1024, 1), "rss_samples": len(rss)}
+    **({"rss_mib_min": round(min(rss) / 1024, 1), "rss_mib_max": round(max(rss) / 1024, 1), "rss_samples": len(rss),
+        "rss_mib_each_minute": [round(kb / 1024, 1) for kb in rss[::12]]}
        if rss else {}),
 }))

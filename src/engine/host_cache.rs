@@ -16,14 +16,28 @@ use std::sync::Arc;
 pub struct SavedPrefix {
     /// The tokens, position `i` at index `i`.
     pub tokens: Vec<u32>,
-    /// (layer, K rows, V rows).
-    pub(super) layers: Vec<(usize, Vec<u8>, Vec<u8>)>,
+    /// The KV layers, in the order their rows are in `rows`.
+    pub(super) layers: Vec<usize>,
+    /// Bytes of one K row and one V row.
+    pub(super) row_bytes: (usize, usize),
+    /// Every layer's K rows then V rows, layer after layer, in one allocation: a copy freed
+    /// is a mapping given back to the system, not holes in the heap.
+    pub(super) rows: Vec<u8>,
 }
 
 impl SavedPrefix {
     /// Host bytes the copy holds.
     pub fn bytes(&self) -> usize {
-        self.layers.iter().map(|(_, k, v)| k.len() + v.len()).sum::<usize>() + 4 * self.tokens.len()
+        self.rows.len() + 4 * self.tokens.len()
+    }
+
+    /// Layer number `i`'s K (`v = false`) or V rows for positions `from..to`.
+    pub(super) fn layer_rows(&self, i: usize, v: bool, from: usize, to: usize) -> &[u8] {
+        let (k, vb) = self.row_bytes;
+        let n = self.tokens.len();
+        let start = i * n * (k + vb) + if v { n * k } else { 0 };
+        let row = if v { vb } else { k };
+        &self.rows[start + from * row..start + to * row]
     }
 }
 
@@ -126,10 +140,11 @@ mod tests {
     use super::*;
 
     fn prefix(tokens: &[u32], row: usize) -> SavedPrefix {
-        let rows = vec![0u8; tokens.len() * row];
         SavedPrefix {
             tokens: tokens.to_vec(),
-            layers: vec![(0, rows.clone(), rows)],
+            layers: vec![0],
+            row_bytes: (row, row),
+            rows: vec![0u8; 2 * tokens.len() * row],
         }
     }
 

@@ -391,8 +391,9 @@ impl KvCells {
     /// The explicit-span inputs for `batch` (already placed): `index` gets, for each sequence
     /// of the batch in order of first appearance, its cells by position; `spans` gets, per
     /// token, the offset of its sequence's list and how many of those cells (positions up to its
-    /// own) it sees. `index` keeps its length (the graph input's size); what is not written is 0.
-    pub fn fill_spans(&self, batch: &Batch, index: &mut [i32], spans: &mut Vec<i32>) {
+    /// own) it sees. Returns how many entries of `index` it wrote; the rest is left as it was
+    /// (nothing reads past the spans).
+    pub fn fill_spans(&self, batch: &Batch, index: &mut [i32], spans: &mut Vec<i32>) -> usize {
         spans.clear();
         let mut used = 0;
         // (seq, offset) of the sequences written so far; a batch holds few sequences.
@@ -416,7 +417,7 @@ impl KvCells {
             spans.push(offset as i32);
             spans.push(count as i32);
         }
-        index[used..].fill(0);
+        used
     }
 }
 
@@ -426,6 +427,26 @@ mod tests {
 
     fn cells_of(kv: &KvCells, seq: SeqId) -> Vec<(u32, i32)> {
         kv.seq_cells(seq).iter().map(|&c| (c, kv.cell_pos(c))).collect()
+    }
+
+    #[test]
+    fn only_cells_no_other_sequence_holds_count_as_freed_by_removing_a_set_of_sequences() {
+        let mut kv = KvCells::new(16, 3).unwrap();
+        let mut cells = Vec::new();
+        kv.place(&Batch::for_sequence(&[1, 2, 3, 4], 0, 0, 1), &mut cells)
+            .unwrap();
+        // Sequence 1 shares the first three cells and adds two; sequence 2 has one of its own.
+        kv.seq_cp(0, 1, 0, 3).unwrap();
+        kv.place(&Batch::for_sequence(&[7, 8], 3, 1, 1), &mut cells).unwrap();
+        kv.place(&Batch::for_sequence(&[9], 0, 2, 1), &mut cells).unwrap();
+        assert_eq!((kv.n_used(), kv.n_free()), (7, 9));
+        assert_eq!(kv.held_only_by(1 << 1), 2);
+        assert_eq!(kv.held_only_by(1 << 0), 1);
+        assert_eq!(kv.held_only_by(1 << 0 | 1 << 1), 6);
+        assert_eq!(kv.held_only_by(0b111), 7);
+        // Of sequence 1's first four positions, one is its own; with 0 idle too, all four.
+        assert_eq!(kv.prefix_held_only_by(1, 4, 1 << 1), 1);
+        assert_eq!(kv.prefix_held_only_by(1, 4, 0b11), 4);
     }
 
     #[test]
@@ -529,9 +550,9 @@ mod tests {
         assert_eq!(cells, [2, 3, 4]);
         let mut index = vec![-5; 16];
         let mut spans = Vec::new();
-        kv.fill_spans(&batch, &mut index, &mut spans);
+        assert_eq!(kv.fill_spans(&batch, &mut index, &mut spans), 5);
         assert_eq!(&index[..5], [0, 1, 2, 3, 4]);
-        assert!(index[5..].iter().all(|&c| c == 0));
+        assert!(index[5..].iter().all(|&c| c == -5), "left as it was");
         assert_eq!(spans, [0, 3, 3, 1, 3, 2]);
     }
 }

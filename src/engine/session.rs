@@ -160,16 +160,7 @@ impl Session {
     /// with a context of its own in one cache.
     pub fn with_sequences_of(model: &Model, n_ctx_seq: usize, n_seq_max: usize) -> Result<Self, EngineError> {
         let n_ctx_seq = model.clamp_n_ctx(n_ctx_seq);
-        let mut session = Self::build(
-            Arc::clone(model.def()),
-            model.backends().new_contexts(),
-            n_ctx_seq * n_seq_max.max(1),
-            n_seq_max,
-        )?;
-        session.params.cparams.n_ctx_seq = n_ctx_seq;
-        session.params.cparams.n_gpu_layers = model.backends().n_gpu_layers();
-        session.kv.set_max_per_seq(n_ctx_seq);
-        Ok(session)
+        Self::with_limits(model, n_ctx_seq * n_seq_max.max(1), n_ctx_seq, n_seq_max)
     }
 
     /// A session of up to `n_seq_max` sequences sharing one cache of `n_ctx` cells (at least
@@ -178,7 +169,11 @@ impl Session {
     /// rather than giving each a fixed share.
     pub fn with_budget(model: &Model, n_ctx: usize, n_seq_max: usize) -> Result<Self, EngineError> {
         let n_ctx = n_ctx.max(1);
-        let n_ctx_seq = model.clamp_n_ctx(n_ctx);
+        Self::with_limits(model, n_ctx, model.clamp_n_ctx(n_ctx), n_seq_max)
+    }
+
+    /// `n_ctx` cells for `n_seq_max` sequences of at most `n_ctx_seq` each.
+    fn with_limits(model: &Model, n_ctx: usize, n_ctx_seq: usize, n_seq_max: usize) -> Result<Self, EngineError> {
         let mut session = Self::build(
             Arc::clone(model.def()),
             model.backends().new_contexts(),
@@ -717,22 +712,23 @@ impl Session {
         let cells: Vec<u32> = self.kv.seq_cells(seq)[..n].to_vec();
         let (row_k, row_v) = self.row_bytes();
         let alloc = self.cache.alloc_mut();
-        let mut layers = Vec::new();
-        for layer in alloc.kv_layers() {
-            let mut pair = [Vec::new(), Vec::new()];
+        let layers = alloc.kv_layers();
+        let mut rows = vec![0u8; layers.len() * n * (row_k + row_v)];
+        let mut at = 0;
+        for &layer in &layers {
             for (v, row) in [(false, row_k), (true, row_v)] {
-                let rows = &mut pair[usize::from(v)];
-                rows.resize(n * row, 0);
+                let part = &mut rows[at..at + n * row];
                 for_runs(&cells, |i, cell, len| {
-                    alloc.read_kv_at(layer, v, cell * row, &mut rows[i * row..(i + len) * row])
+                    alloc.read_kv_at(layer, v, cell * row, &mut part[i * row..(i + len) * row])
                 })?;
+                at += n * row;
             }
-            let [k, v] = pair;
-            layers.push((layer, k, v));
         }
         Ok(SavedPrefix {
             tokens: tokens[..n].to_vec(),
             layers,
+            row_bytes: (row_k, row_v),
+            rows,
         })
     }
 
@@ -748,7 +744,13 @@ impl Session {
     ) -> Result<usize, EngineError> {
         let to = to.min(saved.tokens.len());
         let held = self.kv.prefix_len(seq, &saved.tokens);
-        if from >= to || held != from || self.kv.seq_cells(seq).len() != from || self.window.is_some() {
+        // A copy in other KV types (the cache's changed since) is not this cache's to take.
+        if from >= to
+            || held != from
+            || self.kv.seq_cells(seq).len() != from
+            || self.window.is_some()
+            || saved.row_bytes != self.row_bytes()
+        {
             return Ok(from);
         }
         // The regions exist once a graph has been allocated.
@@ -762,11 +764,11 @@ impl Session {
         let cells: Vec<u32> = cells.iter().map(|&c| c as u32).collect();
         let (row_k, row_v) = self.row_bytes();
         let alloc = self.cache.alloc_mut();
-        let written = saved.layers.iter().try_for_each(|(layer, k, v)| {
-            for (is_v, rows, row) in [(false, k, row_k), (true, v, row_v)] {
+        let written = saved.layers.iter().enumerate().try_for_each(|(l, &layer)| {
+            for (v, row) in [(false, row_k), (true, row_v)] {
+                let rows = saved.layer_rows(l, v, from, to);
                 for_runs(&cells, |i, cell, len| {
-                    let src = &rows[(from + i) * row..(from + i + len) * row];
-                    alloc.write_kv_at(*layer, is_v, cell * row, src)
+                    alloc.write_kv_at(layer, v, cell * row, &rows[i * row..(i + len) * row])
                 })?;
             }
             Ok::<(), EngineError>(())
@@ -988,13 +990,16 @@ impl Session {
             ..
         } = &mut self.scratch;
         let (graph, alloc) = self.cache.parts().expect("prepared");
+        // The cell lists are sized for every sequence at its longest; only what this batch
+        // lists is written (a server's 64 slots would otherwise copy megabytes a step).
+        let (mut n_index, mut n_index_swa) = (0, 0);
         if let Some(kv_index) = graph.input_of(InputKind::KvIndex) {
             index.resize(graph.nodes[kv_index].n_elements(), 0);
-            self.kv.fill_spans(batch, index, spans);
+            n_index = self.kv.fill_spans(batch, index, spans);
         }
         if let (Some(kv_index), Some(w)) = (graph.input_of(InputKind::KvIndexSwa), &self.window) {
             index_swa.resize(graph.nodes[kv_index].n_elements(), 0);
-            w.cells().fill_spans(batch, index_swa, spans_swa);
+            n_index_swa = w.cells().fill_spans(batch, index_swa, spans_swa);
         }
         for &input in &graph.inputs {
             let node = &graph.nodes[input];
@@ -1019,10 +1024,16 @@ impl Session {
                     }
                     ids
                 }
-                InputKind::KvIndex => index,
+                InputKind::KvIndex => {
+                    alloc.fill_node_i32_prefix(graph, input, &index[..n_index])?;
+                    continue;
+                }
+                InputKind::KvIndexSwa => {
+                    alloc.fill_node_i32_prefix(graph, input, &index_swa[..n_index_swa])?;
+                    continue;
+                }
                 InputKind::KvSpan => spans,
                 InputKind::KvCellsSwa => cells_swa,
-                InputKind::KvIndexSwa => index_swa,
                 InputKind::KvSpanSwa => spans_swa,
             };
             alloc.fill_node_i32(graph, input, data)?;

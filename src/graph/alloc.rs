@@ -356,34 +356,48 @@ impl GraphAllocator {
 
     /// Fill input `name` with `bytes`, which must be exactly its size.
     pub fn fill_input_bytes(&mut self, graph: &ComputeGraph, name: &str, bytes: &[u8]) -> Result<(), GraphError> {
-        self.fill_node(graph, Self::input_named(graph, name)?, None, bytes)
+        self.fill_node(graph, Self::input_named(graph, name)?, None, bytes, false)
     }
 
     /// Fill an F32 input.
     pub fn fill_input(&mut self, graph: &ComputeGraph, name: &str, data: &[f32]) -> Result<(), GraphError> {
         let id = Self::input_named(graph, name)?;
-        self.fill_node(graph, id, Some(DType::F32), bytemuck::cast_slice(data))
+        self.fill_node(graph, id, Some(DType::F32), bytemuck::cast_slice(data), false)
     }
 
     /// Fill an I32 input.
     pub fn fill_input_i32(&mut self, graph: &ComputeGraph, name: &str, data: &[i32]) -> Result<(), GraphError> {
         let id = Self::input_named(graph, name)?;
-        self.fill_node(graph, id, Some(DType::I32), bytemuck::cast_slice(data))
+        self.fill_node(graph, id, Some(DType::I32), bytemuck::cast_slice(data), false)
     }
 
     /// Fill the I32 input node `input` (as the engine does, by the node it found by kind).
     pub fn fill_node_i32(&mut self, graph: &ComputeGraph, input: NodeId, data: &[i32]) -> Result<(), GraphError> {
-        self.fill_node(graph, input, Some(DType::I32), bytemuck::cast_slice(data))
+        self.fill_node(graph, input, Some(DType::I32), bytemuck::cast_slice(data), false)
+    }
+
+    /// Write `data` over the first elements of an i32 input, leaving the rest as it was: for an
+    /// input sized for the most a step can need (the explicit-span cell lists, whose readers
+    /// stop where the spans say), so a step pays for what it lists, not for the bound.
+    pub fn fill_node_i32_prefix(
+        &mut self,
+        graph: &ComputeGraph,
+        input: NodeId,
+        data: &[i32],
+    ) -> Result<(), GraphError> {
+        self.fill_node(graph, input, Some(DType::I32), bytemuck::cast_slice(data), true)
     }
 
     /// Write `bytes` into input node `id`'s buffer, checking that it is an input, that `dtype`
-    /// (when given) is its element type and that `bytes` is exactly its size.
+    /// (when given) is its element type and that `bytes` is exactly its size (with `prefix`, at
+    /// most its size: the rest is left as it was).
     fn fill_node(
         &mut self,
         graph: &ComputeGraph,
         id: NodeId,
         dtype: Option<DType>,
         bytes: &[u8],
+        prefix: bool,
     ) -> Result<(), GraphError> {
         let node = graph
             .nodes
@@ -399,7 +413,7 @@ impl GraphAllocator {
                 got: dtype.name(),
             });
         }
-        if bytes.len() != node.n_bytes() {
+        if bytes.len() > node.n_bytes() || (!prefix && bytes.len() != node.n_bytes()) {
             return Err(GraphError::InputSize {
                 name: node.name.clone(),
                 expected: node.n_bytes(),

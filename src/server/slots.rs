@@ -671,6 +671,14 @@ impl<'s> Engine<'s> {
             return;
         }
         let r = &job.runs[run];
+        // What the slot held beyond the prompt's start is dropped: a cached conversation
+        // evicted by count of slots rather than of cells, copied to the host tier first.
+        let kept = self.session.kv().prefix_len(id, &r.prompt);
+        if self.session.kv().seq_cells(id).len() > kept && !self.saved[id] {
+            self.saved[id] = true;
+            self.save_to_host(id);
+        }
+        let free_before = self.session.kv().n_free();
         let n_cached = match wait_for {
             _ if !job.cache_prompt => {
                 let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
@@ -694,6 +702,10 @@ impl<'s> Engine<'s> {
                 }
             },
         };
+        let freed = self.session.kv().n_free().saturating_sub(free_before);
+        self.metrics()
+            .cache_evicted_cells
+            .fetch_add(freed as u64, Ordering::Relaxed);
         let mut options = job.options.clone();
         options.sampling.seed = r.seed;
         options.max_tokens = r.max_tokens;

@@ -146,7 +146,7 @@ impl Engine<'_> {
     }
 
     /// Copies slot `id`'s cached tokens to the host tier, if there is one.
-    fn save_to_host(&mut self, id: usize) {
+    pub(super) fn save_to_host(&mut self, id: usize) {
         let Some(host) = &mut self.host else { return };
         match self.session.save_prefix(id) {
             Ok(prefix) => host.insert(prefix),
