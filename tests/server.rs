@@ -1488,10 +1488,11 @@ fn a_harmony_model_replies_with_reasoning_content_tool_calls_and_raw_completions
     assert_eq!(r["error"]["param"], "reasoning_effort");
 }
 
-/// llama-server's default `-c`: the training context (2,048 positions for the tiny model)
-/// shared by the slots, so two slots get 1,024 each; a given `-c` is each slot's.
+/// `-c` is the whole KV cache, as llama-server's: by default the training context (2,048
+/// positions for the tiny model), one cache every slot draws from, each sequence up to all of
+/// it; `--no-kv-unified` splits it evenly between the slots, as llama-server does by default.
 #[test]
-fn by_default_the_slots_share_the_training_context() {
+fn the_context_is_one_cache_every_slot_draws_from_unless_split_between_them() {
     let model = tiny();
     let n_ctx = |args: &[&str]| {
         let server = Server::start(&model, args, &[]);
@@ -1499,9 +1500,11 @@ fn by_default_the_slots_share_the_training_context() {
         let props: serde_json::Value = serde_json::from_str(&props).unwrap();
         props["default_generation_settings"]["n_ctx"].as_u64().unwrap()
     };
-    assert_eq!(n_ctx(&["--n-slots", "2"]), 1024);
-    assert_eq!(n_ctx(&["--n-slots", "1"]), 2048);
+    assert_eq!(n_ctx(&[]), 2048);
+    assert_eq!(n_ctx(&["--n-slots", "2"]), 2048);
     assert_eq!(n_ctx(&["--n-slots", "2", "-c", "300"]), 300);
+    assert_eq!(n_ctx(&["--n-slots", "2", "--no-kv-unified"]), 1024);
+    assert_eq!(n_ctx(&["--n-slots", "2", "--no-kv-unified", "-c", "300"]), 150);
 }
 
 /// llama-server's sampling flags are the defaults of every request that leaves the field out;
