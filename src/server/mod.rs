@@ -327,11 +327,14 @@ fn load(config: &ServerConfig, lifecycle: Arc<lifecycle::Lifecycle>) -> Result<L
         model.tokenizer().control_token_texts()
     };
     let metrics = Arc::new(metrics::Metrics::default());
-    // Each slot drafts on its own: a draft model's drafter holds a KV cache per slot.
+    // Each slot drafts on its own: a draft model's drafter holds a KV cache per slot, of the
+    // slots' even share of the cache (a sequence that grows past it is decoded undrafted), not
+    // each the whole of it.
+    let n_ctx_draft = (session.n_ctx() / config.session.n_seq_max.max(1)).clamp(1, n_ctx);
     let drafters = match &config.draft {
         Some((source, options)) => {
             let drafters = (0..config.session.n_seq_max)
-                .map(|_| source.drafter(model.tokenizer(), n_ctx))
+                .map(|_| source.drafter(model.tokenizer(), n_ctx_draft))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ServerError::Config(e.to_string()))?;
             Some((drafters, *options))
