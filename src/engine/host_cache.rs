@@ -122,15 +122,13 @@ impl HostCache {
     /// The copy sharing the longest prefix with `prompt`, and that length (counted as used).
     pub fn best(&mut self, prompt: &[u32]) -> Option<(Arc<SavedPrefix>, usize)> {
         let common = |e: &Entry| e.prefix.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-        let i = (0..self.entries.len())
+        let (n, i) = (0..self.entries.len())
             .map(|i| (common(&self.entries[i]), i))
             .filter(|&(n, _)| n > 0)
-            .max()?
-            .1;
+            .max()?;
         self.clock += 1;
         let entry = &mut self.entries[i];
         entry.last_used = self.clock;
-        let n = common(entry);
         Some((Arc::clone(&entry.prefix), n))
     }
 }

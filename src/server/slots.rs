@@ -674,8 +674,7 @@ impl<'s> Engine<'s> {
         // What the slot held beyond the prompt's start is dropped: a cached conversation
         // evicted by count of slots rather than of cells, copied to the host tier first.
         let kept = self.session.kv().prefix_len(id, &r.prompt);
-        if self.session.kv().seq_cells(id).len() > kept && !self.saved[id] {
-            self.saved[id] = true;
+        if self.session.kv().seq_cells(id).len() > kept {
             self.save_to_host(id);
         }
         let free_before = self.session.kv().n_free();
@@ -691,16 +690,7 @@ impl<'s> Engine<'s> {
             }
             // The longest prefix of the prompt any slot holds (this one's own conversation, or a
             // system prompt another slot read) is shared, not read again.
-            None => match self
-                .session
-                .share_prefix(self.prefix_source(id, &r.prompt), id, &r.prompt)
-            {
-                Ok(n) => n,
-                Err(_) => {
-                    let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
-                    0
-                }
-            },
+            None => self.share_cached(id, &r.prompt),
         };
         let freed = self.session.kv().n_free().saturating_sub(free_before);
         self.metrics()
@@ -910,12 +900,10 @@ impl<'s> Engine<'s> {
                 break;
             }
             let active = self.slots[id].as_mut().expect("checked");
-            let (tokens, replay) = match active.replay.is_empty() {
-                true => (&active.job.runs[active.run].prompt, false),
-                false => (&active.replay, true),
-            };
-            let end = tokens.len().min(active.next_prompt + budget);
+            let replay = !active.replay.is_empty();
             active.read_chunk = active.job.progress && !replay;
+            let tokens = active.to_read();
+            let end = tokens.len().min(active.next_prompt + budget);
             for pos in active.next_prompt..end {
                 // A replay's last row needs no logits: the pending token comes after it.
                 let last = pos + 1 == tokens.len() && !replay;
@@ -924,8 +912,10 @@ impl<'s> Engine<'s> {
                 }
                 self.batch.add(tokens[pos], pos as i32, id, last);
             }
+            let done = end == tokens.len();
+            let active = self.slots[id].as_mut().expect("checked");
             active.next_prompt = end;
-            if replay && end == tokens.len() {
+            if replay && done {
                 active.replay = Vec::new();
             }
         }

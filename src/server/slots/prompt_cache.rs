@@ -53,7 +53,7 @@ impl Engine<'_> {
         };
         let room = (kv.n_free() + kv.held_only_by(idle)).saturating_sub(kv.prefix_held_only_by(src, kept as i32, idle));
         // A prompt being read that this one starts with will be shared, not read again.
-        let ahead = match cache && self.by_memory {
+        let ahead = match cache {
             true => self.reader_prefix(id, tokens).map_or(0, |(_, len)| len),
             false => 0,
         };
@@ -91,13 +91,7 @@ impl Engine<'_> {
             }
             let mut active = self.preempted.remove(0);
             let tokens = active.to_read().to_vec();
-            let kept = self
-                .session
-                .share_prefix(self.prefix_source(id, &tokens), id, &tokens)
-                .unwrap_or_else(|_| {
-                    let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
-                    0
-                });
+            let kept = self.share_cached(id, &tokens);
             eprintln!(
                 "slot {id}: resumes a preempted run after {} tokens ({kept} of {} still cached)",
                 active.n_generated,
@@ -128,10 +122,7 @@ impl Engine<'_> {
             let Some(victim) = victim else {
                 return false;
             };
-            if !self.saved[victim] {
-                self.saved[victim] = true;
-                self.save_to_host(victim);
-            }
+            self.save_to_host(victim);
             let kv = self.session.kv();
             let last = kv.seq_pos_max(victim).unwrap_or(0).max(0) as usize;
             let from = (last / EVICT_BLOCK * EVICT_BLOCK) as i32;
@@ -145,9 +136,13 @@ impl Engine<'_> {
         true
     }
 
-    /// Copies slot `id`'s cached tokens to the host tier, if there is one.
+    /// Copies slot `id`'s cached tokens to the host tier, if there is one and they are not
+    /// there already (once between two of the slot's jobs).
     pub(super) fn save_to_host(&mut self, id: usize) {
         let Some(host) = &mut self.host else { return };
+        if std::mem::replace(&mut self.saved[id], true) {
+            return;
+        }
         match self.session.save_prefix(id) {
             Ok(prefix) => host.insert(prefix),
             Err(e) => eprintln!("slot {id}: its cached tokens were not copied to host memory: {e}"),
@@ -249,6 +244,17 @@ impl Engine<'_> {
             .map_or(id, |(_, s)| s)
     }
 
+    /// Slot `id` keeps or takes the longest start of `tokens` that any slot holds
+    /// ([`Engine::prefix_source`], `Session::share_prefix`) and drops the rest of its cells;
+    /// returns where reading starts. A failure leaves it empty, to read everything.
+    pub(super) fn share_cached(&mut self, id: usize, tokens: &[u32]) -> usize {
+        let src = self.prefix_source(id, tokens);
+        self.session.share_prefix(src, id, tokens).unwrap_or_else(|_| {
+            let _ = self.session.seq_rm(Some(id), 0, i32::MAX);
+            0
+        })
+    }
+
     /// Runs waiting for another's prompt ([`Wait`]): once that run has read the positions they
     /// share, they take its cells for them (shared, not copied) and read the rest themselves. A
     /// run that is gone (finished, preempted, cancelled) leaves them to share whatever the
@@ -273,10 +279,7 @@ impl Engine<'_> {
             let prompt = active.job.runs[active.run].prompt.clone();
             let next = match shared {
                 Some(len) => len,
-                None if active.job.cache_prompt => self
-                    .session
-                    .share_prefix(self.prefix_source(id, &prompt), id, &prompt)
-                    .unwrap_or(0),
+                None if active.job.cache_prompt => self.share_cached(id, &prompt),
                 None => 0,
             };
             let active = self.slots[id].as_mut().expect("checked");
